@@ -2,6 +2,8 @@
 # Builds the pinned control plane (etcd, kube-apiserver, kubectl, helm) from the wrapper modules in
 # this folder into a cache outside the clone, keyed by the pins, and prints the bin directory.
 # A second run with the same pins finds the cache and returns in well under a second.
+# LEADERGROUP_NO_BUILD=1: never build; exit 3 with "run make controlplane" when a binary is missing
+# (used by the test support, which must fail fast instead of compiling for 13 minutes).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -16,6 +18,10 @@ say() { echo "controlplane: $*" >&2; }
 build() { # build NAME MODULE_DIR PACKAGE LDFLAGS...
   local name=$1 dir=$2 pkg=$3 ldflags=$4 tags=${5:-}
   if [[ -x $bin/$name ]]; then return; fi
+  if [[ -n ${LEADERGROUP_NO_BUILD:-} ]]; then
+    say "$name is not built yet ($bin/$name missing): run \`make controlplane\` (first build takes about 14 minutes)"
+    exit 3
+  fi
   say "building $name from $pkg (first build takes minutes; modules are downloaded, then compiled)"
   local start=$SECONDS
   (cd "$here/$dir" && CGO_ENABLED=0 go build -trimpath ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$bin/$name.tmp" "$pkg")
