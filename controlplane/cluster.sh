@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Starts and stops a local control plane: etcd + kube-apiserver on loopback, on free ports, with a
+# CA of its own. Everything (certificates, data, logs, pid files, kubeconfig) lives in one folder.
+#
+#   controlplane/cluster.sh up   [--dir DIR] [--watch-pid PID] [--bin-dir BIN]
+#   controlplane/cluster.sh down [--dir DIR]
+#
+# DIR defaults to .cluster/ in the repository. `up` is idempotent: a healthy cluster in DIR is
+# reused. `--watch-pid PID` adds a watchdog that runs `down` once PID has exited, so a test binary
+# that exits or is killed never leaks processes. `--bin-dir` skips controlplane/build.sh (which
+# builds the binaries on first use unless LEADERGROUP_NO_BUILD=1).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+
+say() { echo "cluster: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+usage() { sed -n '5,6p' "$0" | sed 's/^# *//' >&2; }
+
+cmd=${1:-}
+[[ $cmd == up || $cmd == down ]] || { usage; exit 2; }
+shift
+dir=$repo/.cluster watch_pid="" bin=""
+while (($#)); do
+  case $1 in
+    --dir) dir=${2:?--dir needs a value}; shift 2 ;;
+    --watch-pid) watch_pid=${2:?--watch-pid needs a value}; shift 2 ;;
+    --bin-dir) bin=${2:?--bin-dir needs a value}; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage; die "unknown argument $1" ;;
+  esac
+done
+[[ -z $watch_pid || $watch_pid =~ ^[0-9]+$ ]] || die "--watch-pid wants a number, got $watch_pid"
+
+# The marker guards `rm -rf`: only a folder this script created is ever removed.
+marker=.leadergroup-cluster
+
+# running PID: the process exists and is not a zombie (an orphan's exit may be reaped late by
+# pid 1, and kill -0 succeeds on a zombie).
+running() { kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+
+# alive NAME: the process in NAME.pid runs and is ours (its command line names DIR, so a recycled
+# pid of an unrelated process is never taken for it, nor killed).
+alive() {
+  local pid
+  pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
+  [[ -n $pid ]] && running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"
+}
+
+# stop NAME: SIGTERM, then SIGKILL after 15 s; returns once the process is gone.
+stop() {
+  alive "$1" || return 0
+  local pid i
+  pid=$(cat "$dir/$1.pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do
+    running "$pid" || return 0
+    sleep 0.1
+  done
+  say "$1 (pid $pid) ignored SIGTERM for 15 s; killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+  while running "$pid"; do sleep 0.1; done
+}
+
+stop_all() {
+  stop kube-apiserver
+  stop etcd
+  # Watchdogs, except the one running this very `down`.
+  local pid
+  for pid in $(cat "$dir/watchdog.pids" 2>/dev/null); do
+    [[ $pid == "$$" ]] && continue
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir"; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+}
+
+wipe() { # removes DIR, refusing folders this script did not create
+  [[ -d $dir ]] || return 0
+  if [[ -e $dir/$marker ]]; then
+    rm -rf "$dir"
+  elif [[ -z $(ls -A "$dir" | grep -vx '.lock') ]]; then
+    rm -f "$dir/.lock"
+    rmdir "$dir"
+  else
+    die "$dir is not empty and was not created by cluster.sh; refusing to remove it"
+  fi
+}
+
+# The lock serialises concurrent `up`/`down` on one DIR. Children must not inherit fd 9, or etcd
+# would hold the lock for its whole life.
+lock() { exec 9>"$dir/.lock"; flock 9; }
+
+if [[ $cmd == down ]]; then
+  [[ -d $dir ]] || { say "nothing to stop in $dir"; exit 0; }
+  dir=$(cd "$dir" && pwd)
+  lock
+  stop_all
+  wipe
+  say "stopped; removed $dir"
+  exit 0
+fi
+
+# ---- up ----
+start=$(date +%s.%N)
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+lock
+
+kubeconfig=$dir/kubeconfig
+ready() { # ready PORT: /readyz answers 200 to the admin
+  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/pki/ca.crt" \
+    --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "https://127.0.0.1:$1/readyz") == 200 ]]
+}
+
+start_watchdog() {
+  [[ -n $watch_pid ]] || return 0
+  kill -0 "$watch_pid" 2>/dev/null || die "--watch-pid $watch_pid: no such process"
+  # The start time (field 22 of /proc/PID/stat) tells PID apart from a later process that reuses
+  # the number; a zombie (state Z) counts as exited. setsid: a signal to the caller's process group
+  # (Ctrl-C, a harness killing the test) must not take the watchdog with it.
+  local started
+  started=$(awk '{print $22}' "/proc/$watch_pid/stat")
+  setsid bash -c '
+    while [[ -r /proc/$1/stat ]] && read -r -a st </proc/$1/stat && [[ ${st[21]} == "$2" && ${st[2]} != Z ]]; do
+      sleep 1
+    done
+    echo "watchdog: pid $1 exited; stopping the cluster in $4"
+    exec "$3" down --dir "$4"' watchdog "$watch_pid" "$started" "$here/cluster.sh" "$dir" \
+    </dev/null >>"$dir/watchdog.log" 2>&1 9>&- &
+  echo $! >>"$dir/watchdog.pids"
+  say "watchdog (pid $!) stops the cluster when pid $watch_pid exits"
+}
+
+print_usage() {
+  local port
+  port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
+  cat <<EOF
+control plane ready at https://127.0.0.1:$port (kube-apiserver $("$bin/kube-apiserver" --version | cut -d' ' -f2), data and logs in $dir)
+  export KUBECONFIG=$kubeconfig
+  export LEADERGROUP_KUBECONFIG=$kubeconfig   # tests reuse this cluster instead of starting one
+  $bin/kubectl get namespaces
+EOF
+}
+
+[[ -n $bin ]] || bin=$("$here/build.sh")
+for b in etcd kube-apiserver kubectl; do
+  [[ -x $bin/$b ]] || die "$bin/$b missing: run \`make controlplane\`"
+done
+
+if [[ -f $kubeconfig ]] && alive etcd && alive kube-apiserver && ready "$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")"; then
+  say "reusing the healthy cluster in $dir"
+  start_watchdog
+  print_usage
+  exit 0
+fi
+
+# Leftovers of a crashed or half-started cluster: stop what still runs, start from scratch.
+stop_all
+wipe
+mkdir -p "$dir/pki"
+touch "$dir/$marker"
+exec 9>"$dir/.lock"
+flock 9
+
+# ---- certificates (EC P-256: generated in milliseconds; RSA only where Kubernetes expects it) ----
+pki=$dir/pki
+gen_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+sign() { # sign NAME SUBJECT EXTENSIONS
+  gen_key "$pki/$1.key"
+  openssl req -new -key "$pki/$1.key" -subj "$2" -out "$pki/$1.csr" 2>/dev/null
+  openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+    -days 3650 -out "$pki/$1.crt" -extfile <(printf '%b' "$3") 2>/dev/null
+  rm "$pki/$1.csr"
+}
+gen_key "$pki/ca.key"
+openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=leadergroup-testenv-ca" -days 3650 -out "$pki/ca.crt" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+# 10.0.0.1 and kubernetes.default.svc: the first address of the service range, as a real cluster's
+# serving certificate has them.
+sign server "/CN=kube-apiserver" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+sign admin "/O=system:masters/CN=admin" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth"
+# ServiceAccount token signing key (RS256, what kubeadm uses).
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
+# ---- ports ----
+# Random ports below the kernel's ephemeral range (32768+), so an outgoing connection never holds
+# one; a port already listening is skipped. Start retries with new ports if a bind still races.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+  local p
+  while :; do
+    p=$((10000 + (RANDOM * 32768 + RANDOM) % 22000))
+    [[ " $* " == *" $p "* ]] && continue
+    port_free "$p" && { echo "$p"; return; }
+  done
+}
+
+# spawn NAME ARGS...: detached (own session, stdin closed, output to DIR/NAME.log); the pid file is
+# written by the process itself before exec, so it is right whether or not setsid forks.
+spawn() {
+  local name=$1
+  shift
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' spawn "$dir/$name.pid" "$@" </dev/null >"$dir/$name.log" 2>&1 9>&- &
+  local i
+  for ((i = 0; i < 50; i++)); do [[ -s $dir/$name.pid ]] && return; sleep 0.02; done
+  die "$name did not start"
+}
+
+# wait_for NAME SECONDS CHECK...: polls CHECK until it succeeds; fails early if NAME died.
+wait_for() {
+  local name=$1 limit=$2 i
+  shift 2
+  for ((i = 0; i < limit * 10; i++)); do
+    "$@" && return 0
+    alive "$name" || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+etcd_healthy() { curl -s --max-time 1 "http://127.0.0.1:$etcd_port/health" | grep -q '"health":"true"'; }
+
+etcd_port="" peer_port="" api_port=""
+for attempt in 1 2 3; do
+  etcd_port=$(pick_port) peer_port=$(pick_port "$etcd_port")
+  rm -rf "$dir/etcd-data"
+  # --unsafe-no-fsync: the data is thrown away with the cluster, and fsync on a shared disk is what
+  # makes etcd (and every write the tests do) slow.
+  spawn etcd "$bin/etcd" --name=testenv --data-dir="$dir/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+    --initial-cluster="testenv=http://127.0.0.1:$peer_port" --initial-cluster-state=new \
+    --unsafe-no-fsync --log-level=warn
+  if wait_for etcd 30 etcd_healthy; then break; fi
+  stop etcd
+  grep -q 'address already in use' "$dir/etcd.log" && [[ $attempt -lt 3 ]] && { say "etcd port taken, retrying"; continue; }
+  tail -n 20 "$dir/etcd.log" >&2
+  die "etcd did not become healthy (log: $dir/etcd.log)"
+done
+etcd_ready=$(date +%s.%N)
+
+for attempt in 1 2 3; do
+  api_port=$(pick_port "$etcd_port" "$peer_port")
+  # --endpoint-reconciler-type=none: the reconciler refuses a loopback advertise address (and
+  # there is no pod network behind the `kubernetes` Service anyway).
+  # --profiling=false and --enable-logs-handler=false: fewer handlers nobody here uses.
+  # The watch cache stays on: the operator's watches should see what a real cluster serves.
+  spawn kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address=127.0.0.1 --secure-port="$api_port" --advertise-address=127.0.0.1 \
+    --cert-dir="$pki" --tls-cert-file="$pki/server.crt" --tls-private-key-file="$pki/server.key" \
+    --client-ca-file="$pki/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+    --allow-privileged=true \
+    --endpoint-reconciler-type=none \
+    --profiling=false --enable-logs-handler=false
+  if wait_for kube-apiserver 120 ready "$api_port"; then break; fi
+  stop kube-apiserver
+  grep -q 'address already in use' "$dir/kube-apiserver.log" && [[ $attempt -lt 3 ]] && { say "apiserver port taken, retrying"; continue; }
+  tail -n 30 "$dir/kube-apiserver.log" >&2
+  stop etcd
+  die "kube-apiserver did not become ready (log: $dir/kube-apiserver.log)"
+done
+
+b64() { base64 -w0 <"$1"; }
+umask 077
+cat >"$kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testenv
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority-data: $(b64 "$pki/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(b64 "$pki/admin.crt")
+    client-key-data: $(b64 "$pki/admin.key")
+contexts:
+- name: testenv
+  context: {cluster: testenv, user: admin}
+current-context: testenv
+EOF
+mv "$kubeconfig.tmp" "$kubeconfig"
+cat >"$dir/env" <<EOF
+APISERVER_PORT=$api_port
+ETCD_PORT=$etcd_port
+BIN_DIR=$bin
+KUBECONFIG=$kubeconfig
+EOF
+
+start_watchdog
+end=$(date +%s.%N)
+say "$(awk -v s="$start" -v e="$etcd_ready" -v r="$end" 'BEGIN { printf "started in %.1f s (certificates + etcd %.1f s, kube-apiserver %.1f s)", r - s, e - s, r - e }')"
+print_usage
