@@ -1,0 +1,104 @@
+{{/* vim: set filetype=mustache: */}}
+
+{{/* Chart name, overridable with nameOverride. */}}
+{{- define "leadergroup-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Fully qualified name of the release's objects. Truncated to 63 characters (DNS label); a release
+name that already contains the chart name is used as is.
+*/}}
+{{- define "leadergroup-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Value of the helm.sh/chart label. */}}
+{{- define "leadergroup-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels that select the operator's pods: never change them, Deployment selectors are immutable. */}}
+{{- define "leadergroup-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "leadergroup-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Standard labels on every object of the chart. */}}
+{{- define "leadergroup-operator.labels" -}}
+{{ include "leadergroup-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "leadergroup-operator.chart" . }}
+{{- end -}}
+
+{{/* Name of the ServiceAccount the operator runs as. */}}
+{{- define "leadergroup-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "leadergroup-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the operator's own HA Lease, in the release namespace. One per release. */}}
+{{- define "leadergroup-operator.leaseName" -}}
+{{- include "leadergroup-operator.fullname" . -}}
+{{- end -}}
+
+{{/* Image reference: repository, then @digest if set, else :tag (default: appVersion). */}}
+{{- define "leadergroup-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The rules the operator needs on the namespaces it watches, and nothing else. Shared by the
+ClusterRole (all namespaces) and the per-namespace Roles (watchNamespaces), so the two modes can
+never grant different things.
+*/}}
+{{- define "leadergroup-operator.rules" -}}
+- apiGroups: ["leadergroup.io"]
+  resources: ["leadergroups"]
+  verbs: ["get", "list", "watch", "update", "patch"]
+- apiGroups: ["leadergroup.io"]
+  resources: ["leadergroups/status"]
+  verbs: ["get", "update", "patch"]
+- apiGroups: ["leadergroup.io"]
+  resources: ["leadergroups/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/*
+Refuses combinations the operator cannot run safely, with a message that says what to do.
+Included from the Deployment so every render checks it.
+*/}}
+{{- define "leadergroup-operator.validate" -}}
+{{- if gt (len .Values.watchNamespaces) 1 -}}
+{{- fail (printf "watchNamespaces lists %d namespaces (%s), but one operator process watches one namespace (--namespace) or all of them. Either leave watchNamespaces empty (all namespaces, ClusterRole), or install one release per namespace, each with watchNamespaces: [<that namespace>] and, for all but the first, crds.enabled=false (a CRD belongs to one release)." (len .Values.watchNamespaces) (join ", " .Values.watchNamespaces)) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicas is %d but leaderElection.enabled is false: several active operators would fight over the same groups. Set leaderElection.enabled=true (the default) or replicas=1." (int .Values.replicas)) -}}
+{{- end -}}
+{{- end -}}
