@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""Assertions on `helm template` output of the leadergroup-operator chart.
+
+Usage: render_checks.py CHECK RENDERED.yaml [ARGS...]; exits 1 with one line per failed assertion.
+Called by static.sh, which renders the chart with the values each CHECK expects.
+"""
+import sys
+
+import yaml
+
+RELEASE, NAMESPACE = "lg", "ops"
+CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+# The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.
+KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--leader-elect",
+               "--leader-elect-namespace", "--leader-elect-lease-name",
+               "--leader-elect-lease-duration", "--identity"}
+# Exactly what the operator may do on watched namespaces, as (apiGroup, resource, verb).
+OPERATOR_RULES = {
+    *(("leadergroup.io", "leadergroups", v) for v in ["get", "list", "watch", "update", "patch"]),
+    *(("leadergroup.io", "leadergroups/status", v) for v in ["get", "update", "patch"]),
+    ("leadergroup.io", "leadergroups/finalizers", "update"),
+    *(("", "pods", v) for v in ["get", "list", "watch", "patch"]),
+    *(("coordination.k8s.io", "leases", v)
+      for v in ["get", "list", "watch", "create", "update", "patch", "delete"]),
+    *((g, "events", v) for g in ["", "events.k8s.io"] for v in ["create", "patch"]),
+}
+
+errors = []
+
+
+def check(cond, msg):
+    if not cond:
+        errors.append(msg)
+    return cond
+
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def find(objs, kind, name=None, namespace=None):
+    return [o for o in objs if o["kind"] == kind
+            and (name is None or o["metadata"]["name"] == name)
+            and (namespace is None or o["metadata"].get("namespace") == namespace)]
+
+
+def one(objs, kind, **kw):
+    found = find(objs, kind, **kw)
+    check(len(found) == 1, f"expected exactly one {kind} {kw or ''}, found {len(found)}")
+    return found[0] if found else None
+
+
+def flatten(rules):
+    out = set()
+    for r in rules:
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                for v in r.get("verbs", []):
+                    out.add((g, res, v, tuple(r.get("resourceNames", []))))
+    return out
+
+
+def chart_meta():
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "..", "leadergroup-operator", "Chart.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def check_common(objs):
+    """Every object: standard labels, release namespace, unique identity, no wildcard RBAC."""
+    meta = chart_meta()
+    want = {
+        "app.kubernetes.io/name": "leadergroup-operator",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/version": str(meta["appVersion"]),
+        "app.kubernetes.io/managed-by": "Helm",
+        "helm.sh/chart": f"leadergroup-operator-{meta['version']}",
+    }
+    seen = set()
+    for o in objs:
+        md = o["metadata"]
+        ident = (o["kind"], md.get("namespace"), md["name"])
+        check(ident not in seen, f"duplicate object {ident}")
+        seen.add(ident)
+        labels = md.get("labels") or {}
+        for k, v in want.items():
+            check(labels.get(k) == v, f"{o['kind']}/{md['name']}: label {k}={labels.get(k)!r}, want {v!r}")
+        if o["kind"] in CLUSTER_SCOPED:
+            check("namespace" not in md, f"{o['kind']}/{md['name']} is cluster-scoped but has a namespace")
+        elif o["kind"] not in ("Role", "RoleBinding"):  # Roles may sit in watched namespaces
+            check(md.get("namespace") == NAMESPACE,
+                  f"{o['kind']}/{md['name']}: namespace {md.get('namespace')!r}, want the release namespace {NAMESPACE!r}")
+        if o["kind"] in ("Role", "ClusterRole"):
+            for r in o.get("rules", []):
+                for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                    check("*" not in r.get(field, []), f"{o['kind']}/{md['name']}: wildcard in {field}")
+                check("secrets" not in r.get("resources", []), f"{o['kind']}/{md['name']}: grants secrets")
+                check("nonResourceURLs" not in r, f"{o['kind']}/{md['name']}: grants nonResourceURLs")
+
+
+def deployment_parts(objs):
+    dep = one(objs, "Deployment", namespace=NAMESPACE)
+    pod = dep["spec"]["template"]["spec"]
+    check(len(pod["containers"]) == 1, "the Deployment must have exactly one container")
+    ctr = pod["containers"][0]
+    args = ctr.get("args", [])
+    for a in args:
+        check(a.split("=", 1)[0] in KNOWN_FLAGS, f"operator arg {a!r} is not in the command-line contract")
+    return dep, pod, ctr, args
+
+
+def arg(args, flag):
+    vals = [a.split("=", 1)[1] if "=" in a else True for a in args if a.split("=", 1)[0] == flag]
+    check(len(vals) <= 1, f"{flag} given {len(vals)} times")
+    return vals[0] if vals else None
+
+
+def check_binding(objs, kind, name, namespace, role_kind, role_name, sa):
+    b = one(objs, kind, name=name, namespace=namespace)
+    if not b:
+        return
+    check(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name},
+          f"{kind}/{name}: roleRef {b['roleRef']}")
+    check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}],
+          f"{kind}/{name}: subjects {b['subjects']}")
+
+
+def check_leader_election_rbac(objs, sa, lease):
+    role = [r for r in find(objs, "Role", namespace=NAMESPACE) if r["metadata"]["name"].endswith("-leader-election")]
+    if not check(len(role) == 1, "expected one leader-election Role in the release namespace"):
+        return
+    role = role[0]
+    want = {("coordination.k8s.io", "leases", "create", ())} | {
+        ("coordination.k8s.io", "leases", v, (lease,)) for v in ["get", "watch", "update", "patch"]}
+    got = flatten(role["rules"])
+    check(got == want, f"leader-election Role: extra {sorted(got - want)}, missing {sorted(want - got)}")
+    check_binding(objs, "RoleBinding", role["metadata"]["name"], NAMESPACE, "Role", role["metadata"]["name"], sa)
+
+
+def check_default(objs):
+    check_common(objs)
+    kinds = sorted(o["kind"] for o in objs)
+    want = sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service"])
+    check(kinds == want, f"objects {kinds}, want {want}")
+    sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
+    sa_name = sa["metadata"]["name"] if sa else None
+
+    # RBAC: cluster-wide, exactly the operator's rules.
+    cr = one(objs, "ClusterRole")
+    if cr:
+        got = {(g, r, v) for g, r, v, names in flatten(cr["rules"])}
+        check(all(not names for *_, names in flatten(cr["rules"])), "ClusterRole rules must not be limited by name")
+        check(got == OPERATOR_RULES,
+              f"ClusterRole: extra {sorted(got - OPERATOR_RULES)}, missing {sorted(OPERATOR_RULES - got)}")
+        check_binding(objs, "ClusterRoleBinding", cr["metadata"]["name"], None, "ClusterRole", cr["metadata"]["name"], sa_name)
+
+    dep, pod, ctr, args = deployment_parts(objs)
+    spec = dep["spec"]
+    check(spec["replicas"] == 2, f"replicas {spec['replicas']}, want 2")
+    sel = spec["selector"]["matchLabels"]
+    tmpl_labels = spec["template"]["metadata"]["labels"]
+    check(all(tmpl_labels.get(k) == v for k, v in sel.items()), "Deployment selector does not match its pod labels")
+    check(set(sel) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"},
+          f"selector {sel} must be name+instance only (immutable; version must not be in it)")
+    check(pod.get("serviceAccountName") == sa_name, f"serviceAccountName {pod.get('serviceAccountName')} != {sa_name}")
+    check(not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), "pod uses host namespaces")
+    psc = pod.get("securityContext", {})
+    check(psc.get("runAsNonRoot") is True, "pod runAsNonRoot must be true")
+    check(psc.get("runAsUser") == 65532, f"pod runAsUser {psc.get('runAsUser')}, want 65532")
+    check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "pod seccompProfile must be RuntimeDefault")
+    csc = ctr.get("securityContext", {})
+    check(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem must be true")
+    check(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation must be false")
+    check(csc.get("capabilities", {}).get("drop") == ["ALL"], "capabilities must drop ALL")
+    check(not csc.get("capabilities", {}).get("add"), "capabilities must add nothing")
+    check(csc.get("privileged") is not True, "container must not be privileged")
+    meta = chart_meta()
+    check(ctr["image"] == f"leadergroup-operator:{meta['appVersion']}", f"image {ctr['image']}, want tag = appVersion")
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    check(ports == {"http": 8080}, f"container ports {ports}, want http: 8080")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = ctr.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == path and get.get("port") in ("http", 8080), f"{probe} {get}, want {path} on http")
+    check(ctr.get("resources", {}).get("requests") and ctr.get("resources", {}).get("limits", {}).get("memory"),
+          "resources must set requests and a memory limit")
+    env = {e["name"]: e for e in ctr.get("env", [])}
+    for name, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        got = env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        check(got == field, f"env {name} from {got}, want the downward API {field}")
+    check(arg(args, "--http-addr") == "0.0.0.0:8080", "--http-addr must be 0.0.0.0:8080 (the probes' port)")
+    check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
+    check(arg(args, "--leader-elect") is True, "--leader-elect must be on by default")
+    check(arg(args, "--leader-elect-namespace") == NAMESPACE, "--leader-elect-namespace must be the release namespace")
+    check(arg(args, "--leader-elect-lease-duration") == "15", "--leader-elect-lease-duration must be 15")
+    check(arg(args, "--namespace") is None, "--namespace must be absent without watchNamespaces")
+    lease = arg(args, "--leader-elect-lease-name")
+    check(bool(lease), "--leader-elect-lease-name must name this release's Lease")
+    check_leader_election_rbac(objs, sa_name, lease)
+
+    pdb = one(objs, "PodDisruptionBudget", namespace=NAMESPACE)
+    if pdb:
+        check(pdb["spec"].get("maxUnavailable") == 1, "PDB maxUnavailable must be 1")
+        check(pdb["spec"]["selector"]["matchLabels"] == sel, "PDB selector must be the Deployment's")
+    svc = one(objs, "Service", namespace=NAMESPACE)
+    if svc:
+        check(svc["spec"]["selector"] == sel, "metrics Service selector must be the Deployment's")
+        check([(p["name"], p["port"], p.get("targetPort")) for p in svc["spec"]["ports"]] == [("http-metrics", 8080, "http")],
+              f"metrics Service ports {svc['spec']['ports']}")
+    crd = one(objs, "CustomResourceDefinition")
+    if crd:
+        check(crd["metadata"]["name"] == "leadergroups.leadergroup.io", "CRD name")
+        check((crd["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") == "keep",
+              "CRD must carry helm.sh/resource-policy: keep by default (crds.keep)")
+
+
+def check_watch_namespace(objs, watched):
+    check_common(objs)
+    check(not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding"),
+          "watchNamespaces must not create a ClusterRole or ClusterRoleBinding")
+    sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
+    sa_name = sa["metadata"]["name"] if sa else None
+    roles = [r for r in find(objs, "Role", namespace=watched) if not r["metadata"]["name"].endswith("-leader-election")]
+    if check(len(roles) == 1, f"expected one operator Role in {watched}, found {len(roles)}"):
+        got = {(g, r, v) for g, r, v, _ in flatten(roles[0]["rules"])}
+        check(got == OPERATOR_RULES,
+              f"Role in {watched}: extra {sorted(got - OPERATOR_RULES)}, missing {sorted(OPERATOR_RULES - got)}")
+        name = roles[0]["metadata"]["name"]
+        check_binding(objs, "RoleBinding", name, watched, "Role", name, sa_name)
+    others = {r["metadata"].get("namespace") for r in find(objs, "Role") + find(objs, "RoleBinding")}
+    check(others <= {watched, NAMESPACE}, f"Roles in unexpected namespaces {others}")
+    _, _, _, args = deployment_parts(objs)
+    check(arg(args, "--namespace") == watched, f"--namespace {arg(args, '--namespace')}, want {watched}")
+    check_leader_election_rbac(objs, sa_name, arg(args, "--leader-elect-lease-name"))
+
+
+def check_single(objs):
+    """replicas=1, leaderElection.enabled=false: no PDB, no --leader-elect, no Lease Role."""
+    check_common(objs)
+    check(not find(objs, "PodDisruptionBudget"), "no PDB with one replica")
+    _, _, _, args = deployment_parts(objs)
+    check(not any(a.startswith("--leader-elect") for a in args), f"leader-election flags without leaderElection: {args}")
+    check(not [r for r in find(objs, "Role") if r["metadata"]["name"].endswith("-leader-election")],
+          "no leader-election Role without leaderElection")
+
+
+def check_custom(objs):
+    """Every pass-through value lands where it belongs."""
+    check_common(objs)
+    dep, pod, ctr, args = deployment_parts(objs)
+    tmpl = dep["spec"]["template"]["metadata"]
+    check(tmpl.get("annotations") == {"example.com/scrape": "true"}, f"podAnnotations {tmpl.get('annotations')}")
+    check(tmpl["labels"].get("team") == "platform", "podLabels")
+    # Helm merges a user's map into the default one: kubernetes.io/os stays unless set to null.
+    check(pod.get("nodeSelector") == {"kubernetes.io/os": "linux", "node-role.example.com/infra": "true"},
+          f"nodeSelector {pod.get('nodeSelector')}")
+    check(pod.get("tolerations") == [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}], "tolerations")
+    check("podAntiAffinity" in (pod.get("affinity") or {}), "affinity")
+    check(pod.get("priorityClassName") == "system-cluster-critical", "priorityClassName")
+    check(pod.get("imagePullSecrets") == [{"name": "regcred"}], "imagePullSecrets")
+    check(ctr["image"] == "registry.example.com/lgo@sha256:" + "a" * 64, f"image with digest: {ctr['image']}")
+    check(ctr["imagePullPolicy"] == "Always", "image.pullPolicy")
+    check(dep["spec"]["replicas"] == 3, "replicas")
+    check(arg(args, "--log-format") == "text", "logFormat")
+    check(arg(args, "--leader-elect-lease-duration") == "30", "leaderElection.leaseDurationSeconds")
+    env = {e["name"]: e.get("value") for e in ctr.get("env", [])}
+    check(env.get("RUST_LOG") == "debug", "logLevel -> RUST_LOG")
+    sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
+    if sa:
+        check(sa["metadata"].get("annotations") == {"example.com/role": "x"}, "serviceAccount.annotations")
+    svc = one(objs, "Service", namespace=NAMESPACE)
+    if svc:
+        check(svc["metadata"].get("annotations") == {"example.com/a": "b"}, "service.annotations")
+    sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
+    if sm and svc:
+        check(sm["metadata"]["labels"].get("release") == "prometheus", "serviceMonitor.labels")
+        check(sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(),
+              "ServiceMonitor selector must select the metrics Service")
+        ep = sm["spec"]["endpoints"]
+        check([(e["port"], e["path"], e["interval"]) for e in ep] == [("http-metrics", "/metrics", "15s")],
+              f"ServiceMonitor endpoints {ep}")
+    check(not find(objs, "CustomResourceDefinition"), "crds.enabled=false must not render the CRD")
+
+
+def check_crd(objs_path, source_path, keep):
+    """The rendered CRD is the source file byte for byte, plus the chart's labels and annotation."""
+    with open(objs_path) as f:
+        docs = f.read().split("\n---\n")
+    crd_docs = [d for d in docs if "# Source: leadergroup-operator/templates/crd.yaml" in d]
+    if not check(len(crd_docs) == 1, f"expected one rendered CRD document, found {len(crd_docs)}"):
+        return
+    lines = crd_docs[0].split("\n")
+    lines = lines[lines.index("# Source: leadergroup-operator/templates/crd.yaml") + 1:]
+    # Drop what the template splices in under the top-level metadata: labels and annotations.
+    out, i = [], 0
+    meta = yaml.safe_load("\n".join(lines))["metadata"]
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        if line.rstrip() == "metadata:":
+            indent = len(lines[i]) - len(lines[i].lstrip(" "))
+            while i < len(lines):
+                key = lines[i][indent:]
+                if lines[i].startswith(" " * indent) and key.split(":")[0] in ("labels", "annotations") and key[:1] != " ":
+                    i += 1
+                    while i < len(lines) and lines[i].startswith(" " * (indent + 1)):
+                        i += 1
+                else:
+                    break
+    with open(source_path) as f:
+        source = f.read()
+    if source.startswith("---\n"):  # the template drops a leading document marker
+        source = source[4:]
+    rendered = "\n".join(out)
+    if not check(rendered.rstrip("\n") == source.rstrip("\n"),
+                 f"rendered CRD (labels and annotations removed) differs from {source_path}"):
+        import difflib
+        sys.stderr.writelines(difflib.unified_diff(source.rstrip("\n").splitlines(True), rendered.rstrip("\n").splitlines(True),
+                                                   source_path, "rendered", n=1))
+        sys.stderr.write("\n")
+    check(yaml.safe_load(rendered) == yaml.safe_load(source), "rendered CRD is not the same object as the source")
+    check(meta.get("labels", {}).get("app.kubernetes.io/managed-by") == "Helm", "CRD must carry the chart's labels")
+    ann = meta.get("annotations") or {}
+    if keep:
+        check(ann == {"helm.sh/resource-policy": "keep"}, f"CRD annotations {ann}, want the keep policy")
+    else:
+        check("helm.sh/resource-policy" not in ann, "crds.keep=false must not set the keep policy")
+
+
+def main():
+    name, path, *rest = sys.argv[1:]
+    if name == "crd":
+        check_crd(path, rest[0], rest[1] == "keep")
+    else:
+        objs = load(path)
+        {"default": lambda: check_default(objs),
+         "watch-namespace": lambda: check_watch_namespace(objs, rest[0]),
+         "single": lambda: check_single(objs),
+         "custom": lambda: check_custom(objs)}[name]()
+    for e in errors:
+        print(f"  {name}: {e}")
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

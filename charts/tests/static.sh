@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Static checks of the Helm chart, no cluster needed: helm lint --strict, renders of the default
+# values and of watchNamespaces with assertions on the objects (render_checks.py), values the
+# schema or the templates must refuse, and the CRD in the template against crds/leadergroup.yaml.
+# Exits non-zero when any check fails, after running all of them.
+#
+# Env: LEADERGROUP_CRD  the CRD the chart must render (default: crds/leadergroup.yaml).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+chart=$root/charts/leadergroup-operator
+crd_source=${LEADERGROUP_CRD:-$root/crds/leadergroup.yaml}
+chart_crd=$chart/files/leadergroup.crd.yaml
+
+bin=$("$root/controlplane/build.sh") || { echo "static.sh: controlplane/build.sh failed" >&2; exit 2; }
+helm=$bin/helm
+python3 -c 'import yaml' 2>/dev/null || { echo "static.sh: needs python3 with PyYAML" >&2; exit 2; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; failed=$((failed + 1)); }
+
+# render NAME ARGS...: helm template into $tmp/NAME.yaml (release lg, namespace ops).
+render() {
+  local name=$1; shift
+  if "$helm" template lg "$chart" --namespace ops "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err"; then
+    return 0
+  fi
+  bad "helm template ($name $*) failed:"; sed 's/^/     /' "$tmp/$name.err"; return 1
+}
+
+# assert CHECK RENDER ARGS...: render_checks.py on a render.
+assert() {
+  local check=$1 name=$2; shift 2
+  if python3 "$here/render_checks.py" "$check" "$tmp/$name.yaml" "$@" >"$tmp/$check.out" 2>&1; then
+    ok "$check: rendered objects ($name)"
+  else
+    bad "$check: rendered objects ($name)"; cat "$tmp/$check.out"
+  fi
+}
+
+# refuse WHAT MESSAGE ARGS...: helm template must fail, naming the problem.
+refuse() {
+  local what=$1 message=$2; shift 2
+  if "$helm" template lg "$chart" --namespace ops "$@" >/dev/null 2>"$tmp/refuse.err"; then
+    bad "refuse $what: helm template $* succeeded"
+  elif ! grep -qF -- "$message" "$tmp/refuse.err"; then
+    bad "refuse $what: the error does not say '$message':"; sed 's/^/     /' "$tmp/refuse.err"
+  else
+    ok "refuse $what ($*)"
+  fi
+}
+
+# 1. Lint, strict (warnings fail), for both RBAC modes.
+for args in "" "--set watchNamespaces={team-a}"; do
+  # shellcheck disable=SC2086
+  if "$helm" lint --strict "$chart" --namespace ops $args >"$tmp/lint.out" 2>&1; then
+    ok "helm lint --strict $args"
+  else
+    bad "helm lint --strict $args"; sed 's/^/     /' "$tmp/lint.out"
+  fi
+done
+
+# 2. The CRD: the chart's copy is the generated one, byte for byte, and no crds/ folder in the
+#    chart (Helm installs that once and never upgrades it; the template does both).
+if [[ ! -f $crd_source ]]; then
+  bad "CRD source $crd_source is missing (run make crds)"
+elif cmp -s "$crd_source" "$chart_crd"; then
+  ok "charts/leadergroup-operator/files/leadergroup.crd.yaml is identical to ${crd_source#"$root"/}"
+else
+  bad "charts/leadergroup-operator/files/leadergroup.crd.yaml differs from ${crd_source#"$root"/} (run make crds)"
+fi
+if [[ -e $chart/crds ]]; then bad "the chart has a crds/ folder: Helm would never upgrade it"; else ok "no crds/ folder in the chart"; fi
+
+# 3. Renders and what must be in them.
+render default && {
+  assert default default
+  [[ -f $crd_source ]] && assert crd default "$crd_source" keep
+}
+render no-keep --set crds.keep=false && [[ -f $crd_source ]] && assert crd no-keep "$crd_source" no-keep
+render watch --set 'watchNamespaces={team-a}' && assert watch-namespace watch team-a
+render watch-own --set 'watchNamespaces={ops}' && assert watch-namespace watch-own ops
+render single --set replicas=1 --set leaderElection.enabled=false && assert single single
+cat >"$tmp/custom-values.yaml" <<'YAML'
+crds: {enabled: false, keep: true}
+image: {repository: registry.example.com/lgo, tag: "", digest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", pullPolicy: Always}
+imagePullSecrets: [{name: regcred}]
+replicas: 3
+leaderElection: {enabled: true, leaseDurationSeconds: 30}
+logFormat: text
+logLevel: debug
+serviceAccount: {create: true, name: "", annotations: {example.com/role: x}}
+podAnnotations: {example.com/scrape: "true"}
+podLabels: {team: platform}
+nodeSelector: {node-role.example.com/infra: "true"}
+tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector: {matchLabels: {app.kubernetes.io/name: leadergroup-operator}}
+priorityClassName: system-cluster-critical
+service: {annotations: {example.com/a: b}}
+serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {release: prometheus}}
+YAML
+render custom -f "$tmp/custom-values.yaml" && assert custom custom
+
+# 4. Values that must be refused, each with a message that names the problem.
+refuse "a mistyped top-level key" "additional properties 'replica' not allowed" --set replica=3
+refuse "a mistyped nested key" "additional properties 'tagg' not allowed" --set image.tagg=v1
+refuse "a mistyped securityContext key" "additional properties 'readOnlyRootFileSystem' not allowed" --set securityContext.readOnlyRootFileSystem=true
+refuse "a string for an integer" "/replicas" --set replicas=two
+refuse "an unknown logFormat" "/logFormat" --set logFormat=yaml
+refuse "a lease duration out of range" "/leaderElection/leaseDurationSeconds" --set leaderElection.leaseDurationSeconds=0
+refuse "a namespace that is no DNS label" "/watchNamespaces/0" --set 'watchNamespaces={Team_A}'
+refuse "two watched namespaces" "one operator process watches one namespace" --set 'watchNamespaces={team-a,team-b}'
+refuse "replicas without leader election" "leaderElection.enabled is false" --set leaderElection.enabled=false
+refuse "a Kubernetes older than kubeVersion" "kubeVersion" --kube-version 1.32.0
+
+echo
+if ((failed)); then echo "static.sh: $failed check(s) failed"; exit 1; fi
+echo "static.sh: all chart checks passed"
