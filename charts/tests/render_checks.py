@@ -329,9 +329,36 @@ def check_crd(objs_path, source_path, keep):
         check("helm.sh/resource-policy" not in ann, "crds.keep=false must not set the keep policy")
 
 
+def check_notes(path):
+    """NOTES.txt says what to do next, with an example LeaderGroup that uses the API's fields."""
+    import textwrap
+    with open(path) as f:
+        text = f.read()
+    if not check("NOTES:" in text, "helm install --dry-run printed no NOTES"):
+        return
+    notes = text[text.index("NOTES:"):]
+    check("kubectl get leadergroups" in notes, "NOTES must show kubectl get leadergroups")
+    check("kubectl get lg" in notes, "NOTES must show kubectl get lg")
+    if not check("<<'YAML'" in notes and "   YAML\n" in notes, "NOTES must hold an example LeaderGroup"):
+        return
+    body = notes[notes.index("<<'YAML'"):].split("\n", 1)[1]
+    example = yaml.safe_load(textwrap.dedent(body[:body.index("   YAML\n")]))
+    check(example.get("apiVersion") == "leadergroup.io/v1alpha1" and example.get("kind") == "LeaderGroup",
+          f"example is {example.get('apiVersion')} {example.get('kind')}")
+    spec = example.get("spec") or {}
+    check(bool((spec.get("selector") or {}).get("matchLabels")), "example spec.selector.matchLabels")
+    check(isinstance(spec.get("leaseDurationSeconds"), int) and 1 <= spec["leaseDurationSeconds"] <= 3600,
+          "example spec.leaseDurationSeconds in 1..3600")
+    check(spec.get("paused") is False, "example spec.paused")
+    check(set(spec) <= {"selector", "leaseDurationSeconds", "preferredLeader", "paused"}, f"example spec fields {set(spec)}")
+    check("preferredLeader" in body, "example mentions spec.preferredLeader")
+
+
 def main():
     name, path, *rest = sys.argv[1:]
-    if name == "crd":
+    if name == "notes":
+        check_notes(path)
+    elif name == "crd":
         check_crd(path, rest[0], rest[1] == "keep")
     else:
         objs = load(path)

@@ -109,6 +109,13 @@ serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {relea
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
 
+# NOTES.txt, as `helm install` prints it.
+if "$helm" install lg "$chart" --namespace ops --dry-run=client >"$tmp/notes.yaml" 2>&1; then
+  assert notes notes
+else
+  bad "helm install --dry-run=client failed:"; sed 's/^/     /' "$tmp/notes.yaml"
+fi
+
 # 4. Values that must be refused, each with a message that names the problem.
 refuse "a mistyped top-level key" "additional properties 'replica' not allowed" --set replica=3
 refuse "a mistyped nested key" "additional properties 'tagg' not allowed" --set image.tagg=v1
