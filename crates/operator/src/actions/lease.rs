@@ -1,0 +1,52 @@
+//! Lease writes, always as a compare-and-swap on the resourceVersion the Lease was read at.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::lease_record::LeaseRecord;
+
+/// Writes `record` to the Lease `name`. `read` is the Lease as last read (None: it did not exist),
+/// and the write succeeds only if the Lease is still exactly that: a create when it was absent,
+/// a replace with its resourceVersion otherwise. Anything else is [`Error::Conflict`].
+pub async fn compare_and_swap(
+    api: &Api<Lease>,
+    name: &str,
+    read: Option<&Lease>,
+    record: &LeaseRecord,
+    group_label: Option<&str>,
+    owner: Option<OwnerReference>,
+) -> Result<Lease> {
+    let namespace = api_namespace(read, api);
+    let lease = record.apply_to(read, name, &namespace, group_label, owner);
+    let written = match read {
+        None => api.create(&PostParams::default(), &lease).await,
+        Some(_) => api.replace(name, &PostParams::default(), &lease).await,
+    };
+    written.map_err(|e| if is_conflict(&e) || is_not_found(&e) { Error::Conflict("Lease") } else { e.into() })
+}
+
+/// Reads the Lease from the API server (not a cache); None when it does not exist.
+pub async fn read(api: &Api<Lease>, name: &str) -> Result<Option<Lease>> {
+    Ok(api.get_opt(name).await?)
+}
+
+/// Deletes the Lease if it is still the one that was read (its uid), tolerating its absence.
+pub async fn delete(api: &Api<Lease>, lease: &Lease) -> Result<()> {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions { uid: lease.uid(), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&lease.name_any(), &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) if is_conflict(&e) => Err(Error::Conflict("Lease")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn api_namespace(read: Option<&Lease>, api: &Api<Lease>) -> String {
+    read.and_then(|l| l.namespace()).unwrap_or_else(|| api.namespace().unwrap_or_default().to_string())
+}

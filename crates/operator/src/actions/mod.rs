@@ -1,0 +1,5 @@
+//! The actions of the transition protocol: each one API call, small and idempotent.
+
+pub mod lease;
+pub mod pods;
+pub mod status;

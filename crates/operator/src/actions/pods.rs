@@ -1,0 +1,75 @@
+//! Pod label and annotation patches. Each is a JSON merge patch of only the operator's own keys,
+//! so nothing else on the pod is touched, and each is idempotent.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER};
+use crate::error::{Error, Result, is_conflict, is_not_found};
+
+/// The leader's marks: role=leader, its fencing token, its group.
+pub async fn promote(api: &Api<Pod>, pod: &str, group: &str, epoch: i64) -> Result<()> {
+    let patch = json!({"metadata": {
+        "labels": {ROLE_LABEL: ROLE_LEADER},
+        "annotations": {EPOCH_ANNOTATION: epoch.to_string(), GROUP_ANNOTATION: group},
+    }});
+    merge(api, pod, patch).await
+}
+
+/// A follower's marks: role=follower, no fencing token. Also how a leader is demoted.
+pub async fn mark_follower(api: &Api<Pod>, pod: &str, group: &str) -> Result<()> {
+    let patch = json!({"metadata": {
+        "labels": {ROLE_LABEL: ROLE_FOLLOWER},
+        "annotations": {EPOCH_ANNOTATION: Value::Null, GROUP_ANNOTATION: group},
+    }});
+    merge(api, pod, patch).await
+}
+
+/// Removes all of the operator's marks, only if the pod is unchanged since `resource_version`
+/// (otherwise [`Error::Conflict`]): another group may have just taken it.
+pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -> Result<()> {
+    let mut patch = json!({"metadata": {
+        "labels": {ROLE_LABEL: Value::Null},
+        "annotations": {EPOCH_ANNOTATION: Value::Null, GROUP_ANNOTATION: Value::Null},
+    }});
+    if let (Some(rv), Some(meta)) = (resource_version, patch.get_mut("metadata")) {
+        meta["resourceVersion"] = Value::String(rv.to_string());
+    }
+    match merge(api, pod, patch).await {
+        Err(Error::Kube(e)) if is_conflict(&e) => Err(Error::Conflict("Pod")),
+        other => other,
+    }
+}
+
+/// Pods labeled leader that carry `group`'s marks, read from the API server, not the cache.
+pub async fn labeled_leaders(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
+    let lp = ListParams::default().labels(&format!("{ROLE_LABEL}={ROLE_LEADER}"));
+    let pods = api.list(&lp).await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+        .collect())
+}
+
+/// Pods carrying any of the operator's role labels, read from the API server.
+pub async fn marked(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
+    let lp = ListParams::default().labels(ROLE_LABEL);
+    let pods = api.list(&lp).await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+        .collect())
+}
+
+/// A merge patch that tolerates the pod being gone (there is nothing left to mark).
+async fn merge(api: &Api<Pod>, pod: &str, patch: Value) -> Result<()> {
+    match api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,205 @@
+//! The `LeaderGroup` custom resource. Doc comments here become the CRD's field descriptions, and
+//! the schema attributes are what the API server enforces at `kubectl apply`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, LabelSelectorRequirement, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of every object and label this operator owns.
+pub const GROUP: &str = "leadergroup.io";
+/// Label on every candidate pod: `leader` on the one leader, `follower` on the others.
+pub const ROLE_LABEL: &str = "leadergroup.io/role";
+/// Value of [`ROLE_LABEL`] on the leader.
+pub const ROLE_LEADER: &str = "leader";
+/// Value of [`ROLE_LABEL`] on every other candidate.
+pub const ROLE_FOLLOWER: &str = "follower";
+/// Annotation holding a fencing token (the epoch) as a decimal string, on the leader pod and the Lease.
+pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
+/// Annotation naming the group on every pod the operator labeled, and a label on the group's Lease.
+pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
+pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
+/// Finalizer that removes the operator's marks from pods and deletes the Lease.
+pub const FINALIZER: &str = "leadergroup.io/cleanup";
+
+/// Default for `spec.leaseDurationSeconds`.
+pub const DEFAULT_LEASE_DURATION_SECONDS: i32 = 15;
+
+/// A DNS label, the format of a label value's or name's segments.
+const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// A label key: an optional DNS subdomain prefix and a name of at most 63 characters.
+const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && size(k) <= 317)";
+
+/// Elects exactly one Ready pod among those selected, records the choice in a Lease, labels it
+/// `leadergroup.io/role=leader` and hands it a fencing token (the epoch).
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "leadergroup.io",
+    version = "v1alpha1",
+    kind = "LeaderGroup",
+    plural = "leadergroups",
+    shortname = "lg",
+    namespaced,
+    status = "LeaderGroupStatus",
+    validation = Rule::new("size(self.metadata.name) <= 241").message("metadata.name must be at most 241 characters, so that the Lease name leadergroup-<name> is valid"),
+    doc = "A group of pods of which exactly one Ready pod leads, fenced by a monotonic epoch.",
+    printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader", description = "The pod that leads"),
+    printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch", description = "Fencing token of the current leader"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready", description = "Eligible candidates / candidates"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Lease", type_ = "string", json_path = ".status.leaseName", priority = "1", description = "The Lease recording the leader"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.lastTransitionReason", priority = "1", description = "Why leadership last changed")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderGroupSpec {
+    /// Selects the candidate pods in the group's namespace. Required and not empty: an empty
+    /// selector would make every pod of the namespace a candidate.
+    pub selector: PodSelector,
+
+    /// How long the Lease stays valid without renewal, in seconds (1 to 3600). The operator renews
+    /// it every third of this while the leader holds.
+    #[serde(default = "default_lease_duration_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub lease_duration_seconds: i32,
+
+    /// Name of a pod that should lead whenever it is eligible; leadership moves to it when it
+    /// becomes eligible. Empty or absent: no preference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"))]
+    pub preferred_leader: Option<String>,
+
+    /// True stops all transitions (for maintenance): the current leader keeps its label and the
+    /// Lease is still renewed, but nothing moves until it is false again.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+fn default_lease_duration_seconds() -> i32 {
+    DEFAULT_LEASE_DURATION_SECONDS
+}
+
+/// A label selector, as in a Deployment, validated by the API server.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must not be empty: set matchLabels or matchExpressions"))]
+pub struct PodSelector {
+    /// Pods whose labels hold every one of these key/value pairs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}))]
+    #[x_kube(validation = Rule::new(LABEL_KEY_RULE).message("matchLabels keys must be valid label keys ([prefix/]name, name at most 63 characters)"))]
+    pub match_labels: BTreeMap<String, String>,
+
+    /// Pods whose labels satisfy every one of these requirements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One requirement of a label selector.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0").message("values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"))]
+pub struct SelectorRequirement {
+    /// The label key the requirement applies to.
+    #[schemars(length(min = 1, max = 317), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    pub key: String,
+    /// How the key relates to the values.
+    pub operator: SelectorOperator,
+    /// The values for `In` and `NotIn`; empty for `Exists` and `DoesNotExist`.
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(max = 63), regex(pattern = LABEL_VALUE_PATTERN)))]
+    pub values: Vec<String>,
+}
+
+/// Operator of a selector requirement.
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorOperator {
+    /// The label's value is one of `values`.
+    In,
+    /// The label is absent or its value is none of `values`.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl PodSelector {
+    /// The selector as the core API type, for `kube::core::Selector` and list calls.
+    pub fn to_label_selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: (!self.match_labels.is_empty()).then(|| self.match_labels.clone()),
+            match_expressions: (!self.match_expressions.is_empty()).then(|| {
+                self.match_expressions
+                    .iter()
+                    .map(|r| LabelSelectorRequirement {
+                        key: r.key.clone(),
+                        operator: format!("{:?}", r.operator),
+                        values: (!r.values.is_empty()).then(|| r.values.clone()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    /// True when the selector has no requirement at all (the API server refuses such a group).
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+}
+
+/// What the operator observed and decided, written only by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderGroupStatus {
+    /// Name of the leader pod; absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// The leader's fencing token: grows by one at every change of leader and is never handed out
+    /// twice. 0 until the first leader.
+    #[serde(default)]
+    pub epoch: i64,
+    /// Name of the Lease recording the leader, in the group's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_name: Option<String>,
+    /// Number of pods the selector matches.
+    #[serde(default)]
+    pub candidates: i32,
+    /// Number of those pods that are eligible to lead (Running, Ready, not terminating, in no
+    /// older group).
+    #[serde(default)]
+    pub ready_candidates: i32,
+    /// `readyCandidates/candidates`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Eligible pods that would lead next, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub succession: Vec<String>,
+    /// When leadership last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// Why leadership last changed: Initial, LeaderDeleted, LeaderTerminating, LeaderNotReady,
+    /// LeaderLeftGroup, Preferred or NoCandidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_reason: Option<String>,
+    /// The `metadata.generation` of the spec this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `LeaderElected`: whether a pod leads, and if not, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl LeaderGroup {
+    /// Name of the Lease that records this group's leader.
+    pub fn lease_name(&self) -> String {
+        lease_name_for(&kube::ResourceExt::name_any(self))
+    }
+}
+
+/// Name of the Lease of the group called `group`.
+pub fn lease_name_for(group: &str) -> String {
+    format!("leadergroup-{group}")
+}

@@ -1,0 +1,99 @@
+//! Operator HA: replicas agree on one active replica through a Lease of their own, written with
+//! the same compare-and-swap as the groups' Leases. The active replica renews every third of the
+//! duration and stops acting the moment a renewal fails; a standby takes over once the Lease has
+//! run out. On shutdown the active replica releases the Lease so that a standby takes over at once.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::actions::lease::{compare_and_swap, read};
+use crate::error::Result;
+use crate::lease_record::LeaseRecord;
+
+/// The operator's own Lease.
+pub struct OperatorLease {
+    /// Its API (namespaced).
+    pub api: Api<Lease>,
+    /// Its name.
+    pub name: String,
+    /// This replica.
+    pub identity: String,
+    /// Its duration.
+    pub duration_seconds: i32,
+}
+
+impl OperatorLease {
+    /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
+    pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+        let third = Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3);
+        loop {
+            let wait = match self.try_hold().await {
+                Ok((holds, wait)) => {
+                    if holds != *active.borrow() {
+                        info!(identity = %self.identity, active = holds, "operator leadership changed");
+                    }
+                    let _ = active.send(holds);
+                    wait.min(third)
+                }
+                Err(e) => {
+                    // Not renewed: stop acting now rather than act on a Lease that may be lost.
+                    warn!(error = %e, "operator Lease not renewed; standing by");
+                    let _ = active.send(false);
+                    Duration::from_millis(200)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(50))) => {}
+                _ = stop.changed() => break,
+            }
+        }
+        let _ = active.send(false);
+        if let Err(e) = self.release().await {
+            warn!(error = %e, "releasing the operator Lease failed; a standby takes over when it runs out");
+        }
+    }
+
+    /// One round: renew or acquire if possible. Returns whether this replica holds the Lease and
+    /// how long until the next round should run.
+    async fn try_hold(&self) -> Result<(bool, Duration)> {
+        let now = Timestamp::now();
+        let current = read(&self.api, &self.name).await?;
+        let record = current.as_ref().map(LeaseRecord::from_lease);
+        let mine = record.as_ref().is_some_and(|r| r.holder.as_deref() == Some(&self.identity));
+        let free = record.as_ref().is_none_or(|r| r.holder.is_none() || r.is_expired(now));
+        if !mine && !free {
+            let until = record.as_ref().and_then(LeaseRecord::expires_at).unwrap_or(now);
+            let ms = until.duration_since(now).as_millis().max(0);
+            return Ok((false, Duration::from_millis(u64::try_from(ms).unwrap_or(0))));
+        }
+        let previous = record.clone();
+        let next = LeaseRecord {
+            holder: Some(self.identity.clone()),
+            epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
+            duration_seconds: self.duration_seconds,
+            acquire_time: if mine { previous.and_then(|r| r.acquire_time) } else { Some(now) },
+            renew_time: Some(now),
+            arbiter: None,
+        };
+        compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
+        Ok((true, Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3)))
+    }
+
+    /// Gives the Lease up if this replica holds it.
+    async fn release(&self) -> Result<()> {
+        let Some(current) = read(&self.api, &self.name).await? else { return Ok(()) };
+        let record = LeaseRecord::from_lease(&current);
+        if record.holder.as_deref() != Some(&self.identity) {
+            return Ok(());
+        }
+        let released = LeaseRecord { holder: None, acquire_time: None, ..record };
+        compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
+        info!(identity = %self.identity, "operator Lease released");
+        Ok(())
+    }
+}

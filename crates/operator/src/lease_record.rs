@@ -1,0 +1,160 @@
+//! What a `coordination.k8s.io/v1` Lease says, as plain data: the holder, the 64-bit epoch (the
+//! authoritative fencing token, in an annotation), the times, and which operator replica wrote it.
+//! Both the groups' Leases and the operator's own HA Lease are read and written through this.
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+
+use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, GROUP_ANNOTATION};
+
+/// The content of a Lease that the operator writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// Who holds it: the leader pod (groups) or the active operator replica (HA).
+    pub holder: Option<String>,
+    /// The fencing token of the holder; grows by one at every change of holder.
+    pub epoch: i64,
+    /// Validity without renewal.
+    pub duration_seconds: i32,
+    /// When the current holder acquired it.
+    pub acquire_time: Option<Timestamp>,
+    /// Last renewal.
+    pub renew_time: Option<Timestamp>,
+    /// The operator replica that wrote it last (for group Leases).
+    pub arbiter: Option<String>,
+}
+
+impl LeaseRecord {
+    /// Reads a Lease. The epoch comes from the annotation; a Lease without one (written by hand or by
+    /// another tool) falls back to `leaseTransitions`, so that a token is never lowered.
+    pub fn from_lease(lease: &Lease) -> Self {
+        let annotations = lease.metadata.annotations.as_ref();
+        let spec = lease.spec.clone().unwrap_or_default();
+        let annotated_epoch = annotations
+            .and_then(|a| a.get(EPOCH_ANNOTATION))
+            .and_then(|v| v.parse::<i64>().ok());
+        let transitions = i64::from(spec.lease_transitions.unwrap_or(0));
+        LeaseRecord {
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            epoch: annotated_epoch.unwrap_or(0).max(transitions),
+            duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
+            acquire_time: spec.acquire_time.map(|t| t.0),
+            renew_time: spec.renew_time.map(|t| t.0),
+            arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
+        }
+    }
+
+    /// When the Lease runs out without renewal; a Lease never renewed has already run out.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        self.renew_time
+            .and_then(|t| t.checked_add(SignedDuration::from_secs(i64::from(self.duration_seconds))).ok())
+    }
+
+    /// True when nobody has renewed it within its duration.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.expires_at().is_none_or(|t| t <= now)
+    }
+
+    /// When it should be renewed next: a third of the duration after the last renewal.
+    pub fn renew_due_at(&self) -> Option<Timestamp> {
+        let third_ms = i64::from(self.duration_seconds) * 1000 / 3;
+        self.renew_time
+            .and_then(|t| t.checked_add(SignedDuration::from_millis(third_ms)).ok())
+    }
+
+    /// Writes this record onto `base` (the Lease as read, to keep its resourceVersion and whatever
+    /// else it holds), or onto a new Lease called `name` owned by `owner`.
+    pub fn apply_to(
+        &self,
+        base: Option<&Lease>,
+        name: &str,
+        namespace: &str,
+        group_label: Option<&str>,
+        owner: Option<OwnerReference>,
+    ) -> Lease {
+        let mut lease = base.cloned().unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                owner_references: owner.map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        });
+        if let Some(group) = group_label {
+            lease
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(GROUP_ANNOTATION.to_string(), group.to_string());
+        }
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(EPOCH_ANNOTATION.to_string(), self.epoch.to_string());
+        match &self.arbiter {
+            Some(arbiter) => annotations.insert(ARBITER_ANNOTATION.to_string(), arbiter.clone()),
+            None => annotations.remove(ARBITER_ANNOTATION),
+        };
+        lease.spec = Some(LeaseSpec {
+            holder_identity: self.holder.clone(),
+            lease_duration_seconds: Some(self.duration_seconds),
+            acquire_time: self.acquire_time.map(MicroTime),
+            renew_time: self.renew_time.map(MicroTime),
+            lease_transitions: Some(i32::try_from(self.epoch).unwrap_or(i32::MAX)),
+            ..lease.spec.take().unwrap_or_default()
+        });
+        lease
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(epoch: i64) -> LeaseRecord {
+        LeaseRecord {
+            holder: Some("pod-a".into()),
+            epoch,
+            duration_seconds: 15,
+            acquire_time: Some(Timestamp::UNIX_EPOCH),
+            renew_time: Some(Timestamp::UNIX_EPOCH),
+            arbiter: Some("op-1".into()),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_a_lease() {
+        let r = record(7);
+        let lease = r.apply_to(None, "leadergroup-g", "ns", Some("g"), None);
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        assert_eq!(lease.metadata.labels.unwrap()[GROUP_ANNOTATION], "g");
+    }
+
+    #[test]
+    fn epoch_beyond_int32_is_kept_in_the_annotation() {
+        let big = i64::from(i32::MAX) + 10;
+        let lease = record(big).apply_to(None, "l", "ns", None, None);
+        assert_eq!(lease.spec.as_ref().unwrap().lease_transitions, Some(i32::MAX));
+        assert_eq!(LeaseRecord::from_lease(&lease).epoch, big);
+    }
+
+    #[test]
+    fn a_lease_without_the_annotation_falls_back_to_transitions() {
+        let mut lease = record(5).apply_to(None, "l", "ns", None, None);
+        lease.metadata.annotations = None;
+        assert_eq!(LeaseRecord::from_lease(&lease).epoch, 5);
+    }
+
+    #[test]
+    fn expiry_and_renewal_follow_the_duration() {
+        let r = record(1);
+        let t0 = Timestamp::UNIX_EPOCH;
+        assert_eq!(r.renew_due_at(), Some(t0 + SignedDuration::from_secs(5)));
+        assert!(!r.is_expired(t0 + SignedDuration::from_secs(14)));
+        assert!(r.is_expired(t0 + SignedDuration::from_secs(15)));
+        let never = LeaseRecord { renew_time: None, ..r };
+        assert!(never.is_expired(t0));
+    }
+}

@@ -1,0 +1,14 @@
+//! leadergroup-operator: elects exactly one Ready pod per `LeaderGroup`, records it in a Lease
+//! with a resourceVersion compare-and-swap, labels it, and fences it with a monotonic epoch.
+
+pub mod actions;
+pub mod controller;
+pub mod crd;
+pub mod election;
+pub mod error;
+pub mod ha;
+pub mod http;
+pub mod lease_record;
+pub mod metrics;
+
+pub use error::{Error, Result};

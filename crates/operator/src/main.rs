@@ -1,0 +1,193 @@
+//! The `leadergroup-operator` binary: `crd` prints the CRD; without a subcommand it runs the controller.
+
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, CustomResourceExt};
+use tokio::sync::watch;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+use leadergroup_operator::controller::{self, Scope};
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_operator::ha::OperatorLease;
+use leadergroup_operator::http::{self, Health};
+use leadergroup_operator::metrics::Metrics;
+use leadergroup_operator::{Error, Result};
+
+#[derive(Parser, Debug)]
+#[command(name = "leadergroup-operator", version, about = "Elects exactly one Ready pod per LeaderGroup")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Kubeconfig file; without it, the in-cluster configuration, then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG", global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Address serving /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: String,
+    /// Run as one of several replicas, of which one is active (through a Lease of its own).
+    #[arg(long, env = "LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the operator's own Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_elect_namespace: String,
+    /// Name of the operator's own Lease.
+    #[arg(long, env = "LEADER_ELECT_LEASE_NAME", default_value = "leadergroup-operator")]
+    leader_elect_lease_name: String,
+    /// Duration of the operator's own Lease, in seconds; renewed every third of it.
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(i32).range(1..=3600))]
+    leader_elect_lease_duration: i32,
+    /// This replica's identity (default: the host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the LeaderGroup CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Some(Command::Crd) => print_crd(),
+        None => {
+            init_logging(cli.log_format);
+            run(cli).await
+        }
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "leadergroup-operator failed");
+            eprintln!("leadergroup-operator: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_crd() -> Result<()> {
+    print!("{}", serde_yaml_ng::to_string(&LeaderGroup::crd())?);
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+        }
+        None => Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(Error::from)
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let client = client(cli.kubeconfig.as_deref()).await?;
+    let identity = cli.identity.clone().unwrap_or_else(default_identity);
+    let metrics = Arc::new(Metrics::new());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let (active_tx, active_rx) = watch::channel(!cli.leader_elect);
+    info!(%identity, namespace = cli.namespace.as_deref().unwrap_or("(all)"), leader_elect = cli.leader_elect, "starting");
+
+    let health = Health {
+        metrics: metrics.clone(),
+        synced: synced_rx,
+        active: cli.leader_elect.then(|| active_rx.clone()),
+    };
+    let http_addr = cli.http_addr.clone();
+    let mut http_stop = stop_rx.clone();
+    let http = tokio::spawn(async move {
+        http::serve(&http_addr, health, async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        })
+        .await
+    });
+
+    let ha = cli.leader_elect.then(|| {
+        let lease = OperatorLease {
+            api: Api::<Lease>::namespaced(client.clone(), &cli.leader_elect_namespace),
+            name: cli.leader_elect_lease_name.clone(),
+            identity: identity.clone(),
+            duration_seconds: cli.leader_elect_lease_duration,
+        };
+        tokio::spawn(lease.run(active_tx, stop_rx.clone()))
+    });
+
+    let mut controller_stop = stop_rx.clone();
+    let controller = tokio::spawn(controller::run(
+        client,
+        Scope { namespace: cli.namespace.clone() },
+        identity,
+        metrics,
+        active_rx,
+        synced_tx,
+        async move {
+            let _ = controller_stop.wait_for(|s| *s).await;
+        },
+    ));
+
+    tokio::select! {
+        signal = shutdown_signal() => { signal?; info!("shutting down"); }
+        served = http => {
+            let _ = stop_tx.send(true);
+            return match served { Ok(r) => r, Err(e) => Err(Error::Config(format!("http task: {e}"))) };
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = controller.await;
+    if let Some(ha) = ha {
+        let _ = ha.await;
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let io = |source| Error::Http { addr: "signal handler".into(), source };
+    let mut term = signal(SignalKind::terminate()).map_err(io)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "leadergroup-operator".into());
+    format!("{host}-{}", std::process::id())
+}
