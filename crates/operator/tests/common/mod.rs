@@ -1,0 +1,288 @@
+//! Shared by the operator's integration tests: the CRD installed once, the operator binary run as
+//! a child process (as a user runs it), and a watcher that checks the invariants I1 and I3 on every
+//! pod event the API server sends.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_testenv::{ControlPlane, wait_until};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// Generous bound for anything the operator should do "at once": the machine is small and noisy,
+/// and tests run in parallel. Speed is measured by the benchmarks, not here.
+pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Installs the CRD (server-side apply, so parallel test binaries can all do it) and waits until
+/// the API server serves it.
+pub async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = LeaderGroup::crd();
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply("leadergroup-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply CRD");
+    wait_until("CRD Established", CONVERGE, || async {
+        let c = crds.get(&crd.name_any()).await?;
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        Ok::<_, kube::Error>(established.then_some(()))
+    })
+    .await
+    .expect("CRD established");
+    // The first requests for a new resource can still 404 for a moment after Established.
+    let groups: Api<LeaderGroup> = Api::all(client.clone());
+    wait_until("LeaderGroups served", CONVERGE, || async {
+        groups.list(&Default::default()).await.map(|_| Some(()))
+    })
+    .await
+    .expect("LeaderGroups served");
+}
+
+/// The operator binary, running as a child process.
+pub struct Operator {
+    child: Child,
+    /// The identity it runs with.
+    pub identity: String,
+    /// Where it serves /healthz, /readyz and /metrics.
+    pub http: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Operator {
+    /// Starts the operator against `cp`, watching `namespace`, with `extra` arguments.
+    pub async fn start(cp: &ControlPlane, namespace: &str, identity: &str, extra: &[&str]) -> Operator {
+        Self::start_with_kubeconfig(cp.kubeconfig_path(), namespace, identity, extra).await
+    }
+
+    /// Starts the operator with its own kubeconfig (for example one holding a ServiceAccount token).
+    pub async fn start_with_kubeconfig(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Operator {
+        let http = free_port();
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{namespace}-{identity}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_leadergroup-operator"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--namespace", namespace, "--identity", identity])
+            .args(["--http-addr", &http.to_string()])
+            .args(extra)
+            .env("RUST_LOG", "info,leadergroup_operator=debug,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start leadergroup-operator");
+        Operator { child, identity: identity.to_string(), http, log }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("operator still running")
+    }
+
+    /// Kills it with SIGKILL: no cleanup, no release, as a crash or an OOM kill would.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("SIGKILL operator");
+    }
+
+    /// Sends SIGTERM and waits for it to exit; returns its exit success.
+    pub async fn terminate(&mut self) -> bool {
+        let pid = self.pid().to_string();
+        std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        let status = tokio::time::timeout(CONVERGE, self.child.wait())
+            .await
+            .expect("operator exits after SIGTERM")
+            .expect("wait operator");
+        status.success()
+    }
+
+    /// GETs `path` on its HTTP endpoint: (status code, body).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Some((code, body))
+    }
+
+    /// Waits until /readyz answers 200 and returns its body.
+    pub async fn wait_ready(&self) -> String {
+        wait_until("operator /readyz", CONVERGE, || async {
+            Ok::<_, String>(self.get("/readyz").await.filter(|(c, _)| *c == 200).map(|(_, b)| b))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()))
+    }
+
+    /// Its log so far (for failure messages).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Watches the pods of a namespace from before the operator starts and checks, at every state the
+/// watch shows, I1 (at most one pod of a group labeled leader) and I3 (epochs handed to leaders
+/// only grow, and no epoch is ever carried by two different pods).
+pub struct InvariantWatcher {
+    state: Arc<Mutex<Recorded>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Recorded {
+    pods: HashMap<String, (Option<String>, Option<String>, Option<i64>)>,
+    epoch_owner: BTreeMap<i64, String>,
+    leaders: Vec<(String, i64)>,
+    violations: Vec<String>,
+    events: usize,
+}
+
+impl InvariantWatcher {
+    /// Starts watching `namespace`; returns once the watch has delivered its first list.
+    pub async fn start(client: &Client, namespace: &str) -> InvariantWatcher {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let state = Arc::new(Mutex::new(Recorded::default()));
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let recorder = state.clone();
+        let task = tokio::spawn(async move {
+            let mut synced = Some(synced_tx);
+            let mut stream = watcher(pods, watcher::Config::default()).boxed();
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
+                let mut r = recorder.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => r.apply(&p),
+                    watcher::Event::Delete(p) => {
+                        r.pods.remove(&p.name_any());
+                    }
+                    watcher::Event::Init => {}
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                }
+            }
+        });
+        let _ = tokio::time::timeout(CONVERGE, synced_rx).await;
+        InvariantWatcher { state, task }
+    }
+
+    /// The violations seen so far, and the (pod, epoch) sequence of leaders.
+    pub fn report(&self) -> (Vec<String>, Vec<(String, i64)>, usize) {
+        let r = self.state.lock().unwrap();
+        (r.violations.clone(), r.leaders.clone(), r.events)
+    }
+
+    /// Panics with every violation seen, if any; returns the leaders' sequence.
+    pub fn assert_held(&self) -> Vec<(String, i64)> {
+        let (violations, leaders, events) = self.report();
+        assert!(events > 0, "the invariant watcher saw no pod event at all");
+        assert!(violations.is_empty(), "invariants violated:\n{}\nleaders: {leaders:?}", violations.join("\n"));
+        leaders
+    }
+}
+
+impl Drop for InvariantWatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Recorded {
+    fn apply(&mut self, pod: &Pod) {
+        self.events += 1;
+        let name = pod.name_any();
+        let role = pod.labels().get(ROLE_LABEL).cloned();
+        let group = pod.annotations().get(GROUP_ANNOTATION).cloned();
+        let epoch = pod.annotations().get(EPOCH_ANNOTATION).and_then(|e| e.parse::<i64>().ok());
+        self.pods.insert(name.clone(), (role.clone(), group.clone(), epoch));
+
+        let mut leaders_by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (pod_name, (role, group, _)) in &self.pods {
+            if role.as_deref() == Some(ROLE_LEADER) {
+                leaders_by_group.entry(group.clone().unwrap_or_default()).or_default().push(pod_name.clone());
+            }
+        }
+        for (group, leaders) in &leaders_by_group {
+            if leaders.len() > 1 {
+                self.violations.push(format!(
+                    "I1: group {group:?} has {} pods labeled leader at once: {leaders:?} (after an event of {name})",
+                    leaders.len()
+                ));
+            }
+        }
+        if role.as_deref() == Some(ROLE_LEADER)
+            && let Some(e) = epoch
+        {
+            match self.epoch_owner.get(&e) {
+                Some(owner) if owner != &name => {
+                    self.violations.push(format!("I3: epoch {e} handed to {owner} and then to {name}"))
+                }
+                _ => {
+                    self.epoch_owner.insert(e, name.clone());
+                }
+            }
+            if self.leaders.last() != Some(&(name.clone(), e)) {
+                if let Some((_, last)) = self.leaders.last()
+                    && *last > e
+                {
+                    self.violations.push(format!("I3: epoch went down from {last} to {e} ({name})"));
+                }
+                self.leaders.push((name, e));
+            }
+        }
+    }
+}
+
+/// The group's Lease, if it exists.
+pub async fn lease(client: &Client, namespace: &str, group: &str) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(&leadergroup_operator::crd::lease_name_for(group))
+        .await
+        .unwrap()
+}
+
+/// The pod's role label.
+pub fn role(pod: &Pod) -> Option<&str> {
+    pod.labels().get(ROLE_LABEL).map(String::as_str)
+}
+
+/// The pod's epoch annotation.
+pub fn epoch(pod: &Pod) -> Option<i64> {
+    pod.annotations().get(EPOCH_ANNOTATION).and_then(|e| e.parse().ok())
+}
