@@ -1,1 +1,34 @@
-//! placeholder
+//! Test support for leadergroup-operator: a real Kubernetes control plane (etcd + kube-apiserver,
+//! built from pinned Go modules by `controlplane/build.sh`), a fresh namespace per test, and a
+//! simulated kubelet that creates pods on a fake node and reports their status the way a kubelet
+//! does.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), leadergroup_testenv::Error> {
+//! use leadergroup_testenv::{namespace, Kubelet};
+//! let ns = namespace("election").await?;
+//! let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
+//! let pod = kubelet.create_ready_pod("app-0", &[("app", "demo")]).await?;
+//! # let _ = pod; Ok(())
+//! # }
+//! ```
+//!
+//! There is no kube-controller-manager and no scheduler: nothing creates `default`
+//! ServiceAccounts (so [`namespace`] does), nothing garbage-collects ownerReferences, a deleted
+//! namespace stays `Terminating` forever (so tests never delete theirs; the whole cluster is thrown
+//! away), and a pod bound to a node is only removed once its kubelet says so ([`Kubelet`]).
+
+mod controlplane;
+mod error;
+mod kubelet;
+mod namespace;
+mod wait;
+
+pub use controlplane::{ControlPlane, KUBECONFIG_ENV, control_plane};
+pub use error::Error;
+pub use kubelet::{Kubelet, NODE_NAME};
+pub use namespace::{TestNamespace, namespace};
+pub use wait::{wait_for_object, wait_until};
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
