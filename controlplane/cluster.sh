@@ -101,14 +101,22 @@ fi
 
 # ---- up ----
 start=$(date +%s.%N)
+umask 077 # the folder holds the CA key and the admin credentials
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 lock
 
 kubeconfig=$dir/kubeconfig
-ready() { # ready PORT: /readyz answers 200 to the admin
-  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/pki/ca.crt" \
-    --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "https://127.0.0.1:$1/readyz") == 200 ]]
+# ready PORT: /readyz answers 200 to the admin. curl when the machine has it (fastest); otherwise
+# the pinned kubectl, so a fresh machine needs nothing beyond what build.sh builds.
+ready() {
+  if command -v curl >/dev/null; then
+    [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/pki/ca.crt" \
+      --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "https://127.0.0.1:$1/readyz") == 200 ]]
+  else
+    [[ $("$bin/kubectl" --kubeconfig="$dir/pki/admin.kubeconfig" --server="https://127.0.0.1:$1" \
+      --request-timeout=2s get --raw=/readyz 2>/dev/null) == ok ]]
+  fi
 }
 
 start_watchdog() {
@@ -218,7 +226,36 @@ wait_for() {
   return 1
 }
 
-etcd_healthy() { curl -s --max-time 1 "http://127.0.0.1:$etcd_port/health" | grep -q '"health":"true"'; }
+# Plain HTTP through bash's /dev/tcp: no curl needed.
+etcd_healthy() {
+  local answer
+  answer=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && cat <&3' _ "$etcd_port" 2>/dev/null) || return 1
+  [[ $answer == *'"health":"true"'* ]]
+}
+
+# The admin kubeconfig, written for each port tried; it becomes DIR/kubeconfig once the server is
+# ready, so DIR/kubeconfig exists only for a cluster that was healthy.
+b64() { base64 -w0 <"$1"; }
+write_kubeconfig() { # write_kubeconfig PORT
+  cat >"$pki/admin.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testenv
+  cluster:
+    server: https://127.0.0.1:$1
+    certificate-authority-data: $(b64 "$pki/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(b64 "$pki/admin.crt")
+    client-key-data: $(b64 "$pki/admin.key")
+contexts:
+- name: testenv
+  context: {cluster: testenv, user: admin}
+current-context: testenv
+EOF
+}
 
 etcd_port="" peer_port="" api_port=""
 for attempt in 1 2 3; do
@@ -241,6 +278,7 @@ etcd_ready=$(date +%s.%N)
 
 for attempt in 1 2 3; do
   api_port=$(pick_port "$etcd_port" "$peer_port")
+  write_kubeconfig "$api_port"
   # --endpoint-reconciler-type=none: the reconciler refuses a loopback advertise address (and
   # there is no pod network behind the `kubernetes` Service anyway).
   # --profiling=false and --enable-logs-handler=false: fewer handlers nobody here uses.
@@ -265,26 +303,7 @@ for attempt in 1 2 3; do
   die "kube-apiserver did not become ready (log: $dir/kube-apiserver.log)"
 done
 
-b64() { base64 -w0 <"$1"; }
-umask 077
-cat >"$kubeconfig.tmp" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: testenv
-  cluster:
-    server: https://127.0.0.1:$api_port
-    certificate-authority-data: $(b64 "$pki/ca.crt")
-users:
-- name: admin
-  user:
-    client-certificate-data: $(b64 "$pki/admin.crt")
-    client-key-data: $(b64 "$pki/admin.key")
-contexts:
-- name: testenv
-  context: {cluster: testenv, user: admin}
-current-context: testenv
-EOF
+cp "$pki/admin.kubeconfig" "$kubeconfig.tmp"
 mv "$kubeconfig.tmp" "$kubeconfig"
 cat >"$dir/env" <<EOF
 APISERVER_PORT=$api_port
