@@ -129,12 +129,19 @@ pub async fn run(
     let (groups, groups_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
-    let caches = Caches { groups, pods, leases };
+    let caches = Caches {
+        groups,
+        pods,
+        leases,
+    };
 
-    let group_stream = watcher(scope.api::<LeaderGroup>(&client), watcher::Config::default())
-        .default_backoff()
-        .reflect(groups_writer)
-        .touched_objects();
+    let group_stream = watcher(
+        scope.api::<LeaderGroup>(&client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(groups_writer)
+    .touched_objects();
     let pod_stream = watcher(scope.api::<Pod>(&client), watcher::Config::default())
         .modify(|pod: &mut Pod| {
             pod.spec = None;
@@ -151,7 +158,10 @@ pub async fn run(
     .reflect(leases_writer)
     .touched_objects();
 
-    let reporter = Reporter { controller: "leadergroup-operator".into(), instance: Some(identity.clone()) };
+    let reporter = Reporter {
+        controller: "leadergroup-operator".into(),
+        instance: Some(identity.clone()),
+    };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
@@ -162,7 +172,9 @@ pub async fn run(
         active: active.clone(),
     });
 
-    let readiness = Readiness { caches: caches.clone() };
+    let readiness = Readiness {
+        caches: caches.clone(),
+    };
     tokio::spawn(async move {
         readiness.wait().await;
         info!("every watch has delivered its first list");
@@ -225,7 +237,9 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         return Ok(Action::await_change());
     }
     let started = Instant::now();
-    let ns = group.namespace().ok_or_else(|| Error::MissingNamespace(group.name_any()))?;
+    let ns = group
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(group.name_any()))?;
     let span = info_span!("reconcile", group = %group.name_any(), namespace = %ns);
     let api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, group, |event| async {
@@ -252,7 +266,12 @@ fn error_policy(group: Arc<LeaderGroup>, error: &Error, ctx: Arc<Context>) -> Ac
 }
 
 /// Observes, decides and acts, deciding again from fresh reads after a 409.
-async fn apply(group: Arc<LeaderGroup>, ctx: &Context, ns: &str, started: Instant) -> Result<Action> {
+async fn apply(
+    group: Arc<LeaderGroup>,
+    ctx: &Context,
+    ns: &str,
+    started: Instant,
+) -> Result<Action> {
     let group_ref = ObjectRef::from_obj(group.as_ref());
     let clock = ctx.take_pending(&group_ref).unwrap_or(started);
     let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
@@ -260,12 +279,32 @@ async fn apply(group: Arc<LeaderGroup>, ctx: &Context, ns: &str, started: Instan
     let lease_name = group.lease_name();
 
     let mut group: LeaderGroup = (*group).clone();
-    let mut lease = ctx.caches.leases.get(&ObjectRef::new(&lease_name).within(ns)).map(|l| (*l).clone());
+    let mut lease = ctx
+        .caches
+        .leases
+        .get(&ObjectRef::new(&lease_name).within(ns))
+        .map(|l| (*l).clone());
     for attempt in 0..MAX_ATTEMPTS {
-        let pods: Vec<Arc<Pod>> = ctx.caches.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns)).collect();
-        let groups: Vec<Arc<LeaderGroup>> = ctx.caches.groups.state().into_iter().filter(|g| g.namespace().as_deref() == Some(ns)).collect();
+        let pods: Vec<Arc<Pod>> = ctx
+            .caches
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .collect();
+        let groups: Vec<Arc<LeaderGroup>> = ctx
+            .caches
+            .groups
+            .state()
+            .into_iter()
+            .filter(|g| g.namespace().as_deref() == Some(ns))
+            .collect();
         let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
-        let mut group_refs: Vec<&LeaderGroup> = groups.iter().map(|g| g.as_ref()).filter(|g| g.name_any() != group.name_any()).collect();
+        let mut group_refs: Vec<&LeaderGroup> = groups
+            .iter()
+            .map(|g| g.as_ref())
+            .filter(|g| g.name_any() != group.name_any())
+            .collect();
         group_refs.push(&group);
         let decision = election::decide(&Observation {
             group: &group,
@@ -279,20 +318,29 @@ async fn apply(group: Arc<LeaderGroup>, ctx: &Context, ns: &str, started: Instan
             Decision::Deferred { arbiter, until } => {
                 debug!(%arbiter, %until, "another operator replica arbitrates this group");
                 let wait = until.duration_since(Timestamp::now()).as_millis().max(0);
-                return Ok(Action::requeue(Duration::from_millis(u64::try_from(wait).unwrap_or(0) + 100)));
+                return Ok(Action::requeue(Duration::from_millis(
+                    u64::try_from(wait).unwrap_or(0) + 100,
+                )));
             }
             Decision::LeaseNotOwned { status } => {
-                refuse(ctx, &groups_api, &group, status, "LeaseNotOwned").await.map(|()| Action::await_change())
+                refuse(ctx, &groups_api, &group, status, "LeaseNotOwned")
+                    .await
+                    .map(|()| Action::await_change())
             }
             Decision::InvalidSelector { status, .. } => {
-                refuse(ctx, &groups_api, &group, status, "InvalidSelector").await.map(|()| Action::await_change())
+                refuse(ctx, &groups_api, &group, status, "InvalidSelector")
+                    .await
+                    .map(|()| Action::await_change())
             }
-            Decision::Act(plan) => execute(ctx, ns, &group, lease.as_ref(), plan, clock).await,
+            Decision::Act(plan) => execute(ctx, ns, &group, lease.as_ref(), *plan, clock).await,
         };
         match outcome {
             Err(Error::Conflict(object)) => {
                 ctx.metrics.conflict(object);
-                debug!(attempt, object, "conflict: reading afresh and deciding again");
+                debug!(
+                    attempt,
+                    object, "conflict: reading afresh and deciding again"
+                );
                 group = groups_api.get(&group.name_any()).await?;
                 lease = actions::lease::read(&leases_api, &lease_name).await?;
             }
@@ -303,7 +351,13 @@ async fn apply(group: Arc<LeaderGroup>, ctx: &Context, ns: &str, started: Instan
 }
 
 /// Records a refusal in the status and, when it is new, as a Warning Event.
-async fn refuse(ctx: &Context, api: &Api<LeaderGroup>, group: &LeaderGroup, status: LeaderGroupStatus, reason: &str) -> Result<()> {
+async fn refuse(
+    ctx: &Context,
+    api: &Api<LeaderGroup>,
+    group: &LeaderGroup,
+    status: LeaderGroupStatus,
+    reason: &str,
+) -> Result<()> {
     if group.status.as_ref() == Some(&status) {
         return Ok(());
     }
@@ -320,7 +374,14 @@ async fn refuse(ctx: &Context, api: &Api<LeaderGroup>, group: &LeaderGroup, stat
 }
 
 /// Runs a plan's steps in protocol order.
-async fn execute(ctx: &Context, ns: &str, group: &LeaderGroup, lease: Option<&Lease>, plan: Plan, clock: Instant) -> Result<Action> {
+async fn execute(
+    ctx: &Context,
+    ns: &str,
+    group: &LeaderGroup,
+    lease: Option<&Lease>,
+    plan: Plan,
+    clock: Instant,
+) -> Result<Action> {
     let name = group.name_any();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
@@ -330,7 +391,15 @@ async fn execute(ctx: &Context, ns: &str, group: &LeaderGroup, lease: Option<&Le
     // 1. Commit.
     if let Some(record) = &plan.commit {
         let owner = group.controller_owner_ref(&());
-        actions::lease::compare_and_swap(&leases_api, &group.lease_name(), lease, record, Some(&name), owner).await?;
+        actions::lease::compare_and_swap(
+            &leases_api,
+            &group.lease_name(),
+            lease,
+            record,
+            Some(&name),
+            owner,
+        )
+        .await?;
     }
     // 2. Record.
     if let Some(status) = &plan.status {
@@ -350,7 +419,9 @@ async fn execute(ctx: &Context, ns: &str, group: &LeaderGroup, lease: Option<&Le
         }
         // Never promote on a decision older than half the Lease: another replica may take over
         // an expired Lease, and this one may have lost its own HA lease meanwhile.
-        let half = Duration::from_millis(u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500);
+        let half = Duration::from_millis(
+            u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500,
+        );
         if committed_at.elapsed() > half || !ctx.is_active() {
             return Err(Error::StaleDecision(name));
         }
@@ -365,13 +436,24 @@ async fn execute(ctx: &Context, ns: &str, group: &LeaderGroup, lease: Option<&Le
             ctx.metrics.handover(elapsed);
         }
         let note = match (&t.from, &t.to) {
-            (Some(from), Some(to)) => format!("{to} leads at epoch {} (was {from}: {})", t.epoch, t.reason.as_str()),
+            (Some(from), Some(to)) => format!(
+                "{to} leads at epoch {} (was {from}: {})",
+                t.epoch,
+                t.reason.as_str()
+            ),
             (None, Some(to)) => format!("{to} leads at epoch {}", t.epoch),
-            (Some(from), None) => format!("no eligible pod: {from} no longer leads; epoch stays {}", t.epoch),
+            (Some(from), None) => format!(
+                "no eligible pod: {from} no longer leads; epoch stays {}",
+                t.epoch
+            ),
             (None, None) => "no eligible pod".to_string(),
         };
         info!(from = ?t.from, to = ?t.to, epoch = t.epoch, reason = t.reason.as_str(), elapsed_ms = elapsed.as_millis() as u64, "leadership changed");
-        let kind = if t.to.is_some() { EventType::Normal } else { EventType::Warning };
+        let kind = if t.to.is_some() {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
         publish(ctx, group, kind, t.reason.as_str(), note).await;
     }
     // Off the critical path: followers' marks, and the marks of pods that left.
@@ -380,7 +462,9 @@ async fn execute(ctx: &Context, ns: &str, group: &LeaderGroup, lease: Option<&Le
     }
     for (pod, rv) in &plan.unmark {
         match actions::pods::unmark(&pods_api, pod, Some(rv)).await {
-            Err(Error::Conflict(_)) => debug!(%pod, "pod changed before its marks were removed; next pass"),
+            Err(Error::Conflict(_)) => {
+                debug!(%pod, "pod changed before its marks were removed; next pass")
+            }
             other => other?,
         }
     }
@@ -393,10 +477,18 @@ async fn cleanup(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Act
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     for pod in actions::pods::marked(&pods_api, &name).await? {
-        actions::pods::unmark(&pods_api, &pod.name_any(), pod.resource_version().as_deref()).await?;
+        actions::pods::unmark(
+            &pods_api,
+            &pod.name_any(),
+            pod.resource_version().as_deref(),
+        )
+        .await?;
     }
     if let Some(lease) = actions::lease::read(&leases_api, &group.lease_name()).await?
-        && lease.owner_references().iter().any(|o| Some(&o.uid) == group.uid().as_ref())
+        && lease
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == group.uid().as_ref())
     {
         actions::lease::delete(&leases_api, &lease).await?;
     }
@@ -405,7 +497,13 @@ async fn cleanup(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Act
 }
 
 async fn publish(ctx: &Context, group: &LeaderGroup, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.to_string(), note: Some(note), action: "Elect".into(), secondary: None };
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: "Elect".into(),
+        secondary: None,
+    };
     let reference = group.object_ref(&());
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {
         warn!(error = %e, "publishing an Event failed");

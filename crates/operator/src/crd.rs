@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, LabelSelectorRequirement, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, LabelSelectorRequirement, Time,
+};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -68,7 +70,10 @@ pub struct LeaderGroupSpec {
     /// Name of a pod that should lead whenever it is eligible; leadership moves to it when it
     /// becomes eligible. Empty or absent: no preference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"))]
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+    )]
     pub preferred_leader: Option<String>,
 
     /// True stops all transitions (for maintenance): the current leader keeps its label and the
@@ -103,7 +108,12 @@ pub struct PodSelector {
 #[x_kube(validation = Rule::new("self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0").message("values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"))]
 pub struct SelectorRequirement {
     /// The label key the requirement applies to.
-    #[schemars(length(min = 1, max = 317), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 317),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+        )
+    )]
     pub key: String,
     /// How the key relates to the values.
     pub operator: SelectorOperator,

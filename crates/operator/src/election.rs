@@ -13,7 +13,8 @@ use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
 use crate::crd::{
-    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LABEL,
+    ROLE_LEADER,
 };
 use crate::lease_record::LeaseRecord;
 
@@ -95,7 +96,7 @@ pub enum Decision {
         status: LeaderGroupStatus,
     },
     /// The steps to take, in protocol order.
-    Act(Plan),
+    Act(Box<Plan>),
 }
 
 /// A change of the recorded leader.
@@ -170,8 +171,17 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         let mut s = status.clone();
         s.leader = None;
         s.succession.clear();
-        set_condition(&mut s, LEADER_ELECTED, false, "LeaseNotOwned", &message, obs.now);
-        return Decision::LeaseNotOwned { status: finish_status(s, group) };
+        set_condition(
+            &mut s,
+            LEADER_ELECTED,
+            false,
+            "LeaseNotOwned",
+            &message,
+            obs.now,
+        );
+        return Decision::LeaseNotOwned {
+            status: finish_status(s, group),
+        };
     }
 
     if let Some(record) = &lease
@@ -180,7 +190,10 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         && !record.is_expired(obs.now)
         && let Some(until) = record.expires_at()
     {
-        return Decision::Deferred { arbiter: arbiter.clone(), until };
+        return Decision::Deferred {
+            arbiter: arbiter.clone(),
+            until,
+        };
     }
 
     let selector = match Selector::try_from(group.spec.selector.to_label_selector()) {
@@ -189,7 +202,12 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         Err(e) => return invalid_selector(group, status, e.to_string(), obs.now),
     };
     let membership = membership(obs, &selector);
-    let succession: Vec<&Pod> = membership.owned.iter().copied().filter(|p| is_eligible(p)).collect();
+    let succession: Vec<&Pod> = membership
+        .owned
+        .iter()
+        .copied()
+        .filter(|p| is_eligible(p))
+        .collect();
     let eligible = |name: &str| succession.iter().any(|p| p.name_any() == name);
 
     let lease_epoch = lease.as_ref().map_or(0, |l| l.epoch);
@@ -201,11 +219,19 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         .filter_map(|p| pod_epoch(p))
         .max()
         .unwrap_or(0);
-    let incumbent = if lease.is_some() { lease_holder.clone() } else { status.leader.clone() };
+    let incumbent = if lease.is_some() {
+        lease_holder.clone()
+    } else {
+        status.leader.clone()
+    };
 
     // Who should lead: the preferred pod when eligible, else the incumbent when eligible
     // (sticky), else the first of the succession. Paused: whoever leads now, eligible or not.
-    let preferred = group.spec.preferred_leader.as_deref().filter(|p| !p.is_empty() && eligible(p));
+    let preferred = group
+        .spec
+        .preferred_leader
+        .as_deref()
+        .filter(|p| !p.is_empty() && eligible(p));
     let desired: Option<String> = if group.spec.paused {
         incumbent.clone()
     } else if let Some(p) = preferred {
@@ -220,11 +246,19 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     // `desired` one that was never handed to anybody else.
     let (epoch, acquired_now) = match &desired {
         None => (lease_epoch.max(status.epoch), false),
-        Some(d) if status.leader.as_deref() == Some(d) && status.epoch >= lease_epoch && status.epoch >= pods_epoch => {
+        Some(d)
+            if status.leader.as_deref() == Some(d)
+                && status.epoch >= lease_epoch
+                && status.epoch >= pods_epoch =>
+        {
             // The status records `d` at this epoch (the Lease may be missing or behind): restore it.
             (status.epoch, false)
         }
-        Some(d) if lease_holder.as_deref() == Some(d) && lease_epoch > status.epoch && lease_epoch > pods_epoch => {
+        Some(d)
+            if lease_holder.as_deref() == Some(d)
+                && lease_epoch > status.epoch
+                && lease_epoch > pods_epoch =>
+        {
             // Committed but never recorded (a crash between steps 1 and 2): the token was never
             // handed out, so it can be recorded now.
             (lease_epoch, false)
@@ -238,18 +272,28 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         from: status.leader.clone(),
         to: desired.clone(),
         epoch,
-        reason: reason_for(obs, &membership, status.leader.as_deref(), desired.as_deref()),
+        reason: reason_for(
+            obs,
+            &membership,
+            status.leader.as_deref(),
+            desired.as_deref(),
+        ),
     });
 
     let group_name = group.name_any();
-    let leader_pod = desired.as_deref().and_then(|d| obs.pods.iter().find(|p| p.name_any() == d));
+    let leader_pod = desired
+        .as_deref()
+        .and_then(|d| obs.pods.iter().find(|p| p.name_any() == d));
     let paused = group.spec.paused;
     let mut demote: Vec<String> = Vec::new();
     let mut promote = None;
     let mut mark_followers = Vec::new();
     let mut unmark = Vec::new();
     if !paused {
-        for name in [status.leader.as_deref(), lease_holder.as_deref()].into_iter().flatten() {
+        for name in [status.leader.as_deref(), lease_holder.as_deref()]
+            .into_iter()
+            .flatten()
+        {
             if desired.as_deref() != Some(name)
                 && obs.pods.iter().any(|p| p.name_any() == name)
                 && !demote.iter().any(|d| d == name)
@@ -271,9 +315,14 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
             }
         }
         if let (Some(d), Some(pod)) = (&desired, leader_pod)
-            && (role(pod) != Some(ROLE_LEADER) || pod_epoch(pod) != Some(epoch) || !marked_for(pod, &group_name))
+            && (role(pod) != Some(ROLE_LEADER)
+                || pod_epoch(pod) != Some(epoch)
+                || !marked_for(pod, &group_name))
         {
-            promote = Some(Promotion { pod: d.clone(), epoch });
+            promote = Some(Promotion {
+                pod: d.clone(),
+                epoch,
+            });
         }
         for pod in obs.pods {
             let name = pod.name_any();
@@ -286,10 +335,18 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         }
     }
 
-    let next_status = next_status(obs, &status, &membership, &succession, &desired, epoch, transition.as_ref());
+    let next_status = next_status(
+        obs,
+        &status,
+        &membership,
+        &succession,
+        &desired,
+        epoch,
+        transition.as_ref(),
+    );
     let requeue_after = requeue_after(obs, commit.as_ref().or(lease.as_ref()));
 
-    Decision::Act(Plan {
+    Decision::Act(Box::new(Plan {
         commit,
         status: (Some(&next_status) != group.status.as_ref()).then_some(next_status),
         demote,
@@ -298,7 +355,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         mark_followers,
         unmark,
         requeue_after,
-    })
+    }))
 }
 
 /// The Lease content to write, if the Lease does not already say it and needs no renewal.
@@ -338,7 +395,9 @@ fn plan_commit(
 
 /// Time until the next renewal is due, measured from the Lease as it will be after this pass.
 fn requeue_after(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> Duration {
-    let fallback = Duration::from_millis(u64::from(obs.group.spec.lease_duration_seconds.max(1).unsigned_abs()) * 1000 / 3);
+    let fallback = Duration::from_millis(
+        u64::from(obs.group.spec.lease_duration_seconds.max(1).unsigned_abs()) * 1000 / 3,
+    );
     lease
         .and_then(|l| l.renew_due_at())
         .map(|due| {
@@ -358,7 +417,12 @@ fn membership<'a>(obs: &Observation<'a>, selector: &Selector) -> Membership<'a> 
         .filter(|g| g.name_any() != group_name && group_order(g, obs.group) == Ordering::Less)
         .collect();
     older.sort_by(|a, b| group_order(a, b));
-    let mut matched: Vec<&Pod> = obs.pods.iter().copied().filter(|p| selector.matches(p.labels())).collect();
+    let mut matched: Vec<&Pod> = obs
+        .pods
+        .iter()
+        .copied()
+        .filter(|p| selector.matches(p.labels()))
+        .collect();
     matched.sort_by(|a, b| succession_order(a, b));
     let mut owned = Vec::new();
     let mut overlapped = Vec::new();
@@ -372,7 +436,11 @@ fn membership<'a>(obs: &Observation<'a>, selector: &Selector) -> Membership<'a> 
             None => owned.push(*pod),
         }
     }
-    Membership { matched, owned, overlapped }
+    Membership {
+        matched,
+        owned,
+        overlapped,
+    }
 }
 
 /// Older groups first (creationTimestamp, then name): the older group keeps a contested pod.
@@ -395,7 +463,9 @@ pub fn is_eligible(pod: &Pod) -> bool {
 }
 
 fn is_running_ready(pod: &Pod) -> bool {
-    let Some(status) = &pod.status else { return false };
+    let Some(status) = &pod.status else {
+        return false;
+    };
     status.phase.as_deref() == Some("Running")
         && status
             .conditions
@@ -410,7 +480,9 @@ fn role(pod: &Pod) -> Option<&str> {
 
 /// The fencing token a pod carries, if any.
 pub fn pod_epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations().get(EPOCH_ANNOTATION).and_then(|v| v.parse().ok())
+    pod.annotations()
+        .get(EPOCH_ANNOTATION)
+        .and_then(|v| v.parse().ok())
 }
 
 fn marked_for(pod: &Pod, group: &str) -> bool {
@@ -425,8 +497,15 @@ fn owned_by(lease: &Lease, group: &LeaderGroup) -> bool {
         .any(|o| o.kind == "LeaderGroup" && Some(o.uid.as_str()) == uid)
 }
 
-fn reason_for(obs: &Observation<'_>, m: &Membership<'_>, from: Option<&str>, to: Option<&str>) -> Reason {
-    let Some(old) = from else { return Reason::Initial };
+fn reason_for(
+    obs: &Observation<'_>,
+    m: &Membership<'_>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Reason {
+    let Some(old) = from else {
+        return Reason::Initial;
+    };
     if to.is_none() {
         return Reason::NoCandidates;
     }
@@ -473,8 +552,16 @@ fn next_status(
     }
     let (elected, reason, message) = match (leader, obs.group.spec.paused) {
         (Some(l), false) => (true, "Elected", format!("{l} leads at epoch {epoch}")),
-        (Some(l), true) => (true, "Paused", format!("paused: no transitions; {l} leads at epoch {epoch}")),
-        (None, true) => (false, "Paused", "paused: no transitions; nobody leads".to_string()),
+        (Some(l), true) => (
+            true,
+            "Paused",
+            format!("paused: no transitions; {l} leads at epoch {epoch}"),
+        ),
+        (None, true) => (
+            false,
+            "Paused",
+            "paused: no transitions; nobody leads".to_string(),
+        ),
         (None, false) => (
             false,
             "NoCandidates",
@@ -494,15 +581,37 @@ fn next_status(
             .map(|(g, pods)| format!("pods {} are held by the older group {g}", pods.join(", ")))
             .collect::<Vec<_>>()
             .join("; ");
-        set_condition(&mut s, OVERLAPPING, true, "OverlappingGroup", &message, obs.now);
+        set_condition(
+            &mut s,
+            OVERLAPPING,
+            true,
+            "OverlappingGroup",
+            &message,
+            obs.now,
+        );
     }
     s
 }
 
-fn invalid_selector(group: &LeaderGroup, mut status: LeaderGroupStatus, message: String, now: Timestamp) -> Decision {
+fn invalid_selector(
+    group: &LeaderGroup,
+    mut status: LeaderGroupStatus,
+    message: String,
+    now: Timestamp,
+) -> Decision {
     let message = format!("spec.selector is invalid: {message}");
-    set_condition(&mut status, LEADER_ELECTED, false, "InvalidSelector", &message, now);
-    Decision::InvalidSelector { message, status: finish_status(status, group) }
+    set_condition(
+        &mut status,
+        LEADER_ELECTED,
+        false,
+        "InvalidSelector",
+        &message,
+        now,
+    );
+    Decision::InvalidSelector {
+        message,
+        status: finish_status(status, group),
+    }
 }
 
 fn finish_status(mut s: LeaderGroupStatus, group: &LeaderGroup) -> LeaderGroupStatus {
@@ -512,7 +621,14 @@ fn finish_status(mut s: LeaderGroupStatus, group: &LeaderGroup) -> LeaderGroupSt
 }
 
 /// Sets a condition, keeping its lastTransitionTime when its status does not change.
-fn set_condition(s: &mut LeaderGroupStatus, type_: &str, value: bool, reason: &str, message: &str, now: Timestamp) {
+fn set_condition(
+    s: &mut LeaderGroupStatus,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
     let status = if value { "True" } else { "False" }.to_string();
     let since = s
         .conditions
@@ -531,3 +647,6 @@ fn set_condition(s: &mut LeaderGroupStatus, type_: &str, value: bool, reason: &s
     });
     s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 }
+
+#[cfg(test)]
+mod tests;

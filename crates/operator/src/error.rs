@@ -20,7 +20,9 @@ pub enum Error {
     MissingNamespace(String),
 
     /// The arbitration of a group ran out before its leader could be promoted.
-    #[error("group {0}: the Lease was committed longer ago than half its duration; not promoting on a stale decision")]
+    #[error(
+        "group {0}: the Lease was committed longer ago than half its duration; not promoting on a stale decision"
+    )]
     StaleDecision(String),
 
     /// A JSON patch could not be built.

@@ -30,7 +30,8 @@ pub struct OperatorLease {
 impl OperatorLease {
     /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
     pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
-        let third = Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3);
+        let third =
+            Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3);
         loop {
             let wait = match self.try_hold().await {
                 Ok((holds, wait)) => {
@@ -64,10 +65,17 @@ impl OperatorLease {
         let now = Timestamp::now();
         let current = read(&self.api, &self.name).await?;
         let record = current.as_ref().map(LeaseRecord::from_lease);
-        let mine = record.as_ref().is_some_and(|r| r.holder.as_deref() == Some(&self.identity));
-        let free = record.as_ref().is_none_or(|r| r.holder.is_none() || r.is_expired(now));
+        let mine = record
+            .as_ref()
+            .is_some_and(|r| r.holder.as_deref() == Some(&self.identity));
+        let free = record
+            .as_ref()
+            .is_none_or(|r| r.holder.is_none() || r.is_expired(now));
         if !mine && !free {
-            let until = record.as_ref().and_then(LeaseRecord::expires_at).unwrap_or(now);
+            let until = record
+                .as_ref()
+                .and_then(LeaseRecord::expires_at)
+                .unwrap_or(now);
             let ms = until.duration_since(now).as_millis().max(0);
             return Ok((false, Duration::from_millis(u64::try_from(ms).unwrap_or(0))));
         }
@@ -76,22 +84,35 @@ impl OperatorLease {
             holder: Some(self.identity.clone()),
             epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
             duration_seconds: self.duration_seconds,
-            acquire_time: if mine { previous.and_then(|r| r.acquire_time) } else { Some(now) },
+            acquire_time: if mine {
+                previous.and_then(|r| r.acquire_time)
+            } else {
+                Some(now)
+            },
             renew_time: Some(now),
             arbiter: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
-        Ok((true, Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3)))
+        Ok((
+            true,
+            Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3),
+        ))
     }
 
     /// Gives the Lease up if this replica holds it.
     async fn release(&self) -> Result<()> {
-        let Some(current) = read(&self.api, &self.name).await? else { return Ok(()) };
+        let Some(current) = read(&self.api, &self.name).await? else {
+            return Ok(());
+        };
         let record = LeaseRecord::from_lease(&current);
         if record.holder.as_deref() != Some(&self.identity) {
             return Ok(());
         }
-        let released = LeaseRecord { holder: None, acquire_time: None, ..record };
+        let released = LeaseRecord {
+            holder: None,
+            acquire_time: None,
+            ..record
+        };
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
         info!(identity = %self.identity, "operator Lease released");
         Ok(())

@@ -24,10 +24,17 @@ pub struct Health {
 }
 
 /// Serves the endpoints on `addr` until `shutdown` resolves.
-pub async fn serve(addr: &str, health: Health, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+pub async fn serve(
+    addr: &str,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Http { addr: addr.to_string(), source })?;
+        .map_err(|source| Error::Http {
+            addr: addr.to_string(),
+            source,
+        })?;
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -36,13 +43,19 @@ pub async fn serve(addr: &str, health: Health, shutdown: impl Future<Output = ()
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|source| Error::Http { addr: addr.to_string(), source })
+        .map_err(|source| Error::Http {
+            addr: addr.to_string(),
+            source,
+        })
 }
 
 /// 200 once the caches are synced, naming the replica's role; 503 before.
 async fn readyz(State(h): State<Health>) -> impl IntoResponse {
     if !*h.synced.borrow() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: watches have not delivered their first lists\n".to_string());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: watches have not delivered their first lists\n".to_string(),
+        );
     }
     let role = match &h.active {
         None => "active (leader election off)",
@@ -54,7 +67,10 @@ async fn readyz(State(h): State<Health>) -> impl IntoResponse {
 
 async fn metrics(State(h): State<Health>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         h.metrics.render(),
     )
 }

@@ -49,8 +49,10 @@ impl LeaseRecord {
 
     /// When the Lease runs out without renewal; a Lease never renewed has already run out.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        self.renew_time
-            .and_then(|t| t.checked_add(SignedDuration::from_secs(i64::from(self.duration_seconds))).ok())
+        self.renew_time.and_then(|t| {
+            t.checked_add(SignedDuration::from_secs(i64::from(self.duration_seconds)))
+                .ok()
+        })
     }
 
     /// True when nobody has renewed it within its duration.
@@ -136,7 +138,10 @@ mod tests {
     fn epoch_beyond_int32_is_kept_in_the_annotation() {
         let big = i64::from(i32::MAX) + 10;
         let lease = record(big).apply_to(None, "l", "ns", None, None);
-        assert_eq!(lease.spec.as_ref().unwrap().lease_transitions, Some(i32::MAX));
+        assert_eq!(
+            lease.spec.as_ref().unwrap().lease_transitions,
+            Some(i32::MAX)
+        );
         assert_eq!(LeaseRecord::from_lease(&lease).epoch, big);
     }
 
@@ -154,7 +159,10 @@ mod tests {
         assert_eq!(r.renew_due_at(), Some(t0 + SignedDuration::from_secs(5)));
         assert!(!r.is_expired(t0 + SignedDuration::from_secs(14)));
         assert!(r.is_expired(t0 + SignedDuration::from_secs(15)));
-        let never = LeaseRecord { renew_time: None, ..r };
+        let never = LeaseRecord {
+            renew_time: None,
+            ..r
+        };
         assert!(never.is_expired(t0));
     }
 }

@@ -18,7 +18,11 @@ use leadergroup_operator::metrics::Metrics;
 use leadergroup_operator::{Error, Result};
 
 #[derive(Parser, Debug)]
-#[command(name = "leadergroup-operator", version, about = "Elects exactly one Ready pod per LeaderGroup")]
+#[command(
+    name = "leadergroup-operator",
+    version,
+    about = "Elects exactly one Ready pod per LeaderGroup"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -41,7 +45,11 @@ struct Cli {
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_elect_namespace: String,
     /// Name of the operator's own Lease.
-    #[arg(long, env = "LEADER_ELECT_LEASE_NAME", default_value = "leadergroup-operator")]
+    #[arg(
+        long,
+        env = "LEADER_ELECT_LEASE_NAME",
+        default_value = "leadergroup-operator"
+    )]
     leader_elect_lease_name: String,
     /// Duration of the operator's own Lease, in seconds; renewed every third of it.
     #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(i32).range(1..=3600))]
@@ -89,7 +97,8 @@ fn print_crd() -> Result<()> {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
         LogFormat::Text => builder.init(),
@@ -100,12 +109,15 @@ fn init_logging(format: LogFormat) {
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
         }
-        None => Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?,
     };
     Client::try_from(config).map_err(Error::from)
 }
@@ -146,7 +158,9 @@ async fn run(cli: Cli) -> Result<()> {
     let mut controller_stop = stop_rx.clone();
     let controller = tokio::spawn(controller::run(
         client,
-        Scope { namespace: cli.namespace.clone() },
+        Scope {
+            namespace: cli.namespace.clone(),
+        },
         identity,
         metrics,
         active_rx,
@@ -173,7 +187,10 @@ async fn run(cli: Cli) -> Result<()> {
 
 async fn shutdown_signal() -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let io = |source| Error::Http { addr: "signal handler".into(), source };
+    let io = |source| Error::Http {
+        addr: "signal handler".into(),
+        source,
+    };
     let mut term = signal(SignalKind::terminate()).map_err(io)?;
     let mut int = signal(SignalKind::interrupt()).map_err(io)?;
     tokio::select! {
@@ -186,7 +203,11 @@ async fn shutdown_signal() -> Result<()> {
 fn default_identity() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "leadergroup-operator".into());
     format!("{host}-{}", std::process::id())

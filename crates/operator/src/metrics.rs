@@ -50,7 +50,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("leadergroup");
         let transitions = Family::<ReasonLabel, Counter>::default();
-        registry.register("transitions", "Changes of leader, by reason", transitions.clone());
+        registry.register(
+            "transitions",
+            "Changes of leader, by reason",
+            transitions.clone(),
+        );
         // 1 ms to ~33 s: handovers are milliseconds, but a kubelet-driven one may take seconds.
         let handover_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
@@ -59,9 +63,17 @@ impl Metrics {
             handover_seconds.clone(),
         );
         let reconcile_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register("reconcile_seconds", "Duration of one reconcile of a group", reconcile_seconds.clone());
+        registry.register(
+            "reconcile_seconds",
+            "Duration of one reconcile of a group",
+            reconcile_seconds.clone(),
+        );
         let reconcile_errors = Family::<CategoryLabel, Counter>::default();
-        registry.register("reconcile_errors", "Failed reconciles, by error category", reconcile_errors.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles, by error category",
+            reconcile_errors.clone(),
+        );
         let conflicts = Family::<ObjectLabel, Counter>::default();
         registry.register(
             "conflicts",
@@ -69,9 +81,17 @@ impl Metrics {
             conflicts.clone(),
         );
         let groups_with_leader = Gauge::default();
-        registry.register("groups_with_leader", "Groups whose last reconcile left a leader", groups_with_leader.clone());
+        registry.register(
+            "groups_with_leader",
+            "Groups whose last reconcile left a leader",
+            groups_with_leader.clone(),
+        );
         let groups_without_leader = Gauge::default();
-        registry.register("groups_without_leader", "Groups whose last reconcile left no leader", groups_without_leader.clone());
+        registry.register(
+            "groups_without_leader",
+            "Groups whose last reconcile left no leader",
+            groups_without_leader.clone(),
+        );
         Metrics {
             registry,
             transitions,
@@ -86,7 +106,11 @@ impl Metrics {
 
     /// Counts a change of leader.
     pub fn transition(&self, reason: Reason) {
-        self.transitions.get_or_create(&ReasonLabel { reason: reason.as_str() }).inc();
+        self.transitions
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
     }
 
     /// Records the time from the triggering watch event to the new leader's label.
@@ -101,7 +125,11 @@ impl Metrics {
 
     /// Counts a failed reconcile.
     pub fn error(&self, error: &Error) {
-        self.reconcile_errors.get_or_create(&CategoryLabel { category: error.category() }).inc();
+        self.reconcile_errors
+            .get_or_create(&CategoryLabel {
+                category: error.category(),
+            })
+            .inc();
     }
 
     /// Counts a 409 on `object`.
@@ -111,8 +139,10 @@ impl Metrics {
 
     /// Sets how many groups lead and how many do not.
     pub fn set_groups(&self, with_leader: usize, without_leader: usize) {
-        self.groups_with_leader.set(i64::try_from(with_leader).unwrap_or(i64::MAX));
-        self.groups_without_leader.set(i64::try_from(without_leader).unwrap_or(i64::MAX));
+        self.groups_with_leader
+            .set(i64::try_from(with_leader).unwrap_or(i64::MAX));
+        self.groups_without_leader
+            .set(i64::try_from(without_leader).unwrap_or(i64::MAX));
     }
 
     /// The metrics in the Prometheus text format.
@@ -135,7 +165,13 @@ mod tests {
         m.transition(Reason::LeaderDeleted);
         m.handover(Duration::from_millis(12));
         let text = m.render();
-        assert!(text.contains(r#"leadergroup_transitions_total{reason="LeaderDeleted"} 2"#), "{text}");
-        assert!(text.contains("leadergroup_handover_seconds_count 1"), "{text}");
+        assert!(
+            text.contains(r#"leadergroup_transitions_total{reason="LeaderDeleted"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("leadergroup_handover_seconds_count 1"),
+            "{text}"
+        );
     }
 }

@@ -25,7 +25,13 @@ pub async fn compare_and_swap(
         None => api.create(&PostParams::default(), &lease).await,
         Some(_) => api.replace(name, &PostParams::default(), &lease).await,
     };
-    written.map_err(|e| if is_conflict(&e) || is_not_found(&e) { Error::Conflict("Lease") } else { e.into() })
+    written.map_err(|e| {
+        if is_conflict(&e) || is_not_found(&e) {
+            Error::Conflict("Lease")
+        } else {
+            e.into()
+        }
+    })
 }
 
 /// Reads the Lease from the API server (not a cache); None when it does not exist.
@@ -36,7 +42,10 @@ pub async fn read(api: &Api<Lease>, name: &str) -> Result<Option<Lease>> {
 /// Deletes the Lease if it is still the one that was read (its uid), tolerating its absence.
 pub async fn delete(api: &Api<Lease>, lease: &Lease) -> Result<()> {
     let dp = DeleteParams {
-        preconditions: Some(kube::api::Preconditions { uid: lease.uid(), resource_version: None }),
+        preconditions: Some(kube::api::Preconditions {
+            uid: lease.uid(),
+            resource_version: None,
+        }),
         ..DeleteParams::default()
     };
     match api.delete(&lease.name_any(), &dp).await {
@@ -48,5 +57,6 @@ pub async fn delete(api: &Api<Lease>, lease: &Lease) -> Result<()> {
 }
 
 fn api_namespace(read: Option<&Lease>, api: &Api<Lease>) -> String {
-    read.and_then(|l| l.namespace()).unwrap_or_else(|| api.namespace().unwrap_or_default().to_string())
+    read.and_then(|l| l.namespace())
+        .unwrap_or_else(|| api.namespace().unwrap_or_default().to_string())
 }

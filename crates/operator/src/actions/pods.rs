@@ -67,7 +67,10 @@ pub async fn marked(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
 
 /// A merge patch that tolerates the pod being gone (there is nothing left to mark).
 async fn merge(api: &Api<Pod>, pod: &str, patch: Value) -> Result<()> {
-    match api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match api
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),

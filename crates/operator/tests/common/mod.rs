@@ -16,7 +16,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_operator::crd::{
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER,
+};
 use leadergroup_testenv::{ControlPlane, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
@@ -70,7 +72,12 @@ pub struct Operator {
 
 impl Operator {
     /// Starts the operator against `cp`, watching `namespace`, with `extra` arguments.
-    pub async fn start(cp: &ControlPlane, namespace: &str, identity: &str, extra: &[&str]) -> Operator {
+    pub async fn start(
+        cp: &ControlPlane,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Operator {
         Self::start_with_kubeconfig(cp.kubeconfig_path(), namespace, identity, extra).await
     }
 
@@ -98,7 +105,12 @@ impl Operator {
             .kill_on_drop(true)
             .spawn()
             .expect("start leadergroup-operator");
-        Operator { child, identity: identity.to_string(), http, log }
+        Operator {
+            child,
+            identity: identity.to_string(),
+            http,
+            log,
+        }
     }
 
     /// The process id.
@@ -114,7 +126,10 @@ impl Operator {
     /// Sends SIGTERM and waits for it to exit; returns its exit success.
     pub async fn terminate(&mut self) -> bool {
         let pid = self.pid().to_string();
-        std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
         let status = tokio::time::timeout(CONVERGE, self.child.wait())
             .await
             .expect("operator exits after SIGTERM")
@@ -125,19 +140,28 @@ impl Operator {
     /// GETs `path` on its HTTP endpoint: (status code, body).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
         let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         Some((code, body))
     }
 
     /// Waits until /readyz answers 200 and returns its body.
     pub async fn wait_ready(&self) -> String {
         wait_until("operator /readyz", CONVERGE, || async {
-            Ok::<_, String>(self.get("/readyz").await.filter(|(c, _)| *c == 200).map(|(_, b)| b))
+            Ok::<_, String>(
+                self.get("/readyz")
+                    .await
+                    .filter(|(c, _)| *c == 200)
+                    .map(|(_, b)| b),
+            )
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()))
@@ -162,9 +186,12 @@ pub struct InvariantWatcher {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What the watcher knows of one pod: its role label, its group annotation, its epoch.
+type Marks = (Option<String>, Option<String>, Option<i64>);
+
 #[derive(Default)]
 struct Recorded {
-    pods: HashMap<String, (Option<String>, Option<String>, Option<i64>)>,
+    pods: HashMap<String, Marks>,
     epoch_owner: BTreeMap<i64, String>,
     leaders: Vec<(String, i64)>,
     violations: Vec<String>,
@@ -212,7 +239,11 @@ impl InvariantWatcher {
     pub fn assert_held(&self) -> Vec<(String, i64)> {
         let (violations, leaders, events) = self.report();
         assert!(events > 0, "the invariant watcher saw no pod event at all");
-        assert!(violations.is_empty(), "invariants violated:\n{}\nleaders: {leaders:?}", violations.join("\n"));
+        assert!(
+            violations.is_empty(),
+            "invariants violated:\n{}\nleaders: {leaders:?}",
+            violations.join("\n")
+        );
         leaders
     }
 }
@@ -229,13 +260,20 @@ impl Recorded {
         let name = pod.name_any();
         let role = pod.labels().get(ROLE_LABEL).cloned();
         let group = pod.annotations().get(GROUP_ANNOTATION).cloned();
-        let epoch = pod.annotations().get(EPOCH_ANNOTATION).and_then(|e| e.parse::<i64>().ok());
-        self.pods.insert(name.clone(), (role.clone(), group.clone(), epoch));
+        let epoch = pod
+            .annotations()
+            .get(EPOCH_ANNOTATION)
+            .and_then(|e| e.parse::<i64>().ok());
+        self.pods
+            .insert(name.clone(), (role.clone(), group.clone(), epoch));
 
         let mut leaders_by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (pod_name, (role, group, _)) in &self.pods {
             if role.as_deref() == Some(ROLE_LEADER) {
-                leaders_by_group.entry(group.clone().unwrap_or_default()).or_default().push(pod_name.clone());
+                leaders_by_group
+                    .entry(group.clone().unwrap_or_default())
+                    .or_default()
+                    .push(pod_name.clone());
             }
         }
         for (group, leaders) in &leaders_by_group {
@@ -250,9 +288,9 @@ impl Recorded {
             && let Some(e) = epoch
         {
             match self.epoch_owner.get(&e) {
-                Some(owner) if owner != &name => {
-                    self.violations.push(format!("I3: epoch {e} handed to {owner} and then to {name}"))
-                }
+                Some(owner) if owner != &name => self.violations.push(format!(
+                    "I3: epoch {e} handed to {owner} and then to {name}"
+                )),
                 _ => {
                     self.epoch_owner.insert(e, name.clone());
                 }
@@ -261,7 +299,8 @@ impl Recorded {
                 if let Some((_, last)) = self.leaders.last()
                     && *last > e
                 {
-                    self.violations.push(format!("I3: epoch went down from {last} to {e} ({name})"));
+                    self.violations
+                        .push(format!("I3: epoch went down from {last} to {e} ({name})"));
                 }
                 self.leaders.push((name, e));
             }
@@ -284,5 +323,303 @@ pub fn role(pod: &Pod) -> Option<&str> {
 
 /// The pod's epoch annotation.
 pub fn epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations().get(EPOCH_ANNOTATION).and_then(|e| e.parse().ok())
+    pod.annotations()
+        .get(EPOCH_ANNOTATION)
+        .and_then(|e| e.parse().ok())
+}
+
+/// A group named `name` selecting `app=<app>`, with the default Lease duration.
+pub fn group(name: &str, app: &str) -> LeaderGroup {
+    LeaderGroup::new(
+        name,
+        leadergroup_operator::crd::LeaderGroupSpec {
+            selector: leadergroup_operator::crd::PodSelector {
+                match_labels: [("app".to_string(), app.to_string())].into(),
+                ..Default::default()
+            },
+            lease_duration_seconds: 15,
+            preferred_leader: None,
+            paused: false,
+        },
+    )
+}
+
+/// One test's world: its namespace (CRD installed), a kubelet for it, and the APIs it uses.
+pub struct World {
+    pub ns: leadergroup_testenv::TestNamespace,
+    pub kubelet: leadergroup_testenv::Kubelet,
+    pub groups: Api<LeaderGroup>,
+    pub pods: Api<Pod>,
+}
+
+/// The state a user sees once the operator has settled a group with a leader (I2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub leader: String,
+    pub epoch: i64,
+}
+
+impl World {
+    /// A fresh namespace named after `prefix`, with the CRD installed.
+    pub async fn new(prefix: &str) -> World {
+        let ns = leadergroup_testenv::namespace(prefix).await.unwrap();
+        install_crd(&ns.client).await;
+        let kubelet = leadergroup_testenv::Kubelet::new(ns.client.clone(), &ns.name);
+        World {
+            groups: ns.api(),
+            pods: ns.api(),
+            kubelet,
+            ns,
+        }
+    }
+
+    /// Creates Ready pods `<prefix>-0..n` labeled `app=<app>`, each created in a later second than
+    /// the one before (creationTimestamp has 1 s granularity), so the succession order is 0, 1, 2...
+    /// by age, not only by the name tie-breaker.
+    pub async fn ordered_ready_pods(&self, prefix: &str, n: usize, app: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for i in 0..n {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(1100)).await;
+            }
+            let name = format!("{prefix}-{i}");
+            self.kubelet
+                .create_ready_pod(&name, &[("app", app)])
+                .await
+                .unwrap();
+            names.push(name);
+        }
+        names
+    }
+
+    /// Waits until `group`'s status satisfies `cond`; returns that status.
+    pub async fn wait_status(
+        &self,
+        group: &str,
+        what: &str,
+        cond: impl Fn(&leadergroup_operator::crd::LeaderGroupStatus) -> bool,
+    ) -> leadergroup_operator::crd::LeaderGroupStatus {
+        let g = leadergroup_testenv::wait_for_object(
+            &self.groups,
+            group,
+            what,
+            CONVERGE,
+            |g: Option<&LeaderGroup>| g.and_then(|g| g.status.as_ref()).is_some_and(&cond),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n(operator logs: {})", self.log_hint()));
+        g.and_then(|g| g.status).unwrap()
+    }
+
+    /// Waits until the group has settled (I2) on a leader satisfying `cond`: the status names it
+    /// at epoch e, the Lease holds it at epoch e, and it is the only pod of the group labeled
+    /// leader, annotated with epoch e.
+    pub async fn wait_settled(
+        &self,
+        group: &str,
+        what: &str,
+        cond: impl Fn(&Settled) -> bool,
+    ) -> Settled {
+        wait_until(what, CONVERGE, || async {
+            let observed = self.settled(group).await?;
+            Ok::<_, String>(observed.filter(|s| cond(s)))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n(operator logs: {})", self.log_hint()))
+    }
+
+    /// The settled state of `group`, if it is settled now (see [`World::wait_settled`]).
+    pub async fn settled(&self, group: &str) -> Result<Option<Settled>, String> {
+        let g = self.groups.get(group).await.map_err(|e| e.to_string())?;
+        let status = g.status.unwrap_or_default();
+        let Some(leader) = status.leader.clone() else {
+            return Ok(None);
+        };
+        let Some(l) = lease(&self.ns.client, &self.ns.name, group).await else {
+            return Ok(None);
+        };
+        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone());
+        let lease_epoch = l
+            .annotations()
+            .get(EPOCH_ANNOTATION)
+            .and_then(|e| e.parse::<i64>().ok());
+        let leaders = self.labeled_leaders(group).await;
+        let settled = holder.as_deref() == Some(leader.as_str())
+            && lease_epoch == Some(status.epoch)
+            && leaders == vec![(leader.clone(), Some(status.epoch))];
+        Ok(settled.then_some(Settled {
+            leader,
+            epoch: status.epoch,
+        }))
+    }
+
+    /// Pods carrying `group`'s marks and labeled leader, with their epoch annotation.
+    pub async fn labeled_leaders(&self, group: &str) -> Vec<(String, Option<i64>)> {
+        self.pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| role(p) == Some(ROLE_LEADER))
+            .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+            .map(|p| (p.name_any(), epoch(p)))
+            .collect()
+    }
+
+    /// Waits until `group` has no leader anywhere: not in the status, not on any pod, not in the
+    /// Lease; returns the status.
+    pub async fn wait_leaderless(
+        &self,
+        group: &str,
+        what: &str,
+    ) -> leadergroup_operator::crd::LeaderGroupStatus {
+        wait_until(what, CONVERGE, || async {
+            let status = self
+                .groups
+                .get(group)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let holder = lease(&self.ns.client, &self.ns.name, group)
+                .await
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty());
+            let any_leader = self
+                .pods
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .any(|p| role(p) == Some(ROLE_LEADER));
+            Ok::<_, String>(
+                (status.leader.is_none() && holder.is_none() && !any_leader).then_some(status),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n(operator logs: {})", self.log_hint()))
+    }
+
+    /// The Events recorded on `group`: (reason, note), oldest first.
+    pub async fn events(&self, group: &str) -> Vec<(String, String)> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = self.ns.api();
+        let mut events: Vec<_> = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("LeaderGroup") && r.name.as_deref() == Some(group)
+                })
+            })
+            .collect();
+        events.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        events
+            .into_iter()
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Waits for an Event on `group` with `reason` whose note contains `note`; returns the note.
+    pub async fn wait_event(&self, group: &str, reason: &str, note: &str) -> String {
+        let found = wait_until(
+            &format!("an Event {reason} mentioning {note:?} on {group}"),
+            CONVERGE,
+            || async {
+                let found = self
+                    .events(group)
+                    .await
+                    .into_iter()
+                    .find(|(r, n)| r == reason && n.contains(note));
+                Ok::<_, String>(found.map(|(_, n)| n))
+            },
+        )
+        .await;
+        match found {
+            Ok(n) => n,
+            Err(e) => panic!("{e}\nevents: {:?}", self.events(group).await),
+        }
+    }
+
+    fn log_hint(&self) -> String {
+        format!(
+            "{}/operator-logs/{}-*.log",
+            env!("CARGO_TARGET_TMPDIR"),
+            self.ns.name
+        )
+    }
+}
+
+// ---- Tools and endpoints for the chart, kubectl, HA and metrics tests. ----
+
+/// The chart's folder in the repository.
+pub fn chart_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/leadergroup-operator")
+}
+
+/// Runs a command-line tool (helm, kubectl) to completion: (success, stdout, stderr).
+pub async fn run_tool(cmd: std::process::Command) -> (bool, String, String) {
+    let shown = format!("{cmd:?}");
+    let out = Command::from(cmd)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {shown}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a tool that must succeed; returns its stdout.
+pub async fn run_ok(cmd: std::process::Command) -> String {
+    let shown = format!("{cmd:?}");
+    let (ok, stdout, stderr) = run_tool(cmd).await;
+    assert!(ok, "{shown} failed:\n{stderr}\n{stdout}");
+    stdout
+}
+
+/// The value of one sample in Prometheus text, e.g.
+/// `metric(&text, r#"leadergroup_transitions_total{reason="Initial"}"#)`.
+pub fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(sample))
+        .find_map(|rest| rest.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+impl Operator {
+    /// The role /readyz reports once ready ("active" or "standby"); None while it answers 503
+    /// or does not answer at all.
+    pub async fn role(&self) -> Option<String> {
+        let (code, body) = self.get("/readyz").await?;
+        let role = body.trim().strip_prefix("ready: ")?;
+        (code == 200).then(|| role.to_string())
+    }
+
+    /// Waits until /readyz reports `role`.
+    pub async fn wait_role(&self, role: &str) {
+        wait_until(
+            &format!("{} /readyz says {role}", self.identity),
+            CONVERGE,
+            || async {
+                Ok::<_, String>((self.role().await.as_deref() == Some(role)).then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+    }
+
+    /// /metrics, which must answer 200.
+    pub async fn metrics(&self) -> String {
+        let (code, body) = self.get("/metrics").await.expect("/metrics answers");
+        assert_eq!(code, 200, "{body}");
+        body
+    }
 }

@@ -1,0 +1,734 @@
+//! The election rules of DESIGN.md, one test each, on small fixtures and no cluster.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+
+use super::*;
+use crate::crd::{LeaderGroupSpec, PodSelector, SelectorOperator, SelectorRequirement};
+
+const GROUP_UID: &str = "uid-pay";
+const ME: &str = "op-1";
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
+}
+
+fn now() -> Timestamp {
+    t(1000)
+}
+
+struct PodFixture {
+    pod: Pod,
+}
+
+impl PodFixture {
+    fn new(name: &str, created: i64) -> Self {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                creation_timestamp: Some(Time(t(created))),
+                labels: Some([("app".to_string(), "pay".to_string())].into()),
+                resource_version: Some(format!("rv-{name}")),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        };
+        PodFixture { pod }
+    }
+    fn not_ready(mut self) -> Self {
+        if let Some(s) = self.pod.status.as_mut() {
+            s.conditions = Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                ..PodCondition::default()
+            }]);
+        }
+        self
+    }
+    fn phase(mut self, phase: &str) -> Self {
+        if let Some(s) = self.pod.status.as_mut() {
+            s.phase = Some(phase.into());
+        }
+        self
+    }
+    fn terminating(mut self) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(Time(now()));
+        self
+    }
+    fn label(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+    fn annotate(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+    /// The marks the operator puts on a leader.
+    fn leader(self, epoch: i64) -> Self {
+        self.label(ROLE_LABEL, ROLE_LEADER)
+            .annotate(EPOCH_ANNOTATION, &epoch.to_string())
+            .annotate(GROUP_ANNOTATION, "pay")
+    }
+    fn follower(self) -> Self {
+        self.label(ROLE_LABEL, ROLE_FOLLOWER)
+            .annotate(GROUP_ANNOTATION, "pay")
+    }
+}
+
+fn group() -> LeaderGroup {
+    let mut g = LeaderGroup::new(
+        "pay",
+        LeaderGroupSpec {
+            selector: PodSelector {
+                match_labels: [("app".to_string(), "pay".to_string())].into(),
+                ..Default::default()
+            },
+            lease_duration_seconds: 15,
+            preferred_leader: None,
+            paused: false,
+        },
+    );
+    g.metadata.namespace = Some("ns".into());
+    g.metadata.uid = Some(GROUP_UID.into());
+    g.metadata.generation = Some(1);
+    g.metadata.creation_timestamp = Some(Time(t(0)));
+    g
+}
+
+fn with_status(mut g: LeaderGroup, leader: Option<&str>, epoch: i64) -> LeaderGroup {
+    g.status = Some(LeaderGroupStatus {
+        leader: leader.map(Into::into),
+        epoch,
+        ..Default::default()
+    });
+    g
+}
+
+fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease {
+    let record = LeaseRecord {
+        holder: holder.map(Into::into),
+        epoch,
+        duration_seconds: 15,
+        acquire_time: Some(t(0)),
+        renew_time: Some(t(renewed)),
+        arbiter: Some(arbiter.into()),
+    };
+    let owner = OwnerReference {
+        kind: "LeaderGroup".into(),
+        uid: GROUP_UID.into(),
+        name: "pay".into(),
+        ..Default::default()
+    };
+    record.apply_to(None, "leadergroup-pay", "ns", Some("pay"), Some(owner))
+}
+
+fn decide_with(group: &LeaderGroup, pods: &[PodFixture], lease: Option<&Lease>) -> Decision {
+    decide_full(group, &[], pods, lease, ME)
+}
+
+fn decide_full(
+    group: &LeaderGroup,
+    others: &[&LeaderGroup],
+    pods: &[PodFixture],
+    lease: Option<&Lease>,
+    identity: &str,
+) -> Decision {
+    let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
+    let mut groups: Vec<&LeaderGroup> = others.to_vec();
+    groups.push(group);
+    decide(&Observation {
+        group,
+        groups: &groups,
+        pods: &pod_refs,
+        lease,
+        identity,
+        now: now(),
+    })
+}
+
+fn plan(d: Decision) -> Plan {
+    match d {
+        Decision::Act(p) => *p,
+        other => panic!("expected a plan, got {other:?}"),
+    }
+}
+
+fn three() -> Vec<PodFixture> {
+    vec![
+        PodFixture::new("a", 1),
+        PodFixture::new("b", 2),
+        PodFixture::new("c", 3),
+    ]
+}
+
+/// A group led by `a` at epoch `e`, with every mark and record in place.
+fn converged(e: i64) -> (LeaderGroup, Vec<PodFixture>, Lease) {
+    let pods = vec![
+        PodFixture::new("a", 1).leader(e),
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3).follower(),
+    ];
+    let g0 = with_status(group(), Some("a"), e);
+    let l = lease(Some("a"), e, 999, ME);
+    // The status the decision itself would record, so that nothing differs.
+    let status = plan(decide_with(&g0, &pods, Some(&l))).status;
+    let g = match status {
+        Some(s) => LeaderGroup {
+            status: Some(s),
+            ..g0
+        },
+        None => g0,
+    };
+    (g, pods, l)
+}
+
+#[test]
+fn the_oldest_ready_pod_is_elected_first_at_epoch_one() {
+    let p = plan(decide_with(&group(), &three(), None));
+    let commit = p.commit.expect("the Lease is created");
+    assert_eq!(commit.holder.as_deref(), Some("a"));
+    assert_eq!(commit.epoch, 1);
+    assert_eq!(commit.arbiter.as_deref(), Some(ME));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "a".into(),
+            epoch: 1
+        })
+    );
+    let t = p.transition.expect("a transition");
+    assert_eq!(
+        (t.reason, t.to.as_deref(), t.epoch),
+        (Reason::Initial, Some("a"), 1)
+    );
+    let status = p.status.expect("status recorded");
+    assert_eq!(status.leader.as_deref(), Some("a"));
+    assert_eq!(status.epoch, 1);
+    assert_eq!(status.ready.as_deref(), Some("3/3"));
+    assert_eq!(status.succession, vec!["b".to_string(), "c".to_string()]);
+    assert_eq!(status.last_transition_reason.as_deref(), Some("Initial"));
+    assert_eq!(p.mark_followers, vec!["b".to_string(), "c".to_string()]);
+    assert!(p.demote.is_empty());
+}
+
+#[test]
+fn succession_orders_by_creation_then_name() {
+    let pods = vec![
+        PodFixture::new("z", 5),
+        PodFixture::new("m", 2),
+        PodFixture::new("k", 2),
+    ];
+    let p = plan(decide_with(&group(), &pods, None));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("k"));
+    assert_eq!(
+        p.status.unwrap().succession,
+        vec!["m".to_string(), "z".to_string()]
+    );
+}
+
+#[test]
+fn only_running_ready_live_pods_are_eligible() {
+    let pods = vec![
+        PodFixture::new("pending", 1).phase("Pending"),
+        PodFixture::new("unready", 2).not_ready(),
+        PodFixture::new("dying", 3).terminating(),
+        PodFixture::new("ok", 4),
+    ];
+    let p = plan(decide_with(&group(), &pods, None));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("ok"));
+    let s = p.status.unwrap();
+    assert_eq!((s.candidates, s.ready_candidates), (4, 1));
+}
+
+#[test]
+fn a_converged_group_writes_nothing() {
+    let (g, pods, l) = converged(4);
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.commit, None);
+    assert_eq!(p.status, None);
+    assert!(
+        p.demote.is_empty()
+            && p.promote.is_none()
+            && p.mark_followers.is_empty()
+            && p.unmark.is_empty()
+    );
+    assert_eq!(p.transition, None);
+    // Renewed 1 s ago, due a third of 15 s after that.
+    assert_eq!(p.requeue_after, Duration::from_secs(4));
+}
+
+#[test]
+fn the_lease_is_renewed_every_third_of_its_duration() {
+    let (g, pods, _) = converged(4);
+    let stale = lease(Some("a"), 4, 1000 - 5, ME);
+    let p = plan(decide_with(&g, &pods, Some(&stale)));
+    let commit = p.commit.expect("renewal");
+    assert_eq!(
+        (commit.holder.as_deref(), commit.epoch, commit.renew_time),
+        (Some("a"), 4, Some(now()))
+    );
+    assert_eq!(
+        commit.acquire_time,
+        Some(t(0)),
+        "a renewal keeps acquireTime"
+    );
+    assert!(p.transition.is_none() && p.promote.is_none());
+}
+
+#[test]
+fn an_eligible_leader_stays_when_an_older_pod_comes_back() {
+    // `a` is older but `b` leads: sticky.
+    let pods = vec![
+        PodFixture::new("a", 1).follower(),
+        PodFixture::new("b", 2).leader(2),
+        PodFixture::new("c", 3).follower(),
+    ];
+    let g = with_status(group(), Some("b"), 2);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 2, 999, ME))));
+    assert_eq!(p.transition, None);
+    assert_eq!(p.promote, None);
+    assert_eq!(p.commit, None);
+}
+
+#[test]
+fn preferred_leader_takes_over_when_eligible() {
+    let (mut g, pods, l) = converged(4);
+    g.spec.preferred_leader = Some("c".into());
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(
+        p.commit.as_ref().map(|c| (c.holder.as_deref(), c.epoch)),
+        Some((Some("c"), 5))
+    );
+    assert_eq!(
+        p.transition.as_ref().map(|t| t.reason),
+        Some(Reason::Preferred)
+    );
+    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "c".into(),
+            epoch: 5
+        })
+    );
+}
+
+#[test]
+fn preferred_leader_is_ignored_while_not_eligible() {
+    let (mut g, mut pods, l) = converged(4);
+    g.spec.preferred_leader = Some("c".into());
+    pods[2] = PodFixture::new("c", 3).follower().not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.transition, None);
+    assert_eq!(p.commit, None);
+}
+
+fn handover(pods: Vec<PodFixture>) -> Plan {
+    let (g, _, l) = converged(4);
+    plan(decide_with(&g, &pods, Some(&l)))
+}
+
+#[test]
+fn a_deleted_leader_is_replaced_by_the_next_in_succession() {
+    let p = handover(vec![
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3).follower(),
+    ]);
+    let t = p.transition.expect("handover");
+    assert_eq!(
+        (t.from.as_deref(), t.to.as_deref(), t.epoch, t.reason),
+        (Some("a"), Some("b"), 5, Reason::LeaderDeleted)
+    );
+    assert!(p.demote.is_empty(), "a deleted pod is not patched");
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 5
+        })
+    );
+}
+
+#[test]
+fn a_terminating_leader_hands_over_before_it_is_gone() {
+    let p = handover(vec![
+        PodFixture::new("a", 1).leader(4).terminating(),
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3).follower(),
+    ]);
+    assert_eq!(
+        p.transition.map(|t| t.reason),
+        Some(Reason::LeaderTerminating)
+    );
+    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+}
+
+#[test]
+fn a_not_ready_leader_hands_over() {
+    let p = handover(vec![
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3).follower(),
+    ]);
+    assert_eq!(p.transition.map(|t| t.reason), Some(Reason::LeaderNotReady));
+    assert_eq!(p.commit.map(|c| c.epoch), Some(5));
+}
+
+#[test]
+fn a_leader_that_leaves_the_selector_hands_over_and_loses_its_marks() {
+    let p = handover(vec![
+        PodFixture::new("a", 1).leader(4).label("app", "other"),
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3).follower(),
+    ]);
+    assert_eq!(
+        p.transition.map(|t| t.reason),
+        Some(Reason::LeaderLeftGroup)
+    );
+    assert_eq!(
+        p.demote,
+        vec!["a".to_string()],
+        "demoted first; its marks are removed on the next pass"
+    );
+    let status = p.status.unwrap();
+    assert_eq!(status.candidates, 2);
+}
+
+#[test]
+fn a_pod_that_left_the_group_is_unmarked_only_if_unchanged() {
+    let (g, _, _) = converged(5);
+    let pods = vec![
+        PodFixture::new("a", 1).follower().label("app", "other"),
+        PodFixture::new("b", 2).leader(5),
+        PodFixture::new("c", 3).follower(),
+    ];
+    let g = with_status(g, Some("b"), 5);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
+    assert_eq!(p.unmark, vec![("a".to_string(), "rv-a".to_string())]);
+}
+
+#[test]
+fn no_eligible_pod_means_no_leader_no_holder_and_the_epoch_stays() {
+    let p = handover(vec![
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        PodFixture::new("b", 2).follower().not_ready(),
+    ]);
+    let commit = p.commit.expect("the holder is cleared");
+    assert_eq!((commit.holder, commit.epoch), (None, 4));
+    assert_eq!(p.promote, None);
+    assert_eq!(p.demote, vec!["a".to_string()]);
+    let t = p.transition.unwrap();
+    assert_eq!((t.to, t.reason), (None, Reason::NoCandidates));
+    let s = p.status.unwrap();
+    assert_eq!((s.leader, s.epoch), (None, 4));
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == LEADER_ELECTED)
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NoCandidates")
+    );
+}
+
+#[test]
+fn after_no_candidates_the_next_leader_takes_the_next_epoch() {
+    let pods = vec![
+        PodFixture::new("a", 1).follower(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), None, 4);
+    let p = plan(decide_with(&g, &pods, Some(&lease(None, 4, 999, ME))));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "a".into(),
+            epoch: 5
+        })
+    );
+    assert_eq!(p.transition.map(|t| t.reason), Some(Reason::Initial));
+}
+
+#[test]
+fn a_lease_deleted_by_hand_is_restored_without_a_new_token() {
+    let (g, pods, _) = converged(7);
+    let p = plan(decide_with(&g, &pods, None));
+    let commit = p.commit.expect("re-created");
+    assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("a"), 7));
+    assert_eq!(p.transition, None);
+    assert_eq!(p.promote, None);
+}
+
+#[test]
+fn a_lease_deleted_by_hand_never_lowers_the_next_epoch() {
+    let (g, _, _) = converged(7);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(7).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let p = plan(decide_with(&g, &pods, None));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 8
+        })
+    );
+}
+
+#[test]
+fn the_next_epoch_is_above_every_durable_record() {
+    // The status says 3, the Lease 5, a pod still carries 9 (a status lost, say): 10.
+    let pods = vec![
+        PodFixture::new("a", 1).leader(9).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), Some("a"), 3);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("a"), 5, 999, ME))));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 10
+        })
+    );
+}
+
+#[test]
+fn a_commit_never_recorded_is_recorded_without_a_new_token() {
+    // Crash between steps 1 and 2: the Lease names b at 5, the status still a at 4.
+    let pods = vec![
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), Some("a"), 4);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
+    assert_eq!(p.commit, None);
+    assert_eq!(
+        p.status.as_ref().map(|s| (s.leader.as_deref(), s.epoch)),
+        Some((Some("b"), 5))
+    );
+    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 5
+        })
+    );
+}
+
+#[test]
+fn a_token_already_carried_by_a_pod_is_never_handed_again() {
+    // The Lease says b at 5 but some pod already carries 5: mint 6.
+    let pods = vec![
+        PodFixture::new("a", 1).leader(5).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), Some("a"), 4);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 6
+        })
+    );
+}
+
+#[test]
+fn a_lease_the_group_does_not_own_is_never_written() {
+    let mut foreign = lease(Some("x"), 1, 999, "someone");
+    foreign.metadata.owner_references = None;
+    match decide_with(&group(), &three(), Some(&foreign)) {
+        Decision::LeaseNotOwned { status } => {
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == LEADER_ELECTED)
+                .unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "LeaseNotOwned")
+            );
+        }
+        other => panic!("expected LeaseNotOwned, got {other:?}"),
+    }
+}
+
+#[test]
+fn another_replicas_fresh_lease_is_left_alone_until_it_runs_out() {
+    let (g, pods, _) = converged(4);
+    let theirs = lease(Some("a"), 4, 995, "op-2");
+    assert_eq!(
+        decide_with(&g, &pods, Some(&theirs)),
+        Decision::Deferred {
+            arbiter: "op-2".into(),
+            until: t(1010)
+        }
+    );
+    let expired = lease(Some("a"), 4, 985, "op-2");
+    let p = plan(decide_with(&g, &pods, Some(&expired)));
+    let commit = p.commit.expect("takes over arbitration");
+    assert_eq!(
+        (
+            commit.holder.as_deref(),
+            commit.epoch,
+            commit.arbiter.as_deref()
+        ),
+        (Some("a"), 4, Some(ME))
+    );
+}
+
+#[test]
+fn paused_groups_make_no_transition_and_touch_no_pod() {
+    let (mut g, _, l) = converged(4);
+    g.spec.paused = true;
+    let pods = vec![
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.transition, None);
+    assert!(
+        p.commit.is_none()
+            && p.promote.is_none()
+            && p.demote.is_empty()
+            && p.mark_followers.is_empty()
+    );
+    let c = p
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == LEADER_ELECTED)
+        .unwrap();
+    assert_eq!(c.reason, "Paused");
+}
+
+#[test]
+fn the_older_group_keeps_an_overlapping_pod() {
+    let mut older = group();
+    older.metadata.name = Some("old".into());
+    older.metadata.uid = Some("uid-old".into());
+    older.metadata.creation_timestamp = Some(Time(t(-10)));
+    older.spec.selector = PodSelector {
+        match_labels: [("tier".to_string(), "x".to_string())].into(),
+        ..Default::default()
+    };
+    let pods = vec![
+        PodFixture::new("a", 1).label("tier", "x"),
+        PodFixture::new("b", 2),
+    ];
+    let p = plan(decide_full(&group(), &[&older], &pods, None, ME));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert!(
+        !p.mark_followers.contains(&"a".to_string()),
+        "the older group's pod is not touched"
+    );
+    let s = p.status.unwrap();
+    assert_eq!((s.candidates, s.ready_candidates), (2, 1));
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == OVERLAPPING)
+        .expect("Overlapping condition");
+    assert!(
+        c.message.contains("a") && c.message.contains("old"),
+        "{}",
+        c.message
+    );
+    // And the older group itself sees no overlap.
+    let p_old = plan(decide_full(&older, &[&group()], &pods, None, ME));
+    assert_eq!(p_old.promote.map(|p| p.pod).as_deref(), Some("a"));
+    assert!(
+        p_old
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .all(|c| c.type_ != OVERLAPPING)
+    );
+}
+
+#[test]
+fn a_stray_leader_label_is_demoted() {
+    let (g, mut pods, l) = converged(4);
+    pods[1] = PodFixture::new("b", 2).leader(3);
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.demote, vec!["b".to_string()]);
+    assert_eq!(p.transition, None);
+}
+
+#[test]
+fn match_expressions_select_pods() {
+    let mut g = group();
+    g.spec.selector = PodSelector {
+        match_labels: BTreeMap::new(),
+        match_expressions: vec![SelectorRequirement {
+            key: "app".into(),
+            operator: SelectorOperator::In,
+            values: vec!["pay".into()],
+        }],
+    };
+    let pods = vec![
+        PodFixture::new("a", 1),
+        PodFixture::new("x", 0).label("app", "other"),
+    ];
+    let p = plan(decide_with(&g, &pods, None));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("a"));
+    assert_eq!(p.status.unwrap().candidates, 1);
+}
+
+#[test]
+fn an_empty_selector_is_refused_rather_than_selecting_everything() {
+    let mut g = group();
+    g.spec.selector = PodSelector::default();
+    assert!(matches!(
+        decide_with(&g, &three(), None),
+        Decision::InvalidSelector { .. }
+    ));
+}
+
+#[test]
+fn conditions_keep_their_transition_time_while_unchanged() {
+    let (g, pods, l) = converged(4);
+    let before = g.status.clone().unwrap();
+    let mut pods2 = pods;
+    pods2.push(PodFixture::new("d", 4).follower());
+    let p = plan(decide_with(&g, &pods2, Some(&l)));
+    let after = p.status.expect("counts changed");
+    let since = |s: &LeaderGroupStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == LEADER_ELECTED)
+            .map(|c| c.last_transition_time.clone())
+    };
+    assert_eq!(since(&before), since(&after));
+    assert_eq!(after.ready.as_deref(), Some("4/4"));
+}
