@@ -332,7 +332,13 @@ impl Kubelet {
     }
 
     /// Removes pod `name` at once, skipping graceful termination (`kubectl delete --force
-    /// --grace-period=0`): the pod vanishes without ever showing a `deletionTimestamp`.
+    /// --grace-period=0`).
+    ///
+    /// Watchers still see two events, as in any cluster: first MODIFIED with `deletionTimestamp`
+    /// set and `deletionGracePeriodSeconds: 0` (the API server records the deletion before it
+    /// removes a pod bound to a node), then DELETED. [`Kubelet::finish_termination`] ends the same
+    /// way. A controller that must tell "deleted" from "terminating" can read
+    /// `deletionGracePeriodSeconds == 0` as "gone in a moment".
     pub async fn delete_now(&self, name: &str) -> Result<()> {
         self.delete(name, &DeleteParams::default().grace_period(0))
             .await

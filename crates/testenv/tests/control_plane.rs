@@ -423,8 +423,45 @@ async fn pods_without_grace_vanish_at_once_and_phases_end_readiness() {
         .await
         .unwrap();
     assert_eq!(is_ready(&pending), None, "a new pod has no status yet");
+    let pods: Api<Pod> = ns.api();
+    let mut events = pods
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=web-0")
+                .timeout(30),
+            pending.metadata.resource_version.as_deref().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
     kubelet.delete_now("web-0").await.unwrap();
-    assert!(ns.api::<Pod>().get_opt("web-0").await.unwrap().is_none());
+    assert!(pods.get_opt("web-0").await.unwrap().is_none());
+    // What delete_now documents: the server records the grace-0 deletion (MODIFIED with a
+    // deletionTimestamp) before it removes the pod (DELETED).
+    let seen = tokio::time::timeout(TIMEOUT, async {
+        let mut seen = Vec::new();
+        while let Some(event) = events.try_next().await.unwrap() {
+            match event {
+                WatchEvent::Modified(p) => seen.push((
+                    "MODIFIED",
+                    p.metadata.deletion_timestamp.is_some(),
+                    p.metadata.deletion_grace_period_seconds,
+                )),
+                WatchEvent::Deleted(_) => {
+                    seen.push(("DELETED", true, Some(0)));
+                    return seen;
+                }
+                _ => {}
+            }
+        }
+        panic!("the watch ended before DELETED: {seen:?}")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        vec![("MODIFIED", true, Some(0)), ("DELETED", true, Some(0))]
+    );
 
     // Each test namespace gets its own default ServiceAccount, which pods need.
     assert!(
