@@ -14,9 +14,10 @@ TEST_THREADS ?= 6
 # The control plane `make test` starts for the whole run (one for all test binaries).
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
-.PHONY: help controlplane cluster-up cluster-down test fmt fmt-check lint crd-check helm-lint cargo-test
+.PHONY: help demo controlplane cluster-up cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint cargo-test
 
 help:
+	@echo "make demo          start the local control plane, run the operator, show an election and handovers"
 	@echo "make test          fmt check, clippy, CRD drift, helm lint, unit + integration tests"
 	@echo "make controlplane  build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up    start a local control plane in .cluster/ (make cluster-down stops it)"
@@ -28,8 +29,23 @@ controlplane:
 cluster-up:
 	controlplane/cluster.sh up
 
-cluster-down:
+cluster-down: demo-stop
 	controlplane/cluster.sh down
+
+# The demo leaves its operator running for exploring; its pid is in .cluster/.
+DEMO_PID := .cluster/demo-operator.pid
+demo-stop:
+	@if [[ -f $(DEMO_PID) ]]; then kill "$$(cat $(DEMO_PID))" 2>/dev/null || true; rm -f $(DEMO_PID); fi
+
+demo: demo-stop
+	controlplane/cluster.sh up
+	cargo build -p leadergroup-operator --bin leadergroup-operator --example demo
+	LEADERGROUP_KUBECONFIG="$(CURDIR)/.cluster/kubeconfig" target/debug/examples/demo
+
+# Regenerates the CRD from the Rust types, and the chart's copy of it.
+crds:
+	cargo run -q -p leadergroup-operator -- crd > crds/leadergroup.yaml
+	cp crds/leadergroup.yaml charts/leadergroup-operator/files/leadergroup.crd.yaml
 
 fmt:
 	cargo fmt --all
@@ -41,7 +57,8 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 crd-check:
-	cargo run -q -p leadergroup-operator -- crd | diff -u crds/leadergroup.yaml -
+	cargo run -q -p leadergroup-operator -- crd | diff -u crds/leadergroup.yaml - || { echo "crds/leadergroup.yaml is stale: run make crds"; exit 1; }
+	cmp crds/leadergroup.yaml charts/leadergroup-operator/files/leadergroup.crd.yaml || { echo "the chart's CRD differs from crds/leadergroup.yaml: run make crds"; exit 1; }
 
 helm-lint:
 	@if [[ -d charts/leadergroup-operator ]]; then \

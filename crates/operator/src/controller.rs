@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -109,10 +109,25 @@ pub struct Readiness {
 
 impl Readiness {
     /// Waits until the three caches hold their first lists.
+    ///
+    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
+    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
+    /// waits on the groups store too, so whichever waiter polled first is never woken and
+    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
     pub async fn wait(&self) {
-        let _ = self.caches.groups.wait_until_ready().await;
-        let _ = self.caches.pods.wait_until_ready().await;
-        let _ = self.caches.leases.wait_until_ready().await;
+        async fn ready<K>(store: &Store<K>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
+                .await
+                .is_err()
+            {}
+        }
+        ready(&self.caches.groups).await;
+        ready(&self.caches.pods).await;
+        ready(&self.caches.leases).await;
     }
 }
 
@@ -323,9 +338,14 @@ async fn apply(
                 )));
             }
             Decision::LeaseNotOwned { status } => {
+                // The Lease watch only sees Leases labeled with a group, so the foreign Lease
+                // going away produces no event: look again, once per Lease duration.
+                let again = Duration::from_secs(u64::from(
+                    group.spec.lease_duration_seconds.unsigned_abs(),
+                ));
                 refuse(ctx, &groups_api, &group, status, "LeaseNotOwned")
                     .await
-                    .map(|()| Action::await_change())
+                    .map(|()| Action::requeue(again))
             }
             Decision::InvalidSelector { status, .. } => {
                 refuse(ctx, &groups_api, &group, status, "InvalidSelector")
@@ -369,7 +389,7 @@ async fn refuse(
         .unwrap_or_default();
     actions::status::record(api, group, &status).await?;
     warn!(reason, %message, "group refused");
-    publish(ctx, group, EventType::Warning, reason, message).await;
+    publish(ctx, group, EventType::Warning, reason, message, None).await;
     Ok(())
 }
 
@@ -454,7 +474,7 @@ async fn execute(
         } else {
             EventType::Warning
         };
-        publish(ctx, group, kind, t.reason.as_str(), note).await;
+        publish(ctx, group, kind, t.reason.as_str(), note, t.to.as_deref()).await;
     }
     // Off the critical path: followers' marks, and the marks of pods that left.
     for pod in &plan.mark_followers {
@@ -496,13 +516,29 @@ async fn cleanup(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Act
     Ok(Action::await_change())
 }
 
-async fn publish(ctx: &Context, group: &LeaderGroup, type_: EventType, reason: &str, note: String) {
+/// Publishes an Event on the group. `related` names the pod that now leads: the recorder folds
+/// events with the same key into one series that keeps the first note, so without it every
+/// handover of one reason would show the first handover's message.
+async fn publish(
+    ctx: &Context,
+    group: &LeaderGroup,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    related: Option<&str>,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
         note: Some(note),
         action: "Elect".into(),
-        secondary: None,
+        secondary: related.map(|pod| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.to_string()),
+            namespace: group.namespace(),
+            ..ObjectReference::default()
+        }),
     };
     let reference = group.object_ref(&());
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {

@@ -1,0 +1,241 @@
+//! `make demo`: the operator on the local control plane, end to end, as a user would see it.
+//!
+//! Installs the CRD, starts the operator (left running afterwards, so the cluster can be explored),
+//! creates a LeaderGroup with three pods reported Ready by a simulated kubelet, shows
+//! `kubectl get leadergroups` and the pods' roles, then deletes the leader several times and
+//! measures each handover: from the DELETE request to the moment a watch shows the new leader's
+//! label.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, CustomResourceExt, ResourceExt};
+use leadergroup_operator::crd::{
+    LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
+};
+use leadergroup_testenv::{Kubelet, control_plane, namespace, wait_for_object, wait_until};
+
+const HANDOVERS: usize = 7;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn step(text: &str) {
+    println!("\n==> {text}");
+}
+
+#[tokio::main]
+async fn main() {
+    let cp = control_plane()
+        .await
+        .expect("control plane (run `make cluster-up`)");
+    let kubectl = |args: &[&str]| {
+        let out = cp.kubectl().args(args).output().expect("kubectl");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    step("installing the LeaderGroup CRD (crds/leadergroup.yaml)");
+    let client = cp.client().await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.patch(
+        "leadergroups.leadergroup.io",
+        &PatchParams::apply("leadergroup-demo").force(),
+        &Patch::Apply(LeaderGroup::crd()),
+    )
+    .await
+    .unwrap();
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/leadergroups.leadergroup.io",
+        "--timeout=30s",
+    ]);
+
+    let ns = namespace("demo").await.unwrap();
+    step(&format!(
+        "namespace {} with three pods (app=payments), reported Running and Ready by a simulated kubelet",
+        ns.name
+    ));
+    let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
+    for i in 0..3 {
+        kubelet
+            .create_ready_pod(&format!("payments-{i}"), &[("app", "payments")])
+            .await
+            .unwrap();
+    }
+
+    step("starting the operator (watching that namespace; log in .cluster/demo-operator.log)");
+    let log = std::fs::File::create(".cluster/demo-operator.log").unwrap();
+    // Left running on purpose when the demo exits (`make cluster-down` stops it), so never waited on.
+    #[allow(clippy::zombie_processes)]
+    let operator = std::process::Command::new("target/debug/leadergroup-operator")
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .args([
+            "--namespace",
+            &ns.name,
+            "--identity",
+            "demo-operator",
+            "--http-addr",
+            "127.0.0.1:18080",
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start target/debug/leadergroup-operator (built by make demo)");
+    std::fs::write(".cluster/demo-operator.pid", operator.id().to_string()).unwrap();
+    println!(
+        "operator pid {} (metrics: curl http://127.0.0.1:18080/metrics)",
+        operator.id()
+    );
+
+    step("kubectl apply: LeaderGroup payments");
+    let groups: Api<LeaderGroup> = Api::namespaced(ns.client.clone(), &ns.name);
+    let group = LeaderGroup::new(
+        "payments",
+        LeaderGroupSpec {
+            selector: PodSelector {
+                match_labels: [("app".into(), "payments".into())].into(),
+                ..Default::default()
+            },
+            lease_duration_seconds: 15,
+            preferred_leader: None,
+            paused: false,
+        },
+    );
+    groups.create(&PostParams::default(), &group).await.unwrap();
+    wait_for_object(
+        &groups,
+        "payments",
+        "a leader",
+        TIMEOUT,
+        |g: Option<&LeaderGroup>| {
+            g.and_then(|g| g.status.as_ref())
+                .is_some_and(|s| s.leader.is_some())
+        },
+    )
+    .await
+    .unwrap();
+    step("kubectl get leadergroups -o wide");
+    kubectl(&["-n", &ns.name, "get", "leadergroups", "-o", "wide"]);
+    step(&format!("kubectl get pods -L {ROLE_LABEL}"));
+    kubectl(&["-n", &ns.name, "get", "pods", "-L", ROLE_LABEL]);
+
+    step(&format!(
+        "deleting the leader {HANDOVERS} times; each time a new pod joins so three remain"
+    ));
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut times = Vec::new();
+    for round in 0..HANDOVERS {
+        let leader = current_leader(&groups).await;
+        let mut events = watcher(pods.clone(), watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        // The watch is live once it has delivered the current pods.
+        let _ = events.try_next().await;
+        let started = Instant::now();
+        kubelet.begin_termination(&leader).await.unwrap();
+        let new_leader = loop {
+            let pod = tokio::time::timeout(TIMEOUT, events.try_next())
+                .await
+                .expect("handover within 30 s")
+                .unwrap()
+                .unwrap();
+            if pod.name_any() != leader
+                && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER)
+            {
+                break pod;
+            }
+        };
+        let took = started.elapsed();
+        times.push(took);
+        let epoch = new_leader
+            .annotations()
+            .get("leadergroup.io/epoch")
+            .cloned()
+            .unwrap_or_default();
+        println!(
+            "  handover {}: {leader} deleted -> {} leads at epoch {epoch} after {:.1} ms",
+            round + 1,
+            new_leader.name_any(),
+            took.as_secs_f64() * 1000.0
+        );
+        // The kubelet finishes the old pod's termination; a replacement joins as a follower.
+        kubelet.finish_termination(&leader).await.unwrap();
+        kubelet
+            .create_ready_pod(&format!("payments-{}", round + 3), &[("app", "payments")])
+            .await
+            .unwrap();
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "  median handover {:.1} ms over {} deletions (min {:.1} ms, max {:.1} ms), measured from the DELETE request to the new leader's label seen by a watch",
+        median.as_secs_f64() * 1000.0,
+        times.len(),
+        times[0].as_secs_f64() * 1000.0,
+        times[times.len() - 1].as_secs_f64() * 1000.0
+    );
+
+    wait_until("roles settle", TIMEOUT, || async {
+        let list = pods.list(&Default::default()).await?;
+        let settled = list
+            .items
+            .iter()
+            .all(|p| p.labels().contains_key(ROLE_LABEL));
+        Ok::<_, kube::Error>(settled.then_some(()))
+    })
+    .await
+    .unwrap();
+    step("kubectl get leadergroups -o wide");
+    kubectl(&["-n", &ns.name, "get", "leadergroups", "-o", "wide"]);
+    step(&format!("kubectl get pods -L {ROLE_LABEL}"));
+    kubectl(&["-n", &ns.name, "get", "pods", "-L", ROLE_LABEL]);
+    step("kubectl describe leadergroup payments (events)");
+    let out = cp
+        .kubectl()
+        .args(["-n", &ns.name, "describe", "leadergroup", "payments"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    if let Some(i) = text.find("Events:") {
+        print!("{}", &text[i..]);
+    }
+
+    println!("\nThe cluster and the operator are still running. Look around:");
+    println!("  export KUBECONFIG={}", cp.kubeconfig_path().display());
+    println!(
+        "  kubectl -n {} get lg -w      # then, in another shell:",
+        ns.name
+    );
+    println!(
+        "  kubectl -n {} delete pod <the leader> --wait=false",
+        ns.name
+    );
+    println!(
+        "  (the simulated kubelet is gone, so a deleted pod stays Terminating: finish with --grace-period=0 --force)"
+    );
+    println!("Stop everything with: make cluster-down");
+}
+
+async fn current_leader(groups: &Api<LeaderGroup>) -> String {
+    let g = wait_for_object(
+        groups,
+        "payments",
+        "a leader",
+        TIMEOUT,
+        |g: Option<&LeaderGroup>| {
+            g.and_then(|g| g.status.as_ref())
+                .is_some_and(|s| s.leader.is_some())
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    g.status.unwrap().leader.unwrap()
+}
