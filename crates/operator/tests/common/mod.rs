@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -100,7 +99,8 @@ impl Operator {
             .args(["--http-addr", &http.to_string()])
             .args(extra)
             .env("RUST_LOG", "info,leadergroup_operator=debug,kube=warn")
-            .stdout(Stdio::null())
+            // tracing writes to stdout; stderr has the fatal error, if any. Both into the log.
+            .stdout(file.try_clone().unwrap())
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
