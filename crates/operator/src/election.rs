@@ -511,6 +511,9 @@ fn reason_for(
     }
     match obs.pods.iter().find(|p| p.name_any() == old) {
         None => Reason::LeaderDeleted,
+        // A DELETE with grace period 0 (a force delete, or the kubelet finishing) shows first as an
+        // update with a deletionTimestamp and a grace of 0, then as the deletion: it is a deletion.
+        Some(p) if p.metadata.deletion_grace_period_seconds == Some(0) => Reason::LeaderDeleted,
         Some(p) if p.metadata.deletion_timestamp.is_some() => Reason::LeaderTerminating,
         Some(p) if !m.owned.iter().any(|o| o.name_any() == p.name_any()) => Reason::LeaderLeftGroup,
         Some(p) if !is_running_ready(p) => Reason::LeaderNotReady,

@@ -388,6 +388,14 @@ fn a_terminating_leader_hands_over_before_it_is_gone() {
 }
 
 #[test]
+fn a_leader_deleted_with_no_grace_is_deleted_not_terminating() {
+    let mut forced = PodFixture::new("a", 1).leader(4).terminating();
+    forced.pod.metadata.deletion_grace_period_seconds = Some(0);
+    let p = handover(vec![forced, PodFixture::new("b", 2).follower()]);
+    assert_eq!(p.transition.map(|t| t.reason), Some(Reason::LeaderDeleted));
+}
+
+#[test]
 fn a_not_ready_leader_hands_over() {
     let p = handover(vec![
         PodFixture::new("a", 1).leader(4).not_ready(),
