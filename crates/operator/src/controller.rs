@@ -9,7 +9,6 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -56,6 +55,8 @@ pub struct Context {
     pending: Mutex<HashMap<ObjectRef<LeaderGroup>, Instant>>,
     /// Whether this replica may act (always true without `--leader-elect`).
     active: watch::Receiver<bool>,
+    /// Whether every watch has delivered its first list.
+    synced: watch::Receiver<bool>,
 }
 
 impl Context {
@@ -185,6 +186,7 @@ pub async fn run(
         caches: caches.clone(),
         pending: Mutex::new(HashMap::new()),
         active: active.clone(),
+        synced: ready.subscribe(),
     });
 
     let readiness = Readiness {
@@ -234,11 +236,7 @@ fn groups_of_pod(ctx: &Context, pod: &Pod) -> Vec<ObjectRef<LeaderGroup>> {
         .state()
         .iter()
         .filter(|g| g.namespace() == ns)
-        .filter(|g| {
-            marked_group == Some(&g.name_any())
-                || Selector::try_from(g.spec.selector.to_label_selector())
-                    .is_ok_and(|s| !g.spec.selector.is_empty() && s.matches(pod.labels()))
-        })
+        .filter(|g| marked_group == Some(&g.name_any()) || g.spec.selector.matches(pod.labels()))
         .map(|g| ObjectRef::from_obj(g.as_ref()))
         .collect();
     for r in &refs {
@@ -251,6 +249,9 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     if !ctx.is_active() {
         return Ok(Action::await_change());
     }
+    // The Controller starts as soon as the groups are listed; deciding before the pods are would
+    // see no candidate and depose a healthy leader (a spurious NoCandidates, then a new epoch).
+    let _ = ctx.synced.clone().wait_for(|synced| *synced).await;
     let started = Instant::now();
     let ns = group
         .namespace()

@@ -154,6 +154,26 @@ impl PodSelector {
         }
     }
 
+    /// True when `labels` satisfy every requirement. An empty selector matches nothing: the API
+    /// server refuses one, and a group must never take every pod of a namespace. Evaluated on
+    /// every pod event for every group, so it allocates nothing.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.is_empty()
+            && self
+                .match_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    SelectorOperator::In => value.is_some_and(|v| r.values.contains(v)),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOperator::Exists => value.is_some(),
+                    SelectorOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+
     /// True when the selector has no requirement at all (the API server refuses such a group).
     pub fn is_empty(&self) -> bool {
         self.match_labels.is_empty() && self.match_expressions.is_empty()

@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
+use kube::core::Selector;
 
 use crate::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LABEL,
@@ -196,12 +196,15 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         };
     }
 
-    let selector = match Selector::try_from(group.spec.selector.to_label_selector()) {
-        Ok(s) if !group.spec.selector.is_empty() => s,
-        Ok(_) => return invalid_selector(group, status, "the selector is empty".into(), obs.now),
-        Err(e) => return invalid_selector(group, status, e.to_string(), obs.now),
-    };
-    let membership = membership(obs, &selector);
+    // Validated through kube's parser once; matching then uses the allocation-free
+    // PodSelector::matches.
+    if group.spec.selector.is_empty() {
+        return invalid_selector(group, status, "the selector is empty".into(), obs.now);
+    }
+    if let Err(e) = Selector::try_from(group.spec.selector.to_label_selector()) {
+        return invalid_selector(group, status, e.to_string(), obs.now);
+    }
+    let membership = membership(obs);
     let succession: Vec<&Pod> = membership
         .owned
         .iter()
@@ -408,7 +411,8 @@ fn requeue_after(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> Duration
         .max(Duration::from_millis(100))
 }
 
-fn membership<'a>(obs: &Observation<'a>, selector: &Selector) -> Membership<'a> {
+fn membership<'a>(obs: &Observation<'a>) -> Membership<'a> {
+    let selector = &obs.group.spec.selector;
     let group_name = obs.group.name_any();
     let mut older: Vec<&LeaderGroup> = obs
         .groups
@@ -427,10 +431,7 @@ fn membership<'a>(obs: &Observation<'a>, selector: &Selector) -> Membership<'a> 
     let mut owned = Vec::new();
     let mut overlapped = Vec::new();
     for pod in &matched {
-        let holder = older.iter().find(|g| {
-            Selector::try_from(g.spec.selector.to_label_selector())
-                .is_ok_and(|s| !g.spec.selector.is_empty() && s.matches(pod.labels()))
-        });
+        let holder = older.iter().find(|g| g.spec.selector.matches(pod.labels()));
         match holder {
             Some(g) => overlapped.push((*pod, g.name_any())),
             None => owned.push(*pod),

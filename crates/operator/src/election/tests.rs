@@ -714,6 +714,29 @@ fn match_expressions_select_pods() {
 }
 
 #[test]
+fn selector_operators_follow_kubernetes_semantics() {
+    let labels: BTreeMap<String, String> = [("app".to_string(), "pay".to_string())].into();
+    let req = |operator, values: &[&str]| PodSelector {
+        match_labels: BTreeMap::new(),
+        match_expressions: vec![SelectorRequirement {
+            key: "app".into(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }],
+    };
+    assert!(req(SelectorOperator::In, &["pay", "x"]).matches(&labels));
+    assert!(!req(SelectorOperator::In, &["x"]).matches(&labels));
+    assert!(!req(SelectorOperator::NotIn, &["pay"]).matches(&labels));
+    assert!(req(SelectorOperator::NotIn, &["x"]).matches(&BTreeMap::new()));
+    assert!(req(SelectorOperator::Exists, &[]).matches(&labels));
+    assert!(req(SelectorOperator::DoesNotExist, &[]).matches(&BTreeMap::new()));
+    assert!(
+        !PodSelector::default().matches(&labels),
+        "an empty selector matches nothing"
+    );
+}
+
+#[test]
 fn an_empty_selector_is_refused_rather_than_selecting_everything() {
     let mut g = group();
     g.spec.selector = PodSelector::default();
