@@ -49,6 +49,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value [`Error::category`] returns (the metric's label values).
+    pub const CATEGORIES: [&'static str; 8] = [
+        "api",
+        "conflict",
+        "finalizer",
+        "invalid",
+        "stale",
+        "serialize",
+        "config",
+        "http",
+    ];
+
     /// A short, static category for metrics labels and logs.
     pub fn category(&self) -> &'static str {
         match self {

@@ -92,6 +92,28 @@ impl Metrics {
             "Groups whose last reconcile left no leader",
             groups_without_leader.clone(),
         );
+        // An empty family is not rendered at all: create every static label set at zero, so
+        // the series exist from the start (dashboards and `rate()` alerts see the first
+        // increment, and a scrape shows what is counted before anything happened).
+        for reason in [
+            Reason::Initial,
+            Reason::LeaderDeleted,
+            Reason::LeaderTerminating,
+            Reason::LeaderNotReady,
+            Reason::LeaderLeftGroup,
+            Reason::Preferred,
+            Reason::NoCandidates,
+        ] {
+            transitions.get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            });
+        }
+        for category in Error::CATEGORIES {
+            reconcile_errors.get_or_create(&CategoryLabel { category });
+        }
+        for object in ["Lease", "LeaderGroup status", "Pod"] {
+            conflicts.get_or_create(&ObjectLabel { object });
+        }
         Metrics {
             registry,
             transitions,
@@ -173,5 +195,33 @@ mod tests {
             text.contains("leadergroup_handover_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_series_exists_at_zero_before_anything_happened() {
+        let text = Metrics::new().render();
+        for sample in [
+            r#"leadergroup_transitions_total{reason="Initial"} 0"#,
+            r#"leadergroup_transitions_total{reason="NoCandidates"} 0"#,
+            r#"leadergroup_reconcile_errors_total{category="api"} 0"#,
+            r#"leadergroup_reconcile_errors_total{category="http"} 0"#,
+            r#"leadergroup_conflicts_total{object="Lease"} 0"#,
+        ] {
+            assert!(text.contains(sample), "{sample} missing:\n{text}");
+        }
+        // CATEGORIES is the list category() draws from.
+        let categories = [
+            Error::Conflict("Lease"),
+            Error::MissingNamespace(String::new()),
+            Error::StaleDecision(String::new()),
+            Error::Config(String::new()),
+        ];
+        for e in &categories {
+            assert!(
+                Error::CATEGORIES.contains(&e.category()),
+                "{}",
+                e.category()
+            );
+        }
     }
 }
