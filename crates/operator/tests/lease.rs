@@ -1,0 +1,230 @@
+//! The Lease as the source of truth, under interference: deleted by hand, rewritten by a foreign
+//! writer while the operator hands over, and a Lease of the group's name that the group does not
+//! own.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{InvariantWatcher, Operator, Settled, World, group, lease};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, ResourceExt};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, lease_name_for};
+use leadergroup_operator::election::LEADER_ELECTED;
+use leadergroup_testenv::control_plane;
+
+async fn started(prefix: &str, pods: usize) -> (World, Operator, InvariantWatcher, Vec<String>) {
+    let w = World::new(prefix).await;
+    let names = w.ordered_ready_pods("app", pods, "pay").await;
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pay", "pay"))
+        .await
+        .unwrap();
+    let s = w
+        .wait_settled("pay", "app-0 leads at epoch 1", |s| s.epoch == 1)
+        .await;
+    assert_eq!(s.leader, names[0]);
+    (w, op, watch, names)
+}
+
+#[tokio::test]
+async fn lease_deleted_by_hand_is_recreated_without_reusing_an_epoch() {
+    let (w, _op, watch, pods) = started("lease-deleted", 3).await;
+    let leases: Api<Lease> = w.ns.api();
+    let first = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Recreated, owned by the group, with the same leader at the same token: nothing changed hands.
+    let s = w.wait_settled("pay", "the Lease recreated", |_| true).await;
+    assert_eq!(
+        s,
+        Settled {
+            leader: pods[0].clone(),
+            epoch: 1
+        }
+    );
+    let again = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
+    assert_ne!(again.uid(), first.uid(), "a new Lease");
+    let group_uid = w.groups.get("pay").await.unwrap().uid();
+    assert!(
+        again
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == group_uid.as_ref())
+    );
+
+    // Deleted again together with a handover: the new leader takes a new token, not one the
+    // missing Lease would have suggested.
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    let s = w
+        .wait_settled("pay", "app-1 leads at epoch 2", |s| s.epoch >= 2)
+        .await;
+    assert_eq!(
+        s,
+        Settled {
+            leader: pods[1].clone(),
+            epoch: 2
+        }
+    );
+    assert_eq!(
+        watch.assert_held(),
+        vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
+    );
+}
+
+/// Rewrites the group's Lease (its holder and its epoch annotation, each time a different one)
+/// with its own compare-and-swap, as fast as it can, until `stop`. Returns how many of its writes
+/// the API server accepted.
+fn foreign_writer(leases: Api<Lease>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut accepted = 0;
+        let mut i: i64 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            if let Ok(Some(mut l)) = leases.get_opt(&lease_name_for("pay")).await {
+                let current: i64 = l
+                    .annotations()
+                    .get(EPOCH_ANNOTATION)
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or(0);
+                // Sometimes lower, sometimes higher than what the operator wrote.
+                let forged = (current + (i % 7) - 3).max(0);
+                l.annotations_mut()
+                    .insert(EPOCH_ANNOTATION.into(), forged.to_string());
+                l.spec.get_or_insert_with(Default::default).holder_identity =
+                    Some(format!("intruder-{i}"));
+                // replace() sends the resourceVersion read: a CAS, as the operator's own.
+                if leases
+                    .replace(&l.name_any(), &PostParams::default(), &l)
+                    .await
+                    .is_ok()
+                {
+                    accepted += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        accepted
+    })
+}
+
+#[tokio::test]
+async fn foreign_lease_writer_during_handovers_never_makes_an_epoch_reused() {
+    let (w, _op, watch, pods) = started("lease-foreign", 4).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = foreign_writer(w.ns.api(), stop.clone());
+    let mut not_ready: Option<String> = None;
+    for _ in 0..4 {
+        let leader = w.groups.get("pay").await.unwrap().status.unwrap().leader;
+        if let Some(leader) = leader {
+            w.kubelet.set_ready(&leader, false).await.unwrap();
+            if let Some(back) = not_ready.replace(leader) {
+                w.kubelet.set_ready(&back, true).await.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let accepted = writer.await.unwrap();
+    assert!(
+        accepted > 0,
+        "the foreign writer never got a write in: the test proves nothing"
+    );
+
+    // Converges (I2) on the newest token handed out, held by a Ready pod.
+    let s = w
+        .wait_settled("pay", "settled after the foreign writer stopped", |_| true)
+        .await;
+    let leaders = watch.assert_held();
+    let max_handed = leaders.iter().map(|(_, e)| *e).max().unwrap();
+    assert_eq!(
+        s.epoch, max_handed,
+        "the settled leader holds the newest token; leaders: {leaders:?}"
+    );
+    assert!(
+        not_ready.as_deref() != Some(s.leader.as_str()),
+        "{s:?} is NotReady"
+    );
+    assert!(pods.contains(&s.leader));
+    assert!(leaders.len() >= 3, "handovers happened: {leaders:?}");
+}
+
+#[tokio::test]
+async fn lease_not_owned_by_the_group_is_never_overwritten() {
+    let w = World::new("lease-notowned").await;
+    let leases: Api<Lease> = w.ns.api();
+    let foreign = Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name_for("pay")),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("someone-else".into()),
+            lease_duration_seconds: Some(30),
+            ..Default::default()
+        }),
+    };
+    let foreign = leases
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let pods = w.ordered_ready_pods("app", 2, "pay").await;
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    // A short Lease: the operator looks again once per duration for the foreign Lease to go.
+    let mut g = group("pay", "pay");
+    g.spec.lease_duration_seconds = 3;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+
+    let status = w
+        .wait_status("pay", "condition LeaseNotOwned", |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == LEADER_ELECTED && c.status == "False" && c.reason == "LeaseNotOwned"
+            })
+        })
+        .await;
+    assert_eq!(status.leader, None);
+    w.wait_event("pay", "LeaseNotOwned", &lease_name_for("pay"))
+        .await;
+    // Pod events make the operator decide again: still refused, still untouched.
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    w.kubelet.set_ready(&pods[0], true).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = leases.get(&lease_name_for("pay")).await.unwrap();
+    assert_eq!(
+        now.resource_version(),
+        foreign.resource_version(),
+        "the foreign Lease was written to"
+    );
+    assert_eq!(w.labeled_leaders("pay").await, vec![]);
+
+    // Its owner removes it: the group takes over.
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let s = w
+        .wait_settled("pay", "elected once the foreign Lease is gone", |_| true)
+        .await;
+    assert_eq!(
+        s,
+        Settled {
+            leader: pods[0].clone(),
+            epoch: 1
+        }
+    );
+    assert_eq!(watch.assert_held(), vec![(pods[0].clone(), 1)]);
+}
