@@ -192,7 +192,10 @@ type Marks = (Option<String>, Option<String>, Option<i64>);
 #[derive(Default)]
 struct Recorded {
     pods: HashMap<String, Marks>,
-    epoch_owner: BTreeMap<i64, String>,
+    /// Per group (epochs are per group: two groups each have an epoch 1): who got each epoch.
+    epoch_owner: BTreeMap<(String, i64), String>,
+    /// Per group: the last epoch a leader was seen with.
+    last_epoch: BTreeMap<String, i64>,
     leaders: Vec<(String, i64)>,
     violations: Vec<String>,
     events: usize,
@@ -287,21 +290,24 @@ impl Recorded {
         if role.as_deref() == Some(ROLE_LEADER)
             && let Some(e) = epoch
         {
-            match self.epoch_owner.get(&e) {
+            let group = group.unwrap_or_default();
+            match self.epoch_owner.get(&(group.clone(), e)) {
                 Some(owner) if owner != &name => self.violations.push(format!(
-                    "I3: epoch {e} handed to {owner} and then to {name}"
+                    "I3: group {group:?}: epoch {e} handed to {owner} and then to {name}"
                 )),
                 _ => {
-                    self.epoch_owner.insert(e, name.clone());
+                    self.epoch_owner.insert((group.clone(), e), name.clone());
                 }
             }
+            if let Some(last) = self.last_epoch.get(&group)
+                && *last > e
+            {
+                self.violations.push(format!(
+                    "I3: group {group:?}: epoch went down from {last} to {e} ({name})"
+                ));
+            }
+            self.last_epoch.insert(group, e);
             if self.leaders.last() != Some(&(name.clone(), e)) {
-                if let Some((_, last)) = self.leaders.last()
-                    && *last > e
-                {
-                    self.violations
-                        .push(format!("I3: epoch went down from {last} to {e} ({name})"));
-                }
                 self.leaders.push((name, e));
             }
         }
