@@ -1,0 +1,82 @@
+//! Deleting a LeaderGroup: its finalizer removes the operator's labels and annotations from the
+//! pods and deletes the Lease (nothing garbage-collects here), then lets the group go. The pods stay.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{CONVERGE, Operator, World, group, lease};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, PostParams};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, FINALIZER, GROUP_ANNOTATION, ROLE_LABEL};
+use leadergroup_testenv::{control_plane, wait_until};
+
+#[tokio::test]
+async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
+    let w = World::new("cleanup").await;
+    let pods = w.ordered_ready_pods("app", 3, "pay").await;
+    // A pod of another group in the same namespace keeps its marks.
+    w.kubelet
+        .create_ready_pod("other-0", &[("app", "other")])
+        .await
+        .unwrap();
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pay", "pay"))
+        .await
+        .unwrap();
+    w.groups
+        .create(&PostParams::default(), &group("other", "other"))
+        .await
+        .unwrap();
+    w.wait_settled("pay", "pay elected", |_| true).await;
+    w.wait_settled("other", "other elected", |_| true).await;
+    assert!(
+        w.groups
+            .get("pay")
+            .await
+            .unwrap()
+            .finalizers()
+            .contains(&FINALIZER.to_string())
+    );
+
+    w.groups
+        .delete("pay", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the group is gone", CONVERGE, || async {
+        w.groups
+            .get_opt("pay")
+            .await
+            .map(|g| g.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    // The finalizer did its work before the group went: nothing is left to wait for.
+    for name in &pods {
+        let p = w.pods.get(name).await.expect("the pods still exist");
+        assert!(
+            !p.labels().contains_key(ROLE_LABEL),
+            "{name}: {:?}",
+            p.labels()
+        );
+        assert!(
+            !p.annotations().contains_key(EPOCH_ANNOTATION),
+            "{name}: {:?}",
+            p.annotations()
+        );
+        assert!(
+            !p.annotations().contains_key(GROUP_ANNOTATION),
+            "{name}: {:?}",
+            p.annotations()
+        );
+    }
+    assert!(
+        lease(&w.ns.client, &w.ns.name, "pay").await.is_none(),
+        "the Lease is deleted"
+    );
+    assert_eq!(
+        w.settled("other").await.unwrap().map(|s| s.leader),
+        Some("other-0".to_string()),
+        "the other group is untouched"
+    );
+}

@@ -1,0 +1,126 @@
+//! Invalid LeaderGroups are refused by the API server itself (OpenAPI schema and CEL rules), with
+//! a message that names the field, as `kubectl apply` would show it. Sent as raw JSON, since the
+//! typed API cannot even express most of these objects.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::install_crd;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::namespace;
+use serde_json::{Value, json};
+
+fn object(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "leadergroup.io/v1alpha1",
+        "kind": "LeaderGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
+    let ns = namespace("validation").await.unwrap();
+    install_crd(&ns.client).await;
+    let resource = ApiResource::erase::<LeaderGroup>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let selector = json!({"matchLabels": {"app": "pay"}});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "missing-selector",
+            json!({"leaseDurationSeconds": 15}),
+            "spec.selector",
+        ),
+        ("empty-selector", json!({"selector": {}}), "spec.selector"),
+        (
+            "empty-match-labels",
+            json!({"selector": {"matchLabels": {}}}),
+            "spec.selector",
+        ),
+        (
+            "lease-zero",
+            json!({"selector": selector, "leaseDurationSeconds": 0}),
+            "spec.leaseDurationSeconds",
+        ),
+        (
+            "lease-3601",
+            json!({"selector": selector, "leaseDurationSeconds": 3601}),
+            "spec.leaseDurationSeconds",
+        ),
+        (
+            "bad-preferred",
+            json!({"selector": selector, "preferredLeader": "Not_A_Pod"}),
+            "spec.preferredLeader",
+        ),
+        (
+            "operator-foo",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Foo", "values": ["x"]}]}}),
+            "spec.selector.matchExpressions[0].operator",
+        ),
+        (
+            "in-no-values",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": []}]}}),
+            "spec.selector.matchExpressions[0]",
+        ),
+        (
+            "in-values-absent",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}),
+            "spec.selector.matchExpressions[0]",
+        ),
+        (
+            "bad-label-key",
+            json!({"selector": {"matchLabels": {"bad key!": "x"}}}),
+            "spec.selector.matchLabels",
+        ),
+        (
+            "bad-expression-key",
+            json!({"selector": {"matchExpressions": [{"key": "-bad", "operator": "Exists"}]}}),
+            "spec.selector.matchExpressions[0].key",
+        ),
+        (
+            "bad-label-value",
+            json!({"selector": {"matchLabels": {"app": "not a value"}}}),
+            "spec.selector.matchLabels",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, spec, field) in &cases {
+        match api
+            .create(&PostParams::default(), &object(name, spec.clone()))
+            .await
+        {
+            Err(kube::Error::Api(status))
+                if status.code == 422 && status.message.contains(field) => {}
+            Err(kube::Error::Api(status)) => failures.push(format!(
+                "{name}: {} {:?} does not name {field}",
+                status.code, status.message
+            )),
+            Err(e) => failures.push(format!("{name}: unexpected error {e}")),
+            Ok(_) => failures.push(format!("{name}: accepted")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The control: a valid group of each selector form is accepted, with the default duration.
+    let valid = [
+        ("match-labels", json!({"selector": selector})),
+        (
+            "match-expressions",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
+        ),
+    ];
+    for (name, spec) in valid {
+        let created = api
+            .create(&PostParams::default(), &object(name, spec))
+            .await
+            .unwrap();
+        assert_eq!(
+            created.data["spec"]["leaseDurationSeconds"],
+            json!(15),
+            "{name}"
+        );
+    }
+}
