@@ -104,15 +104,15 @@ impl Metrics {
             Reason::Preferred,
             Reason::NoCandidates,
         ] {
-            transitions.get_or_create(&ReasonLabel {
+            let _ = transitions.get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             });
         }
         for category in Error::CATEGORIES {
-            reconcile_errors.get_or_create(&CategoryLabel { category });
+            let _ = reconcile_errors.get_or_create(&CategoryLabel { category });
         }
         for object in ["Lease", "LeaderGroup status", "Pod"] {
-            conflicts.get_or_create(&ObjectLabel { object });
+            let _ = conflicts.get_or_create(&ObjectLabel { object });
         }
         Metrics {
             registry,
