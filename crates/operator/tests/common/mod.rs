@@ -139,18 +139,7 @@ impl Operator {
 
     /// GETs `path` on its HTTP endpoint: (status code, body).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Some((code, body))
+        http_get(self.http, path).await
     }
 
     /// Waits until /readyz answers 200 and returns its body.
@@ -604,9 +593,7 @@ impl Operator {
     /// The role /readyz reports once ready ("active" or "standby"); None while it answers 503
     /// or does not answer at all.
     pub async fn role(&self) -> Option<String> {
-        let (code, body) = self.get("/readyz").await?;
-        let role = body.trim().strip_prefix("ready: ")?;
-        (code == 200).then(|| role.to_string())
+        readyz_role(self.http).await
     }
 
     /// Waits until /readyz reports `role`.
@@ -627,5 +614,90 @@ impl Operator {
         let (code, body) = self.get("/metrics").await.expect("/metrics answers");
         assert_eq!(code, 200, "{body}");
         body
+    }
+}
+
+/// GETs `path` from an operator's HTTP endpoint at `addr`: (status code, body); None when nothing
+/// answers there (not started yet, or dead).
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The role /readyz at `addr` reports once ready ("active", "standby"); None while it answers
+/// 503 or nothing answers.
+pub async fn readyz_role(addr: SocketAddr) -> Option<String> {
+    let (code, body) = http_get(addr, "/readyz").await?;
+    let role = body.trim().strip_prefix("ready: ")?;
+    (code == 200).then(|| role.to_string())
+}
+
+/// Polls the /readyz of several operator replicas every 20 ms and records every moment at which
+/// more than one of them said "active".
+pub struct ActiveMonitor {
+    overlaps: Arc<Mutex<Vec<String>>>,
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ActiveMonitor {
+    pub fn start(replicas: Vec<(String, SocketAddr)>) -> ActiveMonitor {
+        let overlaps = Arc::new(Mutex::new(Vec::new()));
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (o, p) = (overlaps.clone(), polls.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let roles =
+                    futures::future::join_all(replicas.iter().map(|(_, a)| readyz_role(*a))).await;
+                let active: Vec<&str> = replicas
+                    .iter()
+                    .zip(&roles)
+                    .filter(|(_, r)| r.as_deref() == Some("active"))
+                    .map(|((id, _), _)| id.as_str())
+                    .collect();
+                if active.len() > 1 {
+                    o.lock().unwrap().push(format!(
+                        "{} active at once: {active:?}",
+                        jiff::Timestamp::now()
+                    ));
+                }
+                p.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        ActiveMonitor {
+            overlaps,
+            polls,
+            task,
+        }
+    }
+
+    /// Panics if two replicas ever said "active" at once (or if it never polled).
+    pub fn assert_never_two_active(&self) {
+        assert!(
+            self.polls.load(std::sync::atomic::Ordering::Relaxed) > 10,
+            "the monitor barely polled"
+        );
+        let overlaps = self.overlaps.lock().unwrap();
+        assert!(
+            overlaps.is_empty(),
+            "two operators active at once:\n{}",
+            overlaps.join("\n")
+        );
+    }
+}
+
+impl Drop for ActiveMonitor {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

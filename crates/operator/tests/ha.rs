@@ -1,0 +1,168 @@
+//! Operator HA with `--leader-elect`: two replicas, one active and one standby (their /readyz says
+//! which); the standby takes over when the active one dies (SIGKILL: once the operator Lease runs
+//! out) or shuts down (SIGTERM: at once, it releases the Lease); the groups keep converging under
+//! the new replica; never are two replicas active at once, and never are two pods leaders.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ActiveMonitor, CONVERGE, InvariantWatcher, Operator, World, group, lease};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use leadergroup_operator::crd::ARBITER_ANNOTATION;
+use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_testenv::{control_plane, wait_until};
+
+/// The operator Lease's name when --leader-elect-lease-name is not given.
+const OPERATOR_LEASE: &str = "leadergroup-operator";
+/// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
+/// until their Leases run out, so keep it short.
+const GROUP_LEASE_SECONDS: i32 = 3;
+/// Scheduling and API latency on a small shared machine, on top of a Lease duration.
+const SLACK: Duration = Duration::from_secs(7);
+
+struct Pair {
+    w: World,
+    a: Operator,
+    b: Operator,
+    watch: InvariantWatcher,
+    monitor: ActiveMonitor,
+    first_leader: String,
+}
+
+/// Three Ready pods, replica a active, replica b standby, a group with a leader at epoch 1.
+async fn pair(prefix: &str, operator_lease_seconds: &str) -> Pair {
+    let cp = control_plane().await.unwrap();
+    let w = World::new(prefix).await;
+    w.ordered_ready_pods("app", 3, "ha").await;
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        &w.ns.name,
+        "--leader-elect-lease-duration",
+        operator_lease_seconds,
+    ];
+    let a = Operator::start(cp, &w.ns.name, "op-a", &args).await;
+    a.wait_role("active").await;
+    let b = Operator::start(cp, &w.ns.name, "op-b", &args).await;
+    b.wait_role("standby").await;
+    let monitor = ActiveMonitor::start(vec![
+        (a.identity.clone(), a.http),
+        (b.identity.clone(), b.http),
+    ]);
+
+    let mut g = group("g", "ha");
+    g.spec.lease_duration_seconds = GROUP_LEASE_SECONDS;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+    let first = w
+        .wait_settled("g", "a leader at epoch 1", |s| s.epoch == 1)
+        .await;
+    assert_eq!(
+        arbiter(&w).await.as_deref(),
+        Some("op-a"),
+        "the active replica elected"
+    );
+    // The standby stays standby while the active one renews (3 renewals at least).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(b.role().await.as_deref(), Some("standby"), "{}", b.logs());
+    Pair {
+        w,
+        a,
+        b,
+        watch,
+        monitor,
+        first_leader: first.leader,
+    }
+}
+
+async fn arbiter(w: &World) -> Option<String> {
+    lease(&w.ns.client, &w.ns.name, "g")
+        .await?
+        .annotations()
+        .get(ARBITER_ANNOTATION)
+        .cloned()
+}
+
+async fn operator_lease(w: &World) -> LeaseRecord {
+    let l = Api::<Lease>::namespaced(w.ns.client.clone(), &w.ns.name)
+        .get(OPERATOR_LEASE)
+        .await
+        .unwrap();
+    LeaseRecord::from_lease(&l)
+}
+
+/// Waits (up to `bound`) until `op` says active; returns how long that took.
+async fn wait_active(op: &Operator, bound: Duration) -> Duration {
+    let started = Instant::now();
+    wait_until(&format!("{} takes over", op.identity), bound, || async {
+        Ok::<_, String>((op.role().await.as_deref() == Some("active")).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    started.elapsed()
+}
+
+/// After the takeover the group still hands over: the new replica becomes its arbiter once the
+/// dead one's Lease ran out, and a deleted leader is replaced at epoch 2.
+async fn handover_under(p: &Pair, identity: &str) {
+    p.w.kubelet.delete_now(&p.first_leader).await.unwrap();
+    let second =
+        p.w.wait_settled("g", "a new leader at epoch 2 under the new replica", |s| {
+            s.epoch == 2
+        })
+        .await;
+    assert_ne!(second.leader, p.first_leader);
+    assert_eq!(arbiter(&p.w).await.as_deref(), Some(identity));
+}
+
+#[tokio::test]
+async fn sigkill_of_the_active_replica_the_standby_takes_over_within_the_lease() {
+    let mut p = pair("ha-kill", "3").await;
+    p.a.kill().await;
+    let took = wait_active(&p.b, CONVERGE).await;
+    assert!(
+        took <= Duration::from_secs(3) + SLACK,
+        "standby took {took:?} to take over a 3 s operator Lease\n{}",
+        p.b.logs()
+    );
+    assert_eq!(operator_lease(&p.w).await.holder.as_deref(), Some("op-b"));
+    handover_under(&p, "op-b").await;
+    p.monitor.assert_never_two_active();
+    let leaders = p.watch.assert_held();
+    assert_eq!(
+        leaders.iter().map(|(_, e)| *e).collect::<Vec<_>>(),
+        vec![1, 2],
+        "{leaders:?}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_over_at_once() {
+    // A long operator Lease: only the release can explain a takeover well before it runs out.
+    let lease_seconds: i64 = 20;
+    let mut p = pair("ha-term", &lease_seconds.to_string()).await;
+    let held = operator_lease(&p.w).await;
+    let would_expire = held.renew_time.unwrap() + jiff::SignedDuration::from_secs(lease_seconds);
+    assert!(p.a.terminate().await, "SIGTERM: clean exit\n{}", p.a.logs());
+    let released = operator_lease(&p.w).await;
+    assert_eq!(
+        released.holder,
+        None,
+        "released on shutdown\n{}",
+        p.a.logs()
+    );
+    wait_active(&p.b, CONVERGE).await;
+    let now = jiff::Timestamp::now();
+    assert!(
+        now < would_expire,
+        "the standby took over at {now}, not before the unreleased Lease would have expired ({would_expire})"
+    );
+    assert_eq!(operator_lease(&p.w).await.holder.as_deref(), Some("op-b"));
+    handover_under(&p, "op-b").await;
+    p.monitor.assert_never_two_active();
+    p.watch.assert_held();
+}
