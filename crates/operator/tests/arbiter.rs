@@ -23,7 +23,7 @@ async fn two_operators_never_make_two_leaders_and_take_over_from_a_dead_arbiter(
     let w = World::new("arbiter").await;
     let pods = w.ordered_ready_pods("app", 3, "pay").await;
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let mut ops = vec![
+    let mut ops = [
         Operator::start(cp, &w.ns.name, "op-a", &[]).await,
         Operator::start(cp, &w.ns.name, "op-b", &[]).await,
     ];
