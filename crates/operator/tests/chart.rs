@@ -1,0 +1,498 @@
+//! The Helm chart installed into a real API server.
+//!
+//! The CRD is cluster-scoped and shared by every test binary on the shared API server, where it is
+//! installed by server-side apply without Helm's ownership metadata: `helm install` with
+//! `crds.enabled=true` there is refused ("cannot be imported into the current release"), and
+//! adopting it (`--take-ownership`) would make one test's release own, and its uninstall decide
+//! the fate of, every other test's LeaderGroups. So:
+//! - on the shared API server the release runs with `crds.enabled=false` and
+//!   `watchNamespaces={<test namespace>}`: RBAC, the Deployment's flags, and the operator binary
+//!   running with a token of the chart's ServiceAccount;
+//! - the CRD's lifecycle (install with the default values, Established, the same schema as
+//!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
+//!   on a private API server of its own, where the release is the CRD's only owner.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Operator, World, chart_dir, group, run_ok, run_tool};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, ResourceExt};
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::{ControlPlane, Kubelet, control_plane, namespace, wait_until};
+
+const CRD_NAME: &str = "leadergroups.leadergroup.io";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(s)) if s.is_forbidden() => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+fn not_found<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        other => panic!("{what}: expected 404 (gone), got {other:?}"),
+    }
+}
+
+/// The operator container's args in the release's Deployment.
+async fn deployment_args(client: &Client, namespace: &str, name: &str) -> Vec<String> {
+    let d = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .unwrap();
+    let spec = d.spec.template.spec.unwrap();
+    let c = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "operator")
+        .expect("operator container");
+    c.args.clone().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_nothing_more() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("chart-watch").await;
+    let rel = namespace("chart-rel").await.unwrap();
+    let other = namespace("chart-other").await.unwrap();
+    let admin = w.ns.client.clone();
+    let fullname = "lgo-leadergroup-operator";
+
+    let mut install = cp.helm();
+    install
+        .args(["install", "lgo"])
+        .arg(chart_dir())
+        .args(["--namespace", &rel.name]);
+    install.args([
+        "--set",
+        "crds.enabled=false",
+        "--set",
+        &format!("watchNamespaces={{{}}}", w.ns.name),
+    ]);
+    run_ok(install).await;
+
+    // The objects: ServiceAccount and leader-election Role in the release namespace, the
+    // operator's Role in the watched namespace only, and nothing cluster-wide.
+    Api::<ServiceAccount>::namespaced(admin.clone(), &rel.name)
+        .get(fullname)
+        .await
+        .unwrap();
+    let role = Api::<Role>::namespaced(admin.clone(), &w.ns.name)
+        .get(fullname)
+        .await
+        .unwrap();
+    let resources: Vec<String> = role
+        .rules
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| r.resources.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        !resources.iter().any(|r| r == "secrets" || r == "*"),
+        "{resources:?}"
+    );
+    let binding = Api::<RoleBinding>::namespaced(admin.clone(), &w.ns.name)
+        .get(fullname)
+        .await
+        .unwrap();
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(
+        (subject.name.as_str(), subject.namespace.as_deref()),
+        (fullname, Some(rel.name.as_str()))
+    );
+    let election = format!("{fullname}-leader-election");
+    Api::<Role>::namespaced(admin.clone(), &rel.name)
+        .get(&election)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), &rel.name)
+        .get(&election)
+        .await
+        .unwrap();
+    not_found(
+        Api::<ClusterRole>::all(admin.clone()).get(fullname).await,
+        "no ClusterRole with watchNamespaces",
+    );
+    not_found(
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .get(fullname)
+            .await,
+        "no ClusterRoleBinding with watchNamespaces",
+    );
+
+    // The binary with exactly the chart's flags (the harness sets --namespace and --http-addr
+    // itself: check the chart's, drop them), authenticated as the chart's ServiceAccount.
+    let args = deployment_args(&admin, &rel.name, fullname).await;
+    assert!(
+        args.contains(&format!("--namespace={}", w.ns.name)),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--log-format=json".to_string()), "{args:?}");
+    let chart_args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--namespace=") && !a.starts_with("--http-addr="))
+        .collect();
+    assert!(chart_args.contains(&"--leader-elect"), "{args:?}");
+    let token = rel.service_account_token(fullname).await.unwrap();
+    let kubeconfig =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-sa.kubeconfig", rel.name));
+    std::fs::write(&kubeconfig, cp.token_kubeconfig(&token)).unwrap();
+    let names = w.ordered_ready_pods("app", 2, "chart").await;
+    let mut operator =
+        Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "chart-op", &chart_args).await;
+    operator.wait_role("active").await;
+    // Its own Lease, in the release namespace, under the release's name.
+    let own = Api::<Lease>::namespaced(admin.clone(), &rel.name)
+        .get(fullname)
+        .await
+        .unwrap();
+    assert_eq!(
+        own.spec.unwrap().holder_identity.as_deref(),
+        Some("chart-op")
+    );
+
+    w.groups
+        .create(&PostParams::default(), &group("g", "chart"))
+        .await
+        .unwrap();
+    let first = w
+        .wait_settled("g", "a leader at epoch 1", |s| s.epoch == 1)
+        .await;
+    assert_eq!(first.leader, names[0]);
+    w.wait_event("g", "Initial", &names[0]).await;
+    w.kubelet.delete_now(&first.leader).await.unwrap();
+    let second = w
+        .wait_settled("g", "handover at epoch 2", |s| s.epoch == 2)
+        .await;
+    assert_eq!(second.leader, names[1]);
+    w.wait_event("g", "LeaderDeleted", &names[1]).await;
+    let logs = operator.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "the chart's RBAC misses a permission:\n{logs}"
+    );
+
+    // The same token, outside what the chart grants: 403.
+    let sa = cp.client_with_token(&token).await.unwrap();
+    forbidden(
+        Api::<Secret>::namespaced(sa.clone(), &w.ns.name)
+            .list(&ListParams::default())
+            .await,
+        "list secrets in the watched namespace",
+    );
+    forbidden(
+        Api::<Secret>::namespaced(sa.clone(), &rel.name)
+            .get("any")
+            .await,
+        "get a secret in the release namespace",
+    );
+    let outside = Kubelet::new(other.client.clone(), &other.name);
+    outside
+        .create_ready_pod("bystander", &[("app", "chart")])
+        .await
+        .unwrap();
+    let mark = serde_json::json!({"metadata": {"labels": {"leadergroup.io/role": "leader"}}});
+    forbidden(
+        Api::<Pod>::namespaced(sa.clone(), &other.name)
+            .patch("bystander", &PatchParams::default(), &Patch::Merge(&mark))
+            .await,
+        "patch a pod outside watchNamespaces",
+    );
+    forbidden(
+        Api::<Pod>::namespaced(sa.clone(), &other.name)
+            .list(&ListParams::default())
+            .await,
+        "list pods outside watchNamespaces",
+    );
+    forbidden(
+        Api::<Pod>::all(sa.clone())
+            .list(&ListParams::default())
+            .await,
+        "list pods cluster-wide",
+    );
+    forbidden(
+        Api::<LeaderGroup>::namespaced(sa.clone(), &other.name)
+            .list(&ListParams::default())
+            .await,
+        "list LeaderGroups outside watchNamespaces",
+    );
+    // In the release namespace, only its own Lease: not another one.
+    let foreign =
+        serde_json::from_value::<Lease>(serde_json::json!({"metadata": {"name": "someone-else"}}))
+            .unwrap();
+    Api::<Lease>::namespaced(admin.clone(), &rel.name)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    forbidden(
+        Api::<Lease>::namespaced(sa.clone(), &rel.name)
+            .get("someone-else")
+            .await,
+        "get another Lease in the release namespace",
+    );
+
+    // helm upgrade with a changed value reaches the Deployment.
+    let mut upgrade = cp.helm();
+    upgrade.args(["upgrade", "lgo"]).arg(chart_dir()).args([
+        "--namespace",
+        &rel.name,
+        "--reuse-values",
+        "--set",
+        "logFormat=text",
+    ]);
+    run_ok(upgrade).await;
+    let args = deployment_args(&admin, &rel.name, fullname).await;
+    assert!(args.contains(&"--log-format=text".to_string()), "{args:?}");
+    assert!(
+        args.contains(&format!("--namespace={}", w.ns.name)),
+        "--reuse-values kept watchNamespaces: {args:?}"
+    );
+
+    // helm uninstall removes the release's objects, not the groups.
+    operator.kill().await;
+    let mut uninstall = cp.helm();
+    uninstall.args(["uninstall", "lgo", "--namespace", &rel.name]);
+    run_ok(uninstall).await;
+    not_found(
+        Api::<Role>::namespaced(admin.clone(), &w.ns.name)
+            .get(fullname)
+            .await,
+        "Role after uninstall",
+    );
+    not_found(
+        Api::<ServiceAccount>::namespaced(admin.clone(), &rel.name)
+            .get(fullname)
+            .await,
+        "ServiceAccount after uninstall",
+    );
+    w.groups.get("g").await.unwrap();
+    Api::<CustomResourceDefinition>::all(admin)
+        .get(CRD_NAME)
+        .await
+        .unwrap();
+}
+
+/// etcd + kube-apiserver of this test alone (controlplane/cluster.sh), stopped on drop and by the
+/// script's watchdog when the test process exits.
+struct PrivateCluster {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl PrivateCluster {
+    async fn up(shared: &ControlPlane) -> PrivateCluster {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("chart-cluster-{}", std::process::id()));
+        let mut cmd = std::process::Command::new(repo_root().join("controlplane/cluster.sh"));
+        cmd.arg("up")
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--watch-pid", &std::process::id().to_string()]);
+        cmd.arg("--bin-dir").arg(shared.bin_dir());
+        run_ok(cmd).await;
+        PrivateCluster {
+            dir,
+            bin: shared.bin_dir().to_path_buf(),
+        }
+    }
+
+    fn tool(&self, name: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(self.bin.join(name));
+        cmd.env("KUBECONFIG", self.dir.join("kubeconfig"));
+        cmd
+    }
+
+    async fn client(&self) -> Client {
+        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(repo_root().join("controlplane/cluster.sh"))
+            .arg("down")
+            .arg("--dir")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+async fn established_crd(client: &Client) -> CustomResourceDefinition {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_until("CRD Established", common::CONVERGE, || async {
+        let crd = crds.get_opt(CRD_NAME).await?;
+        let established = crd
+            .as_ref()
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        Ok::<_, kube::Error>(crd.filter(|_| established))
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_the_groups() {
+    let shared = control_plane().await.unwrap();
+    let cluster = PrivateCluster::up(shared).await;
+    let client = cluster.client().await;
+    let release = "leadergroup-operator";
+
+    let mut install = cluster.tool("helm");
+    install.args(["install", release]).arg(chart_dir()).args([
+        "--namespace",
+        "leadergroup-system",
+        "--create-namespace",
+    ]);
+    let notes = run_ok(install).await;
+    assert!(
+        notes.contains("kubectl get leadergroups"),
+        "NOTES:\n{notes}"
+    );
+
+    // Established, with the schema of crds/leadergroup.yaml (the API server's own defaults aside),
+    // owned by the release and kept on uninstall.
+    let live = established_crd(&client).await;
+    let source: CustomResourceDefinition = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo_root().join("crds/leadergroup.yaml")).unwrap(),
+    )
+    .unwrap();
+    // The API server fills in what a v1 CRD leaves out: the list kind and the conversion
+    // strategy. Fill them into the source the same way, and compare the rest exactly.
+    let mut source_spec = source.spec.clone();
+    source_spec
+        .names
+        .list_kind
+        .get_or_insert_with(|| format!("{}List", source_spec.names.kind));
+    if source_spec.conversion.is_none() {
+        source_spec.conversion = live
+            .spec
+            .conversion
+            .clone()
+            .filter(|c| c.strategy == "None");
+    }
+    let live_spec = serde_json::to_value(&live.spec).unwrap();
+    assert_eq!(
+        live_spec,
+        serde_json::to_value(&source_spec).unwrap(),
+        "the installed CRD differs from crds/leadergroup.yaml"
+    );
+    assert_eq!(
+        live.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("Helm")
+    );
+    assert_eq!(
+        live.annotations()
+            .get("meta.helm.sh/release-name")
+            .map(String::as_str),
+        Some(release)
+    );
+    assert_eq!(
+        live.annotations()
+            .get("helm.sh/resource-policy")
+            .map(String::as_str),
+        Some("keep")
+    );
+    let uid = live.uid();
+
+    // Default values: cluster-wide RBAC and the leader-election Role.
+    Api::<ClusterRole>::all(client.clone())
+        .get(release)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .get(release)
+        .await
+        .unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), "leadergroup-system")
+        .get(release)
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(client.clone(), "leadergroup-system")
+        .get(&format!("{release}-leader-election"))
+        .await
+        .unwrap();
+    let args = deployment_args(&client, "leadergroup-system", release).await;
+    assert!(
+        args.contains(&"--log-format=json".to_string())
+            && !args.iter().any(|a| a.starts_with("--namespace")),
+        "{args:?}"
+    );
+
+    // A LeaderGroup, applied the way a user does.
+    let mut kubectl = cluster.tool("kubectl");
+    kubectl.args(["create", "namespace", "app"]);
+    run_ok(kubectl).await;
+    let groups: Api<LeaderGroup> = Api::namespaced(client.clone(), "app");
+    groups
+        .create(&PostParams::default(), &group("my-app", "my-app"))
+        .await
+        .unwrap();
+
+    let mut upgrade = cluster.tool("helm");
+    upgrade.args(["upgrade", release]).arg(chart_dir()).args([
+        "--namespace",
+        "leadergroup-system",
+        "--set",
+        "logFormat=text",
+    ]);
+    run_ok(upgrade).await;
+    let args = deployment_args(&client, "leadergroup-system", release).await;
+    assert!(args.contains(&"--log-format=text".to_string()), "{args:?}");
+    assert_eq!(
+        established_crd(&client).await.uid(),
+        uid,
+        "upgrade kept the CRD (not recreated)"
+    );
+
+    let mut uninstall = cluster.tool("helm");
+    uninstall.args(["uninstall", release, "--namespace", "leadergroup-system"]);
+    let (ok, out, err) = run_tool(uninstall).await;
+    assert!(ok, "{err}\n{out}");
+    assert!(
+        format!("{out}{err}").contains(CRD_NAME),
+        "helm names the kept CRD: {out}{err}"
+    );
+    not_found(
+        Api::<ClusterRole>::all(client.clone()).get(release).await,
+        "ClusterRole after uninstall",
+    );
+    not_found(
+        Api::<Deployment>::namespaced(client.clone(), "leadergroup-system")
+            .get(release)
+            .await,
+        "Deployment after uninstall",
+    );
+    let kept = established_crd(&client).await;
+    assert_eq!(kept.uid(), uid, "the CRD survived uninstall");
+    groups
+        .get("my-app")
+        .await
+        .expect("the LeaderGroup survived uninstall");
+}
