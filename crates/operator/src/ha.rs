@@ -32,18 +32,42 @@ impl OperatorLease {
     pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
         let third =
             Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3);
+        // While holding, each renewal must land within two thirds of the duration after the last
+        // successful one began: a request that hangs (API server unreachable, connection stuck)
+        // would otherwise keep this replica active long after a standby may have taken over the
+        // Lease. The last third is margin for clock and scheduling skew.
+        let renew_window = third * 2;
+        let mut renew_by: Option<tokio::time::Instant> = None;
         loop {
-            let wait = match self.try_hold().await {
-                Ok((holds, wait)) => {
+            let started = tokio::time::Instant::now();
+            let round = match renew_by {
+                Some(deadline) => tokio::time::timeout_at(deadline, self.try_hold())
+                    .await
+                    .ok(),
+                None => Some(self.try_hold().await),
+            };
+            let wait = match round {
+                Some(Ok((holds, wait))) => {
                     if holds != *active.borrow() {
                         info!(identity = %self.identity, active = holds, "operator leadership changed");
                     }
+                    renew_by = holds.then_some(started + renew_window);
                     let _ = active.send(holds);
                     wait.min(third)
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     // Not renewed: stop acting now rather than act on a Lease that may be lost.
                     warn!(error = %e, "operator Lease not renewed; standing by");
+                    renew_by = None;
+                    let _ = active.send(false);
+                    Duration::from_millis(200)
+                }
+                None => {
+                    warn!(
+                        window_ms = renew_window.as_millis() as u64,
+                        "operator Lease not renewed in time; standing by"
+                    );
+                    renew_by = None;
                     let _ = active.send(false);
                     Duration::from_millis(200)
                 }
