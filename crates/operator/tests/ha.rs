@@ -6,6 +6,9 @@
 
 mod common;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{ActiveMonitor, CONVERGE, InvariantWatcher, Operator, World, group, lease};
@@ -15,6 +18,8 @@ use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::lease_record::LeaseRecord;
 use leadergroup_testenv::{control_plane, wait_until};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// The operator Lease's name when --leader-elect-lease-name is not given.
 const OPERATOR_LEASE: &str = "leadergroup-operator";
@@ -35,6 +40,15 @@ struct Pair {
 
 /// Three Ready pods, replica a active, replica b standby, a group with a leader at epoch 1.
 async fn pair(prefix: &str, operator_lease_seconds: &str) -> Pair {
+    pair_with(prefix, operator_lease_seconds, None).await
+}
+
+/// As [`pair`], replica a talking to the API server through `a_kubeconfig` if given.
+async fn pair_with(
+    prefix: &str,
+    operator_lease_seconds: &str,
+    a_kubeconfig: Option<&std::path::Path>,
+) -> Pair {
     let cp = control_plane().await.unwrap();
     let w = World::new(prefix).await;
     w.ordered_ready_pods("app", 3, "ha").await;
@@ -46,7 +60,12 @@ async fn pair(prefix: &str, operator_lease_seconds: &str) -> Pair {
         "--leader-elect-lease-duration",
         operator_lease_seconds,
     ];
-    let a = Operator::start(cp, &w.ns.name, "op-a", &args).await;
+    let a = match a_kubeconfig {
+        Some(kubeconfig) => {
+            Operator::start_with_kubeconfig(kubeconfig, &w.ns.name, "op-a", &args).await
+        }
+        None => Operator::start(cp, &w.ns.name, "op-a", &args).await,
+    };
     a.wait_role("active").await;
     let b = Operator::start(cp, &w.ns.name, "op-b", &args).await;
     b.wait_role("standby").await;
@@ -165,4 +184,108 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     handover_under(&p, "op-b").await;
     p.monitor.assert_never_two_active();
     p.watch.assert_held();
+}
+
+/// A TCP proxy to the API server that can black-hole its traffic, as a network partition does:
+/// connections stay open, bytes stop flowing, requests hang instead of failing.
+struct Partition {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    async fn start(upstream: SocketAddr) -> Partition {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let c = cut.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(pipe(cr, sw, c.clone()), pipe(sr, cw, c));
+                });
+            }
+        });
+        Partition { addr, cut, task }
+    }
+
+    fn cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, cut: Arc<AtomicBool>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while cut.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_standby_takes_over() {
+    let cp = control_plane().await.unwrap();
+    let upstream: SocketAddr = cp
+        .server_url()
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    let partition = Partition::start(upstream).await;
+    let kubeconfig = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "partition-{}-{}.kubeconfig",
+        std::process::id(),
+        partition.addr.port()
+    ));
+    let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+    assert!(
+        text.contains(cp.server_url()),
+        "the admin kubeconfig names {}",
+        cp.server_url()
+    );
+    std::fs::write(
+        &kubeconfig,
+        text.replace(cp.server_url(), &format!("https://{}", partition.addr)),
+    )
+    .unwrap();
+    let p = pair_with("ha-cut", "3", Some(&kubeconfig)).await;
+
+    // Its requests now hang (no error, no timeout): only its own renew deadline can stop it.
+    partition.cut(true);
+    p.a.wait_role("standby").await;
+    wait_active(&p.b, CONVERGE).await;
+    handover_under(&p, "op-b").await;
+    p.monitor.assert_never_two_active();
+    p.watch.assert_held();
+
+    // Healed, it finds the Lease held by b and stays standby.
+    partition.cut(false);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        p.a.role().await.as_deref(),
+        Some("standby"),
+        "{}",
+        p.a.logs()
+    );
+    p.monitor.assert_never_two_active();
 }
