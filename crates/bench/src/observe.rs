@@ -1,0 +1,352 @@
+//! What the bench observes from outside the systems under test: the API server's own request
+//! counters, a process's RSS and CPU time, and the leader labels on pods through an independent
+//! watch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use leadergroup_operator::crd::{GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+
+/// `apiserver_request_total` summed over codes and scopes, keyed by "VERB resource[/subresource]".
+pub type RequestCounts = BTreeMap<String, f64>;
+
+/// Reads the API server's `/metrics` (the admin client may) and sums `apiserver_request_total`.
+pub async fn api_requests(client: &Client) -> Result<RequestCounts> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .map_err(|e| Error::Other(format!("building GET /metrics: {e}")))?;
+    let text = client.request_text(request).await?;
+    Ok(parse_request_total(&text))
+}
+
+fn parse_request_total(text: &str) -> RequestCounts {
+    let mut counts = RequestCounts::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.trim_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+        if resource.is_empty() {
+            // Non-resource URLs: /metrics (the bench itself), /healthz, /version.
+            continue;
+        }
+        let key = if sub.is_empty() {
+            format!("{verb} {resource}")
+        } else {
+            format!("{verb} {resource}/{sub}")
+        };
+        *counts.entry(key).or_default() += value;
+    }
+    counts
+}
+
+/// Per-second rates between two scrapes `seconds` apart, less a `baseline` rate (what the API
+/// server does by itself: its own lease, endpoints), never below zero.
+pub fn rates(
+    before: &RequestCounts,
+    after: &RequestCounts,
+    seconds: f64,
+    baseline: Option<&RequestCounts>,
+) -> RequestCounts {
+    let mut out = RequestCounts::new();
+    for (key, a) in after {
+        let b = before.get(key).copied().unwrap_or(0.0);
+        let base = baseline.and_then(|r| r.get(key)).copied().unwrap_or(0.0);
+        let rate = ((a - b) / seconds - base).max(0.0);
+        if rate > 0.0 {
+            out.insert(key.clone(), rate);
+        }
+    }
+    out
+}
+
+/// Verbs that read without watching: what "no polling reads" forbids.
+pub fn is_polling_read(key: &str) -> bool {
+    key.starts_with("GET ") || key.starts_with("LIST ")
+}
+
+/// Verbs that write.
+pub fn is_write(key: &str) -> bool {
+    ["PUT ", "PATCH ", "POST ", "APPLY ", "DELETE "]
+        .iter()
+        .any(|v| key.starts_with(v))
+}
+
+/// CPU time (user + system) and memory of a process, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSample {
+    /// User plus system CPU seconds so far.
+    pub cpu_seconds: f64,
+    /// Resident set size, MiB.
+    pub rss_mib: f64,
+    /// Peak resident set size (VmHWM), MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Samples process `pid`; None when it is gone.
+pub fn proc_sample(pid: u32, ticks_per_second: f64) -> Option<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: fields count from after its closing parenthesis.
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Some(ProcSample {
+        cpu_seconds: (utime + stime) / ticks_per_second,
+        rss_mib: kib("VmRSS:") / 1024.0,
+        peak_rss_mib: kib("VmHWM:") / 1024.0,
+    })
+}
+
+/// The kernel's clock ticks per second for /proc times (`getconf CLK_TCK`; 100 on Linux).
+pub fn ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The leader of one group as the independent watcher saw it.
+#[derive(Clone, Debug)]
+pub struct SeenLeader {
+    /// The pod labeled leader.
+    pub pod: String,
+    /// When the watch event that showed it arrived.
+    pub at: SystemTime,
+}
+
+#[derive(Default)]
+struct LeaderState {
+    /// pod -> (group annotation, labeled leader)
+    pods: HashMap<String, (String, bool)>,
+    leaders: HashMap<String, SeenLeader>,
+    /// Times a group showed two pods labeled leader at once (I1; must stay 0).
+    double_leaders: u64,
+}
+
+/// Watches the pods of one namespace and records, per group, the pod labeled leader and when the
+/// label was first seen: the clock the operator's handovers are measured with.
+pub struct LeaderWatch {
+    state: Arc<Mutex<LeaderState>>,
+    changed: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaderWatch {
+    /// Starts watching; returns once the first list is in.
+    pub async fn start(client: &Client, namespace: &str) -> Result<LeaderWatch> {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let state = Arc::new(Mutex::new(LeaderState::default()));
+        let (changed, _) = watch::channel(0u64);
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let (st, tx) = (state.clone(), changed.clone());
+        let task = tokio::spawn(async move {
+            let mut synced = Some(synced_tx);
+            let config = watcher::Config::default().labels(ROLE_LABEL);
+            let mut stream = watcher(api, config).boxed();
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
+                let now = SystemTime::now();
+                if let Ok(mut s) = st.lock() {
+                    match event {
+                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                            s.apply(&p, now);
+                        }
+                        watcher::Event::Delete(p) => s.remove(&p.name_any()),
+                        watcher::Event::Init => {}
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = synced.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                    }
+                }
+                tx.send_modify(|n| *n += 1);
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), synced_rx)
+            .await
+            .map_err(|_| Error::Timeout("the leader watch's first list".into()))?
+            .map_err(|_| Error::Other("the leader watch ended".into()))?;
+        Ok(LeaderWatch {
+            state,
+            changed,
+            task,
+        })
+    }
+
+    /// The current leader of `group`.
+    pub fn leader(&self, group: &str) -> Option<SeenLeader> {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|s| s.leaders.get(group).cloned())
+    }
+
+    /// How often two pods of a group were seen labeled leader at once.
+    pub fn double_leaders(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.double_leaders)
+    }
+
+    /// Waits until `group` is led by a pod other than `not`.
+    pub async fn wait_new_leader(
+        &self,
+        group: &str,
+        not: Option<&str>,
+        timeout: Duration,
+    ) -> Result<SeenLeader> {
+        self.wait(&format!("a new leader of {group}"), timeout, || {
+            self.leader(group).filter(|l| Some(l.pod.as_str()) != not)
+        })
+        .await
+    }
+
+    /// Waits until `check` returns something, re-checking at every watch event.
+    pub async fn wait<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut rx = self.changed.subscribe();
+        loop {
+            if let Some(v) = check() {
+                return Ok(v);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Other(format!("watch ended waiting for {what}"))),
+                Err(_) => return Err(Error::Timeout(what.to_owned())),
+            }
+        }
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LeaderState {
+    fn apply(&mut self, pod: &Pod, now: SystemTime) {
+        let name = pod.name_any();
+        let group = pod
+            .annotations()
+            .get(GROUP_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        let leads = pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER);
+        self.pods.insert(name, (group.clone(), leads));
+        self.settle(&group, now);
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some((group, _)) = self.pods.remove(name) {
+            self.settle(&group, SystemTime::now());
+        }
+    }
+
+    fn settle(&mut self, group: &str, now: SystemTime) {
+        let leaders: Vec<&String> = self
+            .pods
+            .iter()
+            .filter(|(_, (g, leads))| g == group && *leads)
+            .map(|(p, _)| p)
+            .collect();
+        match leaders.as_slice() {
+            [] => {
+                self.leaders.remove(group);
+            }
+            [one] => {
+                if self.leaders.get(group).map(|l| &l.pod) != Some(*one) {
+                    let pod = (*one).clone();
+                    self.leaders
+                        .insert(group.to_owned(), SeenLeader { pod, at: now });
+                }
+            }
+            _ => self.double_leaders += 1,
+        }
+    }
+}
+
+/// A free loopback port for a child's HTTP endpoint.
+pub fn free_port() -> Result<std::net::SocketAddr> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
+    listener
+        .local_addr()
+        .map_err(Error::io("reading a bound port"))
+}
+
+/// Milliseconds from `from` to `to` (negative when `to` is earlier).
+pub fn ms_between(from: SystemTime, to: SystemTime) -> f64 {
+    match to.duration_since(from) {
+        Ok(d) => d.as_secs_f64() * 1000.0,
+        Err(e) => -e.duration().as_secs_f64() * 1000.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_totals_are_summed_by_verb_and_resource() {
+        let text = r#"# HELP apiserver_request_total x
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="/metrics",verb="GET",version=""} 9
+"#;
+        let counts = parse_request_total(text);
+        assert_eq!(counts.get("PUT leases"), Some(&9.0));
+        assert_eq!(counts.get("PATCH pods/status"), Some(&3.0));
+        assert_eq!(counts.len(), 2);
+        let later: RequestCounts = [("PUT leases".to_owned(), 19.0)].into();
+        let r = rates(
+            &counts,
+            &later,
+            5.0,
+            Some(&[("PUT leases".to_owned(), 1.0)].into()),
+        );
+        assert_eq!(r.get("PUT leases"), Some(&1.0));
+        assert!(is_write("PUT leases") && !is_polling_read("PUT leases"));
+        assert!(is_polling_read("LIST pods") && is_polling_read("GET leases"));
+    }
+}

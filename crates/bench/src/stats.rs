@@ -1,0 +1,63 @@
+//! Order statistics of latency samples.
+
+use serde::Serialize;
+
+/// Median, p99 and spread of a set of samples, in milliseconds.
+#[derive(Serialize, Clone, Debug)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    /// The median.
+    pub median_ms: f64,
+    /// The 99th percentile (nearest rank: with fewer than 100 samples it is the maximum).
+    pub p99_ms: f64,
+    /// The smallest sample.
+    pub min_ms: f64,
+    /// The largest sample.
+    pub max_ms: f64,
+}
+
+/// The summary of `samples`, or None when there are none.
+pub fn summarize(samples: &[f64]) -> Option<Summary> {
+    let mut sorted: Vec<f64> = samples.iter().copied().filter(|s| s.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    let (first, last) = (*sorted.first()?, *sorted.last()?);
+    Some(Summary {
+        n: sorted.len(),
+        median_ms: quantile(&sorted, 0.5),
+        p99_ms: quantile(&sorted, 0.99),
+        min_ms: first,
+        max_ms: last,
+    })
+}
+
+/// Nearest-rank quantile of sorted, non-empty samples (the median of an even count is the mean of
+/// the two middle samples).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    if q == 0.5 && n.is_multiple_of(2) && n >= 2 {
+        return (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+    }
+    // Nearest rank: the smallest sample with at least q of the samples at or below it.
+    let rank = (q * n as f64).ceil() as usize;
+    sorted[rank.clamp(1, n) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn median_p99_and_spread() {
+        let samples: Vec<f64> = (1..=200).map(f64::from).collect();
+        let s = summarize(&samples).unwrap();
+        assert_eq!(s.n, 200);
+        assert_eq!(s.median_ms, 100.5);
+        assert_eq!(s.p99_ms, 198.0);
+        assert_eq!((s.min_ms, s.max_ms), (1.0, 200.0));
+        let odd = summarize(&[5.0, 1.0, 3.0]).unwrap();
+        assert_eq!((odd.median_ms, odd.p99_ms), (3.0, 5.0));
+        assert!(summarize(&[]).is_none());
+    }
+}
