@@ -85,3 +85,17 @@ cargo-test:
 	start=$$SECONDS; \
 	LEADERGROUP_KUBECONFIG="$(TEST_CLUSTER)/kubeconfig" cargo test --workspace -- --test-threads=$(TEST_THREADS); \
 	echo "cargo-test: tests ran in $$((SECONDS - start)) s"
+
+# Benchmarks (issue 5; not part of `make test`, about 20 minutes): every scenario against a control
+# plane of its own, then docs/benchmarks.md, bench/results/*.json and the plot. BENCH_ARGS=--quick
+# runs each scenario a few times only (a smoke test of the harness).
+BENCH_VENV := $(CURDIR)/target/bench-venv
+.PHONY: bench
+bench:
+	nice -n 10 cargo build --release -p leadergroup-operator -p leadergroup-bench
+	CARGO_TARGET_DIR=$(CURDIR)/target/bench-peers nice -n 10 cargo build --release --locked --manifest-path bench/peers/rust/Cargo.toml
+	nice -n 10 bench/peers/client-go/build.sh >/dev/null
+	[[ -x $(BENCH_VENV)/bin/python ]] || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(BENCH_VENV)/bin/pip install -q 'matplotlib==3.10.*'
+	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR)
