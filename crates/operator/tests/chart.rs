@@ -27,7 +27,9 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_testenv::{ControlPlane, Kubelet, control_plane, namespace, wait_until};
+use leadergroup_testenv::{
+    ControlPlane, Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
+};
 
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
 
@@ -318,6 +320,21 @@ impl PrivateCluster {
         cmd
     }
 
+    /// A kubeconfig file for this server that authenticates with `token` only.
+    fn token_kubeconfig(&self, token: &str) -> PathBuf {
+        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
+        let cluster = kc.clusters[0].cluster.clone().unwrap();
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: sa}}\ncurrent-context: c\n",
+            cluster.server.unwrap(),
+            cluster.certificate_authority_data.unwrap(),
+        );
+        let path = self.dir.join("sa.kubeconfig");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     async fn client(&self) -> Client {
         let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -454,6 +471,73 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         .create(&PostParams::default(), &group("my-app", "my-app"))
         .await
         .unwrap();
+
+    // The default values' RBAC (ClusterRole, leader-election Role for the release's own Lease),
+    // exercised by the binary with the Deployment's arguments and the ServiceAccount's token.
+    // (The harness adds --namespace app: a ClusterRole grants namespaced requests too.)
+    let system = TestNamespace {
+        name: "leadergroup-system".into(),
+        client: client.clone(),
+    };
+    let token = system.service_account_token(release).await.unwrap();
+    let kubeconfig = cluster.token_kubeconfig(&token);
+    let app = TestNamespace {
+        name: "app".into(),
+        client: client.clone(),
+    };
+    app.create_service_account("default").await.unwrap();
+    let kubelet = Kubelet::new(client.clone(), "app");
+    for name in ["my-app-0", "my-app-1"] {
+        kubelet
+            .create_ready_pod(name, &[("app", "my-app")])
+            .await
+            .unwrap();
+    }
+    let args = deployment_args(&client, "leadergroup-system", release).await;
+    let chart_args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--http-addr="))
+        .collect();
+    let mut operator =
+        Operator::start_with_kubeconfig(&kubeconfig, "app", "default-op", &chart_args).await;
+    operator.wait_role("active").await;
+    let own = Api::<Lease>::namespaced(client.clone(), "leadergroup-system")
+        .get(release)
+        .await
+        .unwrap();
+    assert_eq!(
+        own.spec.unwrap().holder_identity.as_deref(),
+        Some("default-op")
+    );
+    let leader_at = |epoch: i64| {
+        let groups = groups.clone();
+        async move {
+            let g = wait_for_object(
+                &groups,
+                "my-app",
+                &format!("a leader at epoch {epoch}"),
+                common::CONVERGE,
+                |g: Option<&LeaderGroup>| {
+                    g.and_then(|g| g.status.as_ref())
+                        .is_some_and(|s| s.epoch == epoch && s.leader.is_some())
+                },
+            )
+            .await
+            .unwrap();
+            g.unwrap().status.unwrap().leader.unwrap()
+        }
+    };
+    let first = leader_at(1).await;
+    kubelet.delete_now(&first).await.unwrap();
+    let second = leader_at(2).await;
+    assert_ne!(first, second);
+    let logs = operator.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "the chart's ClusterRole misses a permission:\n{logs}"
+    );
+    operator.kill().await;
 
     let mut upgrade = cluster.tool("helm");
     upgrade.args(["upgrade", release]).arg(chart_dir()).args([
