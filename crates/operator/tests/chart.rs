@@ -579,4 +579,31 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         .get("my-app")
         .await
         .expect("the LeaderGroup survived uninstall");
+
+    // The counter-check: with crds.keep=false the same uninstall deletes the CRD. (The kept CRD
+    // still carries this release's ownership metadata, so the reinstall adopts it.)
+    let mut reinstall = cluster.tool("helm");
+    reinstall.args(["install", release]).arg(chart_dir());
+    reinstall.args([
+        "--namespace",
+        "leadergroup-system",
+        "--set",
+        "crds.keep=false",
+    ]);
+    run_ok(reinstall).await;
+    assert_eq!(
+        established_crd(&client).await.uid(),
+        uid,
+        "adopted, not recreated"
+    );
+    let mut uninstall = cluster.tool("helm");
+    uninstall.args(["uninstall", release, "--namespace", "leadergroup-system"]);
+    run_ok(uninstall).await;
+    // Deleting (the LeaderGroup's finalizer holds it in Terminating: no operator runs any more).
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.get_opt(CRD_NAME).await.unwrap();
+    assert!(
+        crd.is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
+        "without crds.keep, helm uninstall deletes the CRD"
+    );
 }
