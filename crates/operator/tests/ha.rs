@@ -17,7 +17,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::lease_record::LeaseRecord;
-use leadergroup_testenv::{control_plane, wait_until};
+use leadergroup_testenv::{ControlPlane, control_plane, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -217,6 +217,30 @@ impl Partition {
         Partition { addr, cut, task }
     }
 
+    /// A partition in front of `cp`, and an admin kubeconfig that goes through it.
+    async fn for_admin(cp: &ControlPlane) -> (Partition, std::path::PathBuf) {
+        let upstream: SocketAddr = cp
+            .server_url()
+            .trim_start_matches("https://")
+            .parse()
+            .unwrap();
+        let partition = Partition::start(upstream).await;
+        let kubeconfig = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "partition-{}-{}.kubeconfig",
+            std::process::id(),
+            partition.addr.port()
+        ));
+        let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+        assert!(
+            text.contains(cp.server_url()),
+            "the admin kubeconfig names {}",
+            cp.server_url()
+        );
+        let proxied = text.replace(cp.server_url(), &format!("https://{}", partition.addr));
+        std::fs::write(&kubeconfig, proxied).unwrap();
+        (partition, kubeconfig)
+    }
+
     fn cut(&self, cut: bool) {
         self.cut.store(cut, Ordering::SeqCst);
     }
@@ -247,28 +271,7 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, cut: Arc<AtomicBo
 #[tokio::test]
 async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_standby_takes_over() {
     let cp = control_plane().await.unwrap();
-    let upstream: SocketAddr = cp
-        .server_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    let partition = Partition::start(upstream).await;
-    let kubeconfig = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "partition-{}-{}.kubeconfig",
-        std::process::id(),
-        partition.addr.port()
-    ));
-    let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
-    assert!(
-        text.contains(cp.server_url()),
-        "the admin kubeconfig names {}",
-        cp.server_url()
-    );
-    std::fs::write(
-        &kubeconfig,
-        text.replace(cp.server_url(), &format!("https://{}", partition.addr)),
-    )
-    .unwrap();
+    let (partition, kubeconfig) = Partition::for_admin(cp).await;
     let p = pair_with("ha-cut", "3", Some(&kubeconfig)).await;
 
     // Its requests now hang (no error, no timeout): only its own renew deadline can stop it.
@@ -292,4 +295,40 @@ async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_st
     // Whatever it had in flight when cut off landed late and changed nothing (CAS on the Lease).
     p.watch.assert_held();
     assert_eq!(p.w.settled("g").await.unwrap().map(|s| s.epoch), Some(2));
+}
+
+#[tokio::test]
+async fn readyz_is_503_until_the_watches_have_listed_while_healthz_is_200() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("readyz").await;
+    let (partition, kubeconfig) = Partition::for_admin(cp).await;
+    partition.cut(true);
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        &w.ns.name,
+        "--leader-elect-lease-duration",
+        "3",
+    ];
+    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-r", &args).await;
+
+    // Alive, but its lists cannot complete: not ready, for as long as that lasts.
+    wait_until("/healthz answers 200", CONVERGE, || async {
+        Ok::<_, String>(
+            op.get("/healthz")
+                .await
+                .filter(|(c, _)| *c == 200)
+                .map(|_| ()),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    for _ in 0..10 {
+        let (code, body) = op.get("/readyz").await.unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.starts_with("not ready"), "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    partition.cut(false);
+    op.wait_role("active").await;
 }
