@@ -1,7 +1,7 @@
 //! Operator HA: replicas agree on one active replica through a Lease of their own, written with
 //! the same compare-and-swap as the groups' Leases. The active replica renews every third of the
-//! duration and stops acting the moment a renewal fails; a standby takes over once the Lease has
-//! run out. On shutdown the active replica releases the Lease so that a standby takes over at once.
+//! duration and stops acting the moment a renewal fails or has not landed within two thirds of the
+//! duration (a hung request); a standby takes over once the Lease has run out. On shutdown the active replica releases the Lease so that a standby takes over at once.
 
 use std::time::Duration;
 
