@@ -109,18 +109,7 @@ async fn main() {
         },
     );
     groups.create(&PostParams::default(), &group).await.unwrap();
-    wait_for_object(
-        &groups,
-        "payments",
-        "a leader",
-        TIMEOUT,
-        |g: Option<&LeaderGroup>| {
-            g.and_then(|g| g.status.as_ref())
-                .is_some_and(|s| s.leader.is_some())
-        },
-    )
-    .await
-    .unwrap();
+    current_leader(&groups).await;
     step("kubectl get leadergroups -o wide");
     kubectl(&["-n", &ns.name, "get", "leadergroups", "-o", "wide"]);
     step(&format!("kubectl get pods -L {ROLE_LABEL}"));

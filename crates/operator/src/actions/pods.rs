@@ -45,19 +45,20 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
 
 /// Pods labeled leader that carry `group`'s marks, read from the API server, not the cache.
 pub async fn labeled_leaders(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
-    let lp = ListParams::default().labels(&format!("{ROLE_LABEL}={ROLE_LEADER}"));
-    let pods = api.list(&lp).await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
-        .collect())
+    list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
 }
 
 /// Pods carrying any of the operator's role labels, read from the API server.
 pub async fn marked(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
-    let lp = ListParams::default().labels(ROLE_LABEL);
-    let pods = api.list(&lp).await?;
+    list_marked(api, ROLE_LABEL, group).await
+}
+
+/// Pods matching `label_selector` that carry `group`'s annotation (the label alone does not say
+/// which group marked a pod).
+async fn list_marked(api: &Api<Pod>, label_selector: &str, group: &str) -> Result<Vec<Pod>> {
+    let pods = api
+        .list(&ListParams::default().labels(label_selector))
+        .await?;
     Ok(pods
         .items
         .into_iter()
