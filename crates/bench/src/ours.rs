@@ -19,6 +19,8 @@ use crate::observe::{LeaderWatch, ProcSample, ms_between, proc_sample};
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
+/// How long every group of a scale step may take to be led.
+pub const ALL_LED_BOUND: Duration = Duration::from_secs(240);
 /// Requests in flight while a scenario's objects are created.
 const CREATE_CONCURRENCY: usize = 24;
 /// The Lease duration of every benchmarked group (the CRD's default).
@@ -185,7 +187,7 @@ impl Groups {
     /// Waits until the watcher sees every group led.
     pub async fn wait_all_led(&self, watch: &LeaderWatch) -> Result<SystemTime> {
         watch
-            .wait("every group led", BOUND * 3, || {
+            .wait("every group led", ALL_LED_BOUND, || {
                 self.names
                     .iter()
                     .all(|g| watch.leader(g).is_some())

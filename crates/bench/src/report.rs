@@ -105,6 +105,8 @@ pub struct ScaleEntry {
     pub handover_notready: Option<Handover>,
     /// Ours: handovers after deletion at this size.
     pub handover_deleted: Option<Handover>,
+    /// What went wrong at this size, if anything.
+    pub note: Option<String>,
 }
 
 impl ScaleEntry {
@@ -151,6 +153,7 @@ impl ScaleEntry {
                 .map(|s| Handover::new(system, "NotReady at this size", s, None)),
             handover_deleted: deleted
                 .map(|s| Handover::new(system, "deletion at this size", s, None)),
+            note: None,
         }
     }
 }
@@ -318,10 +321,14 @@ pub async fn describe_run(
         started_at: jiff::Timestamp::now()
             .strftime("%Y-%m-%d %H:%M:%S UTC")
             .to_string(),
-        command: if quick {
-            "make bench BENCH_ARGS=--quick".into()
-        } else {
-            "make bench".into()
+        // The arguments the binary got are the BENCH_ARGS of `make bench`.
+        command: {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            if args.is_empty() {
+                "make bench".into()
+            } else {
+                format!("make bench BENCH_ARGS='{}'", args.join(" "))
+            }
         },
         quick,
         machine,
@@ -342,6 +349,9 @@ fn command_line(program: &str, args: &[&str]) -> String {
 }
 
 fn ms(v: f64) -> String {
+    if !v.is_finite() {
+        return "did not converge".into();
+    }
     if v >= 10_000.0 {
         format!("{:.1} s", v / 1000.0)
     } else if v >= 100.0 {
@@ -524,6 +534,11 @@ pub fn markdown(
             e.rss_mib,
             e.peak_rss_mib
         );
+    }
+    for e in &scale.entries {
+        if let Some(note) = &e.note {
+            let _ = writeln!(o, "\n**{} at {} groups: {note}.**", e.system, e.groups);
+        }
     }
     let _ = writeln!(
         o,
