@@ -432,7 +432,7 @@ async fn execute(
     }
     if let Some(promotion) = &plan.promote {
         // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted first.
-        for stray in actions::pods::labeled_leaders(&pods_api, &name).await? {
+        for stray in actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector).await? {
             if stray.name_any() != promotion.pod {
                 warn!(pod = %stray.name_any(), "demoting a stray leader label");
                 actions::pods::mark_follower(&pods_api, &stray.name_any(), &name).await?;

@@ -3,10 +3,13 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::Selector;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER};
+use crate::crd::{
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
+};
 use crate::error::{Error, Result, is_conflict, is_not_found};
 
 /// The leader's marks: role=leader, its fencing token, its group.
@@ -44,8 +47,21 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
 }
 
 /// Pods labeled leader that carry `group`'s marks, read from the API server, not the cache.
-pub async fn labeled_leaders(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
-    list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
+///
+/// The list is narrowed on the server by the group's own selector: listing every leader of the
+/// namespace made each election read every other group's leader (quadratic at 1000 groups). A
+/// pod that left the selector while leading is the old leader, which step 3 has just demoted.
+pub async fn labeled_leaders(
+    api: &Api<Pod>,
+    group: &str,
+    selector: &PodSelector,
+) -> Result<Vec<Pod>> {
+    let role = format!("{ROLE_LABEL}={ROLE_LEADER}");
+    let narrowed = match Selector::try_from(selector.to_label_selector()) {
+        Ok(s) if !selector.is_empty() => format!("{role},{s}"),
+        _ => role,
+    };
+    list_marked(api, &narrowed, group).await
 }
 
 /// Pods carrying any of the operator's role labels, read from the API server.
