@@ -240,19 +240,33 @@ impl LeaderWatch {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut() -> Option<T>,
+        check: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut rx = self.changed.subscribe();
-        loop {
-            if let Some(v) = check() {
-                return Ok(v);
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Other(format!("watch ended waiting for {what}"))),
-                Err(_) => return Err(Error::Timeout(what.to_owned())),
-            }
+        wait_for_change(&self.changed, timeout, check, || {
+            (format!("watch ended waiting for {what}"), what.to_owned())
+        })
+        .await
+    }
+}
+
+/// Waits until `check` returns something, re-checking it whenever `changed` is bumped. `errors`
+/// gives the messages for a closed channel and for the timeout.
+pub async fn wait_for_change<T>(
+    changed: &watch::Sender<u64>,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+    errors: impl FnOnce() -> (String, String),
+) -> Result<T> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut rx = changed.subscribe();
+    loop {
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(Error::Other(errors().0)),
+            Err(_) => return Err(Error::Timeout(errors().1)),
         }
     }
 }

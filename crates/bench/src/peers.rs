@@ -225,20 +225,15 @@ impl PeerGroup {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut() -> Option<T>,
+        check: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut rx = self.changed.subscribe();
-        loop {
-            if let Some(v) = check() {
-                return Ok(v);
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Other(format!("peer output ended: {what}"))),
-                Err(_) => return Err(Error::Timeout(format!("{} {what}", self.kind.name))),
-            }
-        }
+        crate::observe::wait_for_change(&self.changed, timeout, check, || {
+            (
+                format!("peer output ended: {what}"),
+                format!("{} {what}", self.kind.name),
+            )
+        })
+        .await
     }
 
     /// Waits until every Lease has a leader; returns when the last one started.
