@@ -44,7 +44,7 @@ running() { kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>
 alive() {
   local pid
   pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
-  [[ -n $pid ]] && running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"
+  [[ -n $pid ]] && running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$dir/" >/dev/null
 }
 
 # stop NAME: SIGTERM, then SIGKILL after 15 s; returns once the process is gone.
@@ -69,7 +69,7 @@ stop_all() {
   local pid
   for pid in $(cat "$dir/watchdog.pids" 2>/dev/null); do
     [[ $pid == "$$" ]] && continue
-    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir"; then kill -TERM "$pid" 2>/dev/null || true; fi
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$dir" >/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
   done
 }
 
