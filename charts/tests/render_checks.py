@@ -11,7 +11,7 @@ import yaml
 RELEASE, NAMESPACE = "lg", "ops"
 CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
 # The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.
-KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--leader-elect",
+KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--concurrency", "--leader-elect",
                "--leader-elect-namespace", "--leader-elect-lease-name",
                "--leader-elect-lease-duration", "--identity"}
 # Exactly what the operator may do on watched namespaces, as (apiGroup, resource, verb).
@@ -191,6 +191,7 @@ def check_default(objs):
         check(got == field, f"env {name} from {got}, want the downward API {field}")
     check(arg(args, "--http-addr") == "0.0.0.0:8080", "--http-addr must be 0.0.0.0:8080 (the probes' port)")
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
+    check(arg(args, "--concurrency") == "16", "--concurrency must follow concurrency (16)")
     check(arg(args, "--leader-elect") is True, "--leader-elect must be on by default")
     check(arg(args, "--leader-elect-namespace") == NAMESPACE, "--leader-elect-namespace must be the release namespace")
     check(arg(args, "--leader-elect-lease-duration") == "15", "--leader-elect-lease-duration must be 15")
@@ -263,6 +264,7 @@ def check_custom(objs):
     check(ctr["imagePullPolicy"] == "Always", "image.pullPolicy")
     check(dep["spec"]["replicas"] == 3, "replicas")
     check(arg(args, "--log-format") == "text", "logFormat")
+    check(arg(args, "--concurrency") == "64", "concurrency")
     check(arg(args, "--leader-elect-lease-duration") == "30", "leaderElection.leaseDurationSeconds")
     env = {e["name"]: e.get("value") for e in ctr.get("env", [])}
     check(env.get("RUST_LOG") == "debug", "logLevel -> RUST_LOG")

@@ -89,6 +89,7 @@ image: {repository: registry.example.com/lgo, tag: "", digest: "sha256:aaaaaaaaa
 imagePullSecrets: [{name: regcred}]
 replicas: 3
 leaderElection: {enabled: true, leaseDurationSeconds: 30}
+concurrency: 64
 logFormat: text
 logLevel: debug
 serviceAccount: {create: true, name: "", annotations: {example.com/role: x}}
@@ -121,6 +122,7 @@ refuse "a mistyped top-level key" "additional properties 'replica' not allowed" 
 refuse "a mistyped nested key" "additional properties 'tagg' not allowed" --set image.tagg=v1
 refuse "a mistyped securityContext key" "additional properties 'readOnlyRootFileSystem' not allowed" --set securityContext.readOnlyRootFileSystem=true
 refuse "a string for an integer" "/replicas" --set replicas=two
+refuse "a concurrency of zero" "/concurrency" --set concurrency=0
 refuse "an unknown logFormat" "/logFormat" --set logFormat=yaml
 refuse "a lease duration out of range" "/leaderElection/leaseDurationSeconds" --set leaderElection.leaseDurationSeconds=0
 refuse "a namespace that is no DNS label" "/watchNamespaces/0" --set 'watchNamespaces={Team_A}'

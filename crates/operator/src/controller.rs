@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -32,7 +32,7 @@ const MAX_ATTEMPTS: usize = 5;
 pub struct Caches {
     /// All LeaderGroups watched.
     pub groups: Store<LeaderGroup>,
-    /// All pods watched (spec and managedFields dropped: the decision needs neither).
+    /// All pods watched, trimmed by [`election::trim_pod`] to what the decision reads.
     pub pods: Store<Pod>,
     /// The groups' Leases (those labeled with a group).
     pub leases: Store<Lease>,
@@ -84,13 +84,17 @@ impl Context {
     }
 }
 
-/// Where to watch.
-pub struct Scope {
+/// Where to watch and how much to do at once.
+pub struct Settings {
     /// One namespace, or all when None.
     pub namespace: Option<String>,
+    /// How many groups may be reconciled at the same time. Unbounded, a start with 1000 groups
+    /// sends 1000 reconciles' writes at once: the API server's inflight limits refuse most of
+    /// them and the retries feed the storm.
+    pub concurrency: u16,
 }
 
-impl Scope {
+impl Settings {
     fn api<K>(&self, client: &Client) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -135,7 +139,7 @@ impl Readiness {
 /// Builds the controller and runs it until `shutdown` resolves.
 pub async fn run(
     client: Client,
-    scope: Scope,
+    settings: Settings,
     identity: String,
     metrics: Arc<Metrics>,
     active: watch::Receiver<bool>,
@@ -152,22 +156,19 @@ pub async fn run(
     };
 
     let group_stream = watcher(
-        scope.api::<LeaderGroup>(&client),
+        settings.api::<LeaderGroup>(&client),
         watcher::Config::default(),
     )
     .default_backoff()
     .reflect(groups_writer)
     .touched_objects();
-    let pod_stream = watcher(scope.api::<Pod>(&client), watcher::Config::default())
-        .modify(|pod: &mut Pod| {
-            pod.spec = None;
-            pod.metadata.managed_fields = None;
-        })
+    let pod_stream = watcher(settings.api::<Pod>(&client), watcher::Config::default())
+        .modify(election::trim_pod)
         .default_backoff()
         .reflect(pods_writer)
         .touched_objects();
     let lease_stream = watcher(
-        scope.api::<Lease>(&client),
+        settings.api::<Lease>(&client),
         watcher::Config::default().labels(GROUP_ANNOTATION),
     )
     .default_backoff()
@@ -200,6 +201,7 @@ pub async fn run(
 
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
         .owns_stream(lease_stream)
         .watches_stream(pod_stream, move |pod: Pod| groups_of_pod(&mapper_ctx, &pod))
         .reconcile_all_on(activations(active))
@@ -228,15 +230,18 @@ fn activations(active: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
 /// The groups a pod event concerns: those in its namespace whose selector matches it now, and
 /// the group whose marks it carries (it may have just left that group).
 fn groups_of_pod(ctx: &Context, pod: &Pod) -> Vec<ObjectRef<LeaderGroup>> {
-    let ns = pod.namespace();
+    let ns = pod.metadata.namespace.as_deref();
     let marked_group = pod.annotations().get(GROUP_ANNOTATION);
     let refs: Vec<ObjectRef<LeaderGroup>> = ctx
         .caches
         .groups
         .state()
         .iter()
-        .filter(|g| g.namespace() == ns)
-        .filter(|g| marked_group == Some(&g.name_any()) || g.spec.selector.matches(pod.labels()))
+        .filter(|g| g.metadata.namespace.as_deref() == ns)
+        .filter(|g| {
+            (marked_group.is_some() && marked_group == g.metadata.name.as_ref())
+                || g.spec.selector.matches(pod.labels())
+        })
         .map(|g| ObjectRef::from_obj(g.as_ref()))
         .collect();
     for r in &refs {
@@ -306,20 +311,21 @@ async fn apply(
             .pods
             .state()
             .into_iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .filter(|p| election::concerns(&group, lease.as_ref(), p))
             .collect();
         let groups: Vec<Arc<LeaderGroup>> = ctx
             .caches
             .groups
             .state()
             .into_iter()
-            .filter(|g| g.namespace().as_deref() == Some(ns))
+            .filter(|g| g.metadata.namespace.as_deref() == Some(ns))
             .collect();
         let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         let mut group_refs: Vec<&LeaderGroup> = groups
             .iter()
             .map(|g| g.as_ref())
-            .filter(|g| g.name_any() != group.name_any())
+            .filter(|g| g.metadata.name != group.metadata.name)
             .collect();
         group_refs.push(&group);
         let decision = election::decide(&Observation {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::core::Selector;
@@ -63,7 +63,8 @@ pub struct Observation<'a> {
     pub group: &'a LeaderGroup,
     /// Every group of its namespace, itself included, to settle overlapping selectors.
     pub groups: &'a [&'a LeaderGroup],
-    /// Every pod of its namespace.
+    /// The pods of its namespace that [`concerns`] the group (every pod of the namespace gives
+    /// the same decision: the others are never looked at).
     pub pods: &'a [&'a Pod],
     /// The group's Lease, if it exists.
     pub lease: Option<&'a Lease>,
@@ -153,6 +154,46 @@ struct Membership<'a> {
     owned: Vec<&'a Pod>,
     /// Of `matched`, the ones an older group holds, with that group's name.
     overlapped: Vec<(&'a Pod, String)>,
+}
+
+/// Whether the decision for `group` looks at `pod`: the pod is a candidate (the selector
+/// matches), carries the group's marks, or is the leader the status or the Lease names. Filtering
+/// the namespace's pods by it keeps a decision's cost to its own group's pods instead of every
+/// pod of a namespace with many groups.
+pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
+    let name = pod.metadata.name.as_deref();
+    let status_leader = group.status.as_ref().and_then(|s| s.leader.as_deref());
+    let lease_holder = lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.holder_identity.as_deref());
+    let marked = pod.annotations().get(GROUP_ANNOTATION).map(String::as_str);
+    group.spec.selector.matches(pod.labels())
+        || (marked.is_some() && marked == group.metadata.name.as_deref())
+        || (name.is_some() && (name == status_leader || name == lease_holder))
+}
+
+/// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,
+/// managedFields, owner references, every annotation but ours (a last-applied-configuration
+/// alone can be kilobytes) and the status but for its phase and Ready condition. Thousands of
+/// pods are held in memory, most of them of no group at all.
+pub fn trim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    let meta = &mut pod.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == GROUP_ANNOTATION || k == EPOCH_ANNOTATION);
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status
+                .conditions
+                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..PodStatus::default()
+        });
+    }
 }
 
 /// Decides what to do for `obs.group`.
@@ -413,14 +454,6 @@ fn requeue_after(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> Duration
 
 fn membership<'a>(obs: &Observation<'a>) -> Membership<'a> {
     let selector = &obs.group.spec.selector;
-    let group_name = obs.group.name_any();
-    let mut older: Vec<&LeaderGroup> = obs
-        .groups
-        .iter()
-        .copied()
-        .filter(|g| g.name_any() != group_name && group_order(g, obs.group) == Ordering::Less)
-        .collect();
-    older.sort_by(|a, b| group_order(a, b));
     let mut matched: Vec<&Pod> = obs
         .pods
         .iter()
@@ -428,6 +461,19 @@ fn membership<'a>(obs: &Observation<'a>) -> Membership<'a> {
         .filter(|p| selector.matches(p.labels()))
         .collect();
     matched.sort_by(|a, b| succession_order(a, b));
+    // Only the older groups that select one of these pods can hold one; with many groups in a
+    // namespace that is usually none, so ordering all of them would be wasted work.
+    let mut older: Vec<&LeaderGroup> = obs
+        .groups
+        .iter()
+        .copied()
+        .filter(|g| {
+            g.metadata.name != obs.group.metadata.name
+                && group_order(g, obs.group) == Ordering::Less
+                && matched.iter().any(|p| g.spec.selector.matches(p.labels()))
+        })
+        .collect();
+    older.sort_by(|a, b| group_order(a, b));
     let mut owned = Vec::new();
     let mut overlapped = Vec::new();
     for pod in &matched {
@@ -448,14 +494,16 @@ fn membership<'a>(obs: &Observation<'a>) -> Membership<'a> {
 fn group_order(a: &LeaderGroup, b: &LeaderGroup) -> Ordering {
     let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    ta.cmp(&tb).then_with(|| a.name_any().cmp(&b.name_any()))
+    ta.cmp(&tb)
+        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 
 /// Succession order: oldest pod first (creationTimestamp), then name.
 pub fn succession_order(a: &Pod, b: &Pod) -> Ordering {
     let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    ta.cmp(&tb).then_with(|| a.name_any().cmp(&b.name_any()))
+    ta.cmp(&tb)
+        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 
 /// Running, Ready=True and not terminating. Group membership is checked separately.

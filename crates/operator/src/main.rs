@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
-use leadergroup_operator::controller::{self, Scope};
+use leadergroup_operator::controller::{self, Settings};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_operator::ha::OperatorLease;
 use leadergroup_operator::http::{self, Health};
@@ -32,6 +32,9 @@ struct Cli {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
+    /// How many groups may be reconciled at the same time (at least 1).
+    #[arg(long, env = "CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -158,8 +161,9 @@ async fn run(cli: Cli) -> Result<()> {
     let mut controller_stop = stop_rx.clone();
     let controller = tokio::spawn(controller::run(
         client,
-        Scope {
+        Settings {
             namespace: cli.namespace.clone(),
+            concurrency: cli.concurrency,
         },
         identity,
         metrics,

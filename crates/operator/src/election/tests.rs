@@ -763,3 +763,146 @@ fn conditions_keep_their_transition_time_while_unchanged() {
     assert_eq!(since(&before), since(&after));
     assert_eq!(after.ready.as_deref(), Some("4/4"));
 }
+
+/// Pods of another group sharing the namespace: its leader, a follower and an unmarked pod.
+fn another_groups_pods() -> Vec<PodFixture> {
+    let shop = |name: &str, created: i64| {
+        PodFixture::new(name, created)
+            .label("app", "shop")
+            .annotate(GROUP_ANNOTATION, "shop")
+    };
+    vec![
+        shop("s1", 0)
+            .label(ROLE_LABEL, ROLE_LEADER)
+            .annotate(EPOCH_ANNOTATION, "9"),
+        shop("s2", 1).label(ROLE_LABEL, ROLE_FOLLOWER),
+        PodFixture::new("s3", 2).label("app", "shop"),
+    ]
+}
+
+/// A decision's inputs: a name, the group, the namespace's pods and the Lease.
+type Case = (&'static str, LeaderGroup, Vec<PodFixture>, Option<Lease>);
+
+/// Groups in the situations where a pod outside the selector still matters, each in a namespace
+/// shared with another group.
+fn shared_namespace_cases() -> Vec<Case> {
+    let (g, pods, l) = converged(4);
+    let cases: Vec<Case> = vec![
+        ("converged", g.clone(), pods, Some(l.clone())),
+        ("first election", group(), three(), None),
+        (
+            // Out of the selector, but still marked: it must be demoted and unmarked.
+            "leader left the selector",
+            g.clone(),
+            vec![
+                PodFixture::new("a", 1).leader(4).label("app", "other"),
+                PodFixture::new("b", 2).follower(),
+            ],
+            Some(l.clone()),
+        ),
+        (
+            // Neither selected nor marked: found only as the leader the status and Lease name.
+            "leader lost its marks and its labels",
+            g.clone(),
+            vec![
+                PodFixture::new("a", 1).label("app", "other"),
+                PodFixture::new("b", 2).follower(),
+            ],
+            Some(l.clone()),
+        ),
+        (
+            "the Lease names a pod the status does not",
+            with_status(group(), Some("b"), 3),
+            vec![
+                PodFixture::new("a", 1).leader(4).label("app", "other"),
+                PodFixture::new("b", 2).follower().label("app", "other"),
+                PodFixture::new("c", 3),
+            ],
+            Some(l),
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(case, group, mut pods, lease)| {
+            pods.extend(another_groups_pods());
+            (case, group, pods, lease)
+        })
+        .collect()
+}
+
+#[test]
+fn the_pods_a_group_does_not_concern_never_change_its_decision() {
+    for (case, group, pods, lease) in shared_namespace_cases() {
+        let all = decide_with(&group, &pods, lease.as_ref());
+        let concerned: Vec<PodFixture> = pods
+            .into_iter()
+            .filter(|p| concerns(&group, lease.as_ref(), &p.pod))
+            .collect();
+        let names: Vec<&str> = concerned
+            .iter()
+            .filter_map(|p| p.pod.metadata.name.as_deref())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with('s')),
+            "{case}: another group's pods are not concerned: {names:?}"
+        );
+        assert_eq!(
+            decide_with(&group, &concerned, lease.as_ref()),
+            all,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn trimmed_pods_decide_as_the_whole_pods_do() {
+    for (case, group, pods, lease) in shared_namespace_cases() {
+        let noisy: Vec<PodFixture> = pods
+            .into_iter()
+            .map(|p| {
+                let mut f = p.annotate("kubectl.kubernetes.io/last-applied-configuration", "{}");
+                f.pod.metadata.owner_references = Some(vec![OwnerReference::default()]);
+                if let Some(s) = f.pod.status.as_mut() {
+                    s.pod_ip = Some("10.0.0.1".into());
+                    s.conditions
+                        .get_or_insert_with(Vec::new)
+                        .push(PodCondition {
+                            type_: "PodScheduled".into(),
+                            status: "True".into(),
+                            ..PodCondition::default()
+                        });
+                }
+                f
+            })
+            .collect();
+        let whole = decide_with(&group, &noisy, lease.as_ref());
+        let trimmed: Vec<PodFixture> = noisy
+            .iter()
+            .map(|f| {
+                let mut pod = f.pod.clone();
+                trim_pod(&mut pod);
+                PodFixture { pod }
+            })
+            .collect();
+        for f in &trimmed {
+            let m = &f.pod.metadata;
+            assert!(m.owner_references.is_none(), "{case}");
+            assert!(
+                m.annotations
+                    .iter()
+                    .flatten()
+                    .all(|(k, _)| k.starts_with("leadergroup.io/")),
+                "{case}: {:?}",
+                m.annotations
+            );
+            let status = f.pod.status.as_ref().expect("status kept");
+            assert_eq!(status.pod_ip, None, "{case}");
+            assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1), "{case}");
+        }
+        assert_eq!(
+            decide_with(&group, &trimmed, lease.as_ref()),
+            whole,
+            "{case}"
+        );
+    }
+}
