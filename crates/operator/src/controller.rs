@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -23,6 +23,7 @@ use crate::crd::{FINALIZER, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::pod_index::PodIndex;
 
 /// How often one reconcile may meet a 409 and decide again before giving up to the error policy.
 const MAX_ATTEMPTS: usize = 5;
@@ -50,6 +51,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The watch caches.
     pub caches: Caches,
+    /// The pod cache by label and group mark.
+    pod_index: PodIndex,
     /// When a pod event for a group arrived that the group has not yet been reconciled for: the
     /// start of the handover clock.
     pending: Mutex<HashMap<ObjectRef<LeaderGroup>, Instant>>,
@@ -149,6 +152,7 @@ pub async fn run(
     let (groups, groups_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
+    let pod_index = PodIndex::default();
     let caches = Caches {
         groups,
         pods,
@@ -166,6 +170,10 @@ pub async fn run(
         .modify(election::trim_pod)
         .default_backoff()
         .reflect(pods_writer)
+        .inspect_ok({
+            let index = pod_index.clone();
+            move |event| index.apply(event)
+        })
         .touched_objects();
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
@@ -185,6 +193,7 @@ pub async fn run(
         identity,
         metrics,
         caches: caches.clone(),
+        pod_index,
         pending: Mutex::new(HashMap::new()),
         active: active.clone(),
         synced: ready.subscribe(),
@@ -306,14 +315,7 @@ async fn apply(
         .get(&ObjectRef::new(&lease_name).within(ns))
         .map(|l| (*l).clone());
     for attempt in 0..MAX_ATTEMPTS {
-        let pods: Vec<Arc<Pod>> = ctx
-            .caches
-            .pods
-            .state()
-            .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-            .filter(|p| election::concerns(&group, lease.as_ref(), p))
-            .collect();
+        let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
         let groups: Vec<Arc<LeaderGroup>> = ctx
             .caches
             .groups
@@ -375,6 +377,38 @@ async fn apply(
         }
     }
     Err(Error::Conflict("LeaderGroup or Lease"))
+}
+
+/// The pods of `ns` the decision for `group` looks at, from the index when the selector allows,
+/// else from a scan of the cache.
+fn concerned_pods(
+    ctx: &Context,
+    ns: &str,
+    group: &LeaderGroup,
+    lease: Option<&Lease>,
+) -> Vec<Arc<Pod>> {
+    let name = group.metadata.name.as_deref().unwrap_or_default();
+    let pods: Vec<Arc<Pod>> = match ctx.pod_index.candidates(ns, name, &group.spec.selector) {
+        Some(mut names) => {
+            names.extend(election::named_leaders(group, lease).map(str::to_string));
+            names.sort_unstable();
+            names.dedup();
+            names
+                .iter()
+                .filter_map(|n| ctx.caches.pods.get(&ObjectRef::new(n).within(ns)))
+                .collect()
+        }
+        None => ctx
+            .caches
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .collect(),
+    };
+    pods.into_iter()
+        .filter(|p| election::concerns(group, lease, p))
+        .collect()
 }
 
 /// Records a refusal in the status and, when it is new, as a Warning Event.

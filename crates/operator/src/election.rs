@@ -157,19 +157,30 @@ struct Membership<'a> {
 }
 
 /// Whether the decision for `group` looks at `pod`: the pod is a candidate (the selector
-/// matches), carries the group's marks, or is the leader the status or the Lease names. Filtering
+/// matches), carries the group's marks, or is a leader the status or the Lease names. Filtering
 /// the namespace's pods by it keeps a decision's cost to its own group's pods instead of every
 /// pod of a namespace with many groups.
 pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
-    let name = pod.metadata.name.as_deref();
+    let marked = pod.annotations().get(GROUP_ANNOTATION).map(String::as_str);
+    group.spec.selector.matches(pod.labels())
+        || (marked.is_some() && marked == group.metadata.name.as_deref())
+        || pod
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|name| named_leaders(group, lease).any(|l| l == name))
+}
+
+/// The pods the group's status and its Lease name as leader (one, both the same, or none).
+pub fn named_leaders<'a>(
+    group: &'a LeaderGroup,
+    lease: Option<&'a Lease>,
+) -> impl Iterator<Item = &'a str> {
     let status_leader = group.status.as_ref().and_then(|s| s.leader.as_deref());
     let lease_holder = lease
         .and_then(|l| l.spec.as_ref())
         .and_then(|s| s.holder_identity.as_deref());
-    let marked = pod.annotations().get(GROUP_ANNOTATION).map(String::as_str);
-    group.spec.selector.matches(pod.labels())
-        || (marked.is_some() && marked == group.metadata.name.as_deref())
-        || (name.is_some() && (name == status_leader || name == lease_holder))
+    status_leader.into_iter().chain(lease_holder)
 }
 
 /// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,

@@ -10,5 +10,6 @@ pub mod ha;
 pub mod http;
 pub mod lease_record;
 pub mod metrics;
+pub mod pod_index;
 
 pub use error::{Error, Result};
