@@ -17,6 +17,12 @@ use leadergroup_operator::http::{self, Health};
 use leadergroup_operator::metrics::Metrics;
 use leadergroup_operator::{Error, Result};
 
+/// jemalloc rather than glibc's malloc: the watch lists arrive in bursts from several threads,
+/// and glibc's per-thread arenas keep the freed pages (at 1000 groups the resident set was 66 MiB
+/// for a 38 MiB peak heap).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "leadergroup-operator",
