@@ -639,11 +639,12 @@ pub fn markdown(
         );
         let _ = writeln!(
             o,
-            "| RSS < 64 MiB at {} groups / {} pods | {:.1} MiB (peak {:.1}) | {} |",
+            "| RSS < 64 MiB at {} groups / {} pods | steady {:.1} MiB, peak {:.1} MiB (while converging) | steady {}, peak {} |",
             e.groups,
             e.groups * 3,
             e.rss_mib,
             e.peak_rss_mib,
+            yes(e.rss_mib < 64.0),
             yes(e.peak_rss_mib < 64.0)
         );
     }
