@@ -55,6 +55,13 @@ fn index_of(pods: &[Pod]) -> PodIndex {
     index
 }
 
+const NONE: [&str; 0] = [];
+
+/// The candidates for group `group` selecting `app=<app>`.
+fn by_app(index: &PodIndex, ns: &str, group: &str, app: &str) -> Vec<String> {
+    names(index.candidates(ns, group, &labels(&[("app", app)])))
+}
+
 fn names(found: Option<Vec<String>>) -> Vec<String> {
     found.expect("the selector can be narrowed")
 }
@@ -68,23 +75,14 @@ fn match_labels_give_the_rarest_pairs_pods_and_the_marked_ones() {
         pod("ns", "c1", &[("app", "c"), ("tier", "web")], None),
         pod("other", "a9", &[("app", "a"), ("tier", "web")], None),
     ]);
-    assert_eq!(
-        names(index.candidates("ns", "a", &labels(&[("app", "a")]))),
-        ["a1", "a2", "b1"]
-    );
+    assert_eq!(by_app(&index, "ns", "a", "a"), ["a1", "a2", "b1"]);
     // app=a has 2 pods, tier=web 3: the two of app=a cover every match.
     assert_eq!(
         names(index.candidates("ns", "g", &labels(&[("app", "a"), ("tier", "web")]))),
         ["a1", "a2"]
     );
-    assert_eq!(
-        names(index.candidates("ns", "g", &labels(&[("app", "none")]))),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        names(index.candidates("absent", "g", &labels(&[("app", "a")]))),
-        Vec::<String>::new()
-    );
+    assert_eq!(by_app(&index, "ns", "g", "none"), NONE);
+    assert_eq!(by_app(&index, "absent", "g", "a"), NONE);
 }
 
 #[test]
@@ -124,24 +122,15 @@ fn a_changed_pod_is_filed_anew_and_a_deleted_one_is_gone() {
         &[("app", "b")],
         None,
     )));
-    assert_eq!(
-        names(index.candidates("ns", "a", &labels(&[("app", "a")]))),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        names(index.candidates("ns", "b", &labels(&[("app", "b")]))),
-        ["p"]
-    );
+    assert_eq!(by_app(&index, "ns", "a", "a"), NONE);
+    assert_eq!(by_app(&index, "ns", "b", "b"), ["p"]);
     index.apply(&watcher::Event::Delete(pod(
         "ns",
         "p",
         &[("app", "b")],
         None,
     )));
-    assert_eq!(
-        names(index.candidates("ns", "b", &labels(&[("app", "b")]))),
-        Vec::<String>::new()
-    );
+    assert_eq!(by_app(&index, "ns", "b", "b"), NONE);
 }
 
 #[test]
