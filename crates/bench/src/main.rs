@@ -256,7 +256,8 @@ async fn run() -> Result<()> {
             let (kind, kubeconfig, log_dir) = (kind.clone(), kubeconfig.clone(), log_dir.clone());
             tokio::spawn(async move {
                 let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
-                let mut group = PeerGroup::start(&kind, &kubeconfig, &ns.name, 1, &log_dir).await?;
+                let mut group =
+                    PeerGroup::start(&kind, &ns.client, &kubeconfig, &ns.name, 1, &log_dir).await?;
                 group
                     .wait_all_led(kind.lease * 3 + Duration::from_secs(30))
                     .await?;
@@ -288,16 +289,23 @@ async fn run() -> Result<()> {
                         failures.join("; ")
                     ));
                 }
+                let split_brains = group.overlaps();
                 group.stop().await;
                 say(format!("peers: {} done", kind.name));
-                Ok::<_, Error>((kind, soft, hard))
+                Ok::<_, Error>((kind, soft, hard, split_brains, failures))
             })
         })
         .collect();
     for task in tasks {
-        let (kind, soft, hard) = task
+        let (kind, soft, hard, split_brains, failures) = task
             .await
             .map_err(|e| Error::Other(format!("peer task: {e}")))??;
+        run.peer_split_brains
+            .insert(kind.name.to_string(), split_brains);
+        if !failures.is_empty() {
+            run.peer_failures
+                .insert(kind.name.to_string(), failures.join("; "));
+        }
         graceful.push(Handover::new(kind.name, kind.settings, soft, None));
         crash.push(Handover::new(kind.name, kind.settings, hard, None));
     }
@@ -627,7 +635,7 @@ async fn scale_peer(
 ) -> Result<ScaleEntry> {
     let ns = leadergroup_testenv::namespace(&format!("bench-peer-scale-{size}")).await?;
     let t0 = SystemTime::now();
-    let group = PeerGroup::start(kind, kubeconfig, &ns.name, size, log_dir).await?;
+    let group = PeerGroup::start(kind, &ns.client, kubeconfig, &ns.name, size, log_dir).await?;
     let led = group
         .wait_all_led(kind.lease * 4 + Duration::from_secs(60))
         .await?;

@@ -7,6 +7,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -97,13 +99,19 @@ struct Started {
 
 #[derive(Default)]
 struct State {
-    /// lease -> the last "started" line (the current leader, as it believes).
-    leaders: HashMap<String, Started>,
+    /// lease -> the candidates that printed "started" and not "stopped" since: those that
+    /// believe they lead. More than one is a split brain (a library that writes the Lease
+    /// without a resourceVersion precondition lets two candidates both acquire it).
+    believers: HashMap<String, Vec<Started>>,
+    /// How often a candidate started leading while another still believed it led.
+    overlaps: u64,
 }
 
 /// Three (or more, over time) candidate processes of one peer kind for `groups` Leases.
 pub struct PeerGroup {
     kind: PeerKind,
+    /// Reads the Leases: the holder they name is the leader to stop.
+    client: Client,
     kubeconfig: PathBuf,
     namespace: String,
     groups: usize,
@@ -119,6 +127,7 @@ impl PeerGroup {
     /// `bench-0..`.
     pub async fn start(
         kind: &PeerKind,
+        client: &Client,
         kubeconfig: &Path,
         namespace: &str,
         groups: usize,
@@ -127,6 +136,7 @@ impl PeerGroup {
         let (changed, _) = watch::channel(0);
         let mut group = PeerGroup {
             kind: kind.clone(),
+            client: client.clone(),
             kubeconfig: kubeconfig.to_path_buf(),
             namespace: namespace.to_owned(),
             groups,
@@ -195,16 +205,16 @@ impl PeerGroup {
                 };
                 let at = UNIX_EPOCH + Duration::from_nanos(nanos);
                 if let Ok(mut s) = state.lock() {
+                    let believers = s.believers.entry((*lease).to_owned()).or_default();
+                    believers.retain(|b| b.identity != *identity);
                     if *event == "started" {
-                        s.leaders.insert(
-                            (*lease).to_owned(),
-                            Started {
-                                identity: (*identity).to_owned(),
-                                at,
-                            },
-                        );
-                    } else if s.leaders.get(*lease).map(|l| l.identity.as_str()) == Some(identity) {
-                        s.leaders.remove(*lease);
+                        believers.push(Started {
+                            identity: (*identity).to_owned(),
+                            at,
+                        });
+                        if believers.len() > 1 {
+                            s.overlaps += 1;
+                        }
                     }
                 }
                 changed.send_modify(|n| *n += 1);
@@ -214,11 +224,45 @@ impl PeerGroup {
         Ok(())
     }
 
-    fn leader(&self, lease: &str) -> Option<Started> {
+    /// The candidates that believe they lead `lease`.
+    fn believers(&self, lease: &str) -> Vec<Started> {
         self.state
             .lock()
             .ok()
-            .and_then(|s| s.leaders.get(lease).cloned())
+            .and_then(|s| s.believers.get(lease).cloned())
+            .unwrap_or_default()
+    }
+
+    /// How often two candidates believed they led one Lease at the same time.
+    pub fn overlaps(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.overlaps)
+    }
+
+    /// The candidate the Lease names as its holder, once that candidate also believes it leads.
+    async fn holder(&self, lease: &str) -> Result<Started> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let deadline = tokio::time::Instant::now() + self.kind.lease * 3;
+        loop {
+            let holder = api
+                .get_opt(lease)
+                .await?
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity);
+            if let Some(b) = self
+                .believers(lease)
+                .into_iter()
+                .find(|b| Some(&b.identity) == holder.as_ref())
+            {
+                return Ok(b);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "{}: no candidate that believes it leads is the holder of Lease {lease} ({holder:?})",
+                    self.kind.name
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn wait<T>(
@@ -242,27 +286,42 @@ impl PeerGroup {
             let s = self.state.lock().ok()?;
             let mut last = UNIX_EPOCH;
             for i in 0..self.groups {
-                last = last.max(s.leaders.get(&Self::lease(i))?.at);
+                let first = s
+                    .believers
+                    .get(&Self::lease(i))?
+                    .iter()
+                    .map(|b| b.at)
+                    .min()?;
+                last = last.max(first);
             }
             Some(last)
         })
         .await
     }
 
-    /// Stops the leader of Lease 0 (`kill`: SIGKILL; otherwise SIGTERM) and returns the
-    /// milliseconds until another candidate printed OnStartedLeading. The stopped candidate is
-    /// replaced by a new process, as a Deployment would replace it.
+    /// Stops the leader of Lease 0, the candidate its holderIdentity names (`kill`: SIGKILL;
+    /// otherwise SIGTERM), and returns the milliseconds until another candidate printed
+    /// OnStartedLeading. The stopped candidate is replaced by a new process, as a Deployment
+    /// would replace it.
     pub async fn handover(&mut self, kill: bool) -> Result<f64> {
         let lease = Self::lease(0);
-        let old = self
-            .wait("a leader of Lease 0", self.kind.lease * 3, || {
-                self.leader(&lease)
-            })
-            .await?;
+        self.wait("a leader of Lease 0", self.kind.lease * 3, || {
+            self.believers(&lease).first().cloned()
+        })
+        .await?;
+        let old = self.holder(&lease).await?;
         let mut child = self
             .candidates
             .remove(&old.identity)
             .ok_or_else(|| Error::Other(format!("no process for {}", old.identity)))?;
+        // From the signal on, the old leader is going (SIGTERM: it releases, and may print
+        // "stopped" only after a successor started) or gone (SIGKILL: it prints nothing more):
+        // its belief no longer counts, so only two live candidates make a split brain.
+        if let Ok(mut s) = self.state.lock()
+            && let Some(believers) = s.believers.get_mut(&lease)
+        {
+            believers.retain(|b| b.identity != old.identity);
+        }
         let t0 = SystemTime::now();
         if kill {
             let _ = child.start_kill();
@@ -275,8 +334,9 @@ impl PeerGroup {
         let bound = self.kind.lease * 3 + Duration::from_secs(10);
         let new = self
             .wait("a new leader of Lease 0", bound, || {
-                self.leader(&lease)
-                    .filter(|l| l.identity != old.identity && l.at > old.at)
+                self.believers(&lease)
+                    .into_iter()
+                    .find(|b| b.identity != old.identity && b.at >= t0)
             })
             .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;

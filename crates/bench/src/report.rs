@@ -30,6 +30,11 @@ pub struct Run {
     pub baseline_requests_per_s: RequestCounts,
     /// Times the independent watch saw two pods of one group labeled leader (must be 0).
     pub double_leaders: u64,
+    /// Per peer kind, in the handover scenarios: how often a candidate started leading while
+    /// another still believed it led (a split brain; each library's own OnStartedLeading).
+    pub peer_split_brains: BTreeMap<String, u64>,
+    /// Per peer kind: why its handover repetitions stopped early, if they did.
+    pub peer_failures: BTreeMap<String, String>,
     /// Wall time of the whole run.
     pub duration_s: f64,
 }
@@ -455,9 +460,19 @@ pub fn markdown(
     );
     let _ = writeln!(
         o,
-        "- the independent watch saw two leaders in one group {} times\n",
+        "- the independent watch saw two leaders in one group {} times",
         run.double_leaders
     );
+    for (peer, n) in &run.peer_split_brains {
+        let _ = writeln!(
+            o,
+            "- {peer}: a candidate started leading while another still believed it led, {n} times (handover scenarios)"
+        );
+    }
+    for (peer, why) in &run.peer_failures {
+        let _ = writeln!(o, "- {peer}: its handover repetitions stopped early: {why}");
+    }
+    let _ = writeln!(o);
 
     let _ = writeln!(o, "## 5. The floor\n");
     let _ = writeln!(
