@@ -238,7 +238,11 @@ impl PeerGroup {
         self.state.lock().map_or(0, |s| s.overlaps)
     }
 
-    /// The candidate the Lease names as its holder, once that candidate also believes it leads.
+    /// The candidate the Lease names as its holder, once it is the only one that believes it
+    /// leads. A library without a resourceVersion precondition can let two candidates acquire
+    /// at once; the loser believes it leads until its next renewal shows it the holder. Were the
+    /// holder stopped meanwhile, the loser would take the released Lease over without a new
+    /// OnStartedLeading (it never stopped leading), and no handover could be timed.
     async fn holder(&self, lease: &str) -> Result<Started> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let deadline = tokio::time::Instant::now() + self.kind.lease * 3;
@@ -248,16 +252,14 @@ impl PeerGroup {
                 .await?
                 .and_then(|l| l.spec)
                 .and_then(|s| s.holder_identity);
-            if let Some(b) = self
-                .believers(lease)
-                .into_iter()
-                .find(|b| Some(&b.identity) == holder.as_ref())
+            if let [sole] = self.believers(lease).as_slice()
+                && Some(&sole.identity) == holder.as_ref()
             {
-                return Ok(b);
+                return Ok(sole.clone());
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(Error::Other(format!(
-                    "{}: no candidate that believes it leads is the holder of Lease {lease} ({holder:?})",
+                    "{}: the holder of Lease {lease} ({holder:?}) is not the one candidate that believes it leads",
                     self.kind.name
                 )));
             }
