@@ -91,9 +91,9 @@ impl Context {
 pub struct Settings {
     /// One namespace, or all when None.
     pub namespace: Option<String>,
-    /// How many groups may be reconciled at the same time. Unbounded, a start with 1000 groups
-    /// sends 1000 reconciles' writes at once: the API server's inflight limits refuse most of
-    /// them and the retries feed the storm.
+    /// How many groups may be reconciled at the same time: bounds the writes that a start or a
+    /// node failure sends to the API server at once (unbounded, a start with 1000 groups
+    /// sends every group's writes together).
     pub concurrency: u16,
 }
 

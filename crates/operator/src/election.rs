@@ -161,9 +161,12 @@ struct Membership<'a> {
 /// the namespace's pods by it keeps a decision's cost to its own group's pods instead of every
 /// pod of a namespace with many groups.
 pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
-    let marked = pod.annotations().get(GROUP_ANNOTATION).map(String::as_str);
     group.spec.selector.matches(pod.labels())
-        || (marked.is_some() && marked == group.metadata.name.as_deref())
+        || group
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|name| marked_for(pod, name))
         || pod
             .metadata
             .name
