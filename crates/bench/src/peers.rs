@@ -307,10 +307,6 @@ impl PeerGroup {
     /// would replace it.
     pub async fn handover(&mut self, kill: bool) -> Result<f64> {
         let lease = Self::lease(0);
-        self.wait("a leader of Lease 0", self.kind.lease * 3, || {
-            self.believers(&lease).first().cloned()
-        })
-        .await?;
         let old = self.holder(&lease).await?;
         let mut child = self
             .candidates
