@@ -39,12 +39,12 @@ demo-stop:
 
 demo: demo-stop
 	controlplane/cluster.sh up
-	cargo build -p leadergroup-operator --bin leadergroup-operator --example demo
+	cargo build --bin leadergroup-operator --example demo
 	LEADERGROUP_KUBECONFIG="$(CURDIR)/.cluster/kubeconfig" target/debug/examples/demo
 
 # Regenerates the CRD from the Rust types, and the chart's copy of it.
 crds:
-	cargo run -q -p leadergroup-operator -- crd > crds/leadergroup.yaml
+	cargo run -q -- crd > crds/leadergroup.yaml
 	cp crds/leadergroup.yaml charts/leadergroup-operator/files/leadergroup.crd.yaml
 
 fmt:
@@ -57,7 +57,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 crd-check:
-	cargo run -q -p leadergroup-operator -- crd | diff -u crds/leadergroup.yaml - || { echo "crds/leadergroup.yaml is stale: run make crds"; exit 1; }
+	cargo run -q -- crd | diff -u crds/leadergroup.yaml - || { echo "crds/leadergroup.yaml is stale: run make crds"; exit 1; }
 	cmp crds/leadergroup.yaml charts/leadergroup-operator/files/leadergroup.crd.yaml || { echo "the chart's CRD differs from crds/leadergroup.yaml: run make crds"; exit 1; }
 
 helm-lint:

@@ -2,11 +2,8 @@
 //! groups: the group Lease's arbiter annotation makes one of them act and the other defer, so
 //! there are never two leaders and no epoch is handed out twice; when the arbiter dies, the other
 //! takes over once the Lease runs out.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{InvariantWatcher, Operator, World, group, lease};
+use crate::common::{InvariantWatcher, Operator, World, group, lease};
 use kube::ResourceExt;
 use kube::api::PostParams;
 use leadergroup_operator::crd::ARBITER_ANNOTATION;

@@ -1,10 +1,7 @@
 //! Deleting a LeaderGroup: its finalizer removes the operator's labels and annotations from the
 //! pods and deletes the Lease (nothing garbage-collects here), then lets the group go. The pods stay.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{CONVERGE, Operator, World, group, lease};
+use crate::common::{CONVERGE, Operator, World, group, lease};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, FINALIZER, GROUP_ANNOTATION, ROLE_LABEL};

@@ -2,16 +2,13 @@
 //! which); the standby takes over when the active one dies (SIGKILL: once the operator Lease runs
 //! out) or shuts down (SIGTERM: at once, it releases the Lease); the groups keep converging under
 //! the new replica; never are two replicas active at once, and never are two pods leaders.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ActiveMonitor, CONVERGE, InvariantWatcher, Operator, World, group, lease};
+use crate::common::{ActiveMonitor, CONVERGE, InvariantWatcher, Operator, World, group, lease};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};

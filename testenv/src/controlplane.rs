@@ -218,12 +218,12 @@ impl ControlPlane {
     }
 }
 
-/// The repository: this crate lives in `<repo>/crates/testenv`.
+/// The repository: this crate lives in `<repo>/testenv`.
 fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
-        .nth(2)
+        .nth(1)
         .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
 }
 

@@ -1,7 +1,6 @@
 //! Shared by the operator's integration tests: the CRD installed once, the operator binary run as
 //! a child process (as a user runs it), and a watcher that checks the invariants I1 and I3 on every
 //! pod event the API server sends.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -554,7 +553,7 @@ impl World {
 
 /// The chart's folder in the repository.
 pub fn chart_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/leadergroup-operator")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/leadergroup-operator")
 }
 
 /// Runs a command-line tool (helm, kubectl) to completion: (success, stdout, stderr).

@@ -1,15 +1,12 @@
 //! The Lease as the source of truth, under interference: deleted by hand, rewritten by a foreign
 //! writer while the operator hands over, and a Lease of the group's name that the group does not
 //! own.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{InvariantWatcher, Operator, Settled, World, group, lease};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};

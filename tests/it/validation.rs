@@ -1,11 +1,8 @@
 //! Invalid LeaderGroups are refused by the API server itself (OpenAPI schema and CEL rules), with
 //! a message that names the field, as `kubectl apply` would show it. Sent as raw JSON, since the
 //! typed API cannot even express most of these objects.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::install_crd;
+use crate::common::install_crd;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::namespace;

@@ -104,12 +104,12 @@ fn say(msg: impl AsRef<str>) {
     eprintln!("bench {t} {}", msg.as_ref());
 }
 
-/// The repository: this crate lives in `<repo>/crates/bench`.
+/// The repository: this crate lives in `<repo>/bench`.
 fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
-        .nth(2)
+        .nth(1)
         .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
 }
 

@@ -20,8 +20,10 @@ pub const ROLE_LEADER: &str = "leader";
 pub const ROLE_FOLLOWER: &str = "follower";
 /// Annotation holding a fencing token (the epoch) as a decimal string, on the leader pod and the Lease.
 pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
-/// Annotation naming the group on every pod the operator labeled, and a label on the group's Lease.
+/// Annotation naming the group on every pod the operator labeled.
 pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// Label naming the group on its Lease: the operator watches only the Leases that carry it.
+pub const LEASE_GROUP_LABEL: &str = "leadergroup.io/group";
 /// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
 pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
 /// Finalizer that removes the operator's marks from pods and deletes the Lease.

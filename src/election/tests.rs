@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 
 use super::*;
 use crate::crd::{LeaderGroupSpec, PodSelector, SelectorOperator, SelectorRequirement};
+use crate::pod_index::trim_pod;
 
 const GROUP_UID: &str = "uid-pay";
 const ME: &str = "op-1";

@@ -1,12 +1,9 @@
 //! Overlapping selectors: a pod selected by two groups belongs to the older one; the younger
 //! group reports the condition Overlapping and elects among the pods it does hold.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::{InvariantWatcher, Operator, Settled, World, group, role};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, role};
 use kube::api::PostParams;
 use leadergroup_operator::crd::{LeaderGroup, PodSelector};
 use leadergroup_operator::election::OVERLAPPING;

@@ -1,11 +1,8 @@
 //! `/metrics` as Prometheus scrapes it: the transitions this test causes are counted by reason,
 //! each handover to a new leader lands in the latency histogram, and the error and conflict
 //! families are exposed before anything failed (so alerts on them can be written up front).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Operator, World, group, metric};
+use crate::common::{Operator, World, group, metric};
 use kube::api::PostParams;
 use leadergroup_testenv::control_plane;
 
@@ -67,15 +64,18 @@ async fn metrics_count_the_transitions_the_test_caused() {
     assert_ne!(third.leader, second.leader);
 
     // The counters are updated right after the leader's label: wait for the last one to show.
-    let text =
-        leadergroup_testenv::wait_until("/metrics shows 3 handovers", common::CONVERGE, || async {
+    let text = leadergroup_testenv::wait_until(
+        "/metrics shows 3 handovers",
+        crate::common::CONVERGE,
+        || async {
             let text = operator.metrics().await;
             Ok::<_, String>(
                 (metric(&text, "leadergroup_handover_seconds_count") == Some(3.0)).then_some(text),
             )
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", operator.logs()));
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", operator.logs()));
     for (reason, count) in [
         ("Initial", 1.0),
         ("LeaderDeleted", 1.0),

@@ -1,10 +1,7 @@
 //! Election and handover, observed the way a user would: pod labels and annotations, the Lease,
 //! the status, the Events.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{
+use crate::common::{
     CONVERGE, InvariantWatcher, Operator, Settled, World, epoch, group, install_crd, lease, role,
 };
 use k8s_openapi::api::core::v1::Pod;

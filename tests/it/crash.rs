@@ -1,13 +1,10 @@
 //! The operator killed with SIGKILL in the middle of handovers, at varied moments, and restarted
 //! with the same identity (so it resumes at once instead of waiting out its own arbitration): it
 //! converges every time, and I1 to I3 hold at every state the watch shows.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::{InvariantWatcher, Operator, World, group};
+use crate::common::{InvariantWatcher, Operator, World, group};
 use kube::api::PostParams;
 use leadergroup_testenv::control_plane;
 

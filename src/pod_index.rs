@@ -10,10 +10,34 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::runtime::watcher;
 
-use crate::crd::{GROUP_ANNOTATION, PodSelector, SelectorOperator};
+use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, SelectorOperator};
+
+/// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,
+/// managedFields, owner references, every annotation but ours (a last-applied-configuration
+/// alone can be kilobytes) and the status but for its phase and Ready condition. Thousands of
+/// pods are held in memory, most of them of no group at all.
+pub fn trim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    let meta = &mut pod.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == GROUP_ANNOTATION || k == EPOCH_ANNOTATION);
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status
+                .conditions
+                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..PodStatus::default()
+        });
+    }
+}
 
 /// Pod names by namespace, label and group mark; cheap to clone (shared).
 #[derive(Clone, Default)]

@@ -8,7 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
-use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, GROUP_ANNOTATION};
+use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL};
 
 /// The content of a Lease that the operator writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl LeaseRecord {
                 .metadata
                 .labels
                 .get_or_insert_with(BTreeMap::new)
-                .insert(GROUP_ANNOTATION.to_string(), group.to_string());
+                .insert(LEASE_GROUP_LABEL.to_string(), group.to_string());
         }
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(EPOCH_ANNOTATION.to_string(), self.epoch.to_string());
@@ -131,7 +131,7 @@ mod tests {
         let r = record(7);
         let lease = r.apply_to(None, "leadergroup-g", "ns", Some("g"), None);
         assert_eq!(LeaseRecord::from_lease(&lease), r);
-        assert_eq!(lease.metadata.labels.unwrap()[GROUP_ANNOTATION], "g");
+        assert_eq!(lease.metadata.labels.unwrap()[LEASE_GROUP_LABEL], "g");
     }
 
     #[test]

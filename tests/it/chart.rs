@@ -11,13 +11,10 @@
 //! - the CRD's lifecycle (install with the default values, Established, the same schema as
 //!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
 //!   on a private API server of its own, where the release is the CRD's only owner.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Operator, World, chart_dir, group, run_ok, run_tool};
+use crate::common::{Operator, World, chart_dir, group, run_ok, run_tool};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
@@ -34,7 +31,7 @@ use leadergroup_testenv::{
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
@@ -356,7 +353,7 @@ impl Drop for PrivateCluster {
 
 async fn established_crd(client: &Client) -> CustomResourceDefinition {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait_until("CRD Established", common::CONVERGE, || async {
+    wait_until("CRD Established", crate::common::CONVERGE, || async {
         let crd = crds.get_opt(CRD_NAME).await?;
         let established = crd
             .as_ref()
@@ -517,7 +514,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
                 &groups,
                 "my-app",
                 &format!("a leader at epoch {epoch}"),
-                common::CONVERGE,
+                crate::common::CONVERGE,
                 |g: Option<&LeaderGroup>| {
                     g.and_then(|g| g.status.as_ref())
                         .is_some_and(|s| s.epoch == epoch && s.leader.is_some())

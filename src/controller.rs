@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions;
-use crate::crd::{FINALIZER, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus};
+use crate::crd::{FINALIZER, GROUP_ANNOTATION, LEASE_GROUP_LABEL, LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -33,7 +33,7 @@ const MAX_ATTEMPTS: usize = 5;
 pub struct Caches {
     /// All LeaderGroups watched.
     pub groups: Store<LeaderGroup>,
-    /// All pods watched, trimmed by [`election::trim_pod`] to what the decision reads.
+    /// All pods watched, trimmed by [`crate::pod_index::trim_pod`] to what the decision reads.
     pub pods: Store<Pod>,
     /// The groups' Leases (those labeled with a group).
     pub leases: Store<Lease>,
@@ -167,7 +167,7 @@ pub async fn run(
     .reflect(groups_writer)
     .touched_objects();
     let pod_stream = watcher(settings.api::<Pod>(&client), watcher::Config::default())
-        .modify(election::trim_pod)
+        .modify(crate::pod_index::trim_pod)
         .default_backoff()
         .reflect(pods_writer)
         .inspect_ok({
@@ -177,7 +177,7 @@ pub async fn run(
         .touched_objects();
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
-        watcher::Config::default().labels(GROUP_ANNOTATION),
+        watcher::Config::default().labels(LEASE_GROUP_LABEL),
     )
     .default_backoff()
     .reflect(leases_writer)

@@ -1,10 +1,7 @@
 //! What a user sees with kubectl: `kubectl get leadergroups` (and `lg`, and `-o wide`) prints the
 //! printer columns with the operator's values, and `kubectl describe` shows the transition Events.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Operator, World, group, run_ok};
+use crate::common::{Operator, World, group, run_ok};
 use kube::api::PostParams;
 use leadergroup_testenv::{ControlPlane, control_plane};
 

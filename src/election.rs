@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::core::Selector;
@@ -184,30 +184,6 @@ pub fn named_leaders<'a>(
         .and_then(|l| l.spec.as_ref())
         .and_then(|s| s.holder_identity.as_deref());
     status_leader.into_iter().chain(lease_holder)
-}
-
-/// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,
-/// managedFields, owner references, every annotation but ours (a last-applied-configuration
-/// alone can be kilobytes) and the status but for its phase and Ready condition. Thousands of
-/// pods are held in memory, most of them of no group at all.
-pub fn trim_pod(pod: &mut Pod) {
-    pod.spec = None;
-    let meta = &mut pod.metadata;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == GROUP_ANNOTATION || k == EPOCH_ANNOTATION);
-    }
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: status
-                .conditions
-                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
-            ..PodStatus::default()
-        });
-    }
 }
 
 /// Decides what to do for `obs.group`.

@@ -1,0 +1,17 @@
+//! The integration tests: one binary, so the test support in `common` is compiled once. Each
+//! module is one area, observed the way a user would against a real API server (the control plane
+//! of `leadergroup-testenv`: the one `LEADERGROUP_KUBECONFIG` names, or one started for this run).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod arbiter;
+mod chart;
+mod cleanup;
+mod common;
+mod crash;
+mod election;
+mod ha;
+mod kubectl;
+mod lease;
+mod metrics;
+mod overlap;
+mod validation;
