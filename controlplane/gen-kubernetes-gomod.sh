@@ -3,10 +3,31 @@
 # Go honours `replace` only in the main module, and k8s.io/kubernetes requires its staging modules at
 # v0.0.0, so every staging module it replaces with ./staging/... is replaced here with the published
 # module of the same release (v1.37.2 -> v0.37.2). The list comes from that version's own go.mod.
+#
+#   controlplane/gen-kubernetes-gomod.sh          go.mod + go.sum, then node.mod + node.sum
+#   controlplane/gen-kubernetes-gomod.sh --node   node.mod + node.sum only (go.mod stays as it is)
+#
+# node.mod is go.mod plus what kubelet, kube-proxy, kube-scheduler and kube-controller-manager add;
+# node-build.sh reads it with -modfile, so the node binaries never change build.sh's cache key.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
+
+gen_node() {
+  cd "$here/kubernetes"
+  cp go.mod node.mod
+  cp go.sum node.sum
+  go get -modfile=node.mod k8s.io/kubernetes/cmd/kubelet@"$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-proxy@"$KUBERNETES_VERSION" \
+    k8s.io/kubernetes/cmd/kube-scheduler@"$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-controller-manager@"$KUBERNETES_VERSION"
+  # The node commands may add modules but must not move one go.mod already pins.
+  local moved
+  local pins='$0 !~ /=>/ && $2 ~ /^v[0-9]/ {print $1, $2}'
+  moved=$(join <(awk "$pins" go.mod | sort) <(awk "$pins" node.mod | sort) | awk '$2 != $3')
+  [[ -z $moved ]] || { echo "node.mod moved modules go.mod pins (module go.mod node.mod):" >&2; echo "$moved" >&2; exit 1; }
+  echo "kubernetes/node.mod regenerated: $(($(grep -c '// indirect' node.mod) - $(grep -c '// indirect' go.mod))) more modules than go.mod"
+}
+if [[ ${1:-} == --node ]]; then gen_node; exit 0; fi
 staging_version="v0.${KUBERNETES_VERSION#v1.}"
 dir=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [[ -n $dir ]] || { echo "could not download k8s.io/kubernetes@$KUBERNETES_VERSION" >&2; exit 1; }
@@ -28,3 +49,4 @@ rm -f go.sum
 # go mod tidy cannot see main packages of a dependency, so resolve what the builds import directly.
 go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kubectl@"$KUBERNETES_VERSION"
 echo "kubernetes/go.mod regenerated for $KUBERNETES_VERSION ($(grep -c '=>' go.mod) staging replaces)"
+gen_node
