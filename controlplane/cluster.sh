@@ -9,6 +9,8 @@
 # reused. `--watch-pid PID` adds a watchdog that runs `down` once PID has exited, so a test binary
 # that exits or is killed never leaks processes. `--bin-dir` skips controlplane/build.sh (which
 # builds the binaries on first use unless LEADERGROUP_NO_BUILD=1).
+# For controlplane/realcluster.sh: `--address IP` serves on IP instead of loopback (reachable from
+# pods; the `kubernetes` Service then has endpoints), `--service-cidr CIDR` (default 10.0.0.0/24).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -20,17 +22,22 @@ usage() { sed -n '5,6p' "$0" | sed 's/^# *//' >&2; }
 cmd=${1:-}
 [[ $cmd == up || $cmd == down ]] || { usage; exit 2; }
 shift
-dir=$repo/.cluster watch_pid="" bin=""
+dir=$repo/.cluster watch_pid="" bin="" address=127.0.0.1 service_cidr=10.0.0.0/24
 while (($#)); do
   case $1 in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
     --watch-pid) watch_pid=${2:?--watch-pid needs a value}; shift 2 ;;
     --bin-dir) bin=${2:?--bin-dir needs a value}; shift 2 ;;
+    --address) address=${2:?--address needs a value}; shift 2 ;;
+    --service-cidr) service_cidr=${2:?--service-cidr needs a value}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage; die "unknown argument $1" ;;
   esac
 done
 [[ -z $watch_pid || $watch_pid =~ ^[0-9]+$ ]] || die "--watch-pid wants a number, got $watch_pid"
+[[ $address =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--address wants an IPv4 address, got $address"
+[[ $service_cidr =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/(1[6-9]|2[0-4])$ ]] || die "--service-cidr wants a.b.c.0/16..24, got $service_cidr"
+service_ip=${BASH_REMATCH[1]}.1 # the `kubernetes` Service's ClusterIP
 
 # The marker guards `rm -rf`: only a folder this script created is ever removed.
 marker=.leadergroup-cluster
@@ -112,9 +119,9 @@ kubeconfig=$dir/kubeconfig
 ready() {
   if command -v curl >/dev/null; then
     [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/pki/ca.crt" \
-      --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "https://127.0.0.1:$1/readyz") == 200 ]]
+      --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "https://$address:$1/readyz") == 200 ]]
   else
-    [[ $("$bin/kubectl" --kubeconfig="$dir/pki/admin.kubeconfig" --server="https://127.0.0.1:$1" \
+    [[ $("$bin/kubectl" --kubeconfig="$dir/pki/admin.kubeconfig" --server="https://$address:$1" \
       --request-timeout=2s get --raw=/readyz 2>/dev/null) == ok ]]
   fi
 }
@@ -142,7 +149,7 @@ print_usage() {
   local port
   port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
   cat <<EOF
-control plane ready at https://127.0.0.1:$port (kube-apiserver $("$bin/kube-apiserver" --version | cut -d' ' -f2), data and logs in $dir)
+control plane ready at https://$address:$port (kube-apiserver $("$bin/kube-apiserver" --version | cut -d' ' -f2), data and logs in $dir)
   export KUBECONFIG=$kubeconfig
   export LEADERGROUP_KUBECONFIG=$kubeconfig   # tests reuse this cluster instead of starting one
   $bin/kubectl get namespaces
@@ -171,21 +178,17 @@ flock 9
 
 # ---- certificates (EC P-256: generated in milliseconds; RSA only where Kubernetes expects it) ----
 pki=$dir/pki
-gen_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
-sign() { # sign NAME SUBJECT EXTENSIONS
-  gen_key "$pki/$1.key"
-  openssl req -new -key "$pki/$1.key" -subj "$2" -out "$pki/$1.csr" 2>/dev/null
-  openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
-    -days 3650 -out "$pki/$1.crt" -extfile <(printf '%b' "$3") 2>/dev/null
-  rm "$pki/$1.csr"
-}
-gen_key "$pki/ca.key"
-openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=leadergroup-testenv-ca" -days 3650 -out "$pki/ca.crt" \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-# 10.0.0.1 and kubernetes.default.svc: the first address of the service range, as a real cluster's
-# serving certificate has them.
-sign server "/CN=kube-apiserver" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-sign admin "/O=system:masters/CN=admin" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth"
+# shellcheck source=pki.sh
+source "$here/pki.sh"
+new_ca "/CN=leadergroup-testenv-ca"
+# The first address of the service range and kubernetes.default.svc, as a real cluster's serving
+# certificate has them.
+sans=IP:127.0.0.1,DNS:localhost
+[[ $address == 127.0.0.1 ]] || sans+=,IP:$address
+sign server "/CN=kube-apiserver" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=$sans,IP:$service_ip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+sign_client admin admin system:masters
+# What the API server shows the kubelets (exec, logs, port-forward); only a real cluster has them.
+[[ $address == 127.0.0.1 ]] || sign_client kubelet-client kube-apiserver-kubelet-client system:masters
 # ServiceAccount token signing key (RS256, what kubeadm uses).
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
 openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -193,7 +196,7 @@ openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 # ---- ports ----
 # Random ports below the kernel's ephemeral range (32768+), so an outgoing connection never holds
 # one; a port already listening is skipped. Start retries with new ports if a bind still races.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && ! (exec 3<>"/dev/tcp/$address/$1") 2>/dev/null; }
 pick_port() {
   local p
   while :; do
@@ -233,29 +236,8 @@ etcd_healthy() {
   [[ $answer == *'"health":"true"'* ]]
 }
 
-# The admin kubeconfig, written for each port tried; it becomes DIR/kubeconfig once the server is
-# ready, so DIR/kubeconfig exists only for a cluster that was healthy.
-b64() { base64 -w0 <"$1"; }
-write_kubeconfig() { # write_kubeconfig PORT
-  cat >"$pki/admin.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: testenv
-  cluster:
-    server: https://127.0.0.1:$1
-    certificate-authority-data: $(b64 "$pki/ca.crt")
-users:
-- name: admin
-  user:
-    client-certificate-data: $(b64 "$pki/admin.crt")
-    client-key-data: $(b64 "$pki/admin.key")
-contexts:
-- name: testenv
-  context: {cluster: testenv, user: admin}
-current-context: testenv
-EOF
-}
+# The admin kubeconfig (pki.sh) is written for each port tried; it becomes DIR/kubeconfig once the
+# server is ready, so DIR/kubeconfig exists only for a cluster that was healthy.
 
 etcd_port="" peer_port="" api_port=""
 for attempt in 1 2 3; do
@@ -278,22 +260,25 @@ etcd_ready=$(date +%s.%N)
 
 for attempt in 1 2 3; do
   api_port=$(pick_port "$etcd_port" "$peer_port")
-  write_kubeconfig "$api_port"
+  write_kubeconfig "$pki/admin.kubeconfig" "https://$address:$api_port" admin
   # --endpoint-reconciler-type=none: the reconciler refuses a loopback advertise address (and
-  # there is no pod network behind the `kubernetes` Service anyway).
+  # there is no pod network behind the `kubernetes` Service anyway). On --address, the default
+  # (lease) gives the Service that address as its endpoint, for pods of the real cluster.
+  real=()
+  [[ $address == 127.0.0.1 ]] || real=(--kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key")
   # --profiling=false and --enable-logs-handler=false: fewer handlers nobody here uses.
   # The watch cache stays on: the operator's watches should see what a real cluster serves.
   spawn kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --secure-port="$api_port" --advertise-address=127.0.0.1 \
+    --bind-address="$address" --secure-port="$api_port" --advertise-address="$address" \
     --cert-dir="$pki" --tls-cert-file="$pki/server.crt" --tls-private-key-file="$pki/server.key" \
     --client-ca-file="$pki/ca.crt" \
     --authorization-mode=Node,RBAC \
-    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-cluster-ip-range="$service_cidr" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --allow-privileged=true \
-    --endpoint-reconciler-type=none \
+    --endpoint-reconciler-type="$([[ $address == 127.0.0.1 ]] && echo none || echo lease)" "${real[@]}" \
     --profiling=false --enable-logs-handler=false
   if wait_for kube-apiserver 120 ready "$api_port"; then break; fi
   stop kube-apiserver
