@@ -15,6 +15,7 @@ TEST_THREADS ?= 6
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
 .PHONY: help demo controlplane cluster-up cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
+.PHONY: node-deps node-binaries images realcluster-up realcluster-down
 
 help:
 	@echo "make demo          start the local control plane, run the operator, show an election and handovers"
@@ -22,6 +23,8 @@ help:
 	@echo "make controlplane  build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up    start a local control plane in .cluster/ (make cluster-down stops it)"
 	@echo "make fmt | lint    rustfmt | clippy -D warnings"
+	@echo "make realcluster-up    (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make realcluster-down)"
+	@echo "make images            build the OCI images (pause, busybox, operator); imports them when .realcluster/ runs"
 
 controlplane:
 	controlplane/build.sh
@@ -31,6 +34,24 @@ cluster-up:
 
 cluster-down: demo-stop
 	controlplane/cluster.sh down
+
+# The real cluster (issue 10): containerd, runc, CNI plugins and iptables from Debian (node-deps,
+# as root), kubelet, kube-proxy, kube-scheduler and kube-controller-manager built and cached like
+# the control plane (node-binaries), images built here with no registry.
+node-deps:
+	controlplane/node-deps.sh
+
+node-binaries:
+	controlplane/node-build.sh
+
+realcluster-up:
+	controlplane/realcluster.sh up
+
+realcluster-down:
+	controlplane/realcluster.sh down
+
+images:
+	if [[ -d .realcluster ]]; then images/build.sh --import .realcluster; else images/build.sh; fi
 
 # The demo leaves its operator running for exploring; its pid is in .cluster/.
 DEMO_PID := .cluster/demo-operator.pid

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Builds the images the real cluster runs, as OCI archives, with no registry and no container
+# builder: a root filesystem is put together in a temporary folder, tarred as the one layer, and the
+# OCI layout (config, manifest, index.json) is written by hand, digests from sha256sum.
+#
+#   images/build.sh [--import DIR] [NAME...]
+#
+# NAME: pause, busybox, operator (default: all). Archives go to target/images/NAME.tar.
+# --import DIR: also import them into the containerd of every node of the real cluster in DIR
+# (controlplane/realcluster.sh; default .realcluster/ when it runs).
+#   pause     localhost/leadergroup/pause:1         busybox-static's sleep; the nodes' sandbox_image
+#   busybox   localhost/leadergroup/busybox:1.35     busybox-static with every applet (httpd, wget, sh)
+#   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (cargo build
+#             --release), the libraries ldd lists, CA certificates, user 65532: the chart's default
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+
+say() { echo "images: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+usage() { sed -n '5,5p' "$0" | sed 's/^# *//' >&2; }
+
+import_dir="" names=()
+while (($#)); do
+  case $1 in
+    --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    pause | busybox | operator) names+=("$1"); shift ;;
+    *) usage; die "unknown argument $1 (images: pause, busybox, operator)" ;;
+  esac
+done
+((${#names[@]})) || names=(pause busybox operator)
+
+out=$repo/target/images
+mkdir -p "$out"
+work=$(mktemp -d "${TMPDIR:-/tmp}/leadergroup-images.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+busybox=/bin/busybox
+[[ -x $busybox ]] && file_static=$(LC_ALL=C ldd "$busybox" 2>&1 || true) && [[ $file_static == *"not a dynamic executable"* ]] ||
+  die "$busybox missing or not static: run controlplane/node-deps.sh (installs busybox-static)"
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+size() { stat -c %s "$1"; }
+blob() { # blob FILE: moves FILE into the layout's blobs, prints its digest
+  local d
+  d=$(sha "$1")
+  mv "$1" "$layout/blobs/sha256/$d"
+  echo "$d"
+}
+json_array() { # json_array WORD...: ["WORD", ...] (words without quotes or backslashes)
+  local s="" w
+  for w in "$@"; do s+="${s:+,}\"$w\""; done
+  echo "[$s]"
+}
+
+# oci_archive NAME REF ROOTFS USER ENTRYPOINT_JSON CMD_JSON: writes target/images/NAME.tar.
+# One uncompressed layer (the archive is imported locally; gzip would only cost time); entries
+# sorted, owned by root, time 0, so the same inputs give the same digests.
+oci_archive() {
+  local name=$1 ref=$2 rootfs=$3 user=$4 entrypoint=$5 cmd=$6
+  layout=$work/$name-layout
+  mkdir -p "$layout/blobs/sha256"
+  tar -C "$rootfs" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$work/layer.tar" .
+  local layer_size layer config_size config manifest_size manifest
+  layer_size=$(size "$work/layer.tar")
+  layer=$(blob "$work/layer.tar")
+  cat >"$work/config.json" <<JSON
+{"architecture":"amd64","os":"linux","config":{"User":"$user","Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":$entrypoint,"Cmd":$cmd,"WorkingDir":"/","Labels":{"org.opencontainers.image.title":"$name"}},"rootfs":{"type":"layers","diff_ids":["sha256:$layer"]},"history":[{"created_by":"images/build.sh"}]}
+JSON
+  config_size=$(size "$work/config.json")
+  config=$(blob "$work/config.json")
+  cat >"$work/manifest.json" <<JSON
+{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:$config","size":$config_size},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:$layer","size":$layer_size}]}
+JSON
+  manifest_size=$(size "$work/manifest.json")
+  manifest=$(blob "$work/manifest.json")
+  # io.containerd.image.name: the full name containerd stores (what the CRI resolves a pod's
+  # `image:` to); org.opencontainers.image.ref.name: the tag, for other OCI tools.
+  cat >"$layout/index.json" <<JSON
+{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$ref","org.opencontainers.image.ref.name":"${ref##*:}"}}]}
+JSON
+  echo '{"imageLayout":"1.0.0"}' >"$layout/oci-layout"
+  tar -C "$layout" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out/$name.tar.tmp" oci-layout index.json blobs
+  mv "$out/$name.tar.tmp" "$out/$name.tar"
+  echo "$ref" >"$out/$name.ref"
+  say "$name: $ref, $((layer_size / 1024)) KiB, manifest sha256:${manifest:0:12} -> $out/$name.tar"
+}
+
+base_rootfs() { # base_rootfs DIR: /etc/passwd and /etc/group with root, nobody and nonroot 65532; /tmp
+  mkdir -p "$1/etc" "$1/tmp" "$1/bin"
+  chmod 1777 "$1/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$1/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$1/etc/group"
+}
+
+build_pause() {
+  local r=$work/pause-rootfs
+  base_rootfs "$r"
+  cp "$busybox" "$r/bin/busybox"
+  ln -s busybox "$r/bin/sleep"
+  # PID 1 of the sandbox only holds the namespaces; containerd stops it with SIGKILL.
+  oci_archive pause localhost/leadergroup/pause:1 "$r" 65535 "$(json_array /bin/sleep 2147483647)" null
+}
+
+build_busybox() {
+  local r=$work/busybox-rootfs a
+  base_rootfs "$r"
+  cp "$busybox" "$r/bin/busybox"
+  for a in $("$busybox" --list); do [[ $a == busybox ]] || ln -s busybox "$r/bin/$a"; done
+  oci_archive busybox localhost/leadergroup/busybox:1.35 "$r" 0 null "$(json_array /bin/sh)"
+}
+
+build_operator() {
+  local version
+  version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/leadergroup-operator/Chart.yaml")
+  [[ -n $version ]] || die "no appVersion in charts/leadergroup-operator/Chart.yaml"
+  local repository
+  repository=$(sed -n 's/^  repository: *//p' "$repo/charts/leadergroup-operator/values.yaml" | head -1)
+  [[ -n $repository ]] || die "no image.repository in charts/leadergroup-operator/values.yaml"
+  say "cargo build --release --bin leadergroup-operator"
+  (cd "$repo" && nice -n 10 cargo build --release --locked --bin leadergroup-operator)
+  local binary=$repo/target/release/leadergroup-operator r=$work/operator-rootfs lib
+  base_rootfs "$r"
+  install -D -m 0755 "$binary" "$r/usr/local/bin/leadergroup-operator"
+  # Every library at the path ldd names (the loader included), dereferenced: the loader and
+  # glibc's default search path find them there without an ld.so.cache.
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
+    install -D -m 0755 "$(readlink -f "$lib")" "$r$lib"
+  done
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+  # A docker.io/library/ name is what the CRI makes of the chart's `leadergroup-operator:<tag>`.
+  local ref=$repository:$version
+  [[ $ref == */* ]] || ref=docker.io/library/$ref
+  oci_archive operator "$ref" "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-operator)" null
+}
+
+start=$SECONDS
+for n in "${names[@]}"; do "build_$n"; done
+say "built ${names[*]} in $((SECONDS - start)) s"
+
+[[ -n $import_dir ]] || exit 0
+import_dir=$(cd "$import_dir" 2>/dev/null && pwd) || die "--import: no folder $import_dir"
+socks=()
+for s in "$import_dir"/node*/containerd.sock; do [[ -S $s ]] && socks+=("$s"); done
+((${#socks[@]})) || die "no node containerd socket in $import_dir (is the real cluster up? controlplane/realcluster.sh up)"
+for s in "${socks[@]}"; do
+  for n in "${names[@]}"; do
+    timeout 120 ctr --address "$s" --namespace k8s.io images import "$out/$n.tar" >/dev/null ||
+      die "importing $n into $(dirname "$s") failed"
+  done
+  say "imported ${names[*]} into $(basename "$(dirname "$s")")"
+done
