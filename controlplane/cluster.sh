@@ -265,7 +265,9 @@ for attempt in 1 2 3; do
   # there is no pod network behind the `kubernetes` Service anyway). On --address, the default
   # (lease) gives the Service that address as its endpoint, for pods of the real cluster.
   real=()
-  [[ $address == 127.0.0.1 ]] || real=(--kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key")
+  # The kubelets are reached at their node IPs (exec, logs), not by node names no DNS knows.
+  [[ $address == 127.0.0.1 ]] || real=(--kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key"
+    --kubelet-preferred-address-types=InternalIP,Hostname)
   # --profiling=false and --enable-logs-handler=false: fewer handlers nobody here uses.
   # The watch cache stays on: the operator's watches should see what a real cluster serves.
   spawn kube-apiserver "$bin/kube-apiserver" \
