@@ -182,6 +182,9 @@ teardown() {
   if alive kube-proxy; then
     stop kube-proxy
   fi
+  # The API server before its address on lg-host goes: on SIGTERM it deletes its own lease through
+  # that address (and hangs for 10 s when the address is gone).
+  [[ -d $dir/control ]] && "$here/cluster.sh" down --dir "$dir/control" 2>&1 | sed 's/^/  /' >&2
   # kube-proxy's own cleanup removes its iptables (and nftables) rules, both families.
   if [[ -x ${node_bin:-} ]] || node_bin=$(sed -n 's/^NODE_BIN_DIR=//p' "$dir/env" 2>/dev/null) && [[ -x $node_bin/kube-proxy ]]; then
     timeout 60 "$node_bin/kube-proxy" --cleanup >"$dir/kube-proxy-cleanup.log" 2>&1 || say "kube-proxy --cleanup failed (log: $dir/kube-proxy-cleanup.log)"
@@ -237,7 +240,6 @@ teardown() {
   for m in $(cat "$dir/host-paths.created" 2>/dev/null); do
     [[ " ${host_paths[*]} " == *" $m "* ]] && rm -rf "$m"
   done
-  [[ -d $dir/control ]] && "$here/cluster.sh" down --dir "$dir/control" 2>&1 | sed 's/^/  /' >&2
   return 0
 }
 
