@@ -123,7 +123,9 @@ check_host() {
   for s in curl openssl containerd runc ctr iptables iptables-save nft conntrack /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
     command -v "$s" >/dev/null || bad+=("$s missing: run controlplane/node-deps.sh (as root)")
   done
-  ((${#bad[@]} == 0)) || iptables -S >/dev/null 2>&1 || bad+=("iptables does not work: $(iptables -S 2>&1 | head -1)")
+  if ((${#bad[@]} == 0)) && ! iptables -S >/dev/null 2>&1; then
+    bad+=("iptables does not work: $(iptables -S 2>&1 | head -1 || true)")
+  fi
   if ((${#bad[@]})); then
     for s in "${bad[@]}"; do say "check failed: $s"; done
     die "this machine cannot run the real cluster; the light cluster (etcd + kube-apiserver, simulated kubelet) still works: controlplane/cluster.sh up (make cluster-up)"
