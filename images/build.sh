@@ -9,7 +9,8 @@
 # --import DIR: also import them into the containerd of every node of the real cluster in DIR
 # (controlplane/realcluster.sh; default .realcluster/ when it runs).
 #   pause     localhost/leadergroup/pause:1         busybox-static's sleep; the nodes' sandbox_image
-#   busybox   localhost/leadergroup/busybox:1.35     busybox-static with every applet (httpd, wget, sh)
+#   busybox   localhost/leadergroup/busybox:1.35     busybox-static with every applet (httpd, nc, sh);
+#             Debian's 1.35 `wget -q` dies of SIGSEGV (on the host too): use `wget -O-` or nc
 #   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (cargo build
 #             --release), the libraries ldd lists, CA certificates, user 65532: the chart's default
 set -euo pipefail
@@ -80,7 +81,7 @@ JSON
   cat >"$layout/index.json" <<JSON
 {"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$ref","org.opencontainers.image.ref.name":"${ref##*:}"}}]}
 JSON
-  echo '{"imageLayout":"1.0.0"}' >"$layout/oci-layout"
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
   tar -C "$layout" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out/$name.tar.tmp" oci-layout index.json blobs
   mv "$out/$name.tar.tmp" "$out/$name.tar"
   echo "$ref" >"$out/$name.ref"
