@@ -156,9 +156,10 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     let mut operator =
         Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "chart-op", &chart_args).await;
     operator.wait_role("active").await;
-    // Its own Lease, in the release namespace, under the release's name.
+    // Its own Lease, in the release namespace, named after the release (operator-<fullname>: never
+    // the name of a group's Lease, leadergroup-<group>).
     let own = Api::<Lease>::namespaced(admin.clone(), &rel.name)
-        .get(fullname)
+        .get(&format!("operator-{fullname}"))
         .await
         .unwrap();
     assert_eq!(
@@ -500,7 +501,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         Operator::start_with_kubeconfig(&kubeconfig, "app", "default-op", &chart_args).await;
     operator.wait_role("active").await;
     let own = Api::<Lease>::namespaced(client.clone(), "leadergroup-system")
-        .get(release)
+        .get(&format!("operator-{release}"))
         .await
         .unwrap();
     assert_eq!(
