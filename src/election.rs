@@ -16,7 +16,7 @@ use crate::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LABEL,
     ROLE_LEADER,
 };
-use crate::lease_record::LeaseRecord;
+use crate::lease_record::{LeaseRecord, renew_interval};
 
 /// Type of the condition that says whether a pod leads.
 pub const LEADER_ELECTED: &str = "LeaderElected";
@@ -429,9 +429,7 @@ fn plan_commit(
 
 /// Time until the next renewal is due, measured from the Lease as it will be after this pass.
 fn requeue_after(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> Duration {
-    let fallback = Duration::from_millis(
-        u64::from(obs.group.spec.lease_duration_seconds.max(1).unsigned_abs()) * 1000 / 3,
-    );
+    let fallback = renew_interval(obs.group.spec.lease_duration_seconds.max(1));
     lease
         .and_then(|l| l.renew_due_at())
         .map(|due| {
