@@ -193,7 +193,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let lease = obs.lease.map(LeaseRecord::from_lease);
 
     if let Some(lease_obj) = obs.lease
-        && !owned_by(lease_obj, group)
+        && !group.owns_lease(lease_obj)
     {
         let message = format!(
             "Lease {} exists and is not owned by this LeaderGroup; it is never overwritten",
@@ -524,14 +524,6 @@ pub fn pod_epoch(pod: &Pod) -> Option<i64> {
 
 fn marked_for(pod: &Pod, group: &str) -> bool {
     pod.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group)
-}
-
-fn owned_by(lease: &Lease, group: &LeaderGroup) -> bool {
-    let uid = group.metadata.uid.as_deref();
-    lease
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "LeaderGroup" && Some(o.uid.as_str()) == uid)
 }
 
 fn reason_for(
