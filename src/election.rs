@@ -12,11 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::core::Selector;
 
-use crate::crd::{
-    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LABEL,
-    ROLE_LEADER,
-};
+use crate::crd::{LeaderGroup, LeaderGroupStatus, ROLE_FOLLOWER, ROLE_LEADER};
 use crate::lease_record::{LeaseRecord, renew_interval};
+pub use crate::marks::epoch as pod_epoch;
+use crate::marks::{is_marked_for, role};
 
 /// Type of the condition that says whether a pod leads.
 pub const LEADER_ELECTED: &str = "LeaderElected";
@@ -166,7 +165,7 @@ pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
             .metadata
             .name
             .as_deref()
-            .is_some_and(|name| marked_for(pod, name))
+            .is_some_and(|name| is_marked_for(pod, name))
         || pod
             .metadata
             .name
@@ -249,7 +248,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let pods_epoch = obs
         .pods
         .iter()
-        .filter(|p| marked_for(p, &group.name_any()))
+        .filter(|p| is_marked_for(p, &group.name_any()))
         .filter_map(|p| pod_epoch(p))
         .max()
         .unwrap_or(0);
@@ -344,14 +343,14 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
                 if !demote.contains(&name) {
                     demote.push(name);
                 }
-            } else if role(pod) != Some(ROLE_FOLLOWER) || !marked_for(pod, &group_name) {
+            } else if role(pod) != Some(ROLE_FOLLOWER) || !is_marked_for(pod, &group_name) {
                 mark_followers.push(name);
             }
         }
         if let (Some(d), Some(pod)) = (&desired, leader_pod)
             && (role(pod) != Some(ROLE_LEADER)
                 || pod_epoch(pod) != Some(epoch)
-                || !marked_for(pod, &group_name))
+                || !is_marked_for(pod, &group_name))
         {
             promote = Some(Promotion {
                 pod: d.clone(),
@@ -360,7 +359,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         }
         for pod in obs.pods {
             let name = pod.name_any();
-            if marked_for(pod, &group_name)
+            if is_marked_for(pod, &group_name)
                 && !membership.owned.iter().any(|o| o.name_any() == name)
                 && !demote.contains(&name)
             {
@@ -509,21 +508,6 @@ fn is_running_ready(pod: &Pod) -> bool {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-fn role(pod: &Pod) -> Option<&str> {
-    pod.labels().get(ROLE_LABEL).map(String::as_str)
-}
-
-/// The fencing token a pod carries, if any.
-pub fn pod_epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations()
-        .get(EPOCH_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-}
-
-fn marked_for(pod: &Pod, group: &str) -> bool {
-    pod.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group)
 }
 
 fn reason_for(
