@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 
 use super::*;
 use crate::crd::{
-    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroupSpec, PodSelector, ROLE_LABEL, SelectorOperator,
-    SelectorRequirement,
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroupSpec, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
+    ROLE_LEADER, SelectorOperator, SelectorRequirement,
 };
 use crate::pod_index::trim_pod;
 
