@@ -32,6 +32,7 @@ pub(super) fn change(
     (Some(&next) != obs.group.status.as_ref()).then_some(next)
 }
 
+/// The status that records this decision: the leader, its epoch, the candidates and conditions.
 fn next(
     obs: &Observation<'_>,
     current: &LeaderGroupStatus,
@@ -64,7 +65,32 @@ fn next(
         s.last_transition_time = Some(Time(obs.now));
         s.last_transition_reason = Some(t.reason.as_str().to_string());
     }
-    let (elected, reason, message) = match (leader, obs.group.spec.paused) {
+    let (elected, reason, message) =
+        leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready);
+    set_condition(&mut s, LEADER_ELECTED, elected, reason, &message, obs.now);
+    match overlapping(m) {
+        None => s.conditions.retain(|c| c.type_ != OVERLAPPING),
+        Some(message) => set_condition(
+            &mut s,
+            OVERLAPPING,
+            true,
+            "OverlappingGroup",
+            &message,
+            obs.now,
+        ),
+    }
+    s
+}
+
+/// The `LeaderElected` condition: whether a pod leads, the reason, and a message for people.
+fn leader_elected(
+    leader: &Option<String>,
+    paused: bool,
+    epoch: i64,
+    candidates: i32,
+    ready: i32,
+) -> (bool, &'static str, String) {
+    match (leader, paused) {
         (Some(l), false) => (true, "Elected", format!("{l} leads at epoch {epoch}")),
         (Some(l), true) => (
             true,
@@ -81,20 +107,7 @@ fn next(
             "NoCandidates",
             format!("no eligible pod: {candidates} candidates, {ready} Running and Ready"),
         ),
-    };
-    set_condition(&mut s, LEADER_ELECTED, elected, reason, &message, obs.now);
-    match overlapping(m) {
-        None => s.conditions.retain(|c| c.type_ != OVERLAPPING),
-        Some(message) => set_condition(
-            &mut s,
-            OVERLAPPING,
-            true,
-            "OverlappingGroup",
-            &message,
-            obs.now,
-        ),
     }
-    s
 }
 
 /// Which of the selected pods older groups hold, if any, grouped by group.
