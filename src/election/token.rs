@@ -5,11 +5,13 @@
 /// What the durable records and the pods say about the tokens handed out so far.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Issued<'a> {
-    /// The leader the status records (step 2 of the protocol), and its epoch.
+    /// The leader the status records (step 2 of the protocol).
     pub status_leader: Option<&'a str>,
+    /// The epoch the status records.
     pub status_epoch: i64,
-    /// The holder the Lease commits (step 1), and its epoch; none and 0 without a Lease.
+    /// The holder the Lease commits (step 1); none without a Lease.
     pub lease_holder: Option<&'a str>,
+    /// The epoch the Lease commits; 0 without a Lease.
     pub lease_epoch: i64,
     /// The highest token a pod marked for the group carries (step 5); 0 when none does.
     pub highest_pod_epoch: i64,
@@ -69,17 +71,16 @@ impl Token {
 mod tests {
     use super::*;
 
-    /// A named case: the leader chosen, whether the group is paused, the records, the token.
+    /// A named case: the leader chosen, whether the group is paused, what was issued, the token.
     struct Row {
         case: &'static str,
         leader: Option<&'static str>,
         paused: bool,
         issued: Issued<'static>,
-        epoch: i64,
-        minted: bool,
+        token: Token,
     }
 
-    /// The status records `leader` at `epoch`.
+    /// The status records `leader` at `epoch` (and no Lease exists, nor a pod with a token).
     fn status(leader: Option<&'static str>, epoch: i64) -> Issued<'static> {
         Issued {
             status_leader: leader,
@@ -88,192 +89,173 @@ mod tests {
         }
     }
 
-    /// The Lease commits `holder` at `epoch`.
-    fn lease(issued: Issued<'static>, holder: Option<&'static str>, epoch: i64) -> Issued<'static> {
-        Issued {
-            lease_holder: holder,
-            lease_epoch: epoch,
-            ..issued
+    impl Issued<'static> {
+        /// The Lease commits `holder` at `epoch`.
+        fn lease(self, holder: Option<&'static str>, epoch: i64) -> Self {
+            Issued {
+                lease_holder: holder,
+                lease_epoch: epoch,
+                ..self
+            }
+        }
+
+        /// A pod marked for the group carries `epoch`, the highest of them.
+        fn pods(self, epoch: i64) -> Self {
+            Issued {
+                highest_pod_epoch: epoch,
+                ..self
+            }
         }
     }
 
-    /// A pod marked for the group carries `epoch`.
-    fn pods(issued: Issued<'static>, epoch: i64) -> Issued<'static> {
-        Issued {
-            highest_pod_epoch: epoch,
-            ..issued
+    fn minted(epoch: i64) -> Token {
+        Token {
+            epoch,
+            minted: true,
         }
     }
 
     fn rows() -> Vec<Row> {
-        let row = |case, leader, paused, issued, epoch, minted| Row {
-            case,
-            leader,
-            paused,
-            issued,
-            epoch,
-            minted,
-        };
-        let converged = pods(lease(status(Some("a"), 4), Some("a"), 4), 4);
+        let kept = Token::kept;
+        let converged = status(Some("a"), 4).lease(Some("a"), 4).pods(4);
         vec![
-            row(
-                "first election",
-                Some("a"),
-                false,
-                Issued::default(),
-                1,
-                true,
-            ),
-            row(
-                "converged leader keeps its token",
-                Some("a"),
-                false,
-                converged,
-                4,
-                false,
-            ),
-            row(
-                "a change of leader mints the next",
-                Some("b"),
-                false,
-                converged,
-                5,
-                true,
-            ),
-            row(
-                "nobody eligible: the epoch stays",
-                None,
-                false,
-                lease(status(Some("a"), 4), None, 4),
-                4,
-                false,
-            ),
-            row(
-                "nobody eligible keeps the higher of status and Lease",
-                None,
-                false,
-                pods(lease(status(None, 3), None, 5), 9),
-                5,
-                false,
-            ),
-            row(
-                "after nobody, the next leader mints the next",
-                Some("b"),
-                false,
-                pods(lease(status(None, 4), None, 4), 4),
-                5,
-                true,
-            ),
-            row(
-                "Lease deleted by hand: the status restores the token",
-                Some("a"),
-                false,
-                pods(status(Some("a"), 4), 4),
-                4,
-                false,
-            ),
-            row(
-                "Lease deleted by hand and another leads: mints above the pods",
-                Some("b"),
-                false,
-                pods(status(Some("a"), 4), 4),
-                5,
-                true,
-            ),
-            row(
-                "Lease deleted by hand and the status is behind a pod: mints above it",
-                Some("a"),
-                false,
-                pods(status(Some("a"), 4), 6),
-                7,
-                true,
-            ),
-            row(
-                "status restores its leader over a Lease behind it",
-                Some("a"),
-                false,
-                pods(lease(status(Some("a"), 5), Some("b"), 4), 5),
-                5,
-                false,
-            ),
-            row(
-                "crash between steps 1 and 2: the committed token is recorded",
-                Some("b"),
-                false,
-                pods(lease(status(Some("a"), 4), Some("b"), 5), 4),
-                5,
-                false,
-            ),
-            row(
-                "committed but a pod already carries it: mints above it",
-                Some("b"),
-                false,
-                pods(lease(status(Some("a"), 4), Some("b"), 5), 5),
-                6,
-                true,
-            ),
-            row(
-                "the Lease commits another leader: mints above it",
-                Some("c"),
-                false,
-                pods(lease(status(Some("a"), 4), Some("b"), 5), 4),
-                6,
-                true,
-            ),
-            row(
-                "pod annotation higher than both records: mints above it",
-                Some("a"),
-                false,
-                pods(lease(status(Some("a"), 4), Some("a"), 4), 7),
-                8,
-                true,
-            ),
-            row(
-                "paused with a leader nobody recorded: no token is minted",
-                Some("a"),
-                true,
-                pods(lease(status(None, 3), Some("a"), 3), 3),
-                3,
-                false,
-            ),
-            row(
-                "the same, not paused: a token is minted",
-                Some("a"),
-                false,
-                pods(lease(status(None, 3), Some("a"), 3), 3),
-                4,
-                true,
-            ),
-            row(
-                "paused still restores a recorded token",
-                Some("a"),
-                true,
-                converged,
-                4,
-                false,
-            ),
-            row(
-                "paused with nobody: the epoch stays",
-                None,
-                true,
-                lease(status(None, 4), None, 4),
-                4,
-                false,
-            ),
+            Row {
+                case: "first election",
+                leader: Some("a"),
+                paused: false,
+                issued: Issued::default(),
+                token: minted(1),
+            },
+            Row {
+                case: "converged leader keeps its token",
+                leader: Some("a"),
+                paused: false,
+                issued: converged,
+                token: kept(4),
+            },
+            Row {
+                case: "a change of leader mints the next",
+                leader: Some("b"),
+                paused: false,
+                issued: converged,
+                token: minted(5),
+            },
+            Row {
+                case: "nobody eligible: the epoch stays",
+                leader: None,
+                paused: false,
+                issued: status(Some("a"), 4).lease(None, 4),
+                token: kept(4),
+            },
+            Row {
+                case: "nobody eligible keeps the higher of status and Lease",
+                leader: None,
+                paused: false,
+                issued: status(None, 3).lease(None, 5).pods(9),
+                token: kept(5),
+            },
+            Row {
+                case: "after nobody, the next leader mints the next",
+                leader: Some("b"),
+                paused: false,
+                issued: status(None, 4).lease(None, 4).pods(4),
+                token: minted(5),
+            },
+            Row {
+                case: "Lease deleted by hand: the status restores the token",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(4),
+                token: kept(4),
+            },
+            Row {
+                case: "Lease deleted by hand and another pod leads: mints above the pods",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(4),
+                token: minted(5),
+            },
+            Row {
+                case: "Lease deleted by hand and a pod is above the status: mints above it",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(6),
+                token: minted(7),
+            },
+            Row {
+                case: "the status restores its leader over a Lease behind it",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 5).lease(Some("b"), 4).pods(5),
+                token: kept(5),
+            },
+            Row {
+                case: "crash between steps 1 and 2: the committed token is recorded",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(4),
+                token: kept(5),
+            },
+            Row {
+                case: "committed, but a pod already carries it: mints above it",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(5),
+                token: minted(6),
+            },
+            Row {
+                case: "the Lease commits another pod: mints above it",
+                leader: Some("c"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(4),
+                token: minted(6),
+            },
+            Row {
+                case: "pod annotation higher than both records: mints above it",
+                leader: Some("a"),
+                paused: false,
+                issued: converged.pods(7),
+                token: minted(8),
+            },
+            Row {
+                case: "paused with a leader nobody recorded: no token is minted",
+                leader: Some("a"),
+                paused: true,
+                issued: status(None, 3).lease(Some("a"), 3).pods(3),
+                token: kept(3),
+            },
+            Row {
+                case: "the same, not paused: a token is minted",
+                leader: Some("a"),
+                paused: false,
+                issued: status(None, 3).lease(Some("a"), 3).pods(3),
+                token: minted(4),
+            },
+            Row {
+                case: "paused still restores a recorded token",
+                leader: Some("a"),
+                paused: true,
+                issued: converged,
+                token: kept(4),
+            },
+            Row {
+                case: "paused with nobody: the epoch stays",
+                leader: None,
+                paused: true,
+                issued: status(None, 4).lease(None, 4),
+                token: kept(4),
+            },
         ]
     }
 
     #[test]
     fn a_token_is_restored_from_a_record_or_minted_above_every_record() {
-        for r in rows() {
+        for row in rows() {
             assert_eq!(
-                Token::for_leader(r.leader, r.paused, &r.issued),
-                Token {
-                    epoch: r.epoch,
-                    minted: r.minted
-                },
+                Token::for_leader(row.leader, row.paused, &row.issued),
+                row.token,
                 "{}",
-                r.case
+                row.case
             );
         }
     }
