@@ -95,15 +95,7 @@ impl Metrics {
         // An empty family is not rendered at all: create every static label set at zero, so
         // the series exist from the start (dashboards and `rate()` alerts see the first
         // increment, and a scrape shows what is counted before anything happened).
-        for reason in [
-            Reason::Initial,
-            Reason::LeaderDeleted,
-            Reason::LeaderTerminating,
-            Reason::LeaderNotReady,
-            Reason::LeaderLeftGroup,
-            Reason::Preferred,
-            Reason::NoCandidates,
-        ] {
+        for reason in Reason::ALL {
             let _ = transitions.get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             });
@@ -208,6 +200,13 @@ mod tests {
             r#"leadergroup_conflicts_total{object="Lease"} 0"#,
         ] {
             assert!(text.contains(sample), "{sample} missing:\n{text}");
+        }
+        for reason in Reason::ALL {
+            let sample = format!(
+                r#"leadergroup_transitions_total{{reason="{}"}} 0"#,
+                reason.as_str()
+            );
+            assert!(text.contains(&sample), "{sample} missing:\n{text}");
         }
         // CATEGORIES is the list category() draws from.
         let categories = [

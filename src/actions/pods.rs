@@ -2,15 +2,16 @@
 //! so nothing else on the pod is touched, and each is idempotent.
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::Selector;
-use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
 };
 use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::marks;
 
 /// The leader's marks: role=leader, its fencing token, its group.
 pub async fn promote(api: &Api<Pod>, pod: &str, group: &str, epoch: i64) -> Result<()> {
@@ -78,7 +79,7 @@ async fn list_marked(api: &Api<Pod>, label_selector: &str, group: &str) -> Resul
     Ok(pods
         .items
         .into_iter()
-        .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+        .filter(|p| marks::is_marked_for(p, group))
         .collect())
 }
 
