@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -430,7 +430,15 @@ async fn refuse(
         .unwrap_or_default();
     actions::status::record(api, group, &status).await?;
     warn!(reason, %message, "group refused");
-    publish(ctx, group, EventType::Warning, reason, message, None).await;
+    actions::events::publish(
+        &ctx.recorder,
+        group,
+        EventType::Warning,
+        reason,
+        message,
+        None,
+    )
+    .await;
     Ok(())
 }
 
@@ -515,7 +523,15 @@ async fn execute(
         } else {
             EventType::Warning
         };
-        publish(ctx, group, kind, t.reason.as_str(), note, t.to.as_deref()).await;
+        actions::events::publish(
+            &ctx.recorder,
+            group,
+            kind,
+            t.reason.as_str(),
+            note,
+            t.to.as_deref(),
+        )
+        .await;
     }
     // Off the critical path: followers' marks, and the marks of pods that left.
     for pod in &plan.mark_followers {
@@ -555,34 +571,4 @@ async fn cleanup(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Act
     }
     info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
     Ok(Action::await_change())
-}
-
-/// Publishes an Event on the group. `related` names the pod that now leads: the recorder folds
-/// events with the same key into one series that keeps the first note, so without it every
-/// handover of one reason would show the first handover's message.
-async fn publish(
-    ctx: &Context,
-    group: &LeaderGroup,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    related: Option<&str>,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note),
-        action: "Elect".into(),
-        secondary: related.map(|pod| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.to_string()),
-            namespace: group.namespace(),
-            ..ObjectReference::default()
-        }),
-    };
-    let reference = group.object_ref(&());
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        warn!(error = %e, "publishing an Event failed");
-    }
 }
