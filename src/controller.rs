@@ -39,6 +39,30 @@ pub struct Caches {
     pub leases: Store<Lease>,
 }
 
+impl Caches {
+    /// Waits until the three caches hold their first lists: the caches are synced.
+    ///
+    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
+    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
+    /// waits on the groups store too, so whichever waiter polled first is never woken and
+    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
+    pub async fn wait_synced(&self) {
+        async fn listed<K>(store: &Store<K>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
+                .await
+                .is_err()
+            {}
+        }
+        listed(&self.groups).await;
+        listed(&self.pods).await;
+        listed(&self.leases).await;
+    }
+}
+
 /// What every reconcile shares.
 pub struct Context {
     /// The API client.
@@ -122,43 +146,16 @@ impl Settings {
     }
 }
 
-/// Signals readiness once every watch has delivered its first list.
-pub struct Readiness {
-    caches: Caches,
-}
-
-impl Readiness {
-    /// Waits until the three caches hold their first lists.
-    ///
-    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
-    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
-    /// waits on the groups store too, so whichever waiter polled first is never woken and
-    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
-    pub async fn wait(&self) {
-        async fn ready<K>(store: &Store<K>)
-        where
-            K: kube::Resource + Clone + 'static,
-            K::DynamicType: std::hash::Hash + Eq + Clone,
-        {
-            while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
-                .await
-                .is_err()
-            {}
-        }
-        ready(&self.caches.groups).await;
-        ready(&self.caches.pods).await;
-        ready(&self.caches.leases).await;
-    }
-}
-
-/// Builds the controller and runs it until `shutdown` resolves.
+/// Builds the controller and runs it until `shutdown` resolves. `active` says whether this replica
+/// may act; `synced` is set once every watch has delivered its first list (what /readyz reports,
+/// and what every reconcile waits for).
 pub async fn run(
     client: Client,
     settings: Settings,
     identity: String,
     metrics: Arc<Metrics>,
     active: watch::Receiver<bool>,
-    ready: watch::Sender<bool>,
+    synced: watch::Sender<bool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (groups, groups_writer) = reflector::store();
@@ -208,16 +205,14 @@ pub async fn run(
         pod_index,
         handover_clocks: HandoverClocks::default(),
         active: active.clone(),
-        synced: ready.subscribe(),
+        synced: synced.subscribe(),
     });
 
-    let readiness = Readiness {
-        caches: caches.clone(),
-    };
+    let sync_caches = caches.clone();
     tokio::spawn(async move {
-        readiness.wait().await;
+        sync_caches.wait_synced().await;
         info!("every watch has delivered its first list");
-        let _ = ready.send(true);
+        let _ = synced.send(true);
     });
 
     let mapper_ctx = ctx.clone();
