@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::crd::{FINALIZER, GROUP_ANNOTATION, LEASE_GROUP_LABEL, LeaderGroup};
-use crate::error::{Error, Result};
+use crate::error::{ReconcileError, Result};
 use crate::metrics::Metrics;
 use crate::pod_index::PodIndex;
 
@@ -275,7 +275,7 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     let started = Instant::now();
     let ns = group
         .namespace()
-        .ok_or_else(|| Error::MissingNamespace(group.name_any()))?;
+        .ok_or_else(|| ReconcileError::MissingNamespace(group.name_any()))?;
     let span = info_span!("reconcile", group = %group.name_any(), namespace = %ns);
     let api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, group, |event| async {
@@ -286,17 +286,17 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     })
     .instrument(span)
     .await
-    .map_err(Error::from);
+    .map_err(ReconcileError::from);
     ctx.metrics.reconciled(started.elapsed());
     ctx.count_leaders();
     result
 }
 
-fn error_policy(group: Arc<LeaderGroup>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error);
-    warn!(group = %group.name_any(), category = error.category(), error = %error, "reconcile failed");
+    warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
     match error {
-        Error::Conflict(_) => Action::requeue(Duration::from_millis(50)),
+        ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
         _ => Action::requeue(Duration::from_secs(2)),
     }
 }

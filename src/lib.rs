@@ -12,4 +12,4 @@ pub mod lease_record;
 pub mod metrics;
 pub mod pod_index;
 
-pub use error::{Error, Result};
+pub use error::{ReconcileError, Result, StartupError};

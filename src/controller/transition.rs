@@ -26,9 +26,10 @@ use super::Context;
 use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan, Transition};
-use crate::error::{Error, Result};
+use crate::error::{ReconcileError, Result};
 
-/// How often one reconcile may meet a 409 and decide again before giving up to the error policy.
+/// How many times one reconcile may decide: after as many 409s, the last one goes to the error
+/// policy.
 const MAX_ATTEMPTS: usize = 5;
 
 /// Brings the group to what the decision wants: observes, decides and acts, and after a 409
@@ -55,23 +56,23 @@ pub(super) async fn converge(
         .leases
         .get(&ObjectRef::new(&lease_name).within(ns))
         .map(|l| (*l).clone());
-    for attempt in 0..MAX_ATTEMPTS {
+    let mut attempt = 1;
+    loop {
         let seen = observe(ctx, ns, group, lease);
         let decision = seen.decide(&ctx.identity);
-        match act(ctx, ns, &seen, decision, clock).await {
-            Err(Error::Conflict(object)) => {
-                ctx.metrics.conflict(object);
-                debug!(
-                    attempt,
-                    object, "conflict: reading afresh and deciding again"
-                );
-                group = groups_api.get(&seen.group.name_any()).await?;
-                lease = actions::lease::read(&leases_api, &lease_name).await?;
-            }
+        let object = match act(ctx, ns, &seen, decision, clock).await {
+            Err(ReconcileError::Conflict(object)) => object,
             other => return other,
+        };
+        ctx.metrics.conflict(object);
+        if attempt == MAX_ATTEMPTS {
+            return Err(ReconcileError::Conflict(object));
         }
+        debug!(attempt, %object, "conflict: reading afresh and deciding again");
+        group = groups_api.get(&seen.group.name_any()).await?;
+        lease = actions::lease::read(&leases_api, &lease_name).await?;
+        attempt += 1;
     }
-    Err(Error::Conflict("LeaderGroup or Lease"))
 }
 
 /// Everything one decision reads, owned, so that the [`Observation`] can borrow it.
@@ -275,7 +276,7 @@ async fn execute(
             u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500,
         );
         if acting_since.elapsed() > half || !ctx.is_active() {
-            return Err(Error::StaleDecision(name));
+            return Err(ReconcileError::StaleDecision(name));
         }
         // 5. Promote.
         actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch).await?;
@@ -290,7 +291,7 @@ async fn execute(
     }
     for (pod, rv) in &plan.unmark {
         match actions::pods::unmark(&pods_api, pod, Some(rv)).await {
-            Err(Error::Conflict(_)) => {
+            Err(ReconcileError::Conflict(_)) => {
                 debug!(%pod, "pod changed before its marks were removed; next pass")
             }
             other => other?,
