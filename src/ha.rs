@@ -12,8 +12,26 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::actions::lease::{compare_and_swap, read};
+use crate::crd::lease_name_for;
 use crate::error::Result;
 use crate::lease_record::LeaseRecord;
+
+/// The operator Lease's name unless `--leader-elect-lease-name` says otherwise. It does not start
+/// with `leadergroup-`, so it is never the Lease of a group (`leadergroup-<group name>`), whatever
+/// the group is called; the dots make it a valid Lease name that is no group's name either.
+pub const DEFAULT_LEASE_NAME: &str = "operator.leadergroup.io";
+
+/// Refuses, as the flag's parser, an operator Lease name that a group's Lease could have: the
+/// operator and the group would overwrite each other's Lease.
+pub fn parse_lease_name(name: &str) -> std::result::Result<String, String> {
+    let prefix = lease_name_for("");
+    if name.starts_with(&prefix) {
+        return Err(format!(
+            "names starting with {prefix} are the LeaderGroups' Leases ({prefix}<group name>); choose another, such as {DEFAULT_LEASE_NAME}"
+        ));
+    }
+    Ok(name.to_string())
+}
 
 /// The operator's own Lease.
 pub struct OperatorLease {
@@ -140,5 +158,24 @@ impl OperatorLease {
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
         info!(identity = %self.identity, "operator Lease released");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_lease_name_is_refused_and_the_default_is_not_one() {
+        assert!(parse_lease_name("leadergroup-operator").is_err());
+        assert!(parse_lease_name(&lease_name_for("operator")).is_err());
+        assert_eq!(
+            parse_lease_name(DEFAULT_LEASE_NAME).as_deref(),
+            Ok(DEFAULT_LEASE_NAME)
+        );
+        assert_eq!(
+            parse_lease_name("my-operator").as_deref(),
+            Ok("my-operator")
+        );
     }
 }

@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 use leadergroup_operator::StartupError;
 use leadergroup_operator::controller::{self, Settings};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::ha::OperatorLease;
+use leadergroup_operator::ha::{self, OperatorLease};
 use leadergroup_operator::http::{self, Health};
 use leadergroup_operator::metrics::Metrics;
 
@@ -53,11 +53,12 @@ struct Cli {
     /// Namespace of the operator's own Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_elect_namespace: String,
-    /// Name of the operator's own Lease.
+    /// Name of the operator's own Lease; never leadergroup-<x>, the Lease of the LeaderGroup <x>.
     #[arg(
         long,
         env = "LEADER_ELECT_LEASE_NAME",
-        default_value = "leadergroup-operator"
+        default_value = ha::DEFAULT_LEASE_NAME,
+        value_parser = ha::parse_lease_name
     )]
     leader_elect_lease_name: String,
     /// Duration of the operator's own Lease, in seconds; renewed every third of it.
