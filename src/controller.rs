@@ -300,3 +300,54 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
         _ => Action::requeue(Duration::from_secs(2)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn group(ns: &str, name: &str, app: &str) -> Arc<LeaderGroup> {
+        let g = json!({
+            "apiVersion": "leadergroup.io/v1alpha1",
+            "kind": "LeaderGroup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
+        });
+        Arc::new(serde_json::from_value(g).unwrap())
+    }
+
+    fn pod(ns: &str, app: &str, marked_by: Option<&str>) -> Pod {
+        let mut annotations = serde_json::Map::new();
+        if let Some(g) = marked_by {
+            annotations.insert(GROUP_ANNOTATION.into(), g.into());
+        }
+        let p = json!({"metadata": {
+            "name": "p", "namespace": ns, "labels": {"app": app}, "annotations": annotations,
+        }});
+        serde_json::from_value(p).unwrap()
+    }
+
+    fn names(refs: Vec<ObjectRef<LeaderGroup>>) -> Vec<String> {
+        refs.into_iter().map(|r| r.name).collect()
+    }
+
+    #[test]
+    fn a_pod_maps_to_the_groups_of_its_namespace_that_select_it_or_marked_it() {
+        let groups = [
+            group("ns", "a", "x"),
+            group("ns", "b", "y"),
+            group("ns", "c", "x"),
+            group("other", "d", "x"),
+        ];
+        assert_eq!(
+            names(groups_of_pod(&groups, &pod("ns", "x", None))),
+            ["a", "c"]
+        );
+        // It left b's selector while carrying b's marks: b must still hear of it.
+        assert_eq!(
+            names(groups_of_pod(&groups, &pod("ns", "z", Some("b")))),
+            ["b"]
+        );
+        assert!(groups_of_pod(&groups, &pod("ns", "z", None)).is_empty());
+    }
+}
