@@ -25,7 +25,7 @@ pub enum ReconcileError {
 
     /// The arbitration of a group ran out before its leader could be promoted.
     #[error(
-        "group {0}: the Lease was committed longer ago than half its duration; not promoting on a stale decision"
+        "group {0}: the decision's steps began longer ago than half the Lease duration; not promoting on a stale decision"
     )]
     StaleDecision(String),
 }
