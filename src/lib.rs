@@ -13,4 +13,4 @@ pub mod marks;
 pub mod metrics;
 pub mod pod_index;
 
-pub use error::{Error, Result};
+pub use error::{ReconcileError, Result, StartupError};

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
 };
-use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
 use crate::marks;
 
 /// The leader's marks: role=leader, its fencing token, its group.
@@ -32,7 +32,7 @@ pub async fn mark_follower(api: &Api<Pod>, pod: &str, group: &str) -> Result<()>
 }
 
 /// Removes all of the operator's marks, only if the pod is unchanged since `resource_version`
-/// (otherwise [`Error::Conflict`]): another group may have just taken it.
+/// (otherwise [`ReconcileError::Conflict`]): another group may have just taken it.
 pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -> Result<()> {
     let mut patch = json!({"metadata": {
         "labels": {ROLE_LABEL: Value::Null},
@@ -42,7 +42,9 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
         meta["resourceVersion"] = Value::String(rv.to_string());
     }
     match merge(api, pod, patch).await {
-        Err(Error::Kube(e)) if is_conflict(&e) => Err(Error::Conflict("Pod")),
+        Err(ReconcileError::Kube(e)) if is_conflict(&e) => {
+            Err(ReconcileError::Conflict(ConflictOn::Pod))
+        }
         other => other,
     }
 }
