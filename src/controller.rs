@@ -62,6 +62,13 @@ impl Caches {
         listed(&self.pods).await;
         listed(&self.leases).await;
     }
+
+    /// Sends `true` on `synced` once every watch has delivered its first list.
+    async fn announce_synced(self, synced: watch::Sender<bool>) {
+        self.wait_synced().await;
+        info!("every watch has delivered its first list");
+        let _ = synced.send(true);
+    }
 }
 
 /// What every reconcile shares.
@@ -176,15 +183,7 @@ pub async fn run(
     .default_backoff()
     .reflect(groups_writer)
     .touched_objects();
-    let pod_stream = watcher(settings.api::<Pod>(&client), watcher::Config::default())
-        .modify(crate::pod_index::trim_pod)
-        .default_backoff()
-        .reflect(pods_writer)
-        .inspect_ok({
-            let index = pod_index.clone();
-            move |event| index.apply(event)
-        })
-        .touched_objects();
+    let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watcher::Config::default().labels(LEASE_GROUP_LABEL),
@@ -193,12 +192,14 @@ pub async fn run(
     .reflect(leases_writer)
     .touched_objects();
 
-    let reporter = Reporter {
-        controller: "leadergroup-operator".into(),
-        instance: Some(identity.clone()),
-    };
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "leadergroup-operator".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
         client,
         identity,
         metrics,
@@ -208,13 +209,7 @@ pub async fn run(
         active: active.clone(),
         synced: synced.subscribe(),
     });
-
-    let sync_caches = caches.clone();
-    tokio::spawn(async move {
-        sync_caches.wait_synced().await;
-        info!("every watch has delivered its first list");
-        let _ = synced.send(true);
-    });
+    tokio::spawn(caches.clone().announce_synced(synced));
 
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
@@ -236,6 +231,21 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
+/// the store, and applied to the index on its way to the Controller.
+fn pod_stream(
+    api: Api<Pod>,
+    writer: reflector::store::Writer<Pod>,
+    index: PodIndex,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    watcher(api, watcher::Config::default())
+        .modify(crate::pod_index::trim_pod)
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| index.apply(event))
+        .touched_objects()
 }
 
 /// A tick every time this replica becomes active, so that it reconciles every group at once.
