@@ -1,16 +1,21 @@
-//! The controller: watches LeaderGroups, Pods and Leases, and for each group observes (from the
-//! watch caches, or fresh after a conflict), decides ([`crate::election::decide`]) and acts.
+//! The controller's wiring: watches and caches of LeaderGroups, Pods and Leases, the mapping of
+//! pod events to groups, readiness, and the reconcile entry with its error policy.
+//!
+//! A reconcile runs the transition protocol ([`transition`]: observe, decide, act) or, when the
+//! group is being deleted, its [`cleanup`].
+
+mod cleanup;
+mod transition;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -18,15 +23,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::actions;
-use crate::crd::{FINALIZER, GROUP_ANNOTATION, LEASE_GROUP_LABEL, LeaderGroup, LeaderGroupStatus};
-use crate::election::{self, Decision, Observation, Plan};
-use crate::error::{Error, Result};
+use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
+use crate::error::{ReconcileError, Result};
+use crate::marks;
 use crate::metrics::Metrics;
 use crate::pod_index::PodIndex;
-
-/// How often one reconcile may meet a 409 and decide again before giving up to the error policy.
-const MAX_ATTEMPTS: usize = 5;
 
 /// The caches every decision reads from.
 #[derive(Clone)]
@@ -37,6 +38,37 @@ pub struct Caches {
     pub pods: Store<Pod>,
     /// The groups' Leases (those labeled with a group).
     pub leases: Store<Lease>,
+}
+
+impl Caches {
+    /// Waits until the three caches hold their first lists: the caches are synced.
+    ///
+    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
+    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
+    /// waits on the groups store too, so whichever waiter polled first is never woken and
+    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
+    pub async fn wait_synced(&self) {
+        async fn listed<K>(store: &Store<K>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
+                .await
+                .is_err()
+            {}
+        }
+        listed(&self.groups).await;
+        listed(&self.pods).await;
+        listed(&self.leases).await;
+    }
+
+    /// Sends `true` on `synced` once every watch has delivered its first list.
+    async fn announce_synced(self, synced: watch::Sender<bool>) {
+        self.wait_synced().await;
+        info!("every watch has delivered its first list");
+        let _ = synced.send(true);
+    }
 }
 
 /// What every reconcile shares.
@@ -53,9 +85,8 @@ pub struct Context {
     pub caches: Caches,
     /// The pod cache by label and group mark.
     pod_index: PodIndex,
-    /// When a pod event for a group arrived that the group has not yet been reconciled for: the
-    /// start of the handover clock.
-    pending: Mutex<HashMap<ObjectRef<LeaderGroup>, Instant>>,
+    /// When each group's handover began: started by pod events, read by the group's next reconcile.
+    handover_clocks: HandoverClocks,
     /// Whether this replica may act (always true without `--leader-elect`).
     active: watch::Receiver<bool>,
     /// Whether every watch has delivered its first list.
@@ -67,16 +98,6 @@ impl Context {
         *self.active.borrow()
     }
 
-    fn note_pending(&self, group: ObjectRef<LeaderGroup>) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.entry(group).or_insert_with(Instant::now);
-        }
-    }
-
-    fn take_pending(&self, group: &ObjectRef<LeaderGroup>) -> Option<Instant> {
-        self.pending.lock().ok().and_then(|mut p| p.remove(group))
-    }
-
     fn count_leaders(&self) {
         let groups = self.caches.groups.state();
         let with = groups
@@ -84,6 +105,29 @@ impl Context {
             .filter(|g| g.status.as_ref().is_some_and(|s| s.leader.is_some()))
             .count();
         self.metrics.set_groups(with, groups.len() - with);
+    }
+}
+
+/// The start of each group's handover clock: the first pod event for a group since its last
+/// reconcile. The reconcile that acts on it takes the clock, so that the handover metric runs
+/// from the watch event that made the leader ineligible to the new leader's label.
+#[derive(Default)]
+struct HandoverClocks(Mutex<HashMap<ObjectRef<LeaderGroup>, Instant>>);
+
+impl HandoverClocks {
+    /// Starts the group's clock, unless it is already running.
+    fn start(&self, group: ObjectRef<LeaderGroup>) {
+        if let Ok(mut clocks) = self.0.lock() {
+            clocks.entry(group).or_insert_with(Instant::now);
+        }
+    }
+
+    /// Stops the group's clock and returns when it started, if it was running.
+    fn take(&self, group: &ObjectRef<LeaderGroup>) -> Option<Instant> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut clocks| clocks.remove(group))
     }
 }
 
@@ -110,43 +154,16 @@ impl Settings {
     }
 }
 
-/// Signals readiness once every watch has delivered its first list.
-pub struct Readiness {
-    caches: Caches,
-}
-
-impl Readiness {
-    /// Waits until the three caches hold their first lists.
-    ///
-    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
-    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
-    /// waits on the groups store too, so whichever waiter polled first is never woken and
-    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
-    pub async fn wait(&self) {
-        async fn ready<K>(store: &Store<K>)
-        where
-            K: kube::Resource + Clone + 'static,
-            K::DynamicType: std::hash::Hash + Eq + Clone,
-        {
-            while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
-                .await
-                .is_err()
-            {}
-        }
-        ready(&self.caches.groups).await;
-        ready(&self.caches.pods).await;
-        ready(&self.caches.leases).await;
-    }
-}
-
-/// Builds the controller and runs it until `shutdown` resolves.
+/// Builds the controller and runs it until `shutdown` resolves. `active` says whether this replica
+/// may act; `synced` is set once every watch has delivered its first list (what /readyz reports,
+/// and what every reconcile waits for).
 pub async fn run(
     client: Client,
     settings: Settings,
     identity: String,
     metrics: Arc<Metrics>,
     active: watch::Receiver<bool>,
-    ready: watch::Sender<bool>,
+    synced: watch::Sender<bool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (groups, groups_writer) = reflector::store();
@@ -166,15 +183,7 @@ pub async fn run(
     .default_backoff()
     .reflect(groups_writer)
     .touched_objects();
-    let pod_stream = watcher(settings.api::<Pod>(&client), watcher::Config::default())
-        .modify(crate::pod_index::trim_pod)
-        .default_backoff()
-        .reflect(pods_writer)
-        .inspect_ok({
-            let index = pod_index.clone();
-            move |event| index.apply(event)
-        })
-        .touched_objects();
+    let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watcher::Config::default().labels(LEASE_GROUP_LABEL),
@@ -183,36 +192,36 @@ pub async fn run(
     .reflect(leases_writer)
     .touched_objects();
 
-    let reporter = Reporter {
-        controller: "leadergroup-operator".into(),
-        instance: Some(identity.clone()),
-    };
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "leadergroup-operator".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
         client,
         identity,
         metrics,
         caches: caches.clone(),
         pod_index,
-        pending: Mutex::new(HashMap::new()),
+        handover_clocks: HandoverClocks::default(),
         active: active.clone(),
-        synced: ready.subscribe(),
+        synced: synced.subscribe(),
     });
-
-    let readiness = Readiness {
-        caches: caches.clone(),
-    };
-    tokio::spawn(async move {
-        readiness.wait().await;
-        info!("every watch has delivered its first list");
-        let _ = ready.send(true);
-    });
+    tokio::spawn(caches.clone().announce_synced(synced));
 
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .owns_stream(lease_stream)
-        .watches_stream(pod_stream, move |pod: Pod| groups_of_pod(&mapper_ctx, &pod))
+        .watches_stream(pod_stream, move |pod: Pod| {
+            let groups = groups_of_pod(&mapper_ctx.caches.groups.state(), &pod);
+            for group in &groups {
+                mapper_ctx.handover_clocks.start(group.clone());
+            }
+            groups
+        })
         .reconcile_all_on(activations(active))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -222,6 +231,21 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
+/// the store, and applied to the index on its way to the Controller.
+fn pod_stream(
+    api: Api<Pod>,
+    writer: reflector::store::Writer<Pod>,
+    index: PodIndex,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    watcher(api, watcher::Config::default())
+        .modify(crate::pod_index::trim_pod)
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| index.apply(event))
+        .touched_objects()
 }
 
 /// A tick every time this replica becomes active, so that it reconciles every group at once.
@@ -238,25 +262,18 @@ fn activations(active: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
 
 /// The groups a pod event concerns: those in its namespace whose selector matches it now, and
 /// the group whose marks it carries (it may have just left that group).
-fn groups_of_pod(ctx: &Context, pod: &Pod) -> Vec<ObjectRef<LeaderGroup>> {
+fn groups_of_pod(groups: &[Arc<LeaderGroup>], pod: &Pod) -> Vec<ObjectRef<LeaderGroup>> {
     let ns = pod.metadata.namespace.as_deref();
-    let marked_group = pod.annotations().get(GROUP_ANNOTATION);
-    let refs: Vec<ObjectRef<LeaderGroup>> = ctx
-        .caches
-        .groups
-        .state()
+    let marked_group = marks::marked_group(pod);
+    groups
         .iter()
         .filter(|g| g.metadata.namespace.as_deref() == ns)
         .filter(|g| {
-            (marked_group.is_some() && marked_group == g.metadata.name.as_ref())
+            (marked_group.is_some() && marked_group == g.metadata.name.as_deref())
                 || g.spec.selector.matches(pod.labels())
         })
         .map(|g| ObjectRef::from_obj(g.as_ref()))
-        .collect();
-    for r in &refs {
-        ctx.note_pending(r.clone());
-    }
-    refs
+        .collect()
 }
 
 async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action> {
@@ -269,320 +286,80 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     let started = Instant::now();
     let ns = group
         .namespace()
-        .ok_or_else(|| Error::MissingNamespace(group.name_any()))?;
+        .ok_or_else(|| ReconcileError::MissingNamespace(group.name_any()))?;
     let span = info_span!("reconcile", group = %group.name_any(), namespace = %ns);
     let api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, group, |event| async {
         match event {
-            FinalizerEvent::Apply(g) => apply(g, &ctx, &ns, started).await,
-            FinalizerEvent::Cleanup(g) => cleanup(g, &ctx, &ns).await,
+            FinalizerEvent::Apply(g) => transition::converge(g, &ctx, &ns, started).await,
+            FinalizerEvent::Cleanup(g) => cleanup::run(g, &ctx, &ns).await,
         }
     })
     .instrument(span)
     .await
-    .map_err(Error::from);
+    .map_err(ReconcileError::from);
     ctx.metrics.reconciled(started.elapsed());
     ctx.count_leaders();
     result
 }
 
-fn error_policy(group: Arc<LeaderGroup>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error);
-    warn!(group = %group.name_any(), category = error.category(), error = %error, "reconcile failed");
+    warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
     match error {
-        Error::Conflict(_) => Action::requeue(Duration::from_millis(50)),
+        ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
         _ => Action::requeue(Duration::from_secs(2)),
     }
 }
 
-/// Observes, decides and acts, deciding again from fresh reads after a 409.
-async fn apply(
-    group: Arc<LeaderGroup>,
-    ctx: &Context,
-    ns: &str,
-    started: Instant,
-) -> Result<Action> {
-    let group_ref = ObjectRef::from_obj(group.as_ref());
-    let clock = ctx.take_pending(&group_ref).unwrap_or(started);
-    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
-    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    let lease_name = group.lease_name();
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::GROUP_ANNOTATION;
+    use serde_json::json;
 
-    let mut group: LeaderGroup = (*group).clone();
-    let mut lease = ctx
-        .caches
-        .leases
-        .get(&ObjectRef::new(&lease_name).within(ns))
-        .map(|l| (*l).clone());
-    for attempt in 0..MAX_ATTEMPTS {
-        let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
-        let groups: Vec<Arc<LeaderGroup>> = ctx
-            .caches
-            .groups
-            .state()
-            .into_iter()
-            .filter(|g| g.metadata.namespace.as_deref() == Some(ns))
-            .collect();
-        let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
-        let mut group_refs: Vec<&LeaderGroup> = groups
-            .iter()
-            .map(|g| g.as_ref())
-            .filter(|g| g.metadata.name != group.metadata.name)
-            .collect();
-        group_refs.push(&group);
-        let decision = election::decide(&Observation {
-            group: &group,
-            groups: &group_refs,
-            pods: &pod_refs,
-            lease: lease.as_ref(),
-            identity: &ctx.identity,
-            now: Timestamp::now(),
+    fn group(ns: &str, name: &str, app: &str) -> Arc<LeaderGroup> {
+        let g = json!({
+            "apiVersion": "leadergroup.io/v1alpha1",
+            "kind": "LeaderGroup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
         });
-        let outcome = match decision {
-            Decision::Deferred { arbiter, until } => {
-                debug!(%arbiter, %until, "another operator replica arbitrates this group");
-                let wait = until.duration_since(Timestamp::now()).as_millis().max(0);
-                return Ok(Action::requeue(Duration::from_millis(
-                    u64::try_from(wait).unwrap_or(0) + 100,
-                )));
-            }
-            Decision::LeaseNotOwned { status } => {
-                // The Lease watch only sees Leases labeled with a group, so the foreign Lease
-                // going away produces no event: look again, once per Lease duration.
-                let again = Duration::from_secs(u64::from(
-                    group.spec.lease_duration_seconds.unsigned_abs(),
-                ));
-                refuse(ctx, &groups_api, &group, status, "LeaseNotOwned")
-                    .await
-                    .map(|()| Action::requeue(again))
-            }
-            Decision::InvalidSelector { status, .. } => {
-                refuse(ctx, &groups_api, &group, status, "InvalidSelector")
-                    .await
-                    .map(|()| Action::await_change())
-            }
-            Decision::Act(plan) => execute(ctx, ns, &group, lease.as_ref(), *plan, clock).await,
-        };
-        match outcome {
-            Err(Error::Conflict(object)) => {
-                ctx.metrics.conflict(object);
-                debug!(
-                    attempt,
-                    object, "conflict: reading afresh and deciding again"
-                );
-                group = groups_api.get(&group.name_any()).await?;
-                lease = actions::lease::read(&leases_api, &lease_name).await?;
-            }
-            other => return other,
+        Arc::new(serde_json::from_value(g).unwrap())
+    }
+
+    fn pod(ns: &str, app: &str, marked_by: Option<&str>) -> Pod {
+        let mut annotations = serde_json::Map::new();
+        if let Some(g) = marked_by {
+            annotations.insert(GROUP_ANNOTATION.into(), g.into());
         }
+        let p = json!({"metadata": {
+            "name": "p", "namespace": ns, "labels": {"app": app}, "annotations": annotations,
+        }});
+        serde_json::from_value(p).unwrap()
     }
-    Err(Error::Conflict("LeaderGroup or Lease"))
-}
 
-/// The pods of `ns` the decision for `group` looks at, from the index when the selector allows,
-/// else from a scan of the cache.
-fn concerned_pods(
-    ctx: &Context,
-    ns: &str,
-    group: &LeaderGroup,
-    lease: Option<&Lease>,
-) -> Vec<Arc<Pod>> {
-    let name = group.metadata.name.as_deref().unwrap_or_default();
-    let pods: Vec<Arc<Pod>> = match ctx.pod_index.candidates(ns, name, &group.spec.selector) {
-        Some(mut names) => {
-            names.extend(election::named_leaders(group, lease).map(str::to_string));
-            names.sort_unstable();
-            names.dedup();
-            names
-                .iter()
-                .filter_map(|n| ctx.caches.pods.get(&ObjectRef::new(n).within(ns)))
-                .collect()
-        }
-        None => ctx
-            .caches
-            .pods
-            .state()
-            .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-            .collect(),
-    };
-    pods.into_iter()
-        .filter(|p| election::concerns(group, lease, p))
-        .collect()
-}
+    fn names(refs: Vec<ObjectRef<LeaderGroup>>) -> Vec<String> {
+        refs.into_iter().map(|r| r.name).collect()
+    }
 
-/// Records a refusal in the status and, when it is new, as a Warning Event.
-async fn refuse(
-    ctx: &Context,
-    api: &Api<LeaderGroup>,
-    group: &LeaderGroup,
-    status: LeaderGroupStatus,
-    reason: &str,
-) -> Result<()> {
-    if group.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let message = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == election::LEADER_ELECTED)
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    actions::status::record(api, group, &status).await?;
-    warn!(reason, %message, "group refused");
-    publish(ctx, group, EventType::Warning, reason, message, None).await;
-    Ok(())
-}
-
-/// Runs a plan's steps in protocol order.
-async fn execute(
-    ctx: &Context,
-    ns: &str,
-    group: &LeaderGroup,
-    lease: Option<&Lease>,
-    plan: Plan,
-    clock: Instant,
-) -> Result<Action> {
-    let name = group.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
-    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    let committed_at = Instant::now();
-
-    // 1. Commit.
-    if let Some(record) = &plan.commit {
-        let owner = group.controller_owner_ref(&());
-        actions::lease::compare_and_swap(
-            &leases_api,
-            &group.lease_name(),
-            lease,
-            record,
-            Some(&name),
-            owner,
-        )
-        .await?;
-    }
-    // 2. Record.
-    if let Some(status) = &plan.status {
-        actions::status::record(&groups_api, group, status).await?;
-    }
-    // 3. Demote.
-    for pod in &plan.demote {
-        actions::pods::mark_follower(&pods_api, pod, &name).await?;
-    }
-    if let Some(promotion) = &plan.promote {
-        // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted first.
-        for stray in actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector).await? {
-            if stray.name_any() != promotion.pod {
-                warn!(pod = %stray.name_any(), "demoting a stray leader label");
-                actions::pods::mark_follower(&pods_api, &stray.name_any(), &name).await?;
-            }
-        }
-        // Never promote on a decision older than half the Lease: another replica may take over
-        // an expired Lease, and this one may have lost its own HA lease meanwhile.
-        let half = Duration::from_millis(
-            u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500,
+    #[test]
+    fn a_pod_maps_to_the_groups_of_its_namespace_that_select_it_or_marked_it() {
+        let groups = [
+            group("ns", "a", "x"),
+            group("ns", "b", "y"),
+            group("ns", "c", "x"),
+            group("other", "d", "x"),
+        ];
+        assert_eq!(
+            names(groups_of_pod(&groups, &pod("ns", "x", None))),
+            ["a", "c"]
         );
-        if committed_at.elapsed() > half || !ctx.is_active() {
-            return Err(Error::StaleDecision(name));
-        }
-        // 5. Promote.
-        actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch).await?;
-    }
-    // 6. Tell.
-    if let Some(t) = &plan.transition {
-        let elapsed = clock.elapsed();
-        ctx.metrics.transition(t.reason);
-        if t.to.is_some() {
-            ctx.metrics.handover(elapsed);
-        }
-        let note = match (&t.from, &t.to) {
-            (Some(from), Some(to)) => format!(
-                "{to} leads at epoch {} (was {from}: {})",
-                t.epoch,
-                t.reason.as_str()
-            ),
-            (None, Some(to)) => format!("{to} leads at epoch {}", t.epoch),
-            (Some(from), None) => format!(
-                "no eligible pod: {from} no longer leads; epoch stays {}",
-                t.epoch
-            ),
-            (None, None) => "no eligible pod".to_string(),
-        };
-        info!(from = ?t.from, to = ?t.to, epoch = t.epoch, reason = t.reason.as_str(), elapsed_ms = elapsed.as_millis() as u64, "leadership changed");
-        let kind = if t.to.is_some() {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        publish(ctx, group, kind, t.reason.as_str(), note, t.to.as_deref()).await;
-    }
-    // Off the critical path: followers' marks, and the marks of pods that left.
-    for pod in &plan.mark_followers {
-        actions::pods::mark_follower(&pods_api, pod, &name).await?;
-    }
-    for (pod, rv) in &plan.unmark {
-        match actions::pods::unmark(&pods_api, pod, Some(rv)).await {
-            Err(Error::Conflict(_)) => {
-                debug!(%pod, "pod changed before its marks were removed; next pass")
-            }
-            other => other?,
-        }
-    }
-    Ok(Action::requeue(plan.requeue_after))
-}
-
-/// On deletion of the group: removes its marks from the pods, deletes its Lease, then lets go.
-async fn cleanup(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Action> {
-    let name = group.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    for pod in actions::pods::marked(&pods_api, &name).await? {
-        actions::pods::unmark(
-            &pods_api,
-            &pod.name_any(),
-            pod.resource_version().as_deref(),
-        )
-        .await?;
-    }
-    if let Some(lease) = actions::lease::read(&leases_api, &group.lease_name()).await?
-        && lease
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == group.uid().as_ref())
-    {
-        actions::lease::delete(&leases_api, &lease).await?;
-    }
-    info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
-    Ok(Action::await_change())
-}
-
-/// Publishes an Event on the group. `related` names the pod that now leads: the recorder folds
-/// events with the same key into one series that keeps the first note, so without it every
-/// handover of one reason would show the first handover's message.
-async fn publish(
-    ctx: &Context,
-    group: &LeaderGroup,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    related: Option<&str>,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note),
-        action: "Elect".into(),
-        secondary: related.map(|pod| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.to_string()),
-            namespace: group.namespace(),
-            ..ObjectReference::default()
-        }),
-    };
-    let reference = group.object_ref(&());
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        warn!(error = %e, "publishing an Event failed");
+        // It left b's selector while carrying b's marks: b must still hear of it.
+        assert_eq!(
+            names(groups_of_pod(&groups, &pod("ns", "z", Some("b")))),
+            ["b"]
+        );
+        assert!(groups_of_pod(&groups, &pod("ns", "z", None)).is_empty());
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, LabelSelectorRequirement, Time,
 };
@@ -229,9 +230,57 @@ impl LeaderGroup {
     pub fn lease_name(&self) -> String {
         lease_name_for(&kube::ResourceExt::name_any(self))
     }
+
+    /// Whether `lease` belongs to this group (an owner reference to it). A Lease of the group's
+    /// name that it does not own was made by someone else, and is never written or deleted.
+    pub fn owns_lease(&self, lease: &Lease) -> bool {
+        let uid = self.metadata.uid.as_deref();
+        kube::ResourceExt::owner_references(lease)
+            .iter()
+            .any(|o| o.kind == "LeaderGroup" && Some(o.uid.as_str()) == uid)
+    }
 }
 
 /// Name of the Lease of the group called `group`.
 pub fn lease_name_for(group: &str) -> String {
     format!("leadergroup-{group}")
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn lease_owned_by(kind: &str, uid: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    kind: kind.into(),
+                    uid: uid.into(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
+    }
+
+    #[test]
+    fn a_group_owns_only_the_leases_that_name_it_as_owner() {
+        let spec = LeaderGroupSpec {
+            selector: PodSelector::default(),
+            lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
+            preferred_leader: None,
+            paused: false,
+        };
+        let mut group = LeaderGroup::new("pay", spec);
+        group.metadata.uid = Some("uid-pay".into());
+        assert!(group.owns_lease(&lease_owned_by("LeaderGroup", "uid-pay")));
+        assert!(!group.owns_lease(&lease_owned_by("LeaderGroup", "uid-other")));
+        assert!(!group.owns_lease(&lease_owned_by("Deployment", "uid-pay")));
+        assert!(!group.owns_lease(&Lease::default()));
+        group.metadata.uid = None;
+        assert!(!group.owns_lease(&lease_owned_by("LeaderGroup", "")));
+    }
 }

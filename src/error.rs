@@ -1,19 +1,23 @@
-//! The operator's one error type.
+//! The operator's errors: [`ReconcileError`] fails one reconcile of a group (the error policy
+//! retries it), [`StartupError`] stops the process.
 
-/// Everything that can go wrong in the operator.
+use std::fmt;
+
+/// What fails one reconcile. The actions return it too, so the operator's own HA loop, which runs
+/// the same Lease actions, meets it as well.
 #[derive(thiserror::Error, Debug)]
-pub enum Error {
+pub enum ReconcileError {
     /// A call to the API server failed.
     #[error("Kubernetes API call failed: {0}")]
     Kube(#[from] kube::Error),
 
     /// A write with a resourceVersion precondition found the object changed: re-read and decide again.
     #[error("{0} changed since it was read (409 Conflict): deciding again")]
-    Conflict(&'static str),
+    Conflict(ConflictOn),
 
     /// The finalizer's bookkeeping failed.
     #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
 
     /// A namespaced object came without a namespace.
     #[error("{0} has no namespace")]
@@ -21,21 +25,117 @@ pub enum Error {
 
     /// The arbitration of a group ran out before its leader could be promoted.
     #[error(
-        "group {0}: the Lease was committed longer ago than half its duration; not promoting on a stale decision"
+        "group {0}: the decision's steps began longer ago than half the Lease duration; not promoting on a stale decision"
     )]
     StaleDecision(String),
+}
 
-    /// A JSON patch could not be built.
-    #[error("building a patch failed: {0}")]
-    Serialize(#[from] serde_json::Error),
+impl ReconcileError {
+    /// A short, static category for metrics labels and logs.
+    pub fn category(&self) -> Category {
+        match self {
+            ReconcileError::Kube(_) => Category::Api,
+            ReconcileError::Conflict(_) => Category::Conflict,
+            ReconcileError::Finalizer(_) => Category::Finalizer,
+            ReconcileError::MissingNamespace(_) => Category::Invalid,
+            ReconcileError::StaleDecision(_) => Category::Stale,
+        }
+    }
+}
+
+impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
+    fn from(e: kube::runtime::finalizer::Error<ReconcileError>) -> Self {
+        match e {
+            kube::runtime::finalizer::Error::ApplyFailed(inner)
+            | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner,
+            other => ReconcileError::Finalizer(Box::new(other)),
+        }
+    }
+}
+
+/// The category of a [`ReconcileError`]: the `category` label of the reconcile error metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Category {
+    /// [`ReconcileError::Kube`].
+    Api,
+    /// [`ReconcileError::Conflict`].
+    Conflict,
+    /// [`ReconcileError::Finalizer`].
+    Finalizer,
+    /// [`ReconcileError::MissingNamespace`].
+    Invalid,
+    /// [`ReconcileError::StaleDecision`].
+    Stale,
+}
+
+impl Category {
+    /// Every category, so that the metric's series exist before the first error.
+    pub const ALL: [Category; 5] = [
+        Category::Api,
+        Category::Conflict,
+        Category::Finalizer,
+        Category::Invalid,
+        Category::Stale,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Category::Api => "api",
+            Category::Conflict => "conflict",
+            Category::Finalizer => "finalizer",
+            Category::Invalid => "invalid",
+            Category::Stale => "stale",
+        }
+    }
+}
+
+/// The object a write with a precondition found changed (a 409).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictOn {
+    /// A group's Lease, or the operator's own.
+    Lease,
+    /// A LeaderGroup's status.
+    Status,
+    /// A pod whose marks were being removed.
+    Pod,
+}
+
+impl ConflictOn {
+    /// Every object, so that the conflict metric's series exist before the first conflict.
+    pub const ALL: [ConflictOn; 3] = [ConflictOn::Lease, ConflictOn::Status, ConflictOn::Pod];
+
+    /// The name in messages and the `object` label of the conflict metric.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConflictOn::Lease => "Lease",
+            ConflictOn::Status => "LeaderGroup status",
+            ConflictOn::Pod => "Pod",
+        }
+    }
+}
+
+impl fmt::Display for ConflictOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What stops the operator process: its start-up (the client configuration, printing the CRD) or the loss of what it serves beside the controller (the health and metrics server,
+/// the signal handlers).
+#[derive(thiserror::Error, Debug)]
+pub enum StartupError {
+    /// The kubeconfig or in-cluster configuration could not be loaded.
+    #[error("loading the Kubernetes client configuration failed: {0}")]
+    Config(String),
+
+    /// The client could not be built from its configuration.
+    #[error("building the Kubernetes client failed: {0}")]
+    Client(#[source] kube::Error),
 
     /// The CRD could not be printed.
     #[error("printing the CRD as YAML failed: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
-
-    /// The kubeconfig or in-cluster configuration could not be loaded.
-    #[error("loading the Kubernetes client configuration failed: {0}")]
-    Config(String),
 
     /// The HTTP server for health and metrics failed.
     #[error("health and metrics server on {addr}: {source}")]
@@ -46,53 +146,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// The task serving health and metrics ended abnormally (it panicked).
+    #[error("health and metrics server task: {0}")]
+    HttpTask(#[source] tokio::task::JoinError),
+
+    /// The SIGTERM and SIGINT handlers could not be installed.
+    #[error("installing the signal handlers failed: {0}")]
+    Signal(#[source] std::io::Error),
 }
 
-impl Error {
-    /// Every value [`Error::category`] returns (the metric's label values).
-    pub const CATEGORIES: [&'static str; 8] = [
-        "api",
-        "conflict",
-        "finalizer",
-        "invalid",
-        "stale",
-        "serialize",
-        "config",
-        "http",
-    ];
-
-    /// A short, static category for metrics labels and logs.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "api",
-            Error::Conflict(_) => "conflict",
-            Error::Finalizer(_) => "finalizer",
-            Error::MissingNamespace(_) => "invalid",
-            Error::StaleDecision(_) => "stale",
-            Error::Serialize(_) | Error::Yaml(_) => "serialize",
-            Error::Config(_) => "config",
-            Error::Http { .. } => "http",
-        }
-    }
-
-    /// True for a 409 from the API server.
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Conflict(_))
-    }
-}
-
-impl From<kube::runtime::finalizer::Error<Error>> for Error {
-    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
-        match e {
-            kube::runtime::finalizer::Error::ApplyFailed(inner)
-            | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner,
-            other => Error::Finalizer(Box::new(other)),
-        }
-    }
-}
-
-/// The operator's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// The result of a reconcile or an action.
+pub type Result<T, E = ReconcileError> = std::result::Result<T, E>;
 
 /// True when a failed API call answered 404 Not Found.
 pub fn is_not_found(e: &kube::Error) -> bool {

@@ -12,8 +12,26 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::actions::lease::{compare_and_swap, read};
+use crate::crd::lease_name_for;
 use crate::error::Result;
-use crate::lease_record::LeaseRecord;
+use crate::lease_record::{LeaseRecord, renew_interval};
+
+/// The operator Lease's name unless `--leader-elect-lease-name` says otherwise. It does not start
+/// with `leadergroup-`, so it is never the Lease of a group (`leadergroup-<group name>`), whatever
+/// the group is called; the dots make it a valid Lease name that is no group's name either.
+pub const DEFAULT_LEASE_NAME: &str = "operator.leadergroup.io";
+
+/// Refuses, as the flag's parser, an operator Lease name that a group's Lease could have: the
+/// operator and the group would overwrite each other's Lease.
+pub fn parse_lease_name(name: &str) -> std::result::Result<String, String> {
+    let prefix = lease_name_for("");
+    if name.starts_with(&prefix) {
+        return Err(format!(
+            "names starting with {prefix} are the LeaderGroups' Leases ({prefix}<group name>); choose another, such as {DEFAULT_LEASE_NAME}"
+        ));
+    }
+    Ok(name.to_string())
+}
 
 /// The operator's own Lease.
 pub struct OperatorLease {
@@ -30,8 +48,7 @@ pub struct OperatorLease {
 impl OperatorLease {
     /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
     pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
-        let third =
-            Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3);
+        let third = renew_interval(self.duration_seconds);
         // While holding, each renewal must land within two thirds of the duration after the last
         // successful one began: a request that hangs (API server unreachable, connection stuck)
         // would otherwise keep this replica active long after a standby may have taken over the
@@ -117,10 +134,7 @@ impl OperatorLease {
             arbiter: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
-        Ok((
-            true,
-            Duration::from_millis(u64::from(self.duration_seconds.unsigned_abs()) * 1000 / 3),
-        ))
+        Ok((true, renew_interval(self.duration_seconds)))
     }
 
     /// Gives the Lease up if this replica holds it.
@@ -140,5 +154,24 @@ impl OperatorLease {
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
         info!(identity = %self.identity, "operator Lease released");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_lease_name_is_refused_and_the_default_is_not_one() {
+        assert!(parse_lease_name("leadergroup-operator").is_err());
+        assert!(parse_lease_name(&lease_name_for("operator")).is_err());
+        assert_eq!(
+            parse_lease_name(DEFAULT_LEASE_NAME).as_deref(),
+            Ok(DEFAULT_LEASE_NAME)
+        );
+        assert_eq!(
+            parse_lease_name("my-operator").as_deref(),
+            Ok("my-operator")
+        );
     }
 }

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::StartupError;
 use crate::metrics::Metrics;
 
 /// What the endpoints report.
@@ -28,10 +28,10 @@ pub async fn serve(
     addr: &str,
     health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
+) -> Result<(), StartupError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Http {
+        .map_err(|source| StartupError::Http {
             addr: addr.to_string(),
             source,
         })?;
@@ -43,7 +43,7 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|source| Error::Http {
+        .map_err(|source| StartupError::Http {
             addr: addr.to_string(),
             source,
         })

@@ -3,6 +3,7 @@
 //! Both the groups' Leases and the operator's own HA Lease are read and written through this.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -60,11 +61,10 @@ impl LeaseRecord {
         self.expires_at().is_none_or(|t| t <= now)
     }
 
-    /// When it should be renewed next: a third of the duration after the last renewal.
+    /// When it should be renewed next: one [`renew_interval`] after the last renewal.
     pub fn renew_due_at(&self) -> Option<Timestamp> {
-        let third_ms = i64::from(self.duration_seconds) * 1000 / 3;
-        self.renew_time
-            .and_then(|t| t.checked_add(SignedDuration::from_millis(third_ms)).ok())
+        let interval = renew_interval(self.duration_seconds);
+        self.renew_time.and_then(|t| t.checked_add(interval).ok())
     }
 
     /// Writes this record onto `base` (the Lease as read, to keep its resourceVersion and whatever
@@ -109,6 +109,12 @@ impl LeaseRecord {
         });
         lease
     }
+}
+
+/// How often a Lease of `duration_seconds` is renewed: every third of its duration, so that a
+/// renewal or two may fail before it runs out. A nonsensical negative duration renews at once.
+pub fn renew_interval(duration_seconds: i32) -> Duration {
+    Duration::from_millis(u64::try_from(duration_seconds).unwrap_or(0) * 1000 / 3)
 }
 
 #[cfg(test)]
@@ -164,5 +170,14 @@ mod tests {
             ..r
         };
         assert!(never.is_expired(t0));
+    }
+
+    #[test]
+    fn a_lease_is_renewed_every_third_of_its_duration() {
+        assert_eq!(renew_interval(15), Duration::from_secs(5));
+        assert_eq!(renew_interval(1), Duration::from_millis(333));
+        assert_eq!(renew_interval(3600), Duration::from_secs(1200));
+        assert_eq!(renew_interval(0), Duration::ZERO);
+        assert_eq!(renew_interval(-15), Duration::ZERO);
     }
 }

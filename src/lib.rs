@@ -9,7 +9,8 @@ pub mod error;
 pub mod ha;
 pub mod http;
 pub mod lease_record;
+pub mod marks;
 pub mod metrics;
 pub mod pod_index;
 
-pub use error::{Error, Result};
+pub use error::{ReconcileError, Result, StartupError};

@@ -10,12 +10,12 @@ use tokio::sync::watch;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+use leadergroup_operator::StartupError;
 use leadergroup_operator::controller::{self, Settings};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::ha::OperatorLease;
+use leadergroup_operator::ha::{self, OperatorLease};
 use leadergroup_operator::http::{self, Health};
 use leadergroup_operator::metrics::Metrics;
-use leadergroup_operator::{Error, Result};
 
 /// jemalloc rather than glibc's malloc: the watch lists arrive in bursts from several threads,
 /// and glibc's per-thread arenas keep the freed pages (at 1000 groups the resident set was 66 MiB
@@ -53,11 +53,12 @@ struct Cli {
     /// Namespace of the operator's own Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_elect_namespace: String,
-    /// Name of the operator's own Lease.
+    /// Name of the operator's own Lease; never leadergroup-<x>, the Lease of the LeaderGroup <x>.
     #[arg(
         long,
         env = "LEADER_ELECT_LEASE_NAME",
-        default_value = "leadergroup-operator"
+        default_value = ha::DEFAULT_LEASE_NAME,
+        value_parser = ha::parse_lease_name
     )]
     leader_elect_lease_name: String,
     /// Duration of the operator's own Lease, in seconds; renewed every third of it.
@@ -100,7 +101,7 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn print_crd() -> Result<()> {
+fn print_crd() -> Result<(), StartupError> {
     print!("{}", serde_yaml_ng::to_string(&LeaderGroup::crd())?);
     Ok(())
 }
@@ -115,23 +116,23 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+                .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?
         }
         None => Config::infer()
             .await
-            .map_err(|e| Error::Config(e.to_string()))?,
+            .map_err(|e| StartupError::Config(e.to_string()))?,
     };
-    Client::try_from(config).map_err(Error::from)
+    Client::try_from(config).map_err(StartupError::Client)
 }
 
-async fn run(cli: Cli) -> Result<()> {
+async fn run(cli: Cli) -> Result<(), StartupError> {
     let client = client(cli.kubeconfig.as_deref()).await?;
     let identity = cli.identity.clone().unwrap_or_else(default_identity);
     let metrics = Arc::new(Metrics::new());
@@ -184,7 +185,7 @@ async fn run(cli: Cli) -> Result<()> {
         signal = shutdown_signal() => { signal?; info!("shutting down"); }
         served = http => {
             let _ = stop_tx.send(true);
-            return match served { Ok(r) => r, Err(e) => Err(Error::Config(format!("http task: {e}"))) };
+            return match served { Ok(r) => r, Err(e) => Err(StartupError::HttpTask(e)) };
         }
     }
     let _ = stop_tx.send(true);
@@ -195,14 +196,10 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() -> Result<()> {
+async fn shutdown_signal() -> Result<(), StartupError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let io = |source| Error::Http {
-        addr: "signal handler".into(),
-        source,
-    };
-    let mut term = signal(SignalKind::terminate()).map_err(io)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+    let mut term = signal(SignalKind::terminate()).map_err(StartupError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(StartupError::Signal)?;
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

@@ -10,7 +10,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::election::Reason;
-use crate::error::Error;
+use crate::error::{Category, ConflictOn, ReconcileError};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
@@ -95,24 +95,20 @@ impl Metrics {
         // An empty family is not rendered at all: create every static label set at zero, so
         // the series exist from the start (dashboards and `rate()` alerts see the first
         // increment, and a scrape shows what is counted before anything happened).
-        for reason in [
-            Reason::Initial,
-            Reason::LeaderDeleted,
-            Reason::LeaderTerminating,
-            Reason::LeaderNotReady,
-            Reason::LeaderLeftGroup,
-            Reason::Preferred,
-            Reason::NoCandidates,
-        ] {
+        for reason in Reason::ALL {
             let _ = transitions.get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             });
         }
-        for category in Error::CATEGORIES {
-            let _ = reconcile_errors.get_or_create(&CategoryLabel { category });
+        for category in Category::ALL {
+            let _ = reconcile_errors.get_or_create(&CategoryLabel {
+                category: category.as_str(),
+            });
         }
-        for object in ["Lease", "LeaderGroup status", "Pod"] {
-            let _ = conflicts.get_or_create(&ObjectLabel { object });
+        for object in ConflictOn::ALL {
+            let _ = conflicts.get_or_create(&ObjectLabel {
+                object: object.as_str(),
+            });
         }
         Metrics {
             registry,
@@ -146,17 +142,21 @@ impl Metrics {
     }
 
     /// Counts a failed reconcile.
-    pub fn error(&self, error: &Error) {
+    pub fn error(&self, error: &ReconcileError) {
         self.reconcile_errors
             .get_or_create(&CategoryLabel {
-                category: error.category(),
+                category: error.category().as_str(),
             })
             .inc();
     }
 
     /// Counts a 409 on `object`.
-    pub fn conflict(&self, object: &'static str) {
-        self.conflicts.get_or_create(&ObjectLabel { object }).inc();
+    pub fn conflict(&self, object: ConflictOn) {
+        self.conflicts
+            .get_or_create(&ObjectLabel {
+                object: object.as_str(),
+            })
+            .inc();
     }
 
     /// Sets how many groups lead and how many do not.
@@ -204,24 +204,34 @@ mod tests {
             r#"leadergroup_transitions_total{reason="Initial"} 0"#,
             r#"leadergroup_transitions_total{reason="NoCandidates"} 0"#,
             r#"leadergroup_reconcile_errors_total{category="api"} 0"#,
-            r#"leadergroup_reconcile_errors_total{category="http"} 0"#,
+            r#"leadergroup_reconcile_errors_total{category="stale"} 0"#,
             r#"leadergroup_conflicts_total{object="Lease"} 0"#,
+            r#"leadergroup_conflicts_total{object="LeaderGroup status"} 0"#,
         ] {
             assert!(text.contains(sample), "{sample} missing:\n{text}");
         }
-        // CATEGORIES is the list category() draws from.
-        let categories = [
-            Error::Conflict("Lease"),
-            Error::MissingNamespace(String::new()),
-            Error::StaleDecision(String::new()),
-            Error::Config(String::new()),
-        ];
-        for e in &categories {
-            assert!(
-                Error::CATEGORIES.contains(&e.category()),
-                "{}",
-                e.category()
+        for reason in Reason::ALL {
+            let sample = format!(
+                r#"leadergroup_transitions_total{{reason="{}"}} 0"#,
+                reason.as_str()
             );
+            assert!(text.contains(&sample), "{sample} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn counts_errors_and_conflicts_under_their_labels() {
+        let m = Metrics::new();
+        m.error(&ReconcileError::StaleDecision("g".into()));
+        m.error(&ReconcileError::Conflict(ConflictOn::Pod));
+        m.conflict(ConflictOn::Status);
+        let text = m.render();
+        for sample in [
+            r#"leadergroup_reconcile_errors_total{category="stale"} 1"#,
+            r#"leadergroup_reconcile_errors_total{category="conflict"} 1"#,
+            r#"leadergroup_conflicts_total{object="LeaderGroup status"} 1"#,
+        ] {
+            assert!(text.contains(sample), "{sample} missing:\n{text}");
         }
     }
 }

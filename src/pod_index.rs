@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::runtime::watcher;
 
 use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, SelectorOperator};
+use crate::marks;
 
 /// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,
 /// managedFields, owner references, every annotation but ours (a last-applied-configuration
@@ -120,12 +121,7 @@ impl Index {
         };
         let filed = Filed {
             labels: pod.metadata.labels.clone().unwrap_or_default(),
-            mark: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(GROUP_ANNOTATION))
-                .cloned(),
+            mark: marks::marked_group(pod).map(str::to_string),
         };
         if self
             .namespaces

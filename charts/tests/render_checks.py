@@ -198,6 +198,8 @@ def check_default(objs):
     check(arg(args, "--namespace") is None, "--namespace must be absent without watchNamespaces")
     lease = arg(args, "--leader-elect-lease-name")
     check(bool(lease), "--leader-elect-lease-name must name this release's Lease")
+    check(not (lease or "").startswith("leadergroup-"),
+          f"--leader-elect-lease-name {lease} has the form of a LeaderGroup's Lease (leadergroup-<group>)")
     check_leader_election_rbac(objs, sa_name, lease)
 
     pdb = one(objs, "PodDisruptionBudget", namespace=NAMESPACE)

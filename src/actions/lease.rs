@@ -5,12 +5,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
 use crate::lease_record::LeaseRecord;
 
 /// Writes `record` to the Lease `name`. `read` is the Lease as last read (None: it did not exist),
 /// and the write succeeds only if the Lease is still exactly that: a create when it was absent,
-/// a replace with its resourceVersion otherwise. Anything else is [`Error::Conflict`].
+/// a replace with its resourceVersion otherwise. Anything else is [`ReconcileError::Conflict`].
 pub async fn compare_and_swap(
     api: &Api<Lease>,
     name: &str,
@@ -27,7 +27,7 @@ pub async fn compare_and_swap(
     };
     written.map_err(|e| {
         if is_conflict(&e) || is_not_found(&e) {
-            Error::Conflict("Lease")
+            ReconcileError::Conflict(ConflictOn::Lease)
         } else {
             e.into()
         }
@@ -51,7 +51,7 @@ pub async fn delete(api: &Api<Lease>, lease: &Lease) -> Result<()> {
     match api.delete(&lease.name_any(), &dp).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) if is_conflict(&e) => Err(Error::Conflict("Lease")),
+        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict(ConflictOn::Lease)),
         Err(e) => Err(e.into()),
     }
 }

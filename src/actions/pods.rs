@@ -2,15 +2,16 @@
 //! so nothing else on the pod is touched, and each is idempotent.
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::Selector;
-use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
 };
-use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
+use crate::marks;
 
 /// The leader's marks: role=leader, its fencing token, its group.
 pub async fn promote(api: &Api<Pod>, pod: &str, group: &str, epoch: i64) -> Result<()> {
@@ -31,7 +32,7 @@ pub async fn mark_follower(api: &Api<Pod>, pod: &str, group: &str) -> Result<()>
 }
 
 /// Removes all of the operator's marks, only if the pod is unchanged since `resource_version`
-/// (otherwise [`Error::Conflict`]): another group may have just taken it.
+/// (otherwise [`ReconcileError::Conflict`]): another group may have just taken it.
 pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -> Result<()> {
     let mut patch = json!({"metadata": {
         "labels": {ROLE_LABEL: Value::Null},
@@ -41,7 +42,9 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
         meta["resourceVersion"] = Value::String(rv.to_string());
     }
     match merge(api, pod, patch).await {
-        Err(Error::Kube(e)) if is_conflict(&e) => Err(Error::Conflict("Pod")),
+        Err(ReconcileError::Kube(e)) if is_conflict(&e) => {
+            Err(ReconcileError::Conflict(ConflictOn::Pod))
+        }
         other => other,
     }
 }
@@ -78,7 +81,7 @@ async fn list_marked(api: &Api<Pod>, label_selector: &str, group: &str) -> Resul
     Ok(pods
         .items
         .into_iter()
-        .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+        .filter(|p| marks::is_marked_for(p, group))
         .collect())
 }
 

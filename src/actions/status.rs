@@ -5,7 +5,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
-use crate::error::{Error, Result, is_conflict};
+use crate::error::{ConflictOn, ReconcileError, Result, is_conflict};
 
 /// Writes `status` if the group is still at the resourceVersion it was read at. A replace rather
 /// than a merge patch: fields that became empty must disappear, and the resourceVersion in the
@@ -22,7 +22,7 @@ pub async fn record(
         .await
         .map_err(|e| {
             if is_conflict(&e) {
-                Error::Conflict("LeaderGroup status")
+                ReconcileError::Conflict(ConflictOn::Status)
             } else {
                 e.into()
             }

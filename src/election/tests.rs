@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
 use super::*;
-use crate::crd::{LeaderGroupSpec, PodSelector, SelectorOperator, SelectorRequirement};
+use crate::crd::{
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroupSpec, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
+    ROLE_LEADER, SelectorOperator, SelectorRequirement,
+};
 use crate::pod_index::trim_pod;
 
 const GROUP_UID: &str = "uid-pay";

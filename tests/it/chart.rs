@@ -6,7 +6,7 @@
 //! adopting it (`--take-ownership`) would make one test's release own, and its uninstall decide
 //! the fate of, every other test's LeaderGroups. So:
 //! - on the shared API server the release runs with `crds.enabled=false` and
-//!   `watchNamespaces={<test namespace>}`: RBAC, the Deployment's flags, and the operator binary
+//!   `watchNamespace=<test namespace>`: RBAC, the Deployment's flags, and the operator binary
 //!   running with a token of the chart's ServiceAccount;
 //! - the CRD's lifecycle (install with the default values, Established, the same schema as
 //!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
@@ -81,7 +81,7 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         "--set",
         "crds.enabled=false",
         "--set",
-        &format!("watchNamespaces={{{}}}", w.ns.name),
+        &format!("watchNamespace={}", w.ns.name),
     ]);
     run_ok(install).await;
 
@@ -125,13 +125,13 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         .unwrap();
     not_found(
         Api::<ClusterRole>::all(admin.clone()).get(fullname).await,
-        "no ClusterRole with watchNamespaces",
+        "no ClusterRole with watchNamespace",
     );
     not_found(
         Api::<ClusterRoleBinding>::all(admin.clone())
             .get(fullname)
             .await,
-        "no ClusterRoleBinding with watchNamespaces",
+        "no ClusterRoleBinding with watchNamespace",
     );
 
     // The binary with exactly the chart's flags (the harness sets --namespace and --http-addr
@@ -156,9 +156,10 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     let mut operator =
         Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "chart-op", &chart_args).await;
     operator.wait_role("active").await;
-    // Its own Lease, in the release namespace, under the release's name.
+    // Its own Lease, in the release namespace, named after the release (operator-<fullname>: never
+    // the name of a group's Lease, leadergroup-<group>).
     let own = Api::<Lease>::namespaced(admin.clone(), &rel.name)
-        .get(fullname)
+        .get(&format!("operator-{fullname}"))
         .await
         .unwrap();
     assert_eq!(
@@ -211,13 +212,13 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         Api::<Pod>::namespaced(sa.clone(), &other.name)
             .patch("bystander", &PatchParams::default(), &Patch::Merge(&mark))
             .await,
-        "patch a pod outside watchNamespaces",
+        "patch a pod outside watchNamespace",
     );
     forbidden(
         Api::<Pod>::namespaced(sa.clone(), &other.name)
             .list(&ListParams::default())
             .await,
-        "list pods outside watchNamespaces",
+        "list pods outside watchNamespace",
     );
     forbidden(
         Api::<Pod>::all(sa.clone())
@@ -229,7 +230,7 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         Api::<LeaderGroup>::namespaced(sa.clone(), &other.name)
             .list(&ListParams::default())
             .await,
-        "list LeaderGroups outside watchNamespaces",
+        "list LeaderGroups outside watchNamespace",
     );
     // In the release namespace, only its own Lease: not another one.
     let foreign =
@@ -260,7 +261,7 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     assert!(args.contains(&"--log-format=text".to_string()), "{args:?}");
     assert!(
         args.contains(&format!("--namespace={}", w.ns.name)),
-        "--reuse-values kept watchNamespaces: {args:?}"
+        "--reuse-values kept watchNamespace: {args:?}"
     );
 
     // helm uninstall removes the release's objects, not the groups.
@@ -500,7 +501,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         Operator::start_with_kubeconfig(&kubeconfig, "app", "default-op", &chart_args).await;
     operator.wait_role("active").await;
     let own = Api::<Lease>::namespaced(client.clone(), "leadergroup-system")
-        .get(release)
+        .get(&format!("operator-{release}"))
         .await
         .unwrap();
     assert_eq!(

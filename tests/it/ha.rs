@@ -13,13 +13,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
+use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
 use leadergroup_testenv::{ControlPlane, control_plane, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-/// The operator Lease's name when --leader-elect-lease-name is not given.
-const OPERATOR_LEASE: &str = "leadergroup-operator";
 /// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
 /// until their Leases run out, so keep it short.
 const GROUP_LEASE_SECONDS: i32 = 3;
@@ -105,7 +104,7 @@ async fn arbiter(w: &World) -> Option<String> {
 
 async fn operator_lease(w: &World) -> LeaseRecord {
     let l = Api::<Lease>::namespaced(w.ns.client.clone(), &w.ns.name)
-        .get(OPERATOR_LEASE)
+        .get(DEFAULT_LEASE_NAME)
         .await
         .unwrap();
     LeaseRecord::from_lease(&l)
@@ -328,4 +327,22 @@ async fn readyz_is_503_until_the_watches_have_listed_while_healthz_is_200() {
     }
     partition.cut(false);
     op.wait_role("active").await;
+}
+
+/// The operator's own Lease may not take a group Lease's name (`leadergroup-<group>`): the
+/// operator refuses it at start, naming the flag, before it connects to anything.
+#[test]
+fn a_group_lease_name_is_refused_for_the_operator_lease() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leadergroup-operator"))
+        .args([
+            "--leader-elect",
+            "--leader-elect-lease-name",
+            "leadergroup-operator",
+        ])
+        .env_remove("LEADER_ELECT_LEASE_NAME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--leader-elect-lease-name"), "{stderr}");
 }

@@ -50,9 +50,28 @@ helm.sh/chart: {{ include "leadergroup-operator.chart" . }}
 {{- end -}}
 {{- end -}}
 
-{{/* Name of the operator's own HA Lease, in the release namespace. One per release. */}}
+{{/*
+Name of the operator's own HA Lease, in the release namespace. One per release. Never of the form
+leadergroup-<name>: that is the Lease of a LeaderGroup (the operator refuses such a name).
+*/}}
 {{- define "leadergroup-operator.leaseName" -}}
-{{- include "leadergroup-operator.fullname" . -}}
+{{- printf "operator-%s" (include "leadergroup-operator.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The one namespace the operator watches, or "" for all: watchNamespace, else the deprecated list
+watchNamespaces (at most one entry). Refuses two entries, and the two values disagreeing.
+*/}}
+{{- define "leadergroup-operator.watchNamespace" -}}
+{{- $listed := .Values.watchNamespaces | default list -}}
+{{- if gt (len $listed) 1 -}}
+{{- fail (printf "watchNamespaces lists %d namespaces (%s), but one operator process watches one namespace (--namespace) or all of them. Set watchNamespace to one namespace or leave it empty (all namespaces, ClusterRole), or install one release per namespace, each with watchNamespace=<that namespace> and, for all but the first, crds.enabled=false (a CRD belongs to one release)." (len $listed) (join ", " $listed)) -}}
+{{- end -}}
+{{- $fromList := first $listed | default "" -}}
+{{- if and .Values.watchNamespace $fromList (ne .Values.watchNamespace $fromList) -}}
+{{- fail (printf "watchNamespace is %q but the deprecated watchNamespaces says %q: set watchNamespace only" .Values.watchNamespace $fromList) -}}
+{{- end -}}
+{{- default $fromList .Values.watchNamespace -}}
 {{- end -}}
 
 {{/* Image reference: repository, then @digest if set, else :tag (default: appVersion). */}}
@@ -66,7 +85,7 @@ helm.sh/chart: {{ include "leadergroup-operator.chart" . }}
 
 {{/*
 The rules the operator needs on the namespaces it watches, and nothing else. Shared by the
-ClusterRole (all namespaces) and the per-namespace Roles (watchNamespaces), so the two modes can
+ClusterRole (all namespaces) and the Role (watchNamespace), so the two modes can
 never grant different things.
 */}}
 {{- define "leadergroup-operator.rules" -}}
@@ -95,9 +114,7 @@ Refuses combinations the operator cannot run safely, with a message that says wh
 Included from the Deployment so every render checks it.
 */}}
 {{- define "leadergroup-operator.validate" -}}
-{{- if gt (len .Values.watchNamespaces) 1 -}}
-{{- fail (printf "watchNamespaces lists %d namespaces (%s), but one operator process watches one namespace (--namespace) or all of them. Either leave watchNamespaces empty (all namespaces, ClusterRole), or install one release per namespace, each with watchNamespaces: [<that namespace>] and, for all but the first, crds.enabled=false (a CRD belongs to one release)." (len .Values.watchNamespaces) (join ", " .Values.watchNamespaces)) -}}
-{{- end -}}
+{{- $_ := include "leadergroup-operator.watchNamespace" . -}}
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "replicas is %d but leaderElection.enabled is false: several active operators would fight over the same groups. Set leaderElection.enabled=true (the default) or replicas=1." (int .Values.replicas)) -}}
 {{- end -}}

@@ -1,0 +1,339 @@
+//! The transition protocol (DESIGN.md, "The transition protocol"), run for one group: observe
+//! (the group, its namespace's groups, the pods that concern it and its Lease), decide
+//! ([`election::decide`], pure), then act on the plan in protocol order:
+//! 1. commit the Lease;
+//! 2. record the status;
+//! 3. demote the old leader;
+//! 4. check a fresh list for stray leaders;
+//! 5. promote the new leader;
+//! 6. tell (an Event, metrics).
+//!
+//! A 409 at any step means someone else moved first: observe afresh and decide again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::Context;
+use crate::actions;
+use crate::crd::{LeaderGroup, LeaderGroupStatus};
+use crate::election::{self, Decision, Observation, Plan, Transition};
+use crate::error::{ReconcileError, Result};
+
+/// How many times one reconcile may decide: after as many 409s, the last one goes to the error
+/// policy.
+const MAX_ATTEMPTS: usize = 5;
+
+/// Brings the group to what the decision wants: observes, decides and acts, and after a 409
+/// observes afresh (the group and the Lease from the API server) and decides again.
+///
+/// `started` is when the reconcile began: the handover clock when no pod event started one.
+pub(super) async fn converge(
+    group: Arc<LeaderGroup>,
+    ctx: &Context,
+    ns: &str,
+    started: Instant,
+) -> Result<Action> {
+    let clock = ctx
+        .handover_clocks
+        .take(&ObjectRef::from_obj(group.as_ref()))
+        .unwrap_or(started);
+    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
+    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+    let lease_name = group.lease_name();
+
+    let mut group: LeaderGroup = (*group).clone();
+    let mut lease = ctx
+        .caches
+        .leases
+        .get(&ObjectRef::new(&lease_name).within(ns))
+        .map(|l| (*l).clone());
+    let mut attempt = 1;
+    loop {
+        let seen = observe(ctx, ns, group, lease);
+        let decision = seen.decide(&ctx.identity);
+        let object = match act(ctx, ns, &seen, decision, clock).await {
+            Err(ReconcileError::Conflict(object)) => object,
+            other => return other,
+        };
+        ctx.metrics.conflict(object);
+        if attempt == MAX_ATTEMPTS {
+            return Err(ReconcileError::Conflict(object));
+        }
+        debug!(attempt, %object, "conflict: reading afresh and deciding again");
+        group = groups_api.get(&seen.group.name_any()).await?;
+        lease = actions::lease::read(&leases_api, &lease_name).await?;
+        attempt += 1;
+    }
+}
+
+/// Everything one decision reads, owned, so that the [`Observation`] can borrow it.
+struct Snapshot {
+    /// The group, from the cache, or from the API server after a conflict.
+    group: LeaderGroup,
+    /// The other groups of its namespace, from the cache (to settle overlapping selectors).
+    other_groups: Vec<Arc<LeaderGroup>>,
+    /// The pods that concern the group ([`election::concerns`]), from the cache.
+    pods: Vec<Arc<Pod>>,
+    /// The group's Lease, from the cache, or from the API server after a conflict.
+    lease: Option<Lease>,
+}
+
+impl Snapshot {
+    /// The decision on what was observed, at this instant.
+    fn decide(&self, identity: &str) -> Decision {
+        let pods: Vec<&Pod> = self.pods.iter().map(AsRef::as_ref).collect();
+        let mut groups: Vec<&LeaderGroup> = self.other_groups.iter().map(AsRef::as_ref).collect();
+        groups.push(&self.group);
+        election::decide(&Observation {
+            group: &self.group,
+            groups: &groups,
+            pods: &pods,
+            lease: self.lease.as_ref(),
+            identity,
+            now: Timestamp::now(),
+        })
+    }
+}
+
+/// The observe step: the group and its Lease as given, with the rest of what the decision reads
+/// from the watch caches.
+fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) -> Snapshot {
+    let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
+    let other_groups = ctx
+        .caches
+        .groups
+        .state()
+        .into_iter()
+        .filter(|g| g.metadata.namespace.as_deref() == Some(ns))
+        .filter(|g| g.metadata.name != group.metadata.name)
+        .collect();
+    Snapshot {
+        group,
+        other_groups,
+        pods,
+        lease,
+    }
+}
+
+/// The pods of `ns` the decision for `group` looks at, from the index when the selector allows,
+/// else from a scan of the cache.
+fn concerned_pods(
+    ctx: &Context,
+    ns: &str,
+    group: &LeaderGroup,
+    lease: Option<&Lease>,
+) -> Vec<Arc<Pod>> {
+    let name = group.metadata.name.as_deref().unwrap_or_default();
+    let pods: Vec<Arc<Pod>> = match ctx.pod_index.candidates(ns, name, &group.spec.selector) {
+        Some(mut names) => {
+            names.extend(election::named_leaders(group, lease).map(str::to_string));
+            names.sort_unstable();
+            names.dedup();
+            names
+                .iter()
+                .filter_map(|n| ctx.caches.pods.get(&ObjectRef::new(n).within(ns)))
+                .collect()
+        }
+        None => ctx
+            .caches
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .collect(),
+    };
+    pods.into_iter()
+        .filter(|p| election::concerns(group, lease, p))
+        .collect()
+}
+
+/// Acts on the decision: waits for the replica that arbitrates the group, records why the group
+/// is refused, or executes the plan.
+async fn act(
+    ctx: &Context,
+    ns: &str,
+    seen: &Snapshot,
+    decision: Decision,
+    clock: Instant,
+) -> Result<Action> {
+    let group = &seen.group;
+    match decision {
+        Decision::Deferred { arbiter, until } => {
+            debug!(%arbiter, %until, "another operator replica arbitrates this group");
+            let wait = until.duration_since(Timestamp::now()).as_millis().max(0);
+            Ok(Action::requeue(Duration::from_millis(
+                u64::try_from(wait).unwrap_or(0) + 100,
+            )))
+        }
+        Decision::LeaseNotOwned { status } => {
+            // The Lease watch only sees Leases labeled with a group, so the foreign Lease
+            // going away produces no event: look again, once per Lease duration.
+            let again =
+                Duration::from_secs(u64::from(group.spec.lease_duration_seconds.unsigned_abs()));
+            refuse(ctx, ns, group, status, "LeaseNotOwned")
+                .await
+                .map(|()| Action::requeue(again))
+        }
+        Decision::InvalidSelector { status, .. } => {
+            refuse(ctx, ns, group, status, "InvalidSelector")
+                .await
+                .map(|()| Action::await_change())
+        }
+        Decision::Act(plan) => execute(ctx, ns, group, seen.lease.as_ref(), *plan, clock).await,
+    }
+}
+
+/// Records a refusal in the status and, when it is new, as a Warning Event.
+async fn refuse(
+    ctx: &Context,
+    ns: &str,
+    group: &LeaderGroup,
+    status: LeaderGroupStatus,
+    reason: &str,
+) -> Result<()> {
+    if group.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let message = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == election::LEADER_ELECTED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
+    actions::status::record(&groups_api, group, &status).await?;
+    warn!(reason, %message, "group refused");
+    actions::events::publish(
+        &ctx.recorder,
+        group,
+        EventType::Warning,
+        reason,
+        message,
+        None,
+    )
+    .await;
+    Ok(())
+}
+
+/// Runs the plan's steps in protocol order. `lease` is the Lease as observed: the commit's
+/// precondition.
+async fn execute(
+    ctx: &Context,
+    ns: &str,
+    group: &LeaderGroup,
+    lease: Option<&Lease>,
+    plan: Plan,
+    clock: Instant,
+) -> Result<Action> {
+    let name = group.name_any();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
+    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+    // When this decision's steps began (before the commit): what the promotion's deadline counts from.
+    let acting_since = Instant::now();
+
+    // 1. Commit.
+    if let Some(record) = &plan.commit {
+        let owner = group.controller_owner_ref(&());
+        actions::lease::compare_and_swap(
+            &leases_api,
+            &group.lease_name(),
+            lease,
+            record,
+            Some(&name),
+            owner,
+        )
+        .await?;
+    }
+    // 2. Record.
+    if let Some(status) = &plan.status {
+        actions::status::record(&groups_api, group, status).await?;
+    }
+    // 3. Demote.
+    for pod in &plan.demote {
+        actions::pods::mark_follower(&pods_api, pod, &name).await?;
+    }
+    if let Some(promotion) = &plan.promote {
+        // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted first.
+        for stray in actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector).await? {
+            if stray.name_any() != promotion.pod {
+                warn!(pod = %stray.name_any(), "demoting a stray leader label");
+                actions::pods::mark_follower(&pods_api, &stray.name_any(), &name).await?;
+            }
+        }
+        // Never promote on a decision older than half the Lease: another replica may take over
+        // an expired Lease, and this one may have lost its own HA lease meanwhile.
+        let half = Duration::from_millis(
+            u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500,
+        );
+        if acting_since.elapsed() > half || !ctx.is_active() {
+            return Err(ReconcileError::StaleDecision(name));
+        }
+        // 5. Promote.
+        actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch).await?;
+    }
+    // 6. Tell.
+    if let Some(t) = &plan.transition {
+        tell(ctx, group, t, clock).await;
+    }
+    // Off the critical path: followers' marks, and the marks of pods that left.
+    for pod in &plan.mark_followers {
+        actions::pods::mark_follower(&pods_api, pod, &name).await?;
+    }
+    for (pod, rv) in &plan.unmark {
+        match actions::pods::unmark(&pods_api, pod, Some(rv)).await {
+            Err(ReconcileError::Conflict(_)) => {
+                debug!(%pod, "pod changed before its marks were removed; next pass")
+            }
+            other => other?,
+        }
+    }
+    Ok(Action::requeue(plan.requeue_after))
+}
+
+/// Step 6: counts the transition, times the handover from `clock`, logs it and publishes an Event
+/// (a Warning when no pod leads any more).
+async fn tell(ctx: &Context, group: &LeaderGroup, t: &Transition, clock: Instant) {
+    let elapsed = clock.elapsed();
+    ctx.metrics.transition(t.reason);
+    if t.to.is_some() {
+        ctx.metrics.handover(elapsed);
+    }
+    let note = match (&t.from, &t.to) {
+        (Some(from), Some(to)) => format!(
+            "{to} leads at epoch {} (was {from}: {})",
+            t.epoch,
+            t.reason.as_str()
+        ),
+        (None, Some(to)) => format!("{to} leads at epoch {}", t.epoch),
+        (Some(from), None) => format!(
+            "no eligible pod: {from} no longer leads; epoch stays {}",
+            t.epoch
+        ),
+        (None, None) => "no eligible pod".to_string(),
+    };
+    info!(from = ?t.from, to = ?t.to, epoch = t.epoch, reason = t.reason.as_str(), elapsed_ms = elapsed.as_millis() as u64, "leadership changed");
+    let kind = if t.to.is_some() {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    };
+    actions::events::publish(
+        &ctx.recorder,
+        group,
+        kind,
+        t.reason.as_str(),
+        note,
+        t.to.as_deref(),
+    )
+    .await;
+}

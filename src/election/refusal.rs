@@ -1,0 +1,68 @@
+//! The decisions that elect nobody: a Lease of the group's name it does not own, another operator
+//! replica arbitrating the group, or a selector that cannot be evaluated.
+
+use kube::core::Selector;
+
+use super::records::Records;
+use super::{Decision, Observation, status};
+
+/// The refusal that applies, if any, in this order.
+pub(super) fn refusal(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
+    lease_not_owned(obs, records)
+        .or_else(|| deferred(obs, records))
+        .or_else(|| invalid_selector(obs, records))
+}
+
+/// A Lease of the group's name that the group does not own is never overwritten.
+fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
+    let group = obs.group;
+    if obs.lease.is_none_or(|lease| group.owns_lease(lease)) {
+        return None;
+    }
+    let message = format!(
+        "Lease {} exists and is not owned by this LeaderGroup; it is never overwritten",
+        group.lease_name()
+    );
+    let mut s = records.status.clone();
+    s.leader = None;
+    s.succession.clear();
+    Some(Decision::LeaseNotOwned {
+        status: status::refused(group, s, "LeaseNotOwned", &message, obs.now),
+    })
+}
+
+/// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group.
+fn deferred(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
+    let lease = records.lease.as_ref()?;
+    let arbiter = lease.arbiter.as_ref()?;
+    if arbiter == obs.identity || lease.is_expired(obs.now) {
+        return None;
+    }
+    Some(Decision::Deferred {
+        arbiter: arbiter.clone(),
+        until: lease.expires_at()?,
+    })
+}
+
+/// The API server refuses an empty or malformed selector; this catches one that got past it.
+fn invalid_selector(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
+    let selector = &obs.group.spec.selector;
+    // Validated through kube's parser once; matching then uses the allocation-free
+    // PodSelector::matches.
+    let problem = if selector.is_empty() {
+        "the selector is empty".to_string()
+    } else {
+        Selector::try_from(selector.to_label_selector())
+            .err()?
+            .to_string()
+    };
+    let message = format!("spec.selector is invalid: {problem}");
+    let status = status::refused(
+        obs.group,
+        records.status.clone(),
+        "InvalidSelector",
+        &message,
+        obs.now,
+    );
+    Some(Decision::InvalidSelector { message, status })
+}

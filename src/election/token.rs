@@ -1,0 +1,262 @@
+//! The chosen leader's fencing token. A token is minted only when no durable record already gives
+//! that leader one nobody else was handed; otherwise the recorded one is restored, so that a Lease
+//! deleted by hand or a crash between two steps of the protocol never hands a token out twice.
+
+/// What the durable records and the pods say about the tokens handed out so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Issued<'a> {
+    /// The leader the status records (step 2 of the protocol).
+    pub status_leader: Option<&'a str>,
+    /// The epoch the status records.
+    pub status_epoch: i64,
+    /// The holder the Lease commits (step 1); none without a Lease.
+    pub lease_holder: Option<&'a str>,
+    /// The epoch the Lease commits; 0 without a Lease.
+    pub lease_epoch: i64,
+    /// The highest token a pod marked for the group carries (step 5); 0 when none does.
+    pub highest_pod_epoch: i64,
+}
+
+/// A fencing token for the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Token {
+    /// The epoch.
+    pub epoch: i64,
+    /// True when this decision hands out a new token (the leader acquires the Lease now).
+    pub minted: bool,
+}
+
+impl Token {
+    /// The token of `leader` (None: nobody is eligible), given what was `issued` so far.
+    pub fn for_leader(leader: Option<&str>, paused: bool, issued: &Issued<'_>) -> Token {
+        let recorded = issued.lease_epoch.max(issued.status_epoch);
+        let Some(leader) = leader else {
+            // Nobody leads: the epoch stays until the next leader takes the next one.
+            return Token::kept(recorded);
+        };
+        if issued.status_leader == Some(leader)
+            && issued.status_epoch >= issued.lease_epoch
+            && issued.status_epoch >= issued.highest_pod_epoch
+        {
+            // The status records the leader at this epoch (the Lease may be missing or behind).
+            return Token::kept(issued.status_epoch);
+        }
+        if issued.lease_holder == Some(leader)
+            && issued.lease_epoch > issued.status_epoch
+            && issued.lease_epoch > issued.highest_pod_epoch
+        {
+            // Committed but never recorded (a crash between steps 1 and 2): the token was never
+            // handed out, so it can be recorded now.
+            return Token::kept(issued.lease_epoch);
+        }
+        if paused {
+            return Token::kept(recorded);
+        }
+        // Above every durable record and every token a pod carries: never handed out before.
+        Token {
+            epoch: recorded.max(issued.highest_pod_epoch) + 1,
+            minted: true,
+        }
+    }
+
+    fn kept(epoch: i64) -> Token {
+        Token {
+            epoch,
+            minted: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A named case: the leader chosen, whether the group is paused, what was issued, the token.
+    struct Row {
+        case: &'static str,
+        leader: Option<&'static str>,
+        paused: bool,
+        issued: Issued<'static>,
+        token: Token,
+    }
+
+    /// The status records `leader` at `epoch` (and no Lease exists, nor a pod with a token).
+    fn status(leader: Option<&'static str>, epoch: i64) -> Issued<'static> {
+        Issued {
+            status_leader: leader,
+            status_epoch: epoch,
+            ..Issued::default()
+        }
+    }
+
+    impl Issued<'static> {
+        /// The Lease commits `holder` at `epoch`.
+        fn lease(self, holder: Option<&'static str>, epoch: i64) -> Self {
+            Issued {
+                lease_holder: holder,
+                lease_epoch: epoch,
+                ..self
+            }
+        }
+
+        /// A pod marked for the group carries `epoch`, the highest of them.
+        fn pods(self, epoch: i64) -> Self {
+            Issued {
+                highest_pod_epoch: epoch,
+                ..self
+            }
+        }
+    }
+
+    fn minted(epoch: i64) -> Token {
+        Token {
+            epoch,
+            minted: true,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        let kept = Token::kept;
+        let converged = status(Some("a"), 4).lease(Some("a"), 4).pods(4);
+        vec![
+            Row {
+                case: "first election",
+                leader: Some("a"),
+                paused: false,
+                issued: Issued::default(),
+                token: minted(1),
+            },
+            Row {
+                case: "converged leader keeps its token",
+                leader: Some("a"),
+                paused: false,
+                issued: converged,
+                token: kept(4),
+            },
+            Row {
+                case: "a change of leader mints the next",
+                leader: Some("b"),
+                paused: false,
+                issued: converged,
+                token: minted(5),
+            },
+            Row {
+                case: "nobody eligible: the epoch stays",
+                leader: None,
+                paused: false,
+                issued: status(Some("a"), 4).lease(None, 4),
+                token: kept(4),
+            },
+            Row {
+                case: "nobody eligible keeps the higher of status and Lease",
+                leader: None,
+                paused: false,
+                issued: status(None, 3).lease(None, 5).pods(9),
+                token: kept(5),
+            },
+            Row {
+                case: "after nobody, the next leader mints the next",
+                leader: Some("b"),
+                paused: false,
+                issued: status(None, 4).lease(None, 4).pods(4),
+                token: minted(5),
+            },
+            Row {
+                case: "Lease deleted by hand: the status restores the token",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(4),
+                token: kept(4),
+            },
+            Row {
+                case: "Lease deleted by hand and another pod leads: mints above the pods",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(4),
+                token: minted(5),
+            },
+            Row {
+                case: "Lease deleted by hand and a pod is above the status: mints above it",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 4).pods(6),
+                token: minted(7),
+            },
+            Row {
+                case: "the status restores its leader over a Lease behind it",
+                leader: Some("a"),
+                paused: false,
+                issued: status(Some("a"), 5).lease(Some("b"), 4).pods(5),
+                token: kept(5),
+            },
+            Row {
+                case: "crash between steps 1 and 2: the committed token is recorded",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(4),
+                token: kept(5),
+            },
+            Row {
+                case: "committed, but a pod already carries it: mints above it",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(5),
+                token: minted(6),
+            },
+            Row {
+                case: "the Lease commits another pod: mints above it",
+                leader: Some("c"),
+                paused: false,
+                issued: status(Some("a"), 4).lease(Some("b"), 5).pods(4),
+                token: minted(6),
+            },
+            Row {
+                case: "pod annotation higher than both records: mints above it",
+                leader: Some("a"),
+                paused: false,
+                issued: converged.pods(7),
+                token: minted(8),
+            },
+            Row {
+                case: "paused with a leader nobody recorded: no token is minted",
+                leader: Some("a"),
+                paused: true,
+                issued: status(None, 3).lease(Some("a"), 3).pods(3),
+                token: kept(3),
+            },
+            Row {
+                case: "the same, not paused: a token is minted",
+                leader: Some("a"),
+                paused: false,
+                issued: status(None, 3).lease(Some("a"), 3).pods(3),
+                token: minted(4),
+            },
+            Row {
+                case: "paused still restores a recorded token",
+                leader: Some("a"),
+                paused: true,
+                issued: converged,
+                token: kept(4),
+            },
+            Row {
+                case: "paused with nobody: the epoch stays",
+                leader: None,
+                paused: true,
+                issued: status(None, 4).lease(None, 4),
+                token: kept(4),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_token_is_restored_from_a_record_or_minted_above_every_record() {
+        for row in rows() {
+            assert_eq!(
+                Token::for_leader(row.leader, row.paused, &row.issued),
+                row.token,
+                "{}",
+                row.case
+            );
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The operator's marks on a pod, read side: the role label, the fencing token and the group
+//! that marked it. They are written by [`crate::actions::pods`].
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL};
+
+/// The pod's role label: `leader`, `follower`, or none.
+pub fn role(pod: &Pod) -> Option<&str> {
+    pod.labels().get(ROLE_LABEL).map(String::as_str)
+}
+
+/// The fencing token the pod carries, if any (one that does not parse counts as none).
+pub fn epoch(pod: &Pod) -> Option<i64> {
+    pod.annotations()
+        .get(EPOCH_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+}
+
+/// The group whose marks the pod carries, if any.
+pub fn marked_group(pod: &Pod) -> Option<&str> {
+    pod.annotations().get(GROUP_ANNOTATION).map(String::as_str)
+}
+
+/// Whether the pod carries `group`'s marks. The role label alone does not say which group
+/// marked a pod: the group annotation does.
+pub fn is_marked_for(pod: &Pod, group: &str) -> bool {
+    marked_group(pod) == Some(group)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::crd::ROLE_LEADER;
+
+    fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
+        let map = |kv: &[(&str, &str)]| {
+            let m: BTreeMap<String, String> = kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Some(m)
+        };
+        Pod {
+            metadata: ObjectMeta {
+                labels: map(labels),
+                annotations: map(annotations),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_leaders_marks_read_back() {
+        let leader = pod(
+            &[(ROLE_LABEL, ROLE_LEADER)],
+            &[(EPOCH_ANNOTATION, "12"), (GROUP_ANNOTATION, "pay")],
+        );
+        assert_eq!(role(&leader), Some(ROLE_LEADER));
+        assert_eq!(epoch(&leader), Some(12));
+        assert_eq!(marked_group(&leader), Some("pay"));
+        assert!(is_marked_for(&leader, "pay"));
+        assert!(!is_marked_for(&leader, "shop"));
+    }
+
+    #[test]
+    fn an_unmarked_pod_has_no_marks() {
+        let plain = pod(&[("app", "pay")], &[]);
+        assert_eq!(
+            (role(&plain), epoch(&plain), marked_group(&plain)),
+            (None, None, None)
+        );
+        assert!(!is_marked_for(&plain, "pay"));
+        assert!(!is_marked_for(&Pod::default(), ""));
+    }
+
+    #[test]
+    fn an_epoch_that_does_not_parse_is_no_token() {
+        assert_eq!(epoch(&pod(&[], &[(EPOCH_ANNOTATION, "twelve")])), None);
+    }
+}
