@@ -4,12 +4,19 @@
 # own (config, root, state, socket, runc root, cgroup root) and a bridge with its own pod CIDR,
 # plus kube-proxy (iptables mode). As root. Everything lives in one folder.
 #
-#   controlplane/realcluster.sh up   [--dir DIR]
+#   controlplane/realcluster.sh up   [--dir DIR] [--node-monitor-grace-period SECS]
 #   controlplane/realcluster.sh down [--dir DIR]
+#   controlplane/realcluster.sh stop-node|start-node N [--dir DIR]
 #
 # DIR defaults to .realcluster/ in the repository. `up` reuses a healthy cluster and cleans up a
 # half-started one first; every wait has a timeout. `down` stops every process and container and
 # removes every mount, cgroup, bridge, veth, route and iptables rule the cluster made.
+# --node-monitor-grace-period SECS (default: Kubernetes' 50): how long the node controller waits
+# for a silent node before it marks it and its pods NotReady. Below 40 the kubelets renew their
+# node Lease every 2 s (nodeLeaseDurationSeconds 8) and the controller checks every 2 s, so a
+# short grace period does not make healthy nodes flap. The end-to-end tests use 10.
+# stop-node N stops node N's kubelet and containerd (its containers keep running, as on a node
+# that lost its control-plane connection); start-node N starts both again with the same config.
 #
 # Network (one cluster per machine: the names and addresses below are fixed):
 #   bridge lg-host   10.250.0.1 (kube-apiserver, controller-manager, scheduler, kube-proxy),
@@ -25,15 +32,27 @@ repo=$(dirname "$here")
 
 say() { echo "realcluster: $*" >&2; }
 die() { say "error: $*"; exit 1; }
-usage() { sed -n '7,8p' "$0" | sed 's/^# *//' >&2; }
+usage() { sed -n '7,9p' "$0" | sed 's/^# *//' >&2; }
 
 cmd=${1:-}
-[[ $cmd == up || $cmd == down ]] || { usage; exit 2; }
+[[ $cmd == up || $cmd == down || $cmd == stop-node || $cmd == start-node ]] || { usage; exit 2; }
 shift
+node_arg=""
+if [[ $cmd == *-node ]]; then
+  node_arg=${1:-}
+  [[ $node_arg == 1 || $node_arg == 2 ]] || { usage; die "$cmd needs a node number, 1 or 2"; }
+  shift
+fi
 dir=$repo/.realcluster
+grace=""
 while (($#)); do
   case $1 in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
+    --node-monitor-grace-period)
+      grace=${2:?--node-monitor-grace-period needs seconds}
+      [[ $grace =~ ^[0-9]+$ && $grace -ge 6 ]] || die "--node-monitor-grace-period: whole seconds, at least 6 (got $grace)"
+      shift 2
+      ;;
     -h | --help) usage; exit 0 ;;
     *) usage; die "unknown argument $1" ;;
   esac
@@ -128,7 +147,7 @@ check_host() {
   fi
   if ((${#bad[@]})); then
     for s in "${bad[@]}"; do say "check failed: $s"; done
-    die "this machine cannot run the real cluster; the light cluster (etcd + kube-apiserver, simulated kubelet) still works: controlplane/cluster.sh up (make cluster-up)"
+    die "this machine cannot run the real cluster; the light cluster (etcd + kube-apiserver, simulated kubelet) still works: controlplane/cluster.sh up (make light-cluster-up)"
   fi
 }
 
@@ -259,6 +278,14 @@ wipe() {
 }
 lock() { exec 9>"$dir/.lock"; flock 9; }
 
+# A node's two processes, with the configuration `up` wrote into DIR/nodeN (start-node reuses it).
+spawn_containerd() { spawn "containerd-$1" containerd --config "$dir/node$1/containerd.toml"; }
+spawn_kubelet() { # spawn_kubelet N
+  local nd=$dir/node$1 i=$(($1 - 1))
+  spawn "kubelet-$1" "$node_bin/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$nd/kubelet.kubeconfig" \
+    --root-dir="$nd/kubelet" --cert-dir="$nd/kubelet/pki" --hostname-override="${nodes[$i]}" --node-ip="${node_ips[$i]}" --v=1
+}
+
 if [[ $cmd == down ]]; then
   [[ -d $dir ]] || { say "nothing to stop in $dir"; exit 0; }
   [[ $(id -u) == 0 ]] || die "down needs root (it removes bridges, mounts and iptables rules)"
@@ -271,6 +298,26 @@ if [[ $cmd == down ]]; then
   exit 0
 fi
 
+if [[ $cmd == stop-node || $cmd == start-node ]]; then
+  [[ -f $dir/env ]] || die "no real cluster in $dir"
+  dir=$(cd "$dir" && pwd)
+  node_bin=$(sed -n 's/^NODE_BIN_DIR=//p' "$dir/env")
+  n=$node_arg
+  t=$(now)
+  if [[ $cmd == stop-node ]]; then
+    stop "kubelet-$n"
+    stop "containerd-$n"
+    say "${nodes[$((n - 1))]}: kubelet and containerd stopped in $(since "$t") s (its containers keep running)"
+  else
+    alive "containerd-$n" || spawn_containerd "$n"
+    ctr_up() { timeout 5 ctr --address "$dir/node$n/containerd.sock" version >/dev/null; }
+    wait_for "containerd-$n" 30 ctr_up || fail "containerd-$n" "containerd of ${nodes[$((n - 1))]} did not answer within 30 s"
+    alive "kubelet-$n" || spawn_kubelet "$n"
+    say "${nodes[$((n - 1))]}: containerd and kubelet started in $(since "$t") s"
+  fi
+  exit 0
+fi
+
 # ---- up ----
 start=$(now)
 check_host
@@ -278,6 +325,16 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 lock
 kubeconfig=$dir/kubeconfig
+
+# Node failure detection: --node-monitor-grace-period, and what a short one needs around it.
+kcm_node_flags=() kubelet_lease=""
+if [[ -n $grace ]]; then
+  kcm_node_flags=(--node-monitor-grace-period="${grace}s")
+  if ((grace < 40)); then
+    kcm_node_flags+=(--node-monitor-period=2s)
+    kubelet_lease=$'nodeLeaseDurationSeconds: 8\nnodeStatusUpdateFrequency: 2s'
+  fi
+fi
 
 all_alive() {
   local p
@@ -300,7 +357,7 @@ EOF
 
 if [[ -f $kubeconfig && -f $dir/env ]]; then
   bin=$(sed -n 's/^BIN_DIR=//p' "$dir/env")
-  if all_alive && [[ -x $bin/kubectl ]] && nodes_ready; then
+  if all_alive && [[ -x $bin/kubectl ]] && nodes_ready && [[ $(sed -n 's/^GRACE=//p' "$dir/env") == "$grace" ]]; then
     say "reusing the healthy cluster in $dir"
     print_usage
     exit 0
@@ -327,6 +384,7 @@ cat >"$dir/env" <<EOF
 BIN_DIR=$bin
 NODE_BIN_DIR=$node_bin
 KUBECONFIG=$kubeconfig
+GRACE=$grace
 EOF
 say "binaries and images ready in $(since "$t") s"
 
@@ -389,7 +447,7 @@ spawn kube-controller-manager "$node_bin/kube-controller-manager" \
   --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
   --service-cluster-ip-range="$service_cidr" --allocate-node-cidrs=false \
   --flex-volume-plugin-dir="$dir/kube-controller-manager/volume-plugins" \
-  --leader-elect=false --profiling=false
+  --leader-elect=false --profiling=false "${kcm_node_flags[@]}"
 spawn kube-scheduler "$node_bin/kube-scheduler" \
   --kubeconfig="$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig="$dir/scheduler.kubeconfig" --authorization-kubeconfig="$dir/scheduler.kubeconfig" \
@@ -466,7 +524,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "$nd/cni"
     max_conf_num = 1
 EOF
-  spawn "containerd-$n" containerd --config "$nd/containerd.toml"
+  spawn_containerd "$n"
   ctr_ok() { timeout 5 ctr --address "$nd/containerd.sock" version >/dev/null; }
   wait_for "containerd-$n" 30 ctr_ok || fail "containerd-$n" "containerd of $name did not answer within 30 s"
   local tc
@@ -504,9 +562,9 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 serializeImagePulls: false
 hairpinMode: hairpin-veth
+$kubelet_lease
 EOF
-  spawn "kubelet-$n" "$node_bin/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$nd/kubelet.kubeconfig" \
-    --root-dir="$nd/kubelet" --cert-dir="$nd/kubelet/pki" --hostname-override="$name" --node-ip="$ip" --v=1
+  spawn_kubelet "$n"
   say "$name: containerd in $tc s, images imported, kubelet started ($(since "$t") s)"
 }
 t=$(now)

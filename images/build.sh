@@ -3,14 +3,18 @@
 # builder: a root filesystem is put together in a temporary folder, tarred as the one layer, and the
 # OCI layout (config, manifest, index.json) is written by hand, digests from sha256sum.
 #
-#   images/build.sh [--import DIR] [NAME...]
+#   images/build.sh [--import DIR [--no-build]] [NAME...]
 #
-# NAME: pause, busybox, operator (default: all). Archives go to target/images/NAME.tar.
+# NAME: pause, busybox, webapp, operator (default: all). Archives go to target/images/NAME.tar.
 # --import DIR: also import them into the containerd of every node of the real cluster in DIR
-# (controlplane/realcluster.sh; default .realcluster/ when it runs).
+# (controlplane/realcluster.sh; default .realcluster/ when it runs). --no-build: import the
+# archives built before, without building them again.
 #   pause     localhost/leadergroup/pause:1         busybox-static's sleep; the nodes' sandbox_image
 #   busybox   localhost/leadergroup/busybox:1.35     busybox-static with every applet (httpd, nc, sh);
 #             Debian's 1.35 `wget -q` dies of SIGSEGV (on the host too): use `wget -O-` or nc
+#   webapp    localhost/leadergroup/webapp:1         the end-to-end tests' application: busybox httpd on
+#             port 8080 serving a page that names its pod ($POD_NAME, else $HOSTNAME), also at
+#             /healthz; on SIGTERM it waits $STOP_DELAY seconds (default 0: a drain), then stops
 #   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (cargo build
 #             --release), the libraries ldd lists, CA certificates, user 65532: the chart's default
 set -euo pipefail
@@ -21,16 +25,18 @@ say() { echo "images: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 usage() { sed -n '5,5p' "$0" | sed 's/^# *//' >&2; }
 
-import_dir="" names=()
+import_dir="" names=() build=1
 while (($#)); do
   case $1 in
     --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
+    --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
-    pause | busybox | operator) names+=("$1"); shift ;;
-    *) usage; die "unknown argument $1 (images: pause, busybox, operator)" ;;
+    pause | busybox | webapp | operator) names+=("$1"); shift ;;
+    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator)" ;;
   esac
 done
-((${#names[@]})) || names=(pause busybox operator)
+((${#names[@]})) || names=(pause busybox webapp operator)
+[[ -n $build || -n $import_dir ]] || die "--no-build only makes sense with --import"
 
 out=$repo/target/images
 mkdir -p "$out"
@@ -112,6 +118,30 @@ build_busybox() {
   oci_archive busybox localhost/leadergroup/busybox:1.35 "$r" 0 null "$(json_array /bin/sh)"
 }
 
+# The end-to-end tests' web application. sh stays PID 1 (httpd as PID 1 would ignore SIGTERM) and
+# stops httpd on SIGTERM after STOP_DELAY seconds, as an application that drains would.
+build_webapp() {
+  local r=$work/webapp-rootfs a
+  base_rootfs "$r"
+  cp "$busybox" "$r/bin/busybox"
+  for a in sh httpd mkdir sleep kill cat; do ln -s busybox "$r/bin/$a"; done
+  mkdir -p "$r/usr/local/bin"
+  cat >"$r/usr/local/bin/webapp" <<'SCRIPT'
+#!/bin/sh
+name=${POD_NAME:-$HOSTNAME}
+mkdir -p /tmp/www
+echo "$name" >/tmp/www/index.html
+echo ok >/tmp/www/healthz
+httpd -f -p "${PORT:-8080}" -h /tmp/www &
+pid=$!
+echo "webapp: $name serving on port ${PORT:-8080} (httpd pid $pid)"
+trap 'echo "webapp: SIGTERM, stopping in ${STOP_DELAY:-0} s"; sleep "${STOP_DELAY:-0}"; kill "$pid"; exit 0' TERM
+wait "$pid"
+SCRIPT
+  chmod 0755 "$r/usr/local/bin/webapp"
+  oci_archive webapp localhost/leadergroup/webapp:1 "$r" 65532:65532 "$(json_array /usr/local/bin/webapp)" null
+}
+
 build_operator() {
   local version
   version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/leadergroup-operator/Chart.yaml")
@@ -137,14 +167,19 @@ build_operator() {
 }
 
 start=$SECONDS
-for n in "${names[@]}"; do "build_$n"; done
-say "built ${names[*]} in $((SECONDS - start)) s"
+if [[ -n $build ]]; then
+  for n in "${names[@]}"; do "build_$n"; done
+  say "built ${names[*]} in $((SECONDS - start)) s"
+fi
 
 [[ -n $import_dir ]] || exit 0
 import_dir=$(cd "$import_dir" 2>/dev/null && pwd) || die "--import: no folder $import_dir"
 socks=()
 for s in "$import_dir"/node*/containerd.sock; do [[ -S $s ]] && socks+=("$s"); done
 ((${#socks[@]})) || die "no node containerd socket in $import_dir (is the real cluster up? controlplane/realcluster.sh up)"
+for n in "${names[@]}"; do
+  [[ -f $out/$n.tar ]] || die "$out/$n.tar missing: build it first (images/build.sh $n)"
+done
 for s in "${socks[@]}"; do
   for n in "${names[@]}"; do
     timeout 120 ctr --address "$s" --namespace k8s.io images import "$out/$n.tar" >/dev/null ||

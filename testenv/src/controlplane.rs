@@ -9,9 +9,14 @@ use tokio::sync::OnceCell;
 use crate::{Error, Result};
 
 /// Environment variable naming the kubeconfig of an already running control plane (for example
-/// `.cluster/kubeconfig` after `make cluster-up`, or the one `make test` starts for the whole run).
+/// `.cluster/kubeconfig` after `make light-cluster-up`, or the one `make test` starts for the whole run).
 /// When it is set, no control plane is started.
 pub const KUBECONFIG_ENV: &str = "LEADERGROUP_KUBECONFIG";
+
+/// Environment variable naming the kubeconfig of the real cluster (kubelets, containerd,
+/// kube-proxy: `controlplane/realcluster.sh`) the end-to-end tests run on. `make e2e` starts that
+/// cluster and sets it; the end-to-end tests fail without it (see [`e2e_cluster`]).
+pub const E2E_KUBECONFIG_ENV: &str = "LEADERGROUP_E2E_KUBECONFIG";
 
 /// Exit status of `build.sh` under `LEADERGROUP_NO_BUILD=1` when a binary is missing.
 const NOT_BUILT: i32 = 3;
@@ -35,6 +40,30 @@ pub struct ControlPlane {
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
+static E2E_CLUSTER: OnceCell<ControlPlane> = OnceCell::const_new();
+
+/// The real cluster of the end-to-end tests: the one [`E2E_KUBECONFIG_ENV`] names. Never started
+/// here (it needs root, builds images and takes its own teardown): without the variable this
+/// fails with [`Error::E2eClusterMissing`], which says to run `make e2e`.
+pub async fn e2e_cluster() -> Result<&'static ControlPlane> {
+    E2E_CLUSTER
+        .get_or_try_init(|| async {
+            let path = std::env::var_os(E2E_KUBECONFIG_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .ok_or_else(|| Error::E2eClusterMissing {
+                    detail: format!("{E2E_KUBECONFIG_ENV} is not set"),
+                })?;
+            if !path.is_file() {
+                return Err(Error::E2eClusterMissing {
+                    detail: format!("{E2E_KUBECONFIG_ENV}={} does not exist", path.display()),
+                });
+            }
+            let bin_dir = bin_dir(&repo_root(), &[]).await?;
+            ControlPlane::load(path, bin_dir, None).await
+        })
+        .await
+}
 
 /// The control plane of this test process: the one [`KUBECONFIG_ENV`] names, or else one started
 /// on first use in `<target>/testenv/<pid>` by `controlplane/cluster.sh` (about 4 s), which a
@@ -58,7 +87,7 @@ impl ControlPlane {
                 let path = PathBuf::from(path);
                 if !path.is_file() {
                     return Err(Error::Unexpected(format!(
-                        "{KUBECONFIG_ENV}={} does not exist; start a cluster with `make cluster-up` or unset it",
+                        "{KUBECONFIG_ENV}={} does not exist; start a cluster with `make light-cluster-up` or unset it",
                         path.display()
                     )));
                 }
@@ -140,6 +169,12 @@ impl ControlPlane {
             ca_data,
             owned_dir,
         })
+    }
+
+    /// The folder holding the kubeconfig: for the real cluster, its folder (`realcluster.sh
+    /// --dir`), with the nodes' `node<N>/containerd.sock`.
+    pub fn dir(&self) -> &Path {
+        self.kubeconfig_path.parent().unwrap_or(Path::new("."))
     }
 
     /// The admin kubeconfig (user `admin` in group `system:masters`).

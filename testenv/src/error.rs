@@ -15,6 +15,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// The end-to-end tests were started without a real cluster.
+    #[error(
+        "the end-to-end tests run on a real cluster (kubelets, containerd): {detail}. Run them with \
+         `make e2e` (as root: it starts the cluster, builds and imports the images, runs the tests \
+         and stops it), or set {env} to the kubeconfig of a running `make cluster-up`",
+        env = crate::E2E_KUBECONFIG_ENV
+    )]
+    E2eClusterMissing {
+        /// What is missing.
+        detail: String,
+    },
+
     /// A helper script (build.sh, cluster.sh) or kubectl failed.
     #[error("`{command}` failed ({status}):\n{output}")]
     Command {

@@ -20,14 +20,20 @@
 
 mod controlplane;
 mod error;
+pub mod invariants;
 mod kubelet;
 mod namespace;
+mod tools;
 mod wait;
 
-pub use controlplane::{ControlPlane, KUBECONFIG_ENV, control_plane};
+pub use controlplane::{
+    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, control_plane, e2e_cluster,
+};
 pub use error::Error;
+pub use invariants::InvariantWatcher;
 pub use kubelet::{Kubelet, NODE_NAME};
-pub use namespace::{TestNamespace, namespace};
+pub use namespace::{TestNamespace, namespace, namespace_in};
+pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until};
 
 /// Result with this crate's [`Error`].

@@ -45,7 +45,12 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// share one cluster ([`crate::KUBECONFIG_ENV`]) and reruns against a reused cluster never collide.
 pub async fn namespace(prefix: &str) -> Result<TestNamespace> {
     let cp = control_plane().await?;
-    let client = cp.client().await?;
+    namespace_in(cp.client().await?, prefix).await
+}
+
+/// [`namespace`] in the cluster `client` talks to (for example the real cluster of the end-to-end
+/// tests). Where kube-controller-manager runs, it may create the `default` ServiceAccount first.
+pub async fn namespace_in(client: Client, prefix: &str) -> Result<TestNamespace> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     // A name can still be taken when a pid repeats within the clock's resolution: retry.
     for _ in 0..5 {
@@ -64,7 +69,14 @@ pub async fn namespace(prefix: &str) -> Result<TestNamespace> {
             Err(e) => return Err(Error::kube(format!("creating namespace {name}"))(e)),
         }
         let test_ns = TestNamespace { name, client };
-        test_ns.create_service_account("default").await?;
+        match test_ns.create_service_account("default").await {
+            Ok(_) => {}
+            Err(Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
         return Ok(test_ns);
     }
     Err(Error::Unexpected(format!(

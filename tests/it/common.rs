@@ -1,24 +1,22 @@
 //! Shared by the operator's integration tests: the CRD installed once, the operator binary run as
-//! a child process (as a user runs it), and a watcher that checks the invariants I1 and I3 on every
-//! pod event the API server sends.
+//! a child process (as a user runs it), and (from `leadergroup-testenv`, shared with the
+//! end-to-end tests) the watcher that checks the invariants I1 and I3 on every pod event the API
+//! server sends.
 
-use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER,
 };
 use leadergroup_testenv::{ControlPlane, wait_until};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+pub use leadergroup_testenv::{InvariantWatcher, http_get, run_ok, run_tool};
 use tokio::process::{Child, Command};
 
 /// Generous bound for anything the operator should do "at once": the machine is small and noisy,
@@ -164,142 +162,6 @@ impl Operator {
 fn free_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
-}
-
-/// Watches the pods of a namespace from before the operator starts and checks, at every state the
-/// watch shows, I1 (at most one pod of a group labeled leader) and I3 (epochs handed to leaders
-/// only grow, and no epoch is ever carried by two different pods).
-pub struct InvariantWatcher {
-    state: Arc<Mutex<Recorded>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// What the watcher knows of one pod: its role label, its group annotation, its epoch.
-type Marks = (Option<String>, Option<String>, Option<i64>);
-
-#[derive(Default)]
-struct Recorded {
-    pods: HashMap<String, Marks>,
-    /// Per group (epochs are per group: two groups each have an epoch 1): who got each epoch.
-    epoch_owner: BTreeMap<(String, i64), String>,
-    /// Per group: the last epoch a leader was seen with.
-    last_epoch: BTreeMap<String, i64>,
-    leaders: Vec<(String, i64)>,
-    violations: Vec<String>,
-    events: usize,
-}
-
-impl InvariantWatcher {
-    /// Starts watching `namespace`; returns once the watch has delivered its first list.
-    pub async fn start(client: &Client, namespace: &str) -> InvariantWatcher {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let state = Arc::new(Mutex::new(Recorded::default()));
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let recorder = state.clone();
-        let task = tokio::spawn(async move {
-            let mut synced = Some(synced_tx);
-            let mut stream = watcher(pods, watcher::Config::default()).boxed();
-            while let Some(event) = stream.next().await {
-                let Ok(event) = event else { continue };
-                let mut r = recorder.lock().unwrap();
-                match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => r.apply(&p),
-                    watcher::Event::Delete(p) => {
-                        r.pods.remove(&p.name_any());
-                    }
-                    watcher::Event::Init => {}
-                    watcher::Event::InitDone => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                }
-            }
-        });
-        let _ = tokio::time::timeout(CONVERGE, synced_rx).await;
-        InvariantWatcher { state, task }
-    }
-
-    /// The violations seen so far, and the (pod, epoch) sequence of leaders.
-    pub fn report(&self) -> (Vec<String>, Vec<(String, i64)>, usize) {
-        let r = self.state.lock().unwrap();
-        (r.violations.clone(), r.leaders.clone(), r.events)
-    }
-
-    /// Panics with every violation seen, if any; returns the leaders' sequence.
-    pub fn assert_held(&self) -> Vec<(String, i64)> {
-        let (violations, leaders, events) = self.report();
-        assert!(events > 0, "the invariant watcher saw no pod event at all");
-        assert!(
-            violations.is_empty(),
-            "invariants violated:\n{}\nleaders: {leaders:?}",
-            violations.join("\n")
-        );
-        leaders
-    }
-}
-
-impl Drop for InvariantWatcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Recorded {
-    fn apply(&mut self, pod: &Pod) {
-        self.events += 1;
-        let name = pod.name_any();
-        let role = pod.labels().get(ROLE_LABEL).cloned();
-        let group = pod.annotations().get(GROUP_ANNOTATION).cloned();
-        let epoch = pod
-            .annotations()
-            .get(EPOCH_ANNOTATION)
-            .and_then(|e| e.parse::<i64>().ok());
-        self.pods
-            .insert(name.clone(), (role.clone(), group.clone(), epoch));
-
-        let mut leaders_by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (pod_name, (role, group, _)) in &self.pods {
-            if role.as_deref() == Some(ROLE_LEADER) {
-                leaders_by_group
-                    .entry(group.clone().unwrap_or_default())
-                    .or_default()
-                    .push(pod_name.clone());
-            }
-        }
-        for (group, leaders) in &leaders_by_group {
-            if leaders.len() > 1 {
-                self.violations.push(format!(
-                    "I1: group {group:?} has {} pods labeled leader at once: {leaders:?} (after an event of {name})",
-                    leaders.len()
-                ));
-            }
-        }
-        if role.as_deref() == Some(ROLE_LEADER)
-            && let Some(e) = epoch
-        {
-            let group = group.unwrap_or_default();
-            match self.epoch_owner.get(&(group.clone(), e)) {
-                Some(owner) if owner != &name => self.violations.push(format!(
-                    "I3: group {group:?}: epoch {e} handed to {owner} and then to {name}"
-                )),
-                _ => {
-                    self.epoch_owner.insert((group.clone(), e), name.clone());
-                }
-            }
-            if let Some(last) = self.last_epoch.get(&group)
-                && *last > e
-            {
-                self.violations.push(format!(
-                    "I3: group {group:?}: epoch went down from {last} to {e} ({name})"
-                ));
-            }
-            self.last_epoch.insert(group, e);
-            if self.leaders.last() != Some(&(name.clone(), e)) {
-                self.leaders.push((name, e));
-            }
-        }
-    }
 }
 
 /// The group's Lease, if it exists.
@@ -556,28 +418,6 @@ pub fn chart_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/leadergroup-operator")
 }
 
-/// Runs a command-line tool (helm, kubectl) to completion: (success, stdout, stderr).
-pub async fn run_tool(cmd: std::process::Command) -> (bool, String, String) {
-    let shown = format!("{cmd:?}");
-    let out = Command::from(cmd)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("running {shown}: {e}"));
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs a tool that must succeed; returns its stdout.
-pub async fn run_ok(cmd: std::process::Command) -> String {
-    let shown = format!("{cmd:?}");
-    let (ok, stdout, stderr) = run_tool(cmd).await;
-    assert!(ok, "{shown} failed:\n{stderr}\n{stdout}");
-    stdout
-}
-
 /// The value of one sample in Prometheus text, e.g.
 /// `metric(&text, r#"leadergroup_transitions_total{reason="Initial"}"#)`.
 pub fn metric(text: &str, sample: &str) -> Option<f64> {
@@ -614,22 +454,6 @@ impl Operator {
         assert_eq!(code, 200, "{body}");
         body
     }
-}
-
-/// GETs `path` from an operator's HTTP endpoint at `addr`: (status code, body); None when nothing
-/// answers there (not started yet, or dead).
-pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 /// The role /readyz at `addr` reports once ready ("active", "standby"); None while it answers
@@ -699,4 +523,13 @@ impl Drop for ActiveMonitor {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+#[test]
+fn the_invariant_watcher_reads_the_operators_marks() {
+    use leadergroup_testenv::invariants as watched;
+    assert_eq!(watched::ROLE_LABEL, ROLE_LABEL);
+    assert_eq!(watched::ROLE_LEADER, ROLE_LEADER);
+    assert_eq!(watched::GROUP_ANNOTATION, GROUP_ANNOTATION);
+    assert_eq!(watched::EPOCH_ANNOTATION, EPOCH_ANNOTATION);
 }

@@ -1,0 +1,60 @@
+//! Command-line tools (helm, kubectl, the cluster scripts) and plain HTTP, for tests.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long [`http_get`] waits for a whole answer.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a command-line tool to completion: (success, stdout, stderr).
+#[allow(
+    clippy::panic,
+    reason = "a test helper: a tool that cannot start fails the test"
+)]
+pub async fn run_tool(cmd: std::process::Command) -> (bool, String, String) {
+    let shown = format!("{cmd:?}");
+    let out = tokio::process::Command::from(cmd)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {shown}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a tool that must succeed (the test fails with its output otherwise); returns its stdout.
+#[allow(clippy::panic, reason = "a test assertion: the failing test's message")]
+pub async fn run_ok(cmd: std::process::Command) -> String {
+    let shown = format!("{cmd:?}");
+    let (ok, stdout, stderr) = run_tool(cmd).await;
+    if !ok {
+        panic!("{shown} failed:\n{stderr}\n{stdout}");
+    }
+    stdout
+}
+
+/// GETs `path` from `addr` over HTTP/1.1: (status code, body); None when nothing answers there,
+/// the connection fails, or the answer takes longer than 5 s.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    tokio::time::timeout(HTTP_TIMEOUT, async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((code, body))
+    })
+    .await
+    .ok()
+    .flatten()
+}
