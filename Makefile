@@ -1,4 +1,5 @@
-# Entry points. `make test` is what CI runs (.ci/run); `make cluster-up` gives a local control plane.
+# Entry points. `make test` is what CI runs (.ci/run); `make cluster-up` starts a real two-node
+# cluster, `make light-cluster-up` a local control plane (etcd + kube-apiserver) for the fast tests.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -14,25 +15,27 @@ TEST_THREADS ?= 6
 # The control plane `make test` starts for the whole run (one for all test binaries).
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
-.PHONY: help demo controlplane cluster-up cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
-.PHONY: node-deps node-binaries images realcluster-up realcluster-down
+.PHONY: help demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
+.PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
-	@echo "make demo          start the local control plane, run the operator, show an election and handovers"
-	@echo "make test          fmt check, clippy, CRD drift, helm lint, unit + integration tests"
-	@echo "make controlplane  build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
-	@echo "make cluster-up    start a local control plane in .cluster/ (make cluster-down stops it)"
-	@echo "make fmt | lint    rustfmt | clippy -D warnings"
-	@echo "make realcluster-up    (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make realcluster-down)"
-	@echo "make images            build the OCI images (pause, busybox, operator); imports them when .realcluster/ runs"
+	@echo "make demo              start the light cluster, run the operator, show an election and handovers"
+	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
+	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
+	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
+	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
+	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
+	@echo "make images            build the OCI images (pause, busybox, webapp, operator); imports them when .realcluster/ runs"
+	@echo "make fmt | lint        rustfmt | clippy -D warnings"
 
 controlplane:
 	controlplane/build.sh
 
-cluster-up:
+# The light cluster: etcd + kube-apiserver, no nodes (the fast tests simulate the kubelet).
+light-cluster-up:
 	controlplane/cluster.sh up
 
-cluster-down: demo-stop
+light-cluster-down: demo-stop
 	controlplane/cluster.sh down
 
 # The real cluster (issue 10): containerd, runc, CNI plugins and iptables from Debian (node-deps,
@@ -44,10 +47,10 @@ node-deps:
 node-binaries:
 	controlplane/node-build.sh
 
-realcluster-up:
+cluster-up:
 	controlplane/realcluster.sh up
 
-realcluster-down:
+cluster-down:
 	controlplane/realcluster.sh down
 
 images:
@@ -89,7 +92,7 @@ chart-static:
 	charts/tests/static.sh
 helm-lint: chart-static
 
-test: fmt-check lint crd-check chart-static cargo-test
+test: fmt-check lint crd-check chart-static cargo-test e2e
 
 # Compiles first (so the cluster does not idle through a build), then starts one control plane
 # for all test binaries. The trap stops it when the tests end; the watchdog (--watch-pid: this
@@ -115,3 +118,24 @@ bench:
 	$(BENCH_VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(BENCH_VENV)/bin/pip install -q 'matplotlib==3.10.*'
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR)
+
+# The end-to-end tests (issue 10) on a real cluster of their own in target/e2e-cluster, started with
+# a 10 s node-monitor-grace-period (the node-loss test; Kubernetes' default is 50 s) and ALWAYS
+# stopped again (trap), whatever failed. As root. Prints each phase's time. The tests take the
+# cluster one at a time; E2E_THREADS only changes how libtest schedules them.
+E2E_CLUSTER := $(CURDIR)/target/e2e-cluster
+E2E_GRACE := 10
+E2E_THREADS ?= 1
+e2e:
+	@t_all=$$SECONDS; \
+	phase() { t=$$SECONDS; echo "e2e: == $$1"; }; \
+	took() { echo "e2e: == $$1: $$((SECONDS - t)) s"; }; \
+	phase "node packages (node-deps.sh)"; controlplane/node-deps.sh; took "node packages"; \
+	phase "node binaries (node-build.sh)"; controlplane/node-build.sh >/dev/null; took "node binaries"; \
+	phase "release build"; nice -n 10 cargo build --release --locked --bin leadergroup-operator; took "release build"; \
+	phase "images"; images/build.sh; took "images"; \
+	phase "test build"; cargo test --test e2e --no-run; took "test build"; \
+	trap 'phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
+	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE); took "cluster up"; \
+	phase "image import"; images/build.sh --import "$(E2E_CLUSTER)" --no-build; took "image import"; \
+	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture; took "tests"

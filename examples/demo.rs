@@ -31,7 +31,7 @@ fn step(text: &str) {
 async fn main() {
     let cp = control_plane()
         .await
-        .expect("control plane (run `make cluster-up`)");
+        .expect("control plane (run `make light-cluster-up`)");
     let kubectl = |args: &[&str]| {
         let out = cp.kubectl().args(args).output().expect("kubectl");
         print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -71,7 +71,7 @@ async fn main() {
 
     step("starting the operator (watching that namespace; log in .cluster/demo-operator.log)");
     let log = std::fs::File::create(".cluster/demo-operator.log").unwrap();
-    // Left running on purpose when the demo exits (`make cluster-down` stops it), so never waited on.
+    // Left running on purpose when the demo exits (`make light-cluster-down` stops it), so never waited on.
     #[allow(clippy::zombie_processes)]
     let operator = std::process::Command::new("target/debug/leadergroup-operator")
         .arg("--kubeconfig")
@@ -209,7 +209,7 @@ async fn main() {
     println!(
         "  (the simulated kubelet is gone, so a deleted pod stays Terminating: finish with --grace-period=0 --force)"
     );
-    println!("Stop everything with: make cluster-down");
+    println!("Stop everything with: make light-cluster-down");
 }
 
 async fn current_leader(groups: &Api<LeaderGroup>) -> String {

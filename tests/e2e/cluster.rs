@@ -1,0 +1,697 @@
+//! Support for the end-to-end tests: the real cluster (`make e2e`), the operator installed with its
+//! chart, the example web application with its LeaderGroup and leader Service, a log of every pod
+//! state a watch delivers, and the node-level faults (a container killed or frozen, a node
+//! stopped).
+//!
+//! The tests run one at a time ([`Cluster::get`] takes a lock that lives as long as the test):
+//! they share two nodes and one operator, and some of them stop a node or the operator.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use leadergroup_operator::crd::{
+    EPOCH_ANNOTATION, LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
+};
+use leadergroup_testenv::{ControlPlane, TestNamespace, e2e_cluster, run_ok, wait_until};
+use serde_json::json;
+
+/// Bound for what the operator and the cluster do "at once" here: two nodes on two shared cores.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+/// Bound for pods to start, roll or stop.
+pub const PODS: Duration = Duration::from_secs(120);
+
+/// The chart's release, as a user installs it with the default values.
+pub const RELEASE: &str = "leadergroup-operator";
+pub const RELEASE_NS: &str = "leadergroup-system";
+/// The operator's own Lease (`operator-<fullname>`; the fullname is the release name here).
+pub const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
+/// The chart's selector label on the operator's pods.
+pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/instance=leadergroup-operator";
+
+/// The web application built by `images/build.sh webapp`.
+pub const WEBAPP_IMAGE: &str = "localhost/leadergroup/webapp:1";
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The real cluster, held by one test at a time.
+pub struct Cluster {
+    pub cp: &'static ControlPlane,
+    pub client: Client,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// Waits for the other tests to finish with the cluster, then connects to it. Fails when the
+    /// tests were not started by `make e2e` (or with `LEADERGROUP_E2E_KUBECONFIG`).
+    pub async fn get() -> Cluster {
+        let serial = SERIAL.lock().await;
+        let cp = e2e_cluster().await.unwrap_or_else(|e| panic!("{e}"));
+        let client = cp.client().await.unwrap();
+        Cluster {
+            cp,
+            client,
+            _serial: serial,
+        }
+    }
+
+    /// The cluster folder (`realcluster.sh --dir`).
+    pub fn dir(&self) -> &Path {
+        self.cp.dir()
+    }
+
+    /// `controlplane/realcluster.sh ARGS --dir <this cluster>`.
+    pub fn realcluster(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(repo_root().join("controlplane/realcluster.sh"));
+        cmd.args(args).arg("--dir").arg(self.dir());
+        cmd
+    }
+
+    /// Installs the chart with the default values unless its release is deployed, and waits until
+    /// one operator replica is active. The tests that need an operator call this.
+    pub async fn ensure_operator(&self) {
+        let mut status = self.cp.helm();
+        status.args(["status", RELEASE, "--namespace", RELEASE_NS]);
+        let (deployed, _, _) = leadergroup_testenv::run_tool(status).await;
+        if !deployed {
+            run_ok(self.helm_install()).await;
+        }
+        self.wait_operator_active(None).await;
+    }
+
+    /// `helm install` of the chart with the default values into [`RELEASE_NS`].
+    pub fn helm_install(&self) -> std::process::Command {
+        let mut install = self.cp.helm();
+        install
+            .args(["install", RELEASE])
+            .arg(repo_root().join("charts/leadergroup-operator"))
+            .args(["--namespace", RELEASE_NS, "--create-namespace"]);
+        install
+    }
+
+    /// The running operator pods.
+    pub async fn operator_pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), RELEASE_NS)
+            .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The holder of the operator's Lease, if any.
+    pub async fn operator_lease_holder(&self) -> Option<String> {
+        Api::<Lease>::namespaced(self.client.clone(), RELEASE_NS)
+            .get_opt(OPERATOR_LEASE)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Waits until the operator's Lease is held by a Ready operator pod (other than `not`), and
+    /// returns that pod's name.
+    pub async fn wait_operator_active(&self, not: Option<&str>) -> String {
+        let active = wait_until("an active operator replica", PODS, || async {
+            let Some(holder) = self.operator_lease_holder().await else {
+                return Ok::<_, String>(None);
+            };
+            let ready = self.operator_pods().await.iter().any(|p| {
+                p.name_any() == holder && is_ready(p) && p.metadata.deletion_timestamp.is_none()
+            });
+            Ok((ready && Some(holder.as_str()) != not).then_some(holder))
+        })
+        .await;
+        match active {
+            Ok(holder) => holder,
+            Err(e) => panic!(
+                "{e}\noperator pods: {:?}",
+                pod_summary(&self.operator_pods().await)
+            ),
+        }
+    }
+
+    /// The node's number (1, 2) from its name (`lg-node-<N>`).
+    pub fn node_number(node: &str) -> &str {
+        node.strip_prefix("lg-node-")
+            .unwrap_or_else(|| panic!("not a node of realcluster.sh: {node}"))
+    }
+
+    /// Node `name`'s containerd socket.
+    pub fn containerd_socket(&self, node: &str) -> PathBuf {
+        self.dir()
+            .join(format!("node{}", Self::node_number(node)))
+            .join("containerd.sock")
+    }
+
+    /// Sends SIGKILL to the main process of pod `pod`'s first container, through its node's
+    /// containerd (what an OOM kill or a crash does; the kubelet restarts it).
+    pub async fn kill_container(&self, pod: &Pod) {
+        let (node, id) = container_of(pod);
+        let mut ctr = std::process::Command::new("ctr");
+        ctr.arg("--address")
+            .arg(self.containerd_socket(&node))
+            .args([
+                "--namespace",
+                "k8s.io",
+                "task",
+                "kill",
+                "--signal",
+                "SIGKILL",
+                &id,
+            ]);
+        run_ok(ctr).await;
+    }
+
+    /// Freezes pod `pod`'s first container through the cgroup v1 freezer (every process of it
+    /// stops, as in a long GC pause or a stuck disk); thawed when the guard drops.
+    pub fn freeze_container(&self, pod: &Pod) -> Frozen {
+        let (node, id) = container_of(pod);
+        let root = Path::new("/sys/fs/cgroup/freezer").join(&node);
+        let dir = find_dir(&root, &id, 5).unwrap_or_else(|| {
+            panic!(
+                "no freezer cgroup of container {id} under {}",
+                root.display()
+            )
+        });
+        let frozen = Frozen {
+            state: dir.join("freezer.state"),
+        };
+        std::fs::write(&frozen.state, "FROZEN").unwrap();
+        frozen
+    }
+
+    /// The node's Ready condition status ("True", "False", "Unknown").
+    pub async fn node_ready(&self, node: &str) -> String {
+        let n = Api::<Node>::all(self.client.clone())
+            .get(node)
+            .await
+            .unwrap();
+        n.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status)
+            .unwrap_or_default()
+    }
+}
+
+/// The cgroup freezer of one container: thawed on drop, whatever the test did in between.
+pub struct Frozen {
+    state: PathBuf,
+}
+
+impl Frozen {
+    /// Thaws it now.
+    pub fn thaw(&self) {
+        std::fs::write(&self.state, "THAWED").unwrap();
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(&self.state, "THAWED") {
+            eprintln!("could not thaw {}: {e}", self.state.display());
+        }
+    }
+}
+
+/// A node stopped with `realcluster.sh stop-node`: started again on drop.
+pub struct StoppedNode {
+    start: std::process::Command,
+}
+
+impl Cluster {
+    /// Stops node `node`'s kubelet and containerd (`realcluster.sh stop-node`); the guard starts
+    /// them again when it drops.
+    pub async fn stop_node(&self, node: &str) -> StoppedNode {
+        let n = Self::node_number(node);
+        run_ok(self.realcluster(&["stop-node", n])).await;
+        StoppedNode {
+            start: self.realcluster(&["start-node", n]),
+        }
+    }
+}
+
+impl Drop for StoppedNode {
+    fn drop(&mut self) {
+        match self.start.output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "starting the node again failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("starting the node again failed: {e}"),
+        }
+    }
+}
+
+fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(root).ok()?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name().to_str() == Some(name) {
+            return Some(path);
+        }
+        if depth > 0
+            && let Some(found) = find_dir(&path, name, depth - 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// (node, container id) of the pod's first container.
+fn container_of(pod: &Pod) -> (String, String) {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("pod on a node");
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.container_id.clone())
+        .expect("a started container");
+    let id = id.strip_prefix("containerd://").unwrap_or(&id).to_string();
+    (node, id)
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Ready=True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The pod's role label.
+pub fn role(pod: &Pod) -> Option<&str> {
+    pod.labels().get(ROLE_LABEL).map(String::as_str)
+}
+
+/// The first container's restart count.
+pub fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .map_or(0, |c| c.restart_count)
+}
+
+/// The first container is running (started, not terminated).
+pub fn container_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some() && s.terminated.is_none())
+}
+
+/// name, node, ready, role: for failure messages.
+pub fn pod_summary(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} on {} ready={} role={:?} deleting={}",
+                p.name_any(),
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .unwrap_or("-"),
+                is_ready(p),
+                role(p),
+                p.metadata.deletion_timestamp.is_some()
+            )
+        })
+        .collect()
+}
+
+/// The state a user sees once the operator has settled a group on a leader: the status names it
+/// at epoch e, the Lease holds it at epoch e, and it is the only pod labeled leader, annotated e.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub leader: String,
+    pub epoch: i64,
+}
+
+/// The example application of one test: a Deployment of the web app in a namespace of its own,
+/// a LeaderGroup selecting its pods and a Service selecting the leader.
+pub struct App {
+    pub ns: TestNamespace,
+    pub pods: Api<Pod>,
+    pub groups: Api<LeaderGroup>,
+    pub deployments: Api<Deployment>,
+    /// The leader Service's ClusterIP and port.
+    pub service: SocketAddr,
+}
+
+/// The Deployment, the LeaderGroup, the pods' label.
+pub const APP: &str = "web";
+
+impl App {
+    /// Creates the application with `replicas` pods spread over both nodes (at most one more on
+    /// either), waits until they are Ready and the group has settled on a leader.
+    /// `stop_delay`: seconds the app drains after SIGTERM before it stops.
+    pub async fn start(cluster: &Cluster, prefix: &str, replicas: i32, stop_delay: u32) -> App {
+        let ns = leadergroup_testenv::namespace_in(cluster.client.clone(), prefix)
+            .await
+            .unwrap();
+        let app = App {
+            pods: ns.api(),
+            groups: ns.api(),
+            deployments: ns.api(),
+            service: "0.0.0.0:0".parse().unwrap(),
+            ns,
+        };
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": APP},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": APP}},
+                "template": {
+                    "metadata": {"labels": {"app": APP}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": stop_delay + 5,
+                        "topologySpreadConstraints": [{
+                            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "DoNotSchedule",
+                            "labelSelector": {"matchLabels": {"app": APP}},
+                        }],
+                        "containers": [{
+                            "name": APP,
+                            "image": WEBAPP_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "STOP_DELAY", "value": stop_delay.to_string()},
+                            ],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/healthz", "port": 8080},
+                                "periodSeconds": 1, "timeoutSeconds": 1,
+                                "failureThreshold": 1, "successThreshold": 1,
+                            },
+                        }],
+                    },
+                },
+            },
+        }))
+        .unwrap();
+        app.deployments
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap();
+        let group = LeaderGroup::new(
+            APP,
+            LeaderGroupSpec {
+                selector: PodSelector {
+                    match_labels: [("app".to_string(), APP.to_string())].into(),
+                    ..Default::default()
+                },
+                lease_duration_seconds: 15,
+                preferred_leader: None,
+                paused: false,
+            },
+        );
+        app.groups
+            .create(&PostParams::default(), &group)
+            .await
+            .unwrap();
+        let service: Service = serde_json::from_value(json!({
+            "metadata": {"name": "web-leader"},
+            "spec": {
+                "selector": {"app": APP, ROLE_LABEL: ROLE_LEADER},
+                "ports": [{"port": 80, "targetPort": 8080}],
+            },
+        }))
+        .unwrap();
+        let service = app
+            .ns
+            .api::<Service>()
+            .create(&PostParams::default(), &service)
+            .await
+            .unwrap();
+        let ip = service
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .expect("a ClusterIP");
+        let app = App {
+            service: format!("{ip}:80").parse().unwrap(),
+            ..app
+        };
+        app.wait_pods_ready(replicas as usize).await;
+        app
+    }
+
+    /// Waits until `n` pods of the app run Ready (none terminating).
+    pub async fn wait_pods_ready(&self, n: usize) -> Vec<Pod> {
+        let pods = wait_until(&format!("{n} Ready pods of {APP}"), PODS, || async {
+            let pods = self.list().await;
+            let ready = pods
+                .iter()
+                .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+                .count();
+            Ok::<_, String>((ready == n && pods.len() == n).then_some(pods))
+        })
+        .await;
+        match pods {
+            Ok(pods) => pods,
+            Err(e) => panic!("{e}\n{}", self.summary().await),
+        }
+    }
+
+    pub async fn list(&self) -> Vec<Pod> {
+        self.pods.list(&ListParams::default()).await.unwrap().items
+    }
+
+    /// The group's status and the pods, for failure messages.
+    pub async fn summary(&self) -> String {
+        let status = self.groups.get(APP).await.ok().and_then(|g| g.status);
+        format!(
+            "status: {status:?}\npods: {:#?}",
+            pod_summary(&self.list().await)
+        )
+    }
+
+    /// The pod, as the API server has it now.
+    pub async fn pod(&self, name: &str) -> Pod {
+        self.pods.get(name).await.unwrap()
+    }
+
+    /// The settled state of the group, if it is settled now.
+    pub async fn settled(&self) -> Option<Settled> {
+        let status = self.groups.get(APP).await.ok()?.status?;
+        let leader = status.leader.clone()?;
+        let lease = self
+            .ns
+            .api::<Lease>()
+            .get_opt(&leadergroup_operator::crd::lease_name_for(APP))
+            .await
+            .ok()??;
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+        let lease_epoch = lease
+            .annotations()
+            .get(EPOCH_ANNOTATION)
+            .and_then(|e| e.parse::<i64>().ok());
+        let labeled: Vec<(String, Option<i64>)> = self
+            .list()
+            .await
+            .iter()
+            .filter(|p| role(p) == Some(ROLE_LEADER))
+            .map(|p| {
+                let e = p
+                    .annotations()
+                    .get(EPOCH_ANNOTATION)
+                    .and_then(|e| e.parse().ok());
+                (p.name_any(), e)
+            })
+            .collect();
+        let settled = holder.as_deref() == Some(leader.as_str())
+            && lease_epoch == Some(status.epoch)
+            && labeled == vec![(leader.clone(), Some(status.epoch))];
+        settled.then_some(Settled {
+            leader,
+            epoch: status.epoch,
+        })
+    }
+
+    /// Waits until the group has settled on a leader satisfying `cond`.
+    pub async fn wait_settled(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&Settled) -> bool,
+    ) -> Settled {
+        let settled = wait_until(what, timeout, || async {
+            Ok::<_, String>(self.settled().await.filter(|s| cond(s)))
+        })
+        .await;
+        match settled {
+            Ok(s) => s,
+            Err(e) => panic!("{e}\n{}", self.summary().await),
+        }
+    }
+
+    /// One request through the leader Service's ClusterIP: the name of the pod that answered.
+    pub async fn ask(&self) -> Option<String> {
+        let (code, body) = leadergroup_testenv::http_get(self.service, "/").await?;
+        (code == 200).then(|| body.trim().to_string())
+    }
+
+    /// `n` requests through the ClusterIP, each on a new connection: who answered each.
+    pub async fn ask_many(&self, n: usize) -> Vec<Option<String>> {
+        let mut answers = Vec::new();
+        for _ in 0..n {
+            answers.push(self.ask().await);
+        }
+        answers
+    }
+
+    /// Polls the Service every 20 ms until `pod` answers; returns when it first did.
+    pub async fn first_answer_from(&self, pod: &str) -> Instant {
+        wait_until(
+            &format!("{pod} answering through the leader Service"),
+            CONVERGE,
+            || async {
+                let answer = self.ask().await;
+                if answer.as_deref() == Some(pod) {
+                    return Ok::<_, String>(Some(Instant::now()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(format!("last answer: {answer:?}"))
+            },
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Deletes the namespace (pods, group, Service); does not wait.
+    pub async fn delete(self) {
+        let _ = Api::<Namespace>::all(self.ns.client.clone())
+            .delete(&self.ns.name, &DeleteParams::background())
+            .await;
+    }
+}
+
+/// A change of leader as a watch showed it.
+#[derive(Debug)]
+pub struct Move {
+    /// The previous leader as the watch last showed it at that moment (None for the first).
+    pub old: Option<Pod>,
+    /// Whether the previous leader still existed then (its deletion not yet seen).
+    pub old_present: bool,
+    pub new: String,
+    pub at: Instant,
+}
+
+/// Every pod state a watch of a namespace delivered, in order, with the moment it arrived.
+pub struct PodLog {
+    events: Arc<Mutex<Vec<(Instant, Pod, bool)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodLog {
+    /// Starts watching; returns once the first list arrived.
+    pub async fn start(api: Api<Pod>) -> PodLog {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let log = events.clone();
+        let task = tokio::spawn(async move {
+            let mut tx = Some(tx);
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
+                let now = Instant::now();
+                match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        log.lock().unwrap().push((now, p, false));
+                    }
+                    watcher::Event::Delete(p) => log.lock().unwrap().push((now, p, true)),
+                    watcher::Event::Init => {}
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                }
+            }
+        });
+        tokio::time::timeout(CONVERGE, rx)
+            .await
+            .expect("the pod watch delivered its first list")
+            .unwrap();
+        PodLog { events, task }
+    }
+
+    /// When the watch first showed `pod` labeled leader after `after`.
+    pub fn leader_seen(&self, pod: &str, after: Instant) -> Option<Instant> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(t, p, deleted)| {
+                *t >= after && !deleted && p.name_any() == pod && role(p) == Some(ROLE_LEADER)
+            })
+            .map(|(t, _, _)| *t)
+    }
+
+    /// Every change of leader the watch showed, in order.
+    pub fn moves(&self) -> Vec<Move> {
+        let events = self.events.lock().unwrap();
+        let mut latest: std::collections::BTreeMap<String, Pod> = Default::default();
+        let mut gone: std::collections::BTreeMap<String, Pod> = Default::default();
+        let mut leader: Option<String> = None;
+        let mut moves = Vec::new();
+        for (t, pod, deleted) in events.iter() {
+            let name = pod.name_any();
+            if *deleted {
+                latest.remove(&name);
+                gone.insert(name, pod.clone());
+                continue;
+            }
+            latest.insert(name.clone(), pod.clone());
+            if role(pod) == Some(ROLE_LEADER) && leader.as_deref() != Some(name.as_str()) {
+                let old = leader.as_ref().and_then(|l| {
+                    let present = latest.get(l).map(|p| (p.clone(), true));
+                    present.or_else(|| gone.get(l).map(|p| (p.clone(), false)))
+                });
+                moves.push(Move {
+                    old: old.as_ref().map(|(p, _)| p.clone()),
+                    old_present: old.is_some_and(|(_, present)| present),
+                    new: name.clone(),
+                    at: *t,
+                });
+                leader = Some(name);
+            }
+        }
+        moves
+    }
+}
+
+impl Drop for PodLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,19 @@
+//! The end-to-end tests: the operator installed with its Helm chart on a real cluster (two nodes,
+//! each a kubelet with its own containerd; kube-proxy; kube-controller-manager and the scheduler),
+//! the example web application behind a Service that selects the leader, and real faults: a
+//! container killed or frozen, a node stopped, the active operator replica killed.
+//!
+//! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
+//! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
+//! with `LEADERGROUP_E2E_KUBECONFIG` set, and stops the cluster whatever happened. Plain
+//! `cargo test` does not build or run this binary (`test = false` in Cargo.toml); run without the
+//! cluster, every test fails and says so.
+//!
+//! The tests take the cluster one at a time (`Cluster::get`); each has a namespace of its own.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod chart;
+mod cluster;
+mod faults;
+mod operator_ha;
+mod service;
