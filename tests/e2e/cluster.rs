@@ -21,7 +21,9 @@ use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
 };
-use leadergroup_testenv::{ControlPlane, TestNamespace, e2e_cluster, run_ok, wait_until};
+use leadergroup_testenv::{
+    ControlPlane, InvariantWatcher, TestNamespace, e2e_cluster, run_ok, wait_until,
+};
 use serde_json::json;
 
 /// Bound for what the operator and the cluster do "at once" here: two nodes on two shared cores.
@@ -554,6 +556,28 @@ impl App {
         }
     }
 
+    /// Waits until the group has settled on a leader other than `from`'s; checks that it took
+    /// the next epoch and that the status gives one of `reasons` for the move.
+    pub async fn wait_handover(
+        &self,
+        from: &Settled,
+        reasons: &[&str],
+        timeout: Duration,
+    ) -> Settled {
+        let what = format!("a leader other than {} ({reasons:?})", from.leader);
+        let next = self
+            .wait_settled(&what, timeout, |s| s.leader != from.leader)
+            .await;
+        assert_eq!(next.epoch, from.epoch + 1, "one epoch per change of leader");
+        let status = self.groups.get(APP).await.unwrap().status.unwrap();
+        let reason = status.last_transition_reason.unwrap_or_default();
+        assert!(
+            reasons.contains(&reason.as_str()),
+            "reason {reason}, expected one of {reasons:?}"
+        );
+        next
+    }
+
     /// One request through the leader Service's ClusterIP: the name of the pod that answered.
     pub async fn ask(&self) -> Option<String> {
         let (code, body) = leadergroup_testenv::http_get(self.service, "/").await?;
@@ -592,6 +616,43 @@ impl App {
         let _ = Api::<Namespace>::all(self.ns.client.clone())
             .delete(&self.ns.name, &DeleteParams::background())
             .await;
+    }
+}
+
+/// One test's world: the cluster (taken for the test), the operator running, the app (three
+/// replicas) with its group settled on a first leader, and the watches started before anything
+/// moves: the invariant watcher (I1, I3) and the log of pod states.
+pub struct Scene {
+    pub c: Cluster,
+    pub app: App,
+    pub watch: InvariantWatcher,
+    pub log: PodLog,
+    pub first: Settled,
+}
+
+impl Scene {
+    /// `stop_delay`: seconds the app drains after SIGTERM.
+    pub async fn start(prefix: &str, stop_delay: u32) -> Scene {
+        let c = Cluster::get().await;
+        c.ensure_operator().await;
+        let app = App::start(&c, prefix, 3, stop_delay).await;
+        let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
+        let log = PodLog::start(app.pods.clone()).await;
+        let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
+        Scene {
+            c,
+            app,
+            watch,
+            log,
+            first,
+        }
+    }
+
+    /// Checks that I1 and I3 held throughout, and deletes the app's namespace.
+    pub async fn finish(self) -> Vec<(String, i64)> {
+        let leaders = self.watch.assert_held();
+        self.app.delete().await;
+        leaders
     }
 }
 

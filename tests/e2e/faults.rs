@@ -4,50 +4,36 @@
 
 use std::time::{Duration, Instant};
 
-use leadergroup_testenv::{InvariantWatcher, wait_until};
+use leadergroup_testenv::wait_until;
 
-use crate::cluster::{App, CONVERGE, Cluster, PODS, PodLog, is_ready, restarts, role};
+use crate::cluster::{CONVERGE, PODS, Scene, is_ready, restarts, role};
 
 #[tokio::test]
 async fn the_leaders_container_killed_hands_over_and_the_kubelet_restarts_it() {
-    let c = Cluster::get().await;
-    c.ensure_operator().await;
-    let app = App::start(&c, "e2e-kill", 3, 0).await;
-    let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
-    let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
-    let pod = app.pod(&first.leader).await;
+    let w = Scene::start("e2e-kill", 0).await;
+    let pod = w.app.pod(&w.first.leader).await;
     let restarts_before = restarts(&pod);
 
     let killed = Instant::now();
-    c.kill_container(&pod).await;
-    let second = app
-        .wait_settled("a new leader after the kill", CONVERGE, |s| {
-            s.leader != first.leader
-        })
+    w.c.kill_container(&pod).await;
+    let second = w
+        .app
+        .wait_handover(&w.first, &["LeaderNotReady"], CONVERGE)
         .await;
     let handover = killed.elapsed();
-    assert_eq!(second.epoch, first.epoch + 1);
-    let status = app
-        .groups
-        .get(crate::cluster::APP)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
-    assert_eq!(
-        status.last_transition_reason.as_deref(),
-        Some("LeaderNotReady")
-    );
 
     // The kubelet restarts the container; the pod comes back Ready as a follower (sticky).
     let back = wait_until("the killed container restarted and Ready", PODS, || async {
-        let p = app.pod(&first.leader).await;
+        let p = w.app.pod(&w.first.leader).await;
         Ok::<_, String>((restarts(&p) > restarts_before && is_ready(&p)).then_some(p))
     })
     .await
     .unwrap();
     assert_eq!(role(&back), Some("follower"));
-    let still = app.wait_settled("still settled", CONVERGE, |_| true).await;
+    let still = w
+        .app
+        .wait_settled("still settled", CONVERGE, |_| true)
+        .await;
     assert_eq!(
         still, second,
         "the restarted pod did not take leadership back"
@@ -57,51 +43,46 @@ async fn the_leaders_container_killed_hands_over_and_the_kubelet_restarts_it() {
         handover.as_secs_f64() * 1e3,
         restarts(&back) - restarts_before
     );
-    watch.assert_held();
-    app.delete().await;
+    w.finish().await;
 }
 
 #[tokio::test]
 async fn the_leaders_container_frozen_hands_over_and_thawed_it_stays_follower() {
-    let c = Cluster::get().await;
-    c.ensure_operator().await;
-    let app = App::start(&c, "e2e-freeze", 3, 0).await;
-    let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
-    let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
-    let pod = app.pod(&first.leader).await;
+    let w = Scene::start("e2e-freeze", 0).await;
+    let pod = w.app.pod(&w.first.leader).await;
 
     let frozen_at = Instant::now();
-    let frozen = c.freeze_container(&pod);
-    let second = app
-        .wait_settled("a new leader after the freeze", CONVERGE, |s| {
-            s.leader != first.leader
-        })
+    let frozen = w.c.freeze_container(&pod);
+    let second = w
+        .app
+        .wait_handover(&w.first, &["LeaderNotReady"], CONVERGE)
         .await;
     let handover = frozen_at.elapsed();
-    assert_eq!(second.epoch, first.epoch + 1);
     assert!(
-        !is_ready(&app.pod(&first.leader).await),
+        !is_ready(&w.app.pod(&w.first.leader).await),
         "the frozen pod is NotReady"
     );
 
     frozen.thaw();
     wait_until("the thawed pod Ready again", PODS, || async {
-        Ok::<_, String>(is_ready(&app.pod(&first.leader).await).then_some(()))
+        Ok::<_, String>(is_ready(&w.app.pod(&w.first.leader).await).then_some(()))
     })
     .await
     .unwrap();
     // Sticky: the leader that came back stays a follower; nothing moves.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = app.wait_settled("still settled", CONVERGE, |_| true).await;
+    let after = w
+        .app
+        .wait_settled("still settled", CONVERGE, |_| true)
+        .await;
     assert_eq!(after, second, "the thawed pod did not take leadership back");
-    assert_eq!(role(&app.pod(&first.leader).await), Some("follower"));
+    assert_eq!(role(&w.app.pod(&w.first.leader).await), Some("follower"));
     println!(
         "leader's container frozen: handover in {:.0} ms (freeze -> new leader settled; readiness probe every 1 s, timeout 1 s)",
         handover.as_secs_f64() * 1e3
     );
-    watch.assert_held();
     drop(frozen);
-    app.delete().await;
+    w.finish().await;
 }
 
 /// The node hosting the leader loses its kubelet and containerd (its containers keep running).
@@ -111,46 +92,29 @@ async fn the_leaders_container_frozen_hands_over_and_thawed_it_stays_follower() 
 /// node and its pods NotReady, and leadership moves to a pod on the other node.
 #[tokio::test]
 async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
-    let c = Cluster::get().await;
-    c.ensure_operator().await;
-    let app = App::start(&c, "e2e-node", 3, 0).await;
-    let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
-    let log = PodLog::start(app.pods.clone()).await;
-    let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
+    let w = Scene::start("e2e-node", 0).await;
     let node_of = |p: &k8s_openapi::api::core::v1::Pod| {
         p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap()
     };
-    let node = node_of(&app.pod(&first.leader).await);
+    let node = node_of(&w.app.pod(&w.first.leader).await);
 
     let stopped_at = Instant::now();
-    let stopped = c.stop_node(&node).await;
+    let stopped = w.c.stop_node(&node).await;
     let not_ready = wait_until(&format!("{node} NotReady"), CONVERGE, || async {
-        Ok::<_, String>((c.node_ready(&node).await != "True").then(Instant::now))
+        Ok::<_, String>((w.c.node_ready(&node).await != "True").then(Instant::now))
     })
     .await
     .unwrap();
-    let second = app
-        .wait_settled("a leader on the other node", CONVERGE, |s| {
-            s.leader != first.leader
-        })
+    let second = w
+        .app
+        .wait_handover(&w.first, &["LeaderNotReady"], CONVERGE)
         .await;
-    let labeled = log
+    let labeled = w
+        .log
         .leader_seen(&second.leader, stopped_at)
         .expect("the watch showed the new leader's label");
-    let new_node = node_of(&app.pod(&second.leader).await);
+    let new_node = node_of(&w.app.pod(&second.leader).await);
     assert_ne!(new_node, node, "the new leader runs on the other node");
-    assert_eq!(second.epoch, first.epoch + 1);
-    let status = app
-        .groups
-        .get(crate::cluster::APP)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
-    assert_eq!(
-        status.last_transition_reason.as_deref(),
-        Some("LeaderNotReady")
-    );
     println!(
         "node {node} stopped (node-monitor-grace-period 10 s): node NotReady after {:.1} s, new leader {} on {new_node} after {:.1} s",
         (not_ready - stopped_at).as_secs_f64(),
@@ -161,13 +125,15 @@ async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
     // The node comes back; its pods are Ready again and stay followers.
     drop(stopped);
     wait_until(&format!("{node} Ready again"), PODS, || async {
-        Ok::<_, String>((c.node_ready(&node).await == "True").then_some(()))
+        Ok::<_, String>((w.c.node_ready(&node).await == "True").then_some(()))
     })
     .await
     .unwrap();
-    app.wait_pods_ready(3).await;
-    let after = app.wait_settled("still settled", CONVERGE, |_| true).await;
+    w.app.wait_pods_ready(3).await;
+    let after = w
+        .app
+        .wait_settled("still settled", CONVERGE, |_| true)
+        .await;
     assert_eq!(after, second, "the old leader did not take leadership back");
-    watch.assert_held();
-    app.delete().await;
+    w.finish().await;
 }

@@ -8,45 +8,42 @@ use std::time::Instant;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use leadergroup_testenv::{InvariantWatcher, wait_until};
+use leadergroup_testenv::wait_until;
 
-use crate::cluster::{APP, App, CONVERGE, Cluster, PODS, PodLog, container_running};
+use crate::cluster::{APP, CONVERGE, PODS, Scene, container_running};
 
 /// Requests sent through the Service each time the test checks who answers.
 const REQUESTS: usize = 20;
 
 #[tokio::test]
 async fn the_leader_service_reaches_only_the_leader_before_and_after_a_handover() {
-    let c = Cluster::get().await;
-    c.ensure_operator().await;
-    let app = App::start(&c, "e2e-service", 3, 0).await;
-    let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
-    let log = PodLog::start(app.pods.clone()).await;
-    let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
-    app.first_answer_from(&first.leader).await;
-    let answers = app.ask_many(REQUESTS).await;
+    let w = Scene::start("e2e-service", 0).await;
+    w.app.first_answer_from(&w.first.leader).await;
+    let answers = w.app.ask_many(REQUESTS).await;
     assert!(
         answers
             .iter()
-            .all(|a| a.as_deref() == Some(first.leader.as_str())),
+            .all(|a| a.as_deref() == Some(w.first.leader.as_str())),
         "only the leader {} answers: {answers:?}",
-        first.leader
+        w.first.leader
     );
 
-    // Handover by deletion; the clock starts when the watch shows the new leader's label.
+    // Handover by deletion; the clock starts when the w.watch shows the new leader's label.
     let deleted = Instant::now();
-    app.pods
-        .delete(&first.leader, &DeleteParams::default())
+    w.app
+        .pods
+        .delete(&w.first.leader, &DeleteParams::default())
         .await
         .unwrap();
-    let second = app
-        .wait_settled("a new leader", CONVERGE, |s| s.leader != first.leader)
+    let second = w
+        .app
+        .wait_handover(&w.first, &["LeaderTerminating"], CONVERGE)
         .await;
-    assert_eq!(second.epoch, first.epoch + 1);
-    let labeled = log
+    let labeled = w
+        .log
         .leader_seen(&second.leader, deleted)
         .expect("the watch showed the new leader's label");
-    let served = app.first_answer_from(&second.leader).await;
+    let served = w.app.first_answer_from(&second.leader).await;
     let to_label = labeled - deleted;
     let to_served = served.saturating_duration_since(labeled);
     println!(
@@ -54,7 +51,7 @@ async fn the_leader_service_reaches_only_the_leader_before_and_after_a_handover(
         to_label.as_secs_f64() * 1e3,
         to_served.as_secs_f64() * 1e3
     );
-    let answers = app.ask_many(REQUESTS).await;
+    let answers = w.app.ask_many(REQUESTS).await;
     assert!(
         answers
             .iter()
@@ -62,33 +59,33 @@ async fn the_leader_service_reaches_only_the_leader_before_and_after_a_handover(
         "only the new leader {} answers: {answers:?}",
         second.leader
     );
-    watch.assert_held();
-    app.delete().await;
+    w.finish().await;
 }
 
 #[tokio::test]
 async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestamp() {
-    let c = Cluster::get().await;
-    c.ensure_operator().await;
     // The app drains for 3 s after SIGTERM: the window in which the old leader still runs.
-    let app = App::start(&c, "e2e-rolling", 3, 3).await;
-    let watch = InvariantWatcher::start(&c.client, &app.ns.name).await;
-    let log = PodLog::start(app.pods.clone()).await;
-    let first = app.wait_settled("a leader", CONVERGE, |_| true).await;
-    let old_pods: Vec<String> = app.list().await.iter().map(|p| p.name_any()).collect();
+    let w = Scene::start("e2e-rolling", 3).await;
+    let old_pods: Vec<String> = w.app.list().await.iter().map(|p| p.name_any()).collect();
 
     let started = Instant::now();
     let change = serde_json::json!({"spec": {"template": {"spec": {"containers": [
         {"name": APP, "env": [{"name": "VERSION", "value": "2"}]}
     ]}}}});
-    app.deployments
+    w.app
+        .deployments
         .patch(APP, &PatchParams::default(), &Patch::Strategic(&change))
         .await
         .unwrap();
     wait_until("the rollout done", PODS, || async {
-        let d: Deployment = app.deployments.get(APP).await.map_err(|e| e.to_string())?;
+        let d: Deployment = w
+            .app
+            .deployments
+            .get(APP)
+            .await
+            .map_err(|e| e.to_string())?;
         let s = d.status.clone().unwrap_or_default();
-        let pods = app.list().await;
+        let pods = w.app.list().await;
         let done = s.observed_generation == d.metadata.generation
             && s.updated_replicas == Some(3)
             && s.ready_replicas == Some(3)
@@ -99,16 +96,18 @@ async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestam
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    let last = app
+    let last = w
+        .app
         .wait_settled("a new pod leads", CONVERGE, |s| {
             !old_pods.contains(&s.leader)
         })
         .await;
     let rollout = started.elapsed();
 
-    // Every move of the label after the first leader: from an old pod that was terminating (it
+    // Every move of the label after the w.first leader: from an old pod that was terminating (it
     // had its deletionTimestamp) and still existed with its container running.
-    let moves: Vec<_> = log
+    let moves: Vec<_> = w
+        .log
         .moves()
         .into_iter()
         .filter(|m| m.at >= started)
@@ -138,13 +137,17 @@ async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestam
         );
     }
     // Never two leaders; the epoch grew by one per move.
-    let leaders = watch.assert_held();
+    let leaders = w.watch.assert_held();
     let epochs: Vec<i64> = leaders.iter().map(|(_, e)| *e).collect();
     for pair in epochs.windows(2) {
         assert_eq!(pair[1], pair[0] + 1, "epochs {epochs:?}");
     }
-    assert_eq!(last.epoch, first.epoch + moves.len() as i64, "{leaders:?}");
-    let status = app.groups.get(APP).await.unwrap().status.unwrap();
+    assert_eq!(
+        last.epoch,
+        w.first.epoch + moves.len() as i64,
+        "{leaders:?}"
+    );
+    let status = w.app.groups.get(APP).await.unwrap().status.unwrap();
     assert_eq!(
         status.last_transition_reason.as_deref(),
         Some("LeaderTerminating")
@@ -157,9 +160,9 @@ async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestam
             .map(|m| format!("{} -> {}", m.old.as_ref().unwrap().name_any(), m.new))
             .collect::<Vec<_>>()
             .join(", "),
-        first.epoch,
+        w.first.epoch,
         last.epoch,
         rollout.as_secs_f64()
     );
-    app.delete().await;
+    w.finish().await;
 }
