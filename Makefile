@@ -124,6 +124,8 @@ bench:
 # stopped again (trap), whatever failed. As root. Prints each phase's time. The tests take the
 # cluster one at a time; E2E_THREADS only changes how libtest schedules them.
 E2E_CLUSTER := $(CURDIR)/target/e2e-cluster
+# The cluster's logs (kubelets, containerd, control plane) of the last run, kept after the teardown.
+E2E_LOGS := $(CURDIR)/target/e2e-logs
 E2E_GRACE := 10
 E2E_THREADS ?= 1
 e2e:
@@ -135,7 +137,10 @@ e2e:
 	phase "release build"; nice -n 10 cargo build --release --locked --bin leadergroup-operator; took "release build"; \
 	phase "images"; images/build.sh; took "images"; \
 	phase "test build"; cargo test --test e2e --no-run; took "test build"; \
-	trap 'phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
+	keep_logs() { rm -rf "$(E2E_LOGS)"; mkdir -p "$(E2E_LOGS)"; \
+	  for f in "$(E2E_CLUSTER)"/*.log "$(E2E_CLUSTER)"/control/*.log; do [[ -f $$f ]] && cp "$$f" "$(E2E_LOGS)/"; done; \
+	  echo "e2e: the cluster's logs are in $(E2E_LOGS)"; }; \
+	trap 'keep_logs; phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
 	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE); took "cluster up"; \
 	phase "image import"; images/build.sh --import "$(E2E_CLUSTER)" --no-build; took "image import"; \
 	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture; took "tests"

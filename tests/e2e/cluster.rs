@@ -136,8 +136,9 @@ impl Cluster {
         match active {
             Ok(holder) => holder,
             Err(e) => panic!(
-                "{e}\noperator pods: {:?}",
-                pod_summary(&self.operator_pods().await)
+                "{e}\noperator pods: {:#?}\nnodes: {:?}",
+                pod_summary(&self.operator_pods().await),
+                node_summary(&self.client).await
             ),
         }
     }
@@ -331,17 +332,65 @@ pub fn container_running(pod: &Pod) -> bool {
         .is_some_and(|s| s.running.is_some() && s.terminated.is_none())
 }
 
+/// Each node's conditions that are not as they should be, and its taints: for failure messages.
+pub async fn node_summary(client: &Client) -> Vec<String> {
+    let Ok(nodes) = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    else {
+        return vec!["(nodes not listed)".to_string()];
+    };
+    nodes
+        .items
+        .iter()
+        .map(|n| {
+            let status = n.status.clone().unwrap_or_default();
+            let conditions: Vec<String> = status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .filter(|c| (c.type_ == "Ready") != (c.status == "True"))
+                .map(|c| {
+                    format!(
+                        "{}={} ({})",
+                        c.type_,
+                        c.status,
+                        c.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            let taints: Vec<String> = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            format!("{}: {conditions:?} taints {taints:?}", n.name_any())
+        })
+        .collect()
+}
+
 /// name, node, ready, role: for failure messages.
 pub fn pod_summary(pods: &[Pod]) -> Vec<String> {
     pods.iter()
         .map(|p| {
             format!(
-                "{} on {} ready={} role={:?} deleting={}",
+                "{} on {} phase={} {} ready={} role={:?} deleting={}",
                 p.name_any(),
                 p.spec
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .unwrap_or("-"),
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .unwrap_or("-"),
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.reason.as_deref())
+                    .unwrap_or(""),
                 is_ready(p),
                 role(p),
                 p.metadata.deletion_timestamp.is_some()
@@ -488,12 +537,13 @@ impl App {
         self.pods.list(&ListParams::default()).await.unwrap().items
     }
 
-    /// The group's status and the pods, for failure messages.
+    /// The group's status, the pods and the nodes, for failure messages.
     pub async fn summary(&self) -> String {
         let status = self.groups.get(APP).await.ok().and_then(|g| g.status);
         format!(
-            "status: {status:?}\npods: {:#?}",
-            pod_summary(&self.list().await)
+            "status: {status:?}\npods: {:#?}\nnodes: {:?}",
+            pod_summary(&self.list().await),
+            node_summary(&self.ns.client).await
         )
     }
 
@@ -648,11 +698,24 @@ impl Scene {
         }
     }
 
-    /// Checks that I1 and I3 held throughout, and deletes the app's namespace.
-    pub async fn finish(self) -> Vec<(String, i64)> {
+    /// The leaders the watch saw, in order, checked: I1 and I3 held, and each change of leader
+    /// took the next epoch.
+    pub fn leaders(&self) -> Vec<(String, i64)> {
         let leaders = self.watch.assert_held();
-        self.app.delete().await;
+        for pair in leaders.windows(2) {
+            assert_eq!(
+                pair[1].1,
+                pair[0].1 + 1,
+                "one epoch per change of leader: {leaders:?}"
+            );
+        }
         leaders
+    }
+
+    /// Checks the leaders (see [`Scene::leaders`]) and deletes the app's namespace.
+    pub async fn finish(self) {
+        self.leaders();
+        self.app.delete().await;
     }
 }
 
