@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Service;
 use kube::{Api, ResourceExt};
 use leadergroup_testenv::{http_get, run_ok, run_tool, wait_until};
 
-use crate::cluster::{Cluster, PODS, RELEASE, RELEASE_NS, container_running, is_ready, repo_root};
+use crate::cluster::{
+    CONVERGE, Cluster, PODS, RELEASE, RELEASE_NS, container_running, is_ready, repo_root,
+};
 
 const DEPLOYMENT: &str = "leadergroup-operator";
 
@@ -70,10 +72,18 @@ async fn helm_install_runs_two_replicas_one_active_then_upgrade_rolls_and_uninst
         .await
         .unwrap();
     let ip = svc.spec.and_then(|s| s.cluster_ip).unwrap();
-    let (code, body) = http_get(format!("{ip}:8080").parse().unwrap(), "/metrics")
-        .await
-        .expect("the metrics Service answers");
-    assert_eq!(code, 200);
+    // kube-proxy programs the Service shortly after its endpoints turn Ready: wait for it.
+    let metrics = format!("{ip}:8080").parse().unwrap();
+    let body = wait_until("the metrics Service answers", CONVERGE, || async {
+        Ok::<_, String>(
+            http_get(metrics, "/metrics")
+                .await
+                .filter(|(code, _)| *code == 200)
+                .map(|(_, body)| body),
+        )
+    })
+    .await
+    .unwrap();
     assert!(body.contains("leadergroup_"), "{body}");
 
     // helm upgrade with a changed value rolls the Deployment: new pods with the new flag.
