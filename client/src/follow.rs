@@ -39,7 +39,7 @@ pub(crate) async fn follow<K>(
     name: String,
     namespace: String,
     resource: &'static str,
-    period: watch::Receiver<Duration>,
+    mut period: watch::Receiver<Duration>,
     reports: mpsc::Sender<Report<K>>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -132,22 +132,35 @@ pub(crate) async fn follow<K>(
         };
         backoff = BACKOFF_MIN;
         let mut stream = std::pin::pin!(stream);
+        let mut confirmed_at = sent;
         loop {
-            let third = *period.borrow();
-            let event = match timeout(third, stream.next()).await {
-                Ok(Some(Ok(event))) => event,
+            // Quiet for a third of the duration since the last confirmation: confirm by GET. The
+            // period shrinks once the Lease's duration is known, so a change restarts the wait.
+            let third = *period.borrow_and_update();
+            let next = tokio::select! {
+                next = stream.next() => Some(next),
+                () = tokio::time::sleep_until(confirmed_at + third) => None,
+                changed = period.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let event = match next {
+                Some(Some(Ok(event))) => event,
                 // The server ended the watch (its timeout) or the connection broke: GET again.
-                Ok(None) => continue 'get,
-                Ok(Some(Err(e))) => {
+                Some(None) => continue 'get,
+                Some(Some(Err(e))) => {
                     let error = MembershipError::from_kube(request("watch"), e);
                     if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
                         return;
                     }
                     continue 'get;
                 }
-                Err(_) => {
-                    // Quiet for a third of the duration: confirm by GET. A newer state than the
-                    // watch delivered means the watch misses events: start over from it.
+                None => {
+                    // A newer state than the watch delivered means the watch misses events:
+                    // start over from it.
                     let sent = Instant::now();
                     match timeout(third, api.get_opt(&name)).await {
                         Ok(Ok(state)) => {
@@ -156,6 +169,7 @@ pub(crate) async fn follow<K>(
                                 .and_then(|o| o.resource_version())
                                 .unwrap_or_default();
                             let moved = current != version;
+                            confirmed_at = sent;
                             if reports
                                 .send(Report::Seen {
                                     state: state.map(Box::new),
@@ -218,6 +232,7 @@ pub(crate) async fn follow<K>(
                     continue 'get;
                 }
             };
+            confirmed_at = at;
             if reports
                 .send(Report::Seen {
                     state: state.map(Box::new),
