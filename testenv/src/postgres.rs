@@ -54,7 +54,7 @@ impl Postgres {
 
     /// [`Postgres::start`] for synchronous code.
     pub fn start_blocking() -> Result<Postgres> {
-        let bin = bin_dir()?;
+        let bin = bin_dir(std::env::var_os(POSTGRES_BIN_ENV).filter(|d| !d.is_empty()))?;
         let root = target_dir(&repo_root()).join("testenv").join("postgres");
         std::fs::create_dir_all(&root)
             .map_err(Error::io(format!("creating {}", root.display())))?;
@@ -251,9 +251,9 @@ impl Drop for Postgres {
     }
 }
 
-/// Where initdb and postgres are.
-fn bin_dir() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os(POSTGRES_BIN_ENV).filter(|d| !d.is_empty()) {
+/// Where initdb and postgres are: `chosen` ([`POSTGRES_BIN_ENV`]) or Debian's folder.
+fn bin_dir(chosen: Option<std::ffi::OsString>) -> Result<PathBuf> {
+    if let Some(dir) = chosen {
         let dir = PathBuf::from(dir);
         if dir.join("initdb").is_file() && dir.join("postgres").is_file() {
             return Ok(dir);
@@ -384,5 +384,26 @@ fn remove_leftovers(root: &Path) {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binaries_say_run_the_install_script() {
+        let empty =
+            std::env::temp_dir().join(format!("testenv-no-postgres-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = bin_dir(Some(empty.clone().into_os_string())).unwrap_err();
+        std::fs::remove_dir_all(&empty).unwrap();
+        assert!(matches!(err, Error::PostgresMissing { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("run `controlplane/postgres-deps.sh`"),
+            "{text}"
+        );
+        assert!(text.contains(&*empty.to_string_lossy()), "{text}");
     }
 }
