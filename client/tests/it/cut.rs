@@ -39,15 +39,17 @@ async fn a_cut_off_leader_turns_unknown_within_two_thirds_of_the_duration() {
         .expect("still leader long after the cut");
     let unknown_after = cut_at.elapsed();
     assert_eq!(role, Role::Unknown);
+    eprintln!("cut: leader turned Unknown {unknown_after:?} after the cut (validity {VALIDITY:?})");
     // The last confirmation was at most a third of the duration (1 s) before the cut, plus the
     // time a GET takes: the role lapses 2 s after it, so between 1 s and 2 s after the cut.
-    let slack = Duration::from_millis(250);
+    // The slack covers the scheduling of this test's task and a slow GET on 2 shared cores.
+    let slack = Duration::from_millis(400);
     assert!(
         unknown_after <= VALIDITY + slack,
         "Unknown only {unknown_after:?} after the cut"
     );
     assert!(
-        unknown_after >= VALIDITY / 2 - slack,
+        unknown_after >= VALIDITY / 2 - slack - Duration::from_millis(100),
         "Unknown already {unknown_after:?} after the cut: before 2/3 of the duration since the last confirmation"
     );
     // The reason is reported too: requests that hang (reported when their timeout, a third of
