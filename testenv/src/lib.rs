@@ -1,7 +1,7 @@
 //! Test support for leadergroup-operator: a real Kubernetes control plane (etcd + kube-apiserver,
 //! built from pinned Go modules by `controlplane/build.sh`), a fresh namespace per test, and a
 //! simulated kubelet that creates pods on a fake node and reports their status the way a kubelet
-//! does.
+//! does; and a private PostgreSQL server ([`Postgres`]) for the tests of the SQL fence.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), leadergroup_testenv::Error> {
@@ -22,12 +22,14 @@ mod controlplane;
 mod error;
 mod kubelet;
 mod namespace;
+mod postgres;
 mod wait;
 
 pub use controlplane::{ControlPlane, KUBECONFIG_ENV, control_plane};
 pub use error::Error;
 pub use kubelet::{Kubelet, NODE_NAME};
 pub use namespace::{TestNamespace, namespace};
+pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use wait::{wait_for_object, wait_until};
 
 /// Result with this crate's [`Error`].
