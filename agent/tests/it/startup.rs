@@ -8,7 +8,7 @@ use crate::common::{Agent, scratch};
 
 #[tokio::test]
 async fn without_pod_name_it_exits_naming_the_variable_and_the_flag() {
-    let dir = scratch("no-pod-name");
+    let dir = scratch(&format!("no-pod-name-{}", std::process::id()));
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_leadergroup-agent"))
         .arg("--dir")
         .arg(&dir)
@@ -40,7 +40,8 @@ async fn with_the_api_server_out_of_reach_it_publishes_unknown() {
         .local_addr()
         .unwrap()
         .port();
-    let kubeconfig = scratch("unreachable").with_extension("kubeconfig");
+    let kubeconfig =
+        scratch(&format!("unreachable-{}", std::process::id())).with_extension("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
