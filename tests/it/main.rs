@@ -9,6 +9,7 @@ mod cleanup;
 mod common;
 mod crash;
 mod election;
+mod gc_pause;
 mod ha;
 mod kubectl;
 mod lease;
