@@ -13,6 +13,7 @@ mod gc_pause;
 mod ha;
 mod kubectl;
 mod lease;
+mod ledger_manifests;
 mod metrics;
 mod overlap;
 mod validation;
