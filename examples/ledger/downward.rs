@@ -32,7 +32,10 @@ async fn read(dir: &std::path::Path) -> Role {
 
 fn role(labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> Role {
     let leader = labels.get(ROLE_LABEL).is_some_and(|r| r == LEADER);
-    match annotations.get(EPOCH_ANNOTATION).map(|e| e.parse::<Epoch>()) {
+    match annotations
+        .get(EPOCH_ANNOTATION)
+        .map(|e| e.parse::<Epoch>())
+    {
         Some(Ok(epoch)) if leader => Role::Leader { epoch },
         _ if labels.contains_key(ROLE_LABEL) => Role::Follower,
         _ => Role::Unknown,
@@ -45,7 +48,10 @@ fn parse(text: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| {
             let v = v.trim();
-            let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
             (k.to_owned(), v.replace("\\\"", "\"").replace("\\\\", "\\"))
         })
         .collect()
@@ -69,6 +75,9 @@ mod tests {
         assert_eq!(role(&follower, &BTreeMap::new()), Role::Follower);
         // Labeled leader but no epoch yet (step 5 writes both at once; a torn read is follower).
         assert_eq!(role(&labels, &BTreeMap::new()), Role::Follower);
-        assert_eq!(role(&parse("app=\"ledger\""), &BTreeMap::new()), Role::Unknown);
+        assert_eq!(
+            role(&parse("app=\"ledger\""), &BTreeMap::new()),
+            Role::Unknown
+        );
     }
 }

@@ -299,14 +299,23 @@ impl Db {
 
     /// One fenced entry: the fence first, then the row, in one transaction. The fence row stays
     /// locked until the commit, so ids are in commit order among fenced writes.
-    async fn append(&mut self, group: &str, writer: &str, epoch: Epoch) -> Result<i64, AppendError> {
+    async fn append(
+        &mut self,
+        group: &str,
+        writer: &str,
+        epoch: Epoch,
+    ) -> Result<i64, AppendError> {
         let client = self.client().await?;
         let tx = client.transaction().await?;
         sql::fence(&tx, group, epoch).await?;
         let id: i64 = tx
             .query_one(
                 "INSERT INTO ledger (epoch, writer, entry) VALUES ($1, $2, $3) RETURNING id",
-                &[&epoch.get(), &writer, &format!("entry of {writer} at epoch {epoch}")],
+                &[
+                    &epoch.get(),
+                    &writer,
+                    &format!("entry of {writer} at epoch {epoch}"),
+                ],
             )
             .await?
             .get(0);

@@ -17,7 +17,8 @@ fn manifests(copy: &str) -> PathBuf {
 async fn dry_run(ns: &str, dir: &Path) -> Vec<String> {
     let cp = leadergroup_testenv::control_plane().await.unwrap();
     let mut cmd = cp.kubectl();
-    cmd.args(["apply", "--dry-run=server", "-n", ns, "-f"]).arg(dir);
+    cmd.args(["apply", "--dry-run=server", "-n", ns, "-f"])
+        .arg(dir);
     let out = run_ok(cmd).await;
     let mut created: Vec<String> = out
         .lines()

@@ -142,7 +142,10 @@ impl Report {
             ));
         }
         if self.new.1 <= self.old.1 {
-            v.push(format!("the new epoch {} is not above the old {}", self.new.1, self.old.1));
+            v.push(format!(
+                "the new epoch {} is not above the old {}",
+                self.new.1, self.old.1
+            ));
         }
         v
     }
