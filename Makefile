@@ -76,6 +76,8 @@ test: fmt-check lint crd-check chart-static cargo-test
 # recipe's shell) when make is killed instead.
 cargo-test:
 	cargo test --workspace --no-run
+	# The ledger example's unit tests (cargo only builds examples; the GC-pause test runs its binary).
+	cargo test --example ledger
 	@trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
 	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$(BIN_DIR)"; \
 	start=$$SECONDS; \
