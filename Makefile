@@ -17,7 +17,7 @@ TEST_CLUSTER := $(CURDIR)/target/test-cluster
 .PHONY: help demo controlplane cluster-up cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
 
 help:
-	@echo "make demo          start the local control plane, run the operator, show an election and handovers"
+	@echo "make demo          start the local control plane, run the operator, show an election, handovers and a GC pause"
 	@echo "make test          fmt check, clippy, CRD drift, helm lint, unit + integration tests"
 	@echo "make controlplane  build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up    start a local control plane in .cluster/ (make cluster-down stops it)"
@@ -39,7 +39,8 @@ demo-stop:
 
 demo: demo-stop
 	controlplane/cluster.sh up
-	cargo build --bin leadergroup-operator --example demo
+	controlplane/postgres-deps.sh
+	cargo build --bin leadergroup-operator --example demo --example ledger
 	LEADERGROUP_KUBECONFIG="$(CURDIR)/.cluster/kubeconfig" target/debug/examples/demo
 
 # Regenerates the CRD from the Rust types, and the chart's template of it.
@@ -75,6 +76,8 @@ test: fmt-check lint crd-check chart-static cargo-test
 # recipe's shell) when make is killed instead.
 cargo-test:
 	cargo test --workspace --no-run
+	# The ledger example's unit tests (cargo only builds examples; the GC-pause test runs its binary).
+	cargo test --example ledger
 	@trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
 	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$(BIN_DIR)"; \
 	start=$$SECONDS; \
