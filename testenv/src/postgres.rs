@@ -1,16 +1,13 @@
 use std::{
     net::TcpListener,
-    os::unix::fs::MetadataExt,
+    os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
-use crate::{
-    Error, Result,
-    controlplane::{repo_root, target_dir},
-};
+use crate::{Error, Result};
 
 /// Environment variable naming a folder with PostgreSQL's `initdb`, `postgres` and `pg_isready`;
 /// without it, the newest `/usr/lib/postgresql/<version>/bin` (Debian's layout) is used.
@@ -25,7 +22,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A private PostgreSQL server for one test: a fresh cluster (`initdb`) in
-/// `<target>/testenv/postgres/<pid>-<n>`, listening on 127.0.0.1 on a free port (and a unix
+/// `<temp dir>/leadergroup-testenv-postgres/<pid>-<n>`, listening on 127.0.0.1 on a free port (and a unix
 /// socket in that folder) only, with trust authentication for the superuser `postgres`, and no
 /// durability (fsync off: it is thrown away).
 ///
@@ -55,9 +52,14 @@ impl Postgres {
     /// [`Postgres::start`] for synchronous code.
     pub fn start_blocking() -> Result<Postgres> {
         let bin = bin_dir(std::env::var_os(POSTGRES_BIN_ENV).filter(|d| !d.is_empty()))?;
-        let root = target_dir(&repo_root()).join("testenv").join("postgres");
+        // Under the temp dir, not the target dir: as root the server runs as `postgres`, which
+        // must traverse every parent of its folder, and a checkout may sit below a private one
+        // (/root) or a target dir made by `umask 077`. The root is 0711: traversable, not listable.
+        let root = std::env::temp_dir().join("leadergroup-testenv-postgres");
         std::fs::create_dir_all(&root)
             .map_err(Error::io(format!("creating {}", root.display())))?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
+            .map_err(Error::io(format!("chmod 0711 {}", root.display())))?;
         remove_leftovers(&root);
         let dir = root.join(format!(
             "{}-{}",
