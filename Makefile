@@ -90,7 +90,7 @@ cargo-test:
 BENCH_VENV := $(CURDIR)/target/bench-venv
 .PHONY: bench
 bench:
-	nice -n 10 cargo build --release -p leadergroup-operator -p leadergroup-bench
+	nice -n 10 cargo build --release -p leadergroup-operator -p leadergroup-bench -p leadergroup-agent
 	CARGO_TARGET_DIR=$(CURDIR)/target/bench-peers nice -n 10 cargo build --release --locked --manifest-path bench/peers/rust/Cargo.toml
 	nice -n 10 bench/peers/client-go/build.sh >/dev/null
 	[[ -x $(BENCH_VENV)/bin/python ]] || python3 -m venv $(BENCH_VENV)

@@ -3,6 +3,7 @@
 //! of `leadergroup-testenv`: the one `LEADERGROUP_KUBECONFIG` names, or one started for this run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod app_latency;
 mod arbiter;
 mod chart;
 mod cleanup;
