@@ -19,7 +19,7 @@ TEST_CLUSTER := $(CURDIR)/target/test-cluster
 .PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
-	@echo "make demo              start the light cluster, run the operator, show an election and handovers"
+	@echo "make demo              start the light cluster, run the operator, show an election, handovers and a GC pause"
 	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
@@ -63,7 +63,8 @@ demo-stop:
 
 demo: demo-stop
 	controlplane/cluster.sh up
-	cargo build --bin leadergroup-operator --example demo
+	controlplane/postgres-deps.sh
+	cargo build --bin leadergroup-operator --example demo --example ledger
 	LEADERGROUP_KUBECONFIG="$(CURDIR)/.cluster/kubeconfig" target/debug/examples/demo
 
 # Regenerates the CRD from the Rust types, and the chart's template of it.
@@ -99,6 +100,8 @@ test: fmt-check lint crd-check chart-static cargo-test e2e
 # recipe's shell) when make is killed instead.
 cargo-test:
 	cargo test --workspace --no-run
+	# The ledger example's unit tests (cargo only builds examples; the GC-pause test runs its binary).
+	cargo test --example ledger
 	@trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
 	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$(BIN_DIR)"; \
 	start=$$SECONDS; \
@@ -111,7 +114,7 @@ cargo-test:
 BENCH_VENV := $(CURDIR)/target/bench-venv
 .PHONY: bench
 bench:
-	nice -n 10 cargo build --release -p leadergroup-operator -p leadergroup-bench
+	nice -n 10 cargo build --release -p leadergroup-operator -p leadergroup-bench -p leadergroup-agent
 	CARGO_TARGET_DIR=$(CURDIR)/target/bench-peers nice -n 10 cargo build --release --locked --manifest-path bench/peers/rust/Cargo.toml
 	nice -n 10 bench/peers/client-go/build.sh >/dev/null
 	[[ -x $(BENCH_VENV)/bin/python ]] || python3 -m venv $(BENCH_VENV)

@@ -108,6 +108,10 @@ fi
 
 # ---- up ----
 start=$(date +%s.%N)
+# Its parents are made with the usual mode first: under umask 077 `mkdir -p` would make every
+# missing parent private too (target/testenv, which the PostgreSQL servers of the tests, running
+# as another user, must traverse).
+mkdir -p "$(dirname "$dir")"
 umask 077 # the folder holds the CA key and the admin credentials
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)

@@ -5,7 +5,14 @@
 //! `kubectl get leadergroups` and the pods' roles, then deletes the leader several times and
 //! measures each handover: from the DELETE request to the moment a watch shows the new leader's
 //! label.
+//!
+//! Then the GC-pause scenario (the same code as the test `tests/it/gc_pause.rs`): three ledger
+//! writers as local processes, the leader frozen with SIGSTOP, leadership moved, the old writer
+//! thawed and writing with its old epoch, and PostgreSQL refusing it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/it/gc_pause/scenario.rs"]
+mod gc_pause;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -196,6 +203,8 @@ async fn main() {
         print!("{}", &text[i..]);
     }
 
+    gc_pause_demo(cp).await;
+
     println!("\nThe cluster and the operator are still running. Look around:");
     println!("  export KUBECONFIG={}", cp.kubeconfig_path().display());
     println!(
@@ -227,4 +236,66 @@ async fn current_leader(groups: &Api<LeaderGroup>) -> String {
     .unwrap()
     .unwrap();
     g.status.unwrap().leader.unwrap()
+}
+
+/// Part two: the GC pause, told as it happens, then the ledger as PostgreSQL holds it.
+async fn gc_pause_demo(cp: &leadergroup_testenv::ControlPlane) {
+    step("the GC pause: a frozen leader wakes up and writes with its old epoch");
+    let ns = namespace("gc-pause").await.unwrap();
+    let started = Instant::now();
+    let narrate = move |line: &str| {
+        println!("  [{:>5.2} s] {line}", started.elapsed().as_secs_f64());
+    };
+    let setup = gc_pause::Setup {
+        kubeconfig: cp.kubeconfig_path(),
+        ns: &ns,
+        operator_bin: "target/debug/leadergroup-operator".into(),
+        ledger_bin: "target/debug/examples/ledger".into(),
+        log_dir: ".cluster/gc-pause".into(),
+        narrate: &narrate,
+    };
+    let (scenario, report) = match gc_pause::Scenario::run(&setup).await {
+        Ok(done) => done,
+        Err(e) => panic!("the GC-pause scenario failed: {e} (logs in .cluster/gc-pause/)"),
+    };
+    drop(scenario); // every writer, the scenario's operator and PostgreSQL stop here
+
+    step("the ledger table, in commit order (id)");
+    let mut runs: Vec<(i64, i64, i64, String)> = Vec::new();
+    for row in &report.rows {
+        match runs.last_mut() {
+            Some(run) if run.2 == row.epoch && run.3 == row.writer => run.1 = row.id,
+            _ => runs.push((row.id, row.id, row.epoch, row.writer.clone())),
+        }
+    }
+    for (first, last, epoch, writer) in &runs {
+        println!("  ids {first:>3}..{last:<3} epoch {epoch}  written by {writer}");
+    }
+    for r in &report.refusals {
+        println!(
+            "  refused: {} at epoch {} < fence {} (rolled back, not in the table)",
+            r.writer, r.presented, r.fence
+        );
+    }
+    let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
+    println!(
+        "  timings: frozen {}; freeze -> new leader's first write {}; thaw -> refusal {}; thaw -> old writer learns it lost {}",
+        ms(report.frozen_for),
+        ms(report.freeze_to_new_write),
+        ms(report.thaw_to_refusal),
+        report.thaw_to_stopped.map_or("(not seen)".to_owned(), ms)
+    );
+    let violations = report.violations();
+    if violations.is_empty() {
+        println!(
+            "  checked: accepted epochs never decrease in commit order; {} stale write(s) refused; {} write(s) accepted",
+            report.refusals.len(),
+            report.rows.len()
+        );
+    } else {
+        panic!(
+            "the GC-pause scenario broke its guarantee:\n{}",
+            violations.join("\n")
+        );
+    }
 }

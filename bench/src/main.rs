@@ -2,10 +2,14 @@
 //! own, started through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then
 //! writes `bench/results/<scenario>.json` (every sample) and `docs/benchmarks.md`.
 //!
-//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR]`: `--quick` runs every scenario
-//! with a handful of repetitions (a smoke test of the harness, not figures to publish); `--scale`
-//! picks the group counts of the scale scenario.
+//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency]`:
+//! `--quick` runs every scenario with a handful of repetitions (a smoke test of the harness, not
+//! figures to publish); `--scale` picks the group counts of the scale scenario; `--only
+//! app-latency` runs that one scenario and writes only its `bench/results/app-latency.json`
+//! (docs/benchmarks.md is left alone: its section is printed and written to
+//! `target/bench-logs/app-latency.md`).
 
+mod app_latency;
 mod error;
 mod observe;
 mod ours;
@@ -46,6 +50,8 @@ struct Plan {
     /// (graceful, crash) repetitions per peer kind, in [`peers::kinds`] order.
     peer_reps: Vec<(usize, usize)>,
     settle: Duration,
+    /// Handovers of the app-latency scenario.
+    app_latency: usize,
 }
 
 impl Plan {
@@ -65,6 +71,7 @@ impl Plan {
             peer_window: Duration::from_secs(20),
             peer_reps: vec![(10, 5), (15, 10), (8, 4), (8, 4)],
             settle: Duration::from_secs(10),
+            app_latency: 50,
         }
     }
 
@@ -84,6 +91,7 @@ impl Plan {
             peer_window: Duration::from_secs(5),
             peer_reps: vec![(1, 1), (2, 1), (1, 1), (1, 1)],
             settle: Duration::from_secs(2),
+            app_latency: 4,
         }
     }
 }
@@ -133,9 +141,23 @@ async fn run() -> Result<()> {
             .filter_map(|n| n.trim().parse().ok())
             .collect();
     }
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let started = Instant::now();
 
     let operator = ours::operator_binary()?;
+    match only.as_deref() {
+        None => {}
+        Some("app-latency") => return only_app_latency(&plan, &repo, &operator, quick).await,
+        Some(other) => {
+            return Err(Error::Other(format!(
+                "--only {other}: the scenarios that run alone are: app-latency"
+            )));
+        }
+    }
     let client_go = tool_output(&repo.join("bench/peers/client-go/build.sh"), &[]).await?;
     let rust_peer = repo.join("target/bench-peers/release/leadergroup-bench-rust-peer");
     if !rust_peer.is_file() {
@@ -227,6 +249,12 @@ async fn run() -> Result<()> {
         plan.burst_groups, plan.bursts
     ));
     let burst = burst(&plan, &operator, cp.kubeconfig_path(), &log_dir, &mut run).await?;
+
+    say(format!(
+        "app-latency: {} handovers, Membership and agent per pod",
+        plan.app_latency
+    ));
+    let mut app = app_latency::run(cp, &operator, &log_dir, plan.app_latency).await?;
 
     let mut scale = Vec::new();
     for &size in &plan.scale_sizes {
@@ -349,13 +377,54 @@ async fn run() -> Result<()> {
     report::write_json(&results.join("scale.json"), &scale)?;
     report::write_json(&results.join("burst.json"), &burst)?;
     report::write_json(&results.join("floor.json"), &floor)?;
-    let page = report::markdown(&run, &graceful, &crash, &scale, &burst, &floor);
+    app.run = run.clone();
+    report::write_json(&results.join("app-latency.json"), &app)?;
+    let page = report::markdown(&run, &graceful, &crash, &scale, &burst, &floor, &app);
     std::fs::write(repo.join("docs/benchmarks.md"), page)
         .map_err(Error::io("writing docs/benchmarks.md"))?;
     say(format!(
         "done in {:.0} s: bench/results/*.json, docs/benchmarks.md",
         run.duration_s
     ));
+    Ok(())
+}
+
+/// `--only app-latency`: that scenario on a control plane of its own; writes
+/// `bench/results/app-latency.json` and its section to `target/bench-logs/app-latency.md` (and
+/// stderr), and leaves docs/benchmarks.md alone.
+async fn only_app_latency(plan: &Plan, repo: &Path, operator: &Path, quick: bool) -> Result<()> {
+    let started = Instant::now();
+    let log_dir = repo.join("target/bench-logs");
+    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
+    say("control plane");
+    let cp = leadergroup_testenv::control_plane().await?;
+    let admin = cp.client().await?;
+    ours::install_crd(&admin).await?;
+    let mut run = report::describe_run(&admin, repo, cp, quick).await?;
+    say(format!(
+        "app-latency: {} handovers, Membership and agent per pod",
+        plan.app_latency
+    ));
+    let mut app = app_latency::run(cp, operator, &log_dir, plan.app_latency).await?;
+    run.duration_s = started.elapsed().as_secs_f64();
+    app.run = run;
+    let results = repo.join("bench/results");
+    std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
+    report::write_json(&results.join("app-latency.json"), &app)?;
+    let section = report::app_latency_section(&app);
+    std::fs::write(log_dir.join("app-latency.md"), &section)
+        .map_err(Error::io("writing target/bench-logs/app-latency.md"))?;
+    eprintln!("{section}");
+    say(format!(
+        "done in {:.0} s: bench/results/app-latency.json, target/bench-logs/app-latency.md",
+        app.run.duration_s
+    ));
+    if !app.violations.is_empty() {
+        return Err(Error::Other(format!(
+            "app-latency: {}",
+            app.violations.join("; ")
+        )));
+    }
     Ok(())
 }
 

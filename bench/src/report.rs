@@ -424,6 +424,7 @@ pub fn markdown(
     scale: &ScaleResult,
     burst: &BurstResult,
     floor: &Floor,
+    app: &crate::app_latency::AppLatencyResult,
 ) -> String {
     let mut o = String::new();
     let floor_ms = floor.summary.as_ref().map_or(f64::NAN, |s| s.median_ms);
@@ -616,6 +617,8 @@ pub fn markdown(
         sweeps.join(", ")
     );
 
+    let _ = write!(o, "{}", app_latency_section(app));
+
     let _ = writeln!(o, "## Targets\n");
     let _ = writeln!(o, "| target | measured | met |\n|---|---|---|");
     let big = scale
@@ -681,4 +684,89 @@ pub fn markdown(
 
 fn yes(ok: bool) -> &'static str {
     if ok { "yes" } else { "**no**" }
+}
+
+/// Section 6 of the page: how fast the application knows (scenario `app-latency`). Also what
+/// `--only app-latency` prints.
+pub fn app_latency_section(app: &crate::app_latency::AppLatencyResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "## 6. How fast the application knows\n");
+    let deletions = app
+        .handovers
+        .iter()
+        .filter(|h| h.trigger == "deletion")
+        .count();
+    let _ = writeln!(
+        o,
+        "One group of three pods, {} handovers: {} by deleting the leader pod (the simulated kubelet removes it 300 ms later; a replacement pod joins), {} by the leader pod turning NotReady (Ready again afterwards, as a follower). Every candidate pod is followed by a `leadergroup-client` `Membership` in the bench process and by a real `leadergroup-agent` process, both authenticated as the pods' ServiceAccount with the Role the crate documents (get/watch on pods, get/watch on the group's Lease by name). Lease duration {LEASE_SECONDS} s.\n",
+        app.handovers.len(),
+        deletions,
+        app.handovers.len() - deletions
+    );
+    let _ = writeln!(
+        o,
+        "**Every clock starts at {}.** The operator, the agents and the bench run on one machine and read one wall clock. Each clock stops when the bench process sees:\n",
+        app.start
+    );
+    let mut seen = Vec::new();
+    for c in &app.clocks {
+        if !seen.contains(&c.clock) {
+            let _ = writeln!(o, "- {}: {}.", c.clock, c.stop);
+            seen.push(c.clock.clone());
+        }
+    }
+    let _ = writeln!(
+        o,
+        "- downward API file: the kubelet rewrites the `labels`/`annotations` files of a downward API volume. Not measured here: the light cluster has no kubelet. **Measured on the real cluster:** see below.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| clock | trigger | median | p99 | min–max | n | |\n|---|---|---|---|---|---|---|"
+    );
+    for c in &app.clocks {
+        let mut line = String::new();
+        row(&mut line, &c.clock, c.summary.as_ref(), "");
+        let _ = write!(
+            o,
+            "{}",
+            line.replacen(
+                &format!("| {} |", c.clock),
+                &format!("| {} | {} |", c.clock, c.trigger),
+                1
+            )
+        );
+    }
+    let _ = writeln!(
+        o,
+        "| downward API file changes | all | (real cluster) | (real cluster) | – | – | not measurable on the light cluster |"
+    );
+    let before: Vec<f64> = app
+        .handovers
+        .iter()
+        .map(|h| h.trigger_to_decision_ms)
+        .collect();
+    if let Some(s) = summarize(&before) {
+        let _ = writeln!(
+            o,
+            "\nBefore the decision (not in the figures above): from the DELETE or the NotReady status write being sent to the decision, median {}, p99 {}.",
+            ms(s.median_ms),
+            ms(s.p99_ms)
+        );
+    }
+    let overlaps = app
+        .handovers
+        .iter()
+        .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
+        .count();
+    let _ = writeln!(
+        o,
+        "\nThe new leader's `Membership` reported `Leader` before the old leader's stopped in {overlaps} of {} handovers: two processes with their own watches, at two different epochs; the fence refuses the older epoch. Checks over every report of the run (no epoch reported `Leader` by two pods, each new leader at the Lease's epoch, nothing before the decision): {}.\n",
+        app.handovers.len(),
+        if app.violations.is_empty() {
+            "all held".to_owned()
+        } else {
+            format!("**{}**", app.violations.join("; "))
+        }
+    );
+    o
 }

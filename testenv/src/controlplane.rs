@@ -254,7 +254,7 @@ impl ControlPlane {
 }
 
 /// The repository: this crate lives in `<repo>/testenv`.
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
@@ -264,7 +264,7 @@ fn repo_root() -> PathBuf {
 
 /// Cargo's target folder: `CARGO_TARGET_DIR` when set, else the ancestor of the test binary that
 /// holds `CACHEDIR.TAG` (cargo writes it at the target root), else `<repo>/target`.
-fn target_dir(repo: &Path) -> PathBuf {
+pub(crate) fn target_dir(repo: &Path) -> PathBuf {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }

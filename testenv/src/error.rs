@@ -27,6 +27,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// PostgreSQL's server binaries are not installed.
+    #[error(
+        "PostgreSQL is not installed (looked for {looked_in}): run `controlplane/postgres-deps.sh` \
+         once (apt-get install postgresql), or set LEADERGROUP_POSTGRES_BIN to a folder holding \
+         initdb and postgres"
+    )]
+    PostgresMissing {
+        /// Where the binaries were looked for.
+        looked_in: String,
+    },
+
     /// A helper script (build.sh, cluster.sh) or kubectl failed.
     #[error("`{command}` failed ({status}):\n{output}")]
     Command {

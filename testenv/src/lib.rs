@@ -1,7 +1,7 @@
 //! Test support for leadergroup-operator: a real Kubernetes control plane (etcd + kube-apiserver,
 //! built from pinned Go modules by `controlplane/build.sh`), a fresh namespace per test, and a
 //! simulated kubelet that creates pods on a fake node and reports their status the way a kubelet
-//! does.
+//! does; and a private PostgreSQL server ([`Postgres`]) for the tests of the SQL fence.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), leadergroup_testenv::Error> {
@@ -23,6 +23,7 @@ mod error;
 pub mod invariants;
 mod kubelet;
 mod namespace;
+mod postgres;
 mod tools;
 mod wait;
 
@@ -33,6 +34,7 @@ pub use error::Error;
 pub use invariants::InvariantWatcher;
 pub use kubelet::{Kubelet, NODE_NAME};
 pub use namespace::{TestNamespace, namespace, namespace_in};
+pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until};
 

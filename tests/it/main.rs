@@ -3,15 +3,18 @@
 //! of `leadergroup-testenv`: the one `LEADERGROUP_KUBECONFIG` names, or one started for this run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod app_latency;
 mod arbiter;
 mod chart;
 mod cleanup;
 mod common;
 mod crash;
 mod election;
+mod gc_pause;
 mod ha;
 mod kubectl;
 mod lease;
+mod ledger_manifests;
 mod metrics;
 mod overlap;
 mod validation;

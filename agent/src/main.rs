@@ -1,0 +1,241 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod files;
+mod http;
+mod on_change;
+mod state;
+
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use clap::{Parser, ValueEnum};
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use leadergroup_client::{GROUP_ENV, Membership, POD_NAME_ENV, POD_NAMESPACE_ENV, Role};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::watch,
+};
+use tracing::{error, info, warn};
+use tracing_subscriber::EnvFilter;
+
+use crate::{error::StartupError, files::RoleFiles, on_change::OnChange, state::Published};
+
+/// How long the shutdown waits for the last `--on-change` runs and the open requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "leadergroup-agent",
+    version,
+    about = "Publishes this pod's LeaderGroup role as files and on a localhost HTTP endpoint"
+)]
+struct Cli {
+    /// This pod's name (downward API: metadata.name).
+    #[arg(long, env = POD_NAME_ENV)]
+    pod_name: Option<String>,
+    /// This pod's namespace (downward API: metadata.namespace).
+    #[arg(long, env = POD_NAMESPACE_ENV)]
+    pod_namespace: Option<String>,
+    /// The LeaderGroup's name; without it, the pod's leadergroup.io/group annotation names it.
+    #[arg(long, env = GROUP_ENV)]
+    group: Option<String>,
+    /// Folder of the files `role` and `epoch` (an emptyDir shared with the application).
+    #[arg(long, env = "LEADERGROUP_DIR", default_value = "/var/run/leadergroup")]
+    dir: PathBuf,
+    /// Address of GET /role and /healthz; keep it on localhost (port 0: any free port, logged).
+    #[arg(long, env = "LEADERGROUP_HTTP_ADDR", default_value = "127.0.0.1:8686")]
+    http_addr: String,
+    /// Shell command run (by /bin/sh -c) on each change of role, one at a time, in order, with
+    /// LEADERGROUP_ROLE and LEADERGROUP_EPOCH in its environment; a failure is only logged.
+    #[arg(long, env = "LEADERGROUP_ON_CHANGE")]
+    on_change: Option<String>,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Kubeconfig file; without it, the in-cluster configuration (the pod's ServiceAccount).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "leadergroup-agent failed");
+            eprintln!("leadergroup-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// The value of a setting that must be given, by flag or environment.
+fn required(
+    value: Option<String>,
+    env: &'static str,
+    flag: &'static str,
+    field: &'static str,
+) -> Result<String, StartupError> {
+    value
+        .filter(|v| !v.is_empty())
+        .ok_or(StartupError::Missing { env, flag, field })
+}
+
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?
+        }
+        None => Config::incluster().map_err(|e| StartupError::Config(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(StartupError::Client)
+}
+
+async fn run(cli: Cli) -> Result<(), StartupError> {
+    let pod = required(cli.pod_name, POD_NAME_ENV, "--pod-name", "metadata.name")?;
+    let namespace = required(
+        cli.pod_namespace,
+        POD_NAMESPACE_ENV,
+        "--pod-namespace",
+        "metadata.namespace",
+    )?;
+    let group = cli.group.filter(|g| !g.is_empty());
+    let dir_error = |source| StartupError::Dir {
+        dir: cli.dir.clone(),
+        source,
+    };
+    // Unknown is on disk before anything else: a file left by a previous run must not stand.
+    let files = RoleFiles::create(cli.dir.clone()).map_err(dir_error)?;
+    files.write(Role::Unknown).map_err(dir_error)?;
+
+    let http_error = |source| StartupError::Http {
+        addr: cli.http_addr.clone(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(&cli.http_addr)
+        .await
+        .map_err(http_error)?;
+    let addr = listener.local_addr().map_err(http_error)?;
+    let client = client(cli.kubeconfig.as_deref()).await?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(StartupError::Signal)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(StartupError::Signal)?;
+
+    let incarnation = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default();
+    let (states, states_rx) = watch::channel(Published::initial(incarnation));
+    let (stop_http, mut http_stopped) = watch::channel(false);
+    let mut server = tokio::spawn(http::serve(listener, http::router(states_rx), async move {
+        let _ = http_stopped.wait_for(|stop| *stop).await;
+    }));
+    info!(%addr, "serving GET /role and /healthz");
+
+    let on_change = cli.on_change.map(OnChange::start);
+    let membership = Membership::start(client, &namespace, &pod, group.clone());
+    info!(%pod, %namespace, group = group.as_deref().unwrap_or("(from the pod's annotation)"), dir = %files.dir().display(), "started");
+
+    let mut roles = membership.subscribe();
+    let outcome = loop {
+        let role = *roles.borrow_and_update();
+        publish(role, &files, &states, on_change.as_ref()).await;
+        tokio::select! {
+            changed = roles.changed() => {
+                // The sender lives in `membership`, alive until the end of this function.
+                if changed.is_err() {
+                    break Ok(());
+                }
+            }
+            _ = terminate.recv() => break Ok(()),
+            _ = interrupt.recv() => break Ok(()),
+            served = &mut server => {
+                break Err(match served {
+                    Ok(Err(source)) => http_error(source),
+                    Ok(Ok(())) | Err(_) => http_error(std::io::Error::other("the HTTP server stopped")),
+                });
+            }
+        }
+    };
+
+    // Stopping: nothing is confirmed any more, so Unknown everywhere; then the long polls end
+    // (the state's sender is dropped) and the last command runs finish, within a grace period.
+    info!("stopping: publishing unknown");
+    drop(membership);
+    publish(Role::Unknown, &files, &states, on_change.as_ref()).await;
+    drop(states);
+    if let Some(on_change) = on_change
+        && tokio::time::timeout(SHUTDOWN_GRACE, on_change.finish())
+            .await
+            .is_err()
+    {
+        warn!("the on-change command did not finish within {SHUTDOWN_GRACE:?}");
+    }
+    let _ = stop_http.send(true);
+    if !server.is_finished()
+        && tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+            .await
+            .is_err()
+    {
+        warn!("open HTTP requests did not finish within {SHUTDOWN_GRACE:?}");
+    }
+    outcome
+}
+
+/// Publishes `role` when it differs from the published one: the files first, then the endpoint's
+/// state (so a long poll that returns finds the files already written), then the command.
+async fn publish(
+    role: Role,
+    files: &RoleFiles,
+    states: &watch::Sender<Published>,
+    on_change: Option<&OnChange>,
+) {
+    if states.borrow().role == role {
+        return;
+    }
+    let writer = files.clone();
+    match tokio::task::spawn_blocking(move || writer.write(role)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            error!(%role, error = %e, dir = %files.dir().display(), "cannot write the role files")
+        }
+        Err(e) => error!(%role, error = %e, "the role file writer failed"),
+    }
+    let mut version = String::new();
+    states.send_modify(|s| {
+        s.update(role);
+        version = s.version();
+    });
+    info!(%role, %version, "role changed");
+    if let Some(on_change) = on_change {
+        on_change.changed(role);
+    }
+}

@@ -1,0 +1,65 @@
+//! `--on-change`: a command run on each change of role, one at a time, in order.
+
+use leadergroup_client::Role;
+use tokio::{process::Command, sync::mpsc, task::JoinHandle};
+use tracing::{error, info, warn};
+
+use crate::state::role_name;
+
+/// The environment variable holding the role (`leader`, `follower`, `unknown`).
+pub const ROLE_ENV: &str = "LEADERGROUP_ROLE";
+/// The environment variable holding the epoch while leader, empty otherwise.
+pub const EPOCH_ENV: &str = "LEADERGROUP_EPOCH";
+
+/// The queue of changes waiting for the command.
+pub struct OnChange {
+    queue: mpsc::UnboundedSender<Role>,
+    task: JoinHandle<()>,
+}
+
+impl OnChange {
+    /// Starts the runner of `command` (a shell command line, run by `/bin/sh -c`).
+    pub fn start(command: String) -> OnChange {
+        let (queue, changes) = mpsc::unbounded_channel();
+        OnChange {
+            queue,
+            task: tokio::spawn(run(command, changes)),
+        }
+    }
+
+    /// Queues a run for `role`. Runs never overlap: a change that arrives while the command runs
+    /// is run after it, so the last run always saw the role the agent publishes.
+    pub fn changed(&self, role: Role) {
+        // Fails only once the runner is gone, which happens only at shutdown.
+        let _ = self.queue.send(role);
+    }
+
+    /// Lets the queued runs finish (the caller bounds the wait).
+    pub async fn finish(self) {
+        drop(self.queue);
+        let _ = self.task.await;
+    }
+}
+
+async fn run(command: String, mut changes: mpsc::UnboundedReceiver<Role>) {
+    while let Some(role) = changes.recv().await {
+        let epoch = role
+            .leader_epoch()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let status = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&command)
+            .env(ROLE_ENV, role_name(role))
+            .env(EPOCH_ENV, &epoch)
+            .kill_on_drop(true)
+            .status()
+            .await;
+        // Its failure is reported and never stops the agent.
+        match status {
+            Ok(status) if status.success() => info!(%role, "on-change command done"),
+            Ok(status) => warn!(%role, %status, command, "on-change command failed"),
+            Err(e) => error!(%role, error = %e, command, "on-change command could not start"),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Integration tests of the leadergroup-agent binary: the real process, run as a pod's
+//! ServiceAccount with exactly the documented RBAC against the workspace's light control plane
+//! (see leadergroup-testenv), read through its files and its HTTP endpoint.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod cut;
+mod follow;
+mod startup;

@@ -1,0 +1,94 @@
+//! The application side of leadergroup-operator: know the role at once, stop in time, and
+//! have stale writes refused.
+//!
+//! The operator elects one pod per `LeaderGroup`, records it in the Lease
+//! `leadergroup-<group>` (holder = the pod's name, annotation `leadergroup.io/epoch` = the
+//! fencing token) and marks the pod (label `leadergroup.io/role`, annotations
+//! `leadergroup.io/epoch` and `leadergroup.io/group`). This crate reads those marks; it does not
+//! depend on the operator, and its constants ([`ROLE_LABEL`], [`EPOCH_ANNOTATION`],
+//! [`GROUP_ANNOTATION`], [`LEASE_PREFIX`]) are the operator's, which they must keep matching.
+//!
+//! - [`Membership`] follows the pod and the group's Lease and publishes a [`Role`]:
+//!   [`Role::Leader`] only while both agree and the API server confirmed it within two thirds of
+//!   the Lease duration; [`Role::Unknown`] when that confirmation lapses (the application must
+//!   then stop acting: a cut-off leader stops before a successor can be chosen).
+//! - [`Epoch`] is the fencing token; [`fence`] has the helpers that make a resource refuse a
+//!   stale one: a Kubernetes object ([`fence::replace_fenced`]) and PostgreSQL (`fence::sql`,
+//!   feature `postgres`).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use leadergroup_client::{Membership, Role};
+//! let client = kube::Client::try_default().await?;
+//! // POD_NAME and POD_NAMESPACE from the downward API; the group from the pod's annotation.
+//! let membership = Membership::start_from_env(client)?;
+//! loop {
+//!     let epoch = membership.wait_leader().await;
+//!     tokio::select! {
+//!         role = membership.leader_context() => tracing::warn!(%role, "no longer leader"),
+//!         () = async { /* lead, presenting `epoch` to every protected write */ } => {}
+//!     }
+//! #   let _ = epoch;
+//! }
+//! # }
+//! ```
+//!
+//! # RBAC
+//!
+//! A [`Membership`] uses the verbs `get` and `watch` on its own pod and on its group's Lease, and
+//! nothing else (no `list`). Grant them to the pod's ServiceAccount (here group `payments`,
+//! namespace `prod`, ServiceAccount `payments`):
+//!
+//! ```yaml
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: Role
+//! metadata: {name: payments-leadergroup-member, namespace: prod}
+//! rules:
+//!   # Its own pod. RBAC cannot name a pod whose name is not known in advance (a Deployment's
+//!   # pods), so this covers the namespace's pods; reads only.
+//!   - apiGroups: [""]
+//!     resources: [pods]
+//!     verbs: [get, watch]
+//!   # The group's Lease, and only it.
+//!   - apiGroups: [coordination.k8s.io]
+//!     resources: [leases]
+//!     resourceNames: [leadergroup-payments]
+//!     verbs: [get, watch]
+//! ---
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: RoleBinding
+//! metadata: {name: payments-leadergroup-member, namespace: prod}
+//! roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: payments-leadergroup-member}
+//! subjects:
+//!   - {kind: ServiceAccount, name: payments, namespace: prod}
+//! ```
+//!
+//! Without it the role stays [`Role::Unknown`], and [`Membership::last_error`] names the refused
+//! request (verb, resource, name, namespace), as does the log (`tracing`, level error).
+//!
+//! The fence on a Kubernetes object needs `get` and `update` on that object.
+//!
+
+mod epoch;
+mod error;
+pub mod fence;
+mod follow;
+mod membership;
+pub mod role;
+
+pub use epoch::{Epoch, ParseEpochError};
+pub use error::{MembershipError, Request};
+pub use membership::{GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV};
+pub use role::Role;
+
+/// Label on the group's pods: [`LEADER`] or `follower`. The operator's `ROLE_LABEL`.
+pub const ROLE_LABEL: &str = "leadergroup.io/role";
+/// The value of [`ROLE_LABEL`] on the leader.
+pub const LEADER: &str = "leader";
+/// Annotation on the leader pod and on the group's Lease: the epoch, a decimal `i64`. The
+/// operator's `EPOCH_ANNOTATION`; the Lease's is authoritative.
+pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
+/// Annotation on the group's pods: the group's name. The operator's `GROUP_ANNOTATION`.
+pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// The group's Lease is named this prefix followed by the group's name.
+pub const LEASE_PREFIX: &str = "leadergroup-";

@@ -1,0 +1,440 @@
+//! [`Membership`]: the pod's role, kept confirmed with the API server.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use kube::{Api, Client};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{
+    Epoch, LEASE_PREFIX,
+    error::MembershipError,
+    follow::{Report, follow},
+    role::{Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Role, decide},
+};
+
+/// The environment variables [`Membership::start_from_env`] reads (set them with the downward
+/// API: `fieldRef: metadata.name` and `metadata.namespace`).
+pub const POD_NAME_ENV: &str = "POD_NAME";
+/// See [`POD_NAME_ENV`].
+pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+/// Optional: the group's name; without it, the pod's `leadergroup.io/group` annotation names it.
+pub const GROUP_ENV: &str = "LEADERGROUP_GROUP";
+
+/// An environment variable [`Membership::start_from_env`] needs is not set.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "environment variable {0} is not set: outside a pod, set it by hand; in a pod, set it from \
+     the downward API (env: - name: {0}, valueFrom: fieldRef: fieldPath: {field})",
+    field = if *.0 == POD_NAME_ENV { "metadata.name" } else { "metadata.namespace" }
+)]
+pub struct MissingEnv(pub &'static str);
+
+/// The role of one pod in its LeaderGroup, kept confirmed with the API server.
+///
+/// It follows only its own pod and its group's Lease, with the `get` and `watch` verbs (no
+/// `list`), and publishes a [`Role`] that is [`Role::Leader`] only while both agree and the API
+/// server confirmed it within two thirds of the Lease duration (see [`crate::role::decide`]).
+///
+/// Dropping it (or [`Membership::shutdown`]) stops it; its subscribers then see
+/// [`Role::Unknown`].
+pub struct Membership {
+    role: Arc<watch::Sender<Role>>,
+    errors: watch::Receiver<Option<Arc<MembershipError>>>,
+    core: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("role", &*self.role.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Membership {
+    /// Starts following pod `pod` in `namespace`. `group`: the LeaderGroup's name, or `None` to
+    /// read it from the pod's `leadergroup.io/group` annotation once the operator has set it.
+    ///
+    /// Must be called within a Tokio runtime: it spawns its tasks there.
+    pub fn start(
+        client: Client,
+        namespace: impl Into<String>,
+        pod: impl Into<String>,
+        group: Option<String>,
+    ) -> Membership {
+        let (role, _) = watch::channel(Role::Unknown);
+        let role = Arc::new(role);
+        let (errors_tx, errors) = watch::channel(None);
+        let (core, updates) = Core::new(
+            client,
+            namespace.into(),
+            pod.into(),
+            group,
+            Arc::clone(&role),
+            errors_tx,
+        );
+        Membership {
+            role,
+            errors,
+            core: tokio::spawn(core.run(updates)),
+        }
+    }
+
+    /// [`Membership::start`] with the pod's name and namespace from the environment
+    /// ([`POD_NAME_ENV`], [`POD_NAMESPACE_ENV`]) and the group from [`GROUP_ENV`] when set.
+    pub fn start_from_env(client: Client) -> Result<Membership, MissingEnv> {
+        let var = |name: &'static str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or(MissingEnv(name))
+        };
+        let pod = var(POD_NAME_ENV)?;
+        let namespace = var(POD_NAMESPACE_ENV)?;
+        Ok(Membership::start(
+            client,
+            namespace,
+            pod,
+            var(GROUP_ENV).ok(),
+        ))
+    }
+
+    /// The role now.
+    pub fn role(&self) -> Role {
+        *self.role.borrow()
+    }
+
+    /// A receiver of every change of role (the current one is marked seen or not as with any
+    /// `watch::Receiver`: call `borrow_and_update` first to wait for the next change only).
+    pub fn subscribe(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    /// Waits until this pod leads, and returns its fencing token.
+    pub async fn wait_leader(&self) -> Epoch {
+        let mut rx = self.subscribe();
+        loop {
+            if let Some(epoch) = rx.borrow_and_update().leader_epoch() {
+                return epoch;
+            }
+            if rx.changed().await.is_err() {
+                // Unreachable while `self` is borrowed (it holds the sender); never claim to lead.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// A future that resolves when the leadership held now is lost: with the new role, as soon
+    /// as the role is anything but the [`Role::Leader`] at the epoch of the call (Follower,
+    /// Unknown, or a later epoch: a new term is a new leadership). It resolves at once when this
+    /// pod does not lead now. Race the work that must stop against it:
+    ///
+    /// ```no_run
+    /// # async fn example(membership: &leadergroup_client::Membership) {
+    /// let epoch = membership.wait_leader().await;
+    /// let lost = membership.leader_context();
+    /// tokio::select! {
+    ///     role = lost => tracing::warn!(%role, "leadership lost: work stopped"),
+    ///     () = async { /* the leader's work, presenting `epoch` to every write */ } => {}
+    /// }
+    /// # let _ = epoch; }
+    /// ```
+    ///
+    /// It owns what it needs (`'static`): it may outlive a borrow of the Membership and resolves
+    /// with [`Role::Unknown`] when the Membership stops.
+    pub fn leader_context(&self) -> impl Future<Output = Role> + Send + 'static {
+        let mut rx = self.subscribe();
+        let held = *rx.borrow_and_update();
+        async move {
+            if !held.is_leader() {
+                return held;
+            }
+            loop {
+                if rx.changed().await.is_err() {
+                    return Role::Unknown;
+                }
+                let now = *rx.borrow_and_update();
+                if now != held {
+                    return now;
+                }
+            }
+        }
+    }
+
+    /// The problem that keeps the role from being confirmed now, if any (cleared once the
+    /// failing request succeeds again).
+    pub fn last_error(&self) -> Option<Arc<MembershipError>> {
+        self.errors.borrow().clone()
+    }
+
+    /// A receiver of [`Membership::last_error`]'s changes.
+    pub fn errors(&self) -> watch::Receiver<Option<Arc<MembershipError>>> {
+        self.errors.clone()
+    }
+
+    /// Stops following; the role turns [`Role::Unknown`] for every subscriber.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.role.send_replace(Role::Unknown);
+        self.core.abort();
+    }
+}
+
+/// Aborts its task when dropped.
+struct Task(JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+enum Update {
+    Pod(Report<Pod>),
+    /// From the follower of this group's Lease (reports of a previous group's are ignored).
+    Lease(String, Report<Lease>),
+}
+
+/// The task that owns the observation and decides the role.
+struct Core {
+    client: Client,
+    namespace: String,
+    pod: String,
+    /// The group given by the caller; when `None`, `group` follows the pod's annotation.
+    fixed_group: Option<String>,
+    group: Option<String>,
+    observation: Observation,
+    role: Arc<watch::Sender<Role>>,
+    errors: watch::Sender<Option<Arc<MembershipError>>>,
+    pod_error: Option<Arc<MembershipError>>,
+    lease_error: Option<Arc<MembershipError>>,
+    /// A third of the Lease duration, for the followers.
+    period: watch::Sender<Duration>,
+    updates: mpsc::Sender<Update>,
+    lease_task: Option<Task>,
+}
+
+impl Core {
+    fn new(
+        client: Client,
+        namespace: String,
+        pod: String,
+        group: Option<String>,
+        role: Arc<watch::Sender<Role>>,
+        errors: watch::Sender<Option<Arc<MembershipError>>>,
+    ) -> (Core, mpsc::Receiver<Update>) {
+        let observation = Observation::new(group.is_some());
+        let (period, _) = watch::channel(observation.lease_duration / 3);
+        let (updates, rx) = mpsc::channel(16);
+        (
+            Core {
+                client,
+                namespace,
+                pod,
+                fixed_group: group.clone(),
+                group,
+                observation,
+                role,
+                errors,
+                pod_error: None,
+                lease_error: None,
+                period,
+                updates,
+                lease_task: None,
+            },
+            rx,
+        )
+    }
+}
+
+impl Core {
+    async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (tx, period) = (self.updates.clone(), self.period.subscribe());
+        let (pod_tx, mut pod_rx) = mpsc::channel(4);
+        let _pod_task = Task(tokio::spawn(follow(
+            pods,
+            self.pod.clone(),
+            self.namespace.clone(),
+            "pods",
+            period,
+            pod_tx,
+        )));
+        // Forwards the pod's reports into the one queue the core reads.
+        let _forward = Task(tokio::spawn(async move {
+            while let Some(report) = pod_rx.recv().await {
+                if tx.send(Update::Pod(report)).await.is_err() {
+                    return;
+                }
+            }
+        }));
+        if let Some(group) = self.group.clone() {
+            self.follow_lease(group);
+        }
+        loop {
+            // Only a deadline still ahead: a lapsed role is Unknown already and stays so until
+            // the next update.
+            let now = Instant::now();
+            let lapses_at = self.observation.lapses_at().filter(|t| *t > now);
+            let update = tokio::select! {
+                update = updates.recv() => update,
+                () = sleep_until(lapses_at) => None,
+            };
+            if let Some(update) = update {
+                self.apply(update);
+            }
+            self.publish();
+        }
+    }
+
+    fn follow_lease(&mut self, group: String) {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (lease_tx, mut lease_rx) = mpsc::channel(4);
+        let follower = tokio::spawn(follow(
+            leases,
+            format!("{LEASE_PREFIX}{group}"),
+            self.namespace.clone(),
+            "leases.coordination.k8s.io",
+            self.period.subscribe(),
+            lease_tx,
+        ));
+        let tx = self.updates.clone();
+        let forward = tokio::spawn(async move {
+            // The forwarder owns the follower: aborting it drops the follower too.
+            let _follower = Task(follower);
+            while let Some(report) = lease_rx.recv().await {
+                if tx.send(Update::Lease(group.clone(), report)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.lease_task = Some(Task(forward));
+    }
+
+    fn apply(&mut self, update: Update) {
+        match update {
+            Update::Pod(Report::Seen { state, at }) => {
+                let marks = state.as_deref().map(PodMarks::of);
+                if self.fixed_group.is_none() {
+                    let group = marks.as_ref().and_then(|m| m.group.clone());
+                    if group != self.group {
+                        tracing::info!(pod = %self.pod, ?group, "the pod's group changed");
+                        self.group = group.clone();
+                        self.lease_task = None;
+                        self.lease_error = None;
+                        self.observation.lease = match group {
+                            Some(group) => {
+                                self.follow_lease(group);
+                                LeaseObservation::Unconfirmed
+                            }
+                            None => LeaseObservation::NoGroup,
+                        };
+                    }
+                }
+                self.observation.pod = Some(Confirmed { state: marks, at });
+                self.set_error(Source::Pod, None);
+            }
+            Update::Pod(Report::Failed(error)) => {
+                if error.is_forbidden() {
+                    self.observation.pod = None;
+                }
+                self.set_error(Source::Pod, Some(error));
+            }
+            Update::Lease(group, report) => {
+                if self.group.as_ref() != Some(&group) {
+                    return;
+                }
+                match report {
+                    Report::Seen { state, at } => {
+                        let marks = state.as_deref().map(LeaseMarks::of);
+                        if let Some(duration) = marks.as_ref().and_then(|m| m.duration) {
+                            self.observation.lease_duration = duration;
+                            self.period.send_if_modified(|p| {
+                                let third = duration / 3;
+                                let changed = *p != third;
+                                *p = third;
+                                changed
+                            });
+                        }
+                        self.observation.lease =
+                            LeaseObservation::Confirmed(Confirmed { state: marks, at });
+                        self.set_error(Source::Lease, None);
+                    }
+                    Report::Failed(error) => {
+                        if error.is_forbidden() {
+                            self.observation.lease = LeaseObservation::Unconfirmed;
+                        }
+                        self.set_error(Source::Lease, Some(error));
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_error(&mut self, source: Source, error: Option<Arc<MembershipError>>) {
+        let slot = match source {
+            Source::Pod => &mut self.pod_error,
+            Source::Lease => &mut self.lease_error,
+        };
+        let same = match (slot.as_ref(), error.as_ref()) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        };
+        if !same {
+            match &error {
+                Some(e) if e.is_forbidden() => tracing::error!(pod = %self.pod, "{e}"),
+                Some(e) => tracing::warn!(pod = %self.pod, "{e}"),
+                None => {
+                    tracing::info!(pod = %self.pod, request = ?slot.as_ref().map(|e| e.request().to_string()), "the request succeeds again")
+                }
+            }
+        }
+        *slot = error;
+        let current = self.pod_error.clone().or_else(|| self.lease_error.clone());
+        self.errors.send_if_modified(|e| {
+            let changed = match (e.as_ref(), current.as_ref()) {
+                (None, None) => false,
+                (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+                _ => true,
+            };
+            *e = current;
+            changed
+        });
+    }
+
+    fn publish(&self) {
+        let role = decide(&self.pod, &self.observation, Instant::now());
+        self.role.send_if_modified(|r| {
+            if *r == role {
+                return false;
+            }
+            tracing::info!(pod = %self.pod, group = ?self.group, from = %r, to = %role, "role changed");
+            *r = role;
+            true
+        });
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Pod,
+    Lease,
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,231 @@
+//! The role, and the rule that decides it: a pure function of what the API server last confirmed
+//! and of the monotonic clock, tested without a cluster.
+
+use std::{fmt, time::Duration};
+
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use tokio::time::Instant;
+
+use crate::{EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, LEADER, ROLE_LABEL};
+
+/// What this pod may do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// This pod leads the group with this fencing token, as confirmed by the API server within two
+    /// thirds of the Lease duration. Present the epoch to every protected write.
+    Leader {
+        /// The fencing token.
+        epoch: Epoch,
+    },
+    /// Confirmed: this pod does not lead (another does, or none does).
+    Follower,
+    /// Not confirmed within two thirds of the Lease duration (API server unreachable, watch stuck,
+    /// no permission), or not yet confirmed at all. Act as if not leader.
+    Unknown,
+}
+
+impl Role {
+    /// The epoch when this is [`Role::Leader`].
+    pub fn leader_epoch(self) -> Option<Epoch> {
+        match self {
+            Role::Leader { epoch } => Some(epoch),
+            Role::Follower | Role::Unknown => None,
+        }
+    }
+
+    /// True for [`Role::Leader`].
+    pub fn is_leader(self) -> bool {
+        self.leader_epoch().is_some()
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Leader { epoch } => write!(f, "leader at epoch {epoch}"),
+            Role::Follower => f.write_str("follower"),
+            Role::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// The Lease duration assumed until a Lease has been seen (the LeaderGroup's default).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// What the operator's marks on the pod say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMarks {
+    /// Label `leadergroup.io/role` is `leader`.
+    pub leader: bool,
+    /// Annotation `leadergroup.io/epoch`, when present and an epoch.
+    pub epoch: Option<Epoch>,
+    /// Annotation `leadergroup.io/group`.
+    pub group: Option<String>,
+}
+
+impl PodMarks {
+    /// Reads the marks of `pod`. An epoch annotation that is not an epoch counts as absent: the
+    /// pod is then not leader.
+    pub fn of(pod: &Pod) -> PodMarks {
+        let meta = &pod.metadata;
+        let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key));
+        PodMarks {
+            leader: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .is_some_and(|r| r == LEADER),
+            epoch: annotation(EPOCH_ANNOTATION).and_then(|e| e.parse().ok()),
+            group: annotation(GROUP_ANNOTATION)
+                .filter(|g| !g.is_empty())
+                .cloned(),
+        }
+    }
+}
+
+/// What the group's Lease says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseMarks {
+    /// `spec.holderIdentity`: the leader pod's name.
+    pub holder: Option<String>,
+    /// Annotation `leadergroup.io/epoch` (authoritative; `leaseTransitions` is only an int32 copy
+    /// and is not read).
+    pub epoch: Option<Epoch>,
+    /// `spec.leaseDurationSeconds`, when positive.
+    pub duration: Option<Duration>,
+}
+
+impl LeaseMarks {
+    /// Reads the marks of `lease`.
+    pub fn of(lease: &Lease) -> LeaseMarks {
+        let spec = lease.spec.as_ref();
+        LeaseMarks {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            epoch: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(EPOCH_ANNOTATION))
+                .and_then(|e| e.parse().ok()),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
+        }
+    }
+}
+
+/// A state the API server showed (`None`: the object does not exist), and when: the instant a
+/// watch event arrived, or the instant the GET that returned it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confirmed<T> {
+    /// The state; `None` when the object was confirmed absent.
+    pub state: Option<T>,
+    /// When it was confirmed, on the monotonic clock.
+    pub at: Instant,
+}
+
+/// The Lease's side of an [`Observation`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseObservation {
+    /// The group is not known yet (not given, and the pod carries no `leadergroup.io/group`
+    /// annotation): there is no Lease to read, and the pod leads nothing.
+    NoGroup,
+    /// The group is known, but its Lease has not been confirmed (or the permission to read it was
+    /// refused).
+    Unconfirmed,
+    /// The Lease as last confirmed.
+    Confirmed(Confirmed<LeaseMarks>),
+}
+
+/// Everything the role rule reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// The pod as last confirmed; `None` before the first confirmation.
+    pub pod: Option<Confirmed<PodMarks>>,
+    /// The Lease as last confirmed.
+    pub lease: LeaseObservation,
+    /// The Lease's duration, as last seen (kept when the Lease later lapses or disappears);
+    /// [`DEFAULT_LEASE_DURATION`] before any.
+    pub lease_duration: Duration,
+}
+
+impl Observation {
+    /// Nothing confirmed yet.
+    pub fn new(group_known: bool) -> Observation {
+        Observation {
+            pod: None,
+            lease: if group_known {
+                LeaseObservation::Unconfirmed
+            } else {
+                LeaseObservation::NoGroup
+            },
+            lease_duration: DEFAULT_LEASE_DURATION,
+        }
+    }
+
+    /// How long a confirmation holds: two thirds of the Lease duration.
+    pub fn validity(&self) -> Duration {
+        self.lease_duration * 2 / 3
+    }
+
+    /// The oldest confirmation the rule relies on (`None`: something is not confirmed at all).
+    fn confirmed_since(&self) -> Option<Instant> {
+        let pod = self.pod.as_ref()?.at;
+        match &self.lease {
+            LeaseObservation::NoGroup => Some(pod),
+            LeaseObservation::Unconfirmed => None,
+            LeaseObservation::Confirmed(lease) => Some(pod.min(lease.at)),
+        }
+    }
+
+    /// When the role decided from this observation turns [`Role::Unknown`] unless something is
+    /// confirmed again: two thirds of the Lease duration after the oldest confirmation. `None`
+    /// when it is `Unknown` already for want of a confirmation.
+    pub fn lapses_at(&self) -> Option<Instant> {
+        self.confirmed_since().map(|since| since + self.validity())
+    }
+}
+
+/// The role rule.
+///
+/// - [`Role::Unknown`] before the pod and the group's Lease have both been confirmed, and from
+///   the instant two thirds of the Lease duration have passed since the older of the two
+///   confirmations.
+/// - [`Role::Leader`] at epoch `e` only while the pod carries `leadergroup.io/role=leader` and
+///   epoch annotation `e` AND the Lease names `pod_name` as holder at epoch `e`.
+/// - [`Role::Follower`] otherwise (the pod is gone, or not in a group, or the marks disagree: the
+///   operator is between two steps of a transition, which never makes two leaders).
+pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
+    let Some(lapses_at) = observation.lapses_at() else {
+        return Role::Unknown;
+    };
+    if now >= lapses_at {
+        return Role::Unknown;
+    }
+    let (Some(pod), LeaseObservation::Confirmed(lease)) = (
+        observation.pod.as_ref().and_then(|p| p.state.as_ref()),
+        &observation.lease,
+    ) else {
+        return Role::Follower;
+    };
+    let Some(lease) = lease.state.as_ref() else {
+        return Role::Follower;
+    };
+    match pod.epoch {
+        Some(epoch)
+            if pod.leader
+                && lease.holder.as_deref() == Some(pod_name)
+                && lease.epoch == Some(epoch) =>
+        {
+            Role::Leader { epoch }
+        }
+        _ => Role::Follower,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+use std::time::Duration;
+
+use super::*;
+
+const ME: &str = "app-0";
+
+fn epoch(n: u32) -> Epoch {
+    Epoch::from(n)
+}
+
+fn leader_pod(n: u32) -> PodMarks {
+    PodMarks {
+        leader: true,
+        epoch: Some(epoch(n)),
+        group: Some("g".to_owned()),
+    }
+}
+
+fn follower_pod() -> PodMarks {
+    PodMarks {
+        leader: false,
+        epoch: None,
+        group: Some("g".to_owned()),
+    }
+}
+
+fn lease(holder: &str, n: u32) -> LeaseMarks {
+    LeaseMarks {
+        holder: Some(holder.to_owned()),
+        epoch: Some(epoch(n)),
+        duration: Some(Duration::from_secs(3)),
+    }
+}
+
+/// Pod and Lease confirmed at `t0`, Lease duration 3 s (validity 2 s).
+fn seen(t0: Instant, pod: Option<PodMarks>, lease: Option<LeaseMarks>) -> Observation {
+    Observation {
+        pod: Some(Confirmed { state: pod, at: t0 }),
+        lease: LeaseObservation::Confirmed(Confirmed {
+            state: lease,
+            at: t0,
+        }),
+        lease_duration: Duration::from_secs(3),
+    }
+}
+
+#[test]
+fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
+    let t0 = Instant::now();
+    let obs = seen(t0, Some(leader_pod(4)), Some(lease(ME, 4)));
+    assert_eq!(decide(ME, &obs, t0), Role::Leader { epoch: epoch(4) });
+
+    // Each disagreement alone makes a follower.
+    for (pod, lease, why) in [
+        (
+            Some(follower_pod()),
+            Some(lease(ME, 4)),
+            "pod labeled follower",
+        ),
+        (
+            Some(PodMarks {
+                epoch: None,
+                ..leader_pod(4)
+            }),
+            Some(lease(ME, 4)),
+            "no epoch annotation on the pod",
+        ),
+        (
+            Some(leader_pod(3)),
+            Some(lease(ME, 4)),
+            "pod at an older epoch",
+        ),
+        (
+            Some(leader_pod(5)),
+            Some(lease(ME, 4)),
+            "Lease at an older epoch",
+        ),
+        (
+            Some(leader_pod(4)),
+            Some(lease("app-1", 4)),
+            "Lease names another pod",
+        ),
+        (
+            Some(leader_pod(4)),
+            Some(LeaseMarks {
+                holder: None,
+                ..lease(ME, 4)
+            }),
+            "Lease without holder",
+        ),
+        (
+            Some(leader_pod(4)),
+            Some(LeaseMarks {
+                epoch: None,
+                ..lease(ME, 4)
+            }),
+            "Lease without epoch annotation",
+        ),
+        (Some(leader_pod(4)), None, "no Lease"),
+        (None, Some(lease(ME, 4)), "pod gone"),
+    ] {
+        let obs = seen(t0, pod, lease);
+        assert_eq!(decide(ME, &obs, t0), Role::Follower, "{why}");
+    }
+}
+
+#[test]
+fn unknown_until_both_objects_are_confirmed() {
+    let t0 = Instant::now();
+    let mut obs = Observation::new(true);
+    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "nothing seen");
+    obs.pod = Some(Confirmed {
+        state: Some(leader_pod(4)),
+        at: t0,
+    });
+    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "Lease unconfirmed");
+    obs.pod = Some(Confirmed {
+        state: Some(follower_pod()),
+        at: t0,
+    });
+    assert_eq!(
+        decide(ME, &obs, t0),
+        Role::Unknown,
+        "even a follower mark needs the Lease confirmed (403 on the Lease stays Unknown)"
+    );
+    obs.lease = LeaseObservation::Confirmed(Confirmed {
+        state: Some(lease(ME, 4)),
+        at: t0,
+    });
+    assert_eq!(decide(ME, &obs, t0), Role::Follower);
+}
+
+#[test]
+fn a_pod_in_no_group_is_a_follower_on_the_pod_alone() {
+    let t0 = Instant::now();
+    let mut obs = Observation::new(false);
+    assert_eq!(decide(ME, &obs, t0), Role::Unknown);
+    obs.pod = Some(Confirmed {
+        state: Some(PodMarks::default()),
+        at: t0,
+    });
+    assert_eq!(decide(ME, &obs, t0), Role::Follower);
+    // It lapses like any other confirmation (default duration 15 s: 10 s).
+    assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(10)));
+    assert_eq!(
+        decide(ME, &obs, t0 + Duration::from_secs(10)),
+        Role::Unknown
+    );
+}
+
+#[test]
+fn leadership_lapses_exactly_two_thirds_of_the_duration_after_the_older_confirmation() {
+    let t0 = Instant::now();
+    let mut obs = seen(t0, Some(leader_pod(4)), Some(lease(ME, 4)));
+    // The Lease was confirmed again later; the pod's older confirmation counts.
+    if let LeaseObservation::Confirmed(l) = &mut obs.lease {
+        l.at = t0 + Duration::from_millis(900);
+    }
+    assert_eq!(obs.validity(), Duration::from_secs(2));
+    assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(2)));
+    let just_before = t0 + Duration::from_secs(2) - Duration::from_nanos(1);
+    assert_eq!(
+        decide(ME, &obs, just_before),
+        Role::Leader { epoch: epoch(4) }
+    );
+    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+    // A follower lapses the same way.
+    let obs = seen(t0, Some(follower_pod()), Some(lease("app-1", 4)));
+    assert_eq!(decide(ME, &obs, just_before), Role::Follower);
+    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+}
+
+#[test]
+fn the_lease_duration_sets_the_validity() {
+    let mut obs = Observation::new(true);
+    assert_eq!(obs.validity(), Duration::from_secs(10), "default 15 s");
+    obs.lease_duration = Duration::from_secs(30);
+    assert_eq!(obs.validity(), Duration::from_secs(20));
+    obs.lease_duration = Duration::from_secs(1);
+    assert_eq!(obs.validity(), Duration::from_nanos(666_666_666));
+}
+
+#[test]
+fn marks_are_read_from_the_objects() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": ME,
+            "labels": {"leadergroup.io/role": "leader"},
+            "annotations": {"leadergroup.io/epoch": "12", "leadergroup.io/group": "payments"}
+        }
+    }))
+    .unwrap();
+    assert_eq!(
+        PodMarks::of(&pod),
+        PodMarks {
+            leader: true,
+            epoch: Some(epoch(12)),
+            group: Some("payments".to_owned())
+        }
+    );
+    let bad: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "labels": {"leadergroup.io/role": "follower"},
+            "annotations": {"leadergroup.io/epoch": "-3"}
+        }
+    }))
+    .unwrap();
+    assert_eq!(PodMarks::of(&bad), PodMarks::default());
+
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"annotations": {"leadergroup.io/epoch": "12"}},
+        "spec": {"holderIdentity": ME, "leaseDurationSeconds": 6, "leaseTransitions": 99}
+    }))
+    .unwrap();
+    assert_eq!(
+        LeaseMarks::of(&lease),
+        LeaseMarks {
+            holder: Some(ME.to_owned()),
+            epoch: Some(epoch(12)),
+            duration: Some(Duration::from_secs(6))
+        }
+    );
+    let empty: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {},
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 0}
+    }))
+    .unwrap();
+    assert_eq!(LeaseMarks::of(&empty), LeaseMarks::default());
+}
