@@ -22,8 +22,11 @@ mod controlplane;
 mod error;
 pub mod invariants;
 mod kubelet;
+mod marks;
+mod member;
 mod namespace;
 mod postgres;
+mod proxy;
 mod tools;
 mod wait;
 
@@ -33,8 +36,11 @@ pub use controlplane::{
 pub use error::Error;
 pub use invariants::InvariantWatcher;
 pub use kubelet::{Kubelet, NODE_NAME};
+pub use marks::Marks;
+pub use member::{MemberRules, MemberWorld, member_account};
 pub use namespace::{TestNamespace, namespace, namespace_in};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};
+pub use proxy::{Proxy, api_server_addr};
 pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until};
 

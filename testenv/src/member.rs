@@ -1,0 +1,171 @@
+//! A group member's identity: the ServiceAccount bound to the Role the client and agent document
+//! (pods get/watch; the group's Lease `leadergroup-<group>` get/watch by name), and a test world
+//! for the client's and the agent's tests.
+//!
+//! Those tests, and the application-latency measurement, authenticate as a member pod would, so
+//! that a missing permission fails them as it would fail a deployment. The client and the agent
+//! must not depend on the operator crate, so the operator's marks are written by hand ([`Marks`]).
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::Pod,
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+};
+
+use crate::{Error, Kubelet, Marks, Result, TestNamespace, namespace};
+
+/// Which of the member Role's two rules to grant (the permission tests leave some out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberRules {
+    /// Pods: get, watch.
+    pub pods: bool,
+    /// The group's Lease, by name: get, watch.
+    pub lease: bool,
+}
+
+impl MemberRules {
+    /// Both rules: exactly the Role the documentation gives.
+    pub const DOCUMENTED: MemberRules = MemberRules {
+        pods: true,
+        lease: true,
+    };
+    /// The pods rule only: the group's Lease cannot be read.
+    pub const PODS_ONLY: MemberRules = MemberRules {
+        pods: true,
+        lease: false,
+    };
+    /// No rule at all.
+    pub const NONE: MemberRules = MemberRules {
+        pods: false,
+        lease: false,
+    };
+
+    fn policy(self, group: &str) -> Vec<PolicyRule> {
+        let mut rules = Vec::new();
+        if self.pods {
+            rules.push(PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["pods".to_owned()]),
+                verbs: vec!["get".to_owned(), "watch".to_owned()],
+                ..PolicyRule::default()
+            });
+        }
+        if self.lease {
+            rules.push(PolicyRule {
+                api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+                resources: Some(vec!["leases".to_owned()]),
+                resource_names: Some(vec![format!("leadergroup-{group}")]),
+                verbs: vec!["get".to_owned(), "watch".to_owned()],
+                ..PolicyRule::default()
+            });
+        }
+        rules
+    }
+}
+
+/// Creates ServiceAccount `name` in `ns`, a Role `name` with `rules` for `group`, and a
+/// RoleBinding `name` between them; returns a token for the ServiceAccount.
+pub async fn member_account(
+    ns: &TestNamespace,
+    name: &str,
+    group: &str,
+    rules: MemberRules,
+) -> Result<String> {
+    ns.create_service_account(name).await?;
+    let metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let role = Role {
+        metadata: metadata.clone(),
+        rules: Some(rules.policy(group)),
+    };
+    ns.api::<Role>()
+        .create(&PostParams::default(), &role)
+        .await
+        .map_err(Error::kube(format!("creating Role {}/{name}", ns.name)))?;
+    let binding = RoleBinding {
+        metadata,
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: name.to_owned(),
+            namespace: Some(ns.name.clone()),
+            ..Subject::default()
+        }]),
+    };
+    ns.api::<RoleBinding>()
+        .create(&PostParams::default(), &binding)
+        .await
+        .map_err(Error::kube(format!(
+            "creating RoleBinding {}/{name}",
+            ns.name
+        )))?;
+    ns.service_account_token(name).await
+}
+
+/// What the client's and the agent's tests work in: a fresh namespace, its simulated kubelet,
+/// and the operator's marks written by hand.
+pub struct MemberWorld {
+    /// The test's namespace.
+    pub ns: TestNamespace,
+    /// Its simulated kubelet.
+    pub kubelet: Kubelet,
+    /// Its pods.
+    pub pods: Api<Pod>,
+    /// Its Leases.
+    pub leases: Api<Lease>,
+    marks: Marks,
+}
+
+impl MemberWorld {
+    /// A fresh namespace named after `prefix`; Leases are applied as `field_manager`, with
+    /// duration `lease_duration_secs`.
+    pub async fn new(
+        prefix: &str,
+        field_manager: &str,
+        lease_duration_secs: i32,
+    ) -> Result<MemberWorld> {
+        let ns = namespace(prefix).await?;
+        Ok(MemberWorld {
+            kubelet: Kubelet::new(ns.client.clone(), &ns.name),
+            pods: ns.api(),
+            leases: ns.api(),
+            marks: Marks::in_namespace(&ns, field_manager, lease_duration_secs),
+            ns,
+        })
+    }
+
+    /// See [`Marks::mark_leader`].
+    pub async fn mark_leader(&self, pod: &str, group: &str, epoch: i64) -> Result<()> {
+        self.marks.mark_leader(pod, group, epoch).await
+    }
+
+    /// See [`Marks::mark_follower`].
+    pub async fn mark_follower(&self, pod: &str, group: &str) -> Result<()> {
+        self.marks.mark_follower(pod, group).await
+    }
+
+    /// See [`Marks::put_lease`].
+    pub async fn put_lease(&self, group: &str, holder: Option<&str>, epoch: i64) -> Result<()> {
+        self.marks.put_lease(group, holder, epoch).await
+    }
+
+    /// See [`member_account`]: a member ServiceAccount in this world's namespace; its token.
+    pub async fn member_token(
+        &self,
+        name: &str,
+        group: &str,
+        rules: MemberRules,
+    ) -> Result<String> {
+        member_account(&self.ns, name, group, rules).await
+    }
+}
