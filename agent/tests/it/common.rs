@@ -1,30 +1,20 @@
-//! What the tests share: the operator's marks written by hand (the agent must not depend on the
-//! operator), a ServiceAccount with the documented Role, the agent process under a guard that
-//! kills it, and a bare HTTP/1.1 GET.
+//! What the tests share: the world (testenv's [`MemberWorld`]: the operator's marks written by
+//! hand, since the agent must not depend on the operator), a kubeconfig for a ServiceAccount with
+//! the documented Role, the agent process under a guard that kills it, a bare HTTP/1.1 GET, and a
+//! kubeconfig through testenv's cut-able [`leadergroup_testenv::Proxy`].
 
+use leadergroup_testenv::{MemberRules, MemberWorld, control_plane, wait_until};
+use serde_json::json;
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
 };
-
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::Pod,
-    rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject},
-};
-use kube::{
-    Api,
-    api::{ObjectMeta, Patch, PatchParams, PostParams},
-};
-use leadergroup_testenv::{Kubelet, TestNamespace, control_plane, namespace, wait_until};
-use serde_json::json;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     process::{Child, Command},
-    sync::watch,
 };
 
 /// Every test's Lease duration: the agent's validity is 2 s.
@@ -32,140 +22,29 @@ pub const DURATION_SECS: i32 = 3;
 /// The longest wait for a state the agent must reach.
 pub const WAIT: Duration = Duration::from_secs(15);
 
-pub struct World {
-    pub ns: TestNamespace,
-    pub kubelet: Kubelet,
-    pub pods: Api<Pod>,
-    pub leases: Api<Lease>,
+/// The tests' world: a namespace, its kubelet, and the operator's marks written by hand
+/// (testenv's, since the agent must not depend on the operator).
+pub type World = MemberWorld;
+
+/// A fresh [`World`]; its Leases last [`DURATION_SECS`].
+pub async fn world(prefix: &str) -> World {
+    World::new(prefix, "leadergroup-agent-tests", DURATION_SECS)
+        .await
+        .unwrap()
 }
 
-impl World {
-    pub async fn new(prefix: &str) -> World {
-        let ns = namespace(prefix).await.unwrap();
-        let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
-        World {
-            pods: ns.api(),
-            leases: ns.api(),
-            kubelet,
-            ns,
-        }
-    }
-
-    /// What the operator's step 5 writes: role=leader, the epoch, the group.
-    pub async fn mark_leader(&self, pod: &str, group: &str, epoch: i64) {
-        self.patch_pod(
-            pod,
-            json!({"metadata": {
-                "labels": {"leadergroup.io/role": "leader"},
-                "annotations": {"leadergroup.io/epoch": epoch.to_string(), "leadergroup.io/group": group}
-            }}),
-        )
-        .await;
-    }
-
-    /// What the operator's step 3 writes: role=follower, no epoch.
-    pub async fn mark_follower(&self, pod: &str, group: &str) {
-        self.patch_pod(
-            pod,
-            json!({"metadata": {
-                "labels": {"leadergroup.io/role": "follower"},
-                "annotations": {"leadergroup.io/epoch": null, "leadergroup.io/group": group}
-            }}),
-        )
-        .await;
-    }
-
-    async fn patch_pod(&self, pod: &str, patch: serde_json::Value) {
-        self.pods
-            .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .unwrap();
-    }
-
-    /// What the operator's step 1 writes: the Lease `leadergroup-<group>` with `holder` at
-    /// `epoch`, duration [`DURATION_SECS`].
-    pub async fn put_lease(&self, group: &str, holder: Option<&str>, epoch: i64) {
-        let name = format!("leadergroup-{group}");
-        let lease = json!({
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name, "annotations": {"leadergroup.io/epoch": epoch.to_string()}},
-            "spec": {
-                "holderIdentity": holder,
-                "leaseDurationSeconds": DURATION_SECS,
-                "leaseTransitions": epoch,
-            }
-        });
-        self.leases
-            .patch(
-                &name,
-                &PatchParams::apply("leadergroup-agent-tests").force(),
-                &Patch::Apply(lease),
-            )
-            .await
-            .unwrap();
-    }
-
-    /// A ServiceAccount `name` bound to exactly the Role the docs give for `group` (pods
-    /// get/watch; the group's Lease get/watch by name), and a kubeconfig file that authenticates
-    /// with its token: what the agent has in a pod.
-    pub async fn member_kubeconfig(&self, name: &str, group: &str) -> PathBuf {
-        self.ns.create_service_account(name).await.unwrap();
-        let rules = vec![
-            PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["pods".to_owned()]),
-                verbs: vec!["get".to_owned(), "watch".to_owned()],
-                ..PolicyRule::default()
-            },
-            PolicyRule {
-                api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
-                resources: Some(vec!["leases".to_owned()]),
-                resource_names: Some(vec![format!("leadergroup-{group}")]),
-                verbs: vec!["get".to_owned(), "watch".to_owned()],
-                ..PolicyRule::default()
-            },
-        ];
-        let role = RbacRole {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..ObjectMeta::default()
-            },
-            rules: Some(rules),
-        };
-        self.ns
-            .api::<RbacRole>()
-            .create(&PostParams::default(), &role)
-            .await
-            .unwrap();
-        let binding = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..ObjectMeta::default()
-            },
-            role_ref: RoleRef {
-                api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                kind: "Role".to_owned(),
-                name: name.to_owned(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_owned(),
-                name: name.to_owned(),
-                namespace: Some(self.ns.name.clone()),
-                ..Subject::default()
-            }]),
-        };
-        self.ns
-            .api::<RoleBinding>()
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-        let token = self.ns.service_account_token(name).await.unwrap();
-        let cp = control_plane().await.unwrap();
-        let path = scratch(&format!("{}-{name}", self.ns.name)).with_extension("kubeconfig");
-        std::fs::write(&path, cp.token_kubeconfig(&token)).unwrap();
-        path
-    }
+/// A ServiceAccount `name` bound to exactly the Role the docs give for `group` (pods get/watch;
+/// the group's Lease get/watch by name), and a kubeconfig file that authenticates with its token:
+/// what the agent has in a pod.
+pub async fn member_kubeconfig(w: &World, name: &str, group: &str) -> PathBuf {
+    let token = w
+        .member_token(name, group, MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let cp = control_plane().await.unwrap();
+    let path = scratch(&format!("{}-{name}", w.ns.name)).with_extension("kubeconfig");
+    std::fs::write(&path, cp.token_kubeconfig(&token)).unwrap();
+    path
 }
 
 /// A fresh path under cargo's scratch folder for integration tests (removed first if present).
@@ -332,15 +211,6 @@ impl Agent {
     }
 }
 
-/// The API server's address.
-pub async fn api_server_addr() -> SocketAddr {
-    let cp = control_plane().await.unwrap();
-    cp.server_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap()
-}
-
 /// `kubeconfig` rewritten to reach the API server through `proxy` (the certificate covers
 /// 127.0.0.1, so TLS passes through the proxy untouched).
 pub async fn through(kubeconfig: &Path, proxy: SocketAddr) -> PathBuf {
@@ -354,58 +224,4 @@ pub async fn through(kubeconfig: &Path, proxy: SocketAddr) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-/// A TCP proxy in front of the API server that can cut the connection the way a network
-/// partition does: open connections stop carrying bytes but stay open, new ones are accepted and
-/// left hanging. [`Proxy::heal`] closes the hung ones and forwards again.
-pub struct Proxy {
-    pub addr: SocketAddr,
-    cut: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (cut, cut_rx) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, upstream, cut_rx.clone()));
-            }
-        });
-        Proxy { addr, cut, task }
-    }
-
-    pub fn cut(&self) {
-        self.cut.send_replace(true);
-    }
-
-    pub fn heal(&self) {
-        self.cut.send_replace(false);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.cut.send_replace(false);
-    }
-}
-
-async fn relay(mut client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiver<bool>) {
-    if *cut.borrow_and_update() {
-        let _ = cut.wait_for(|c| !*c).await;
-        return;
-    }
-    let Ok(mut server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    let mut until_cut = cut.clone();
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
-        _ = until_cut.wait_for(|c| *c) => {}
-    }
-    let _ = cut.wait_for(|c| !*c).await;
 }

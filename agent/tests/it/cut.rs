@@ -1,21 +1,24 @@
 //! Cut off from the API server, a leading agent publishes `unknown` within two thirds of the
 //! Lease duration (the crate's rule); reconnected, `leader` again; stopped, `unknown`.
 
+use leadergroup_testenv::{Proxy, api_server_addr};
 use std::time::{Duration, Instant};
 
-use crate::common::{Agent, DURATION_SECS, Proxy, WAIT, World, api_server_addr, through};
+use crate::common::{Agent, DURATION_SECS, WAIT, member_kubeconfig, through, world};
 
 #[tokio::test]
 async fn a_cut_off_leader_publishes_unknown_in_time_and_unknown_when_stopped() {
-    let w = World::new("agent-cut").await;
+    let w = world("agent-cut").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
-    w.put_lease("g", Some("app-0"), 5).await;
-    w.mark_leader("app-0", "g", 5).await;
-    let kubeconfig = w.member_kubeconfig("app", "g").await;
-    let proxy = Proxy::start(api_server_addr().await).await;
+    w.put_lease("g", Some("app-0"), 5).await.unwrap();
+    w.mark_leader("app-0", "g", 5).await.unwrap();
+    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
     let kubeconfig = through(&kubeconfig, proxy.addr).await;
     let mut agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &["--group", "g"]).await;
     let leading = agent.wait_role("leader", Some(5)).await;

@@ -1,22 +1,21 @@
 //! The agent publishes what the pod's marks and the group's Lease say, at once, in its files, on
 //! its endpoint (also as a long poll), and to its on-change command.
 
+use leadergroup_testenv::wait_until;
 use std::time::{Duration, Instant};
 
-use leadergroup_testenv::wait_until;
-
-use crate::common::{Agent, WAIT, World, scratch};
+use crate::common::{Agent, WAIT, member_kubeconfig, scratch, world};
 
 #[tokio::test]
 async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
-    let w = World::new("agent-follow").await;
+    let w = world("agent-follow").await;
     for pod in ["app-0", "app-1"] {
         w.kubelet
             .create_ready_pod(pod, &[("app", "a")])
             .await
             .unwrap();
     }
-    let kubeconfig = w.member_kubeconfig("app", "g").await;
+    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
     // The command appends what it was given and then fails: a failure is only logged.
     let changes = scratch(&format!("{}-changes", w.ns.name));
     let command = format!(
@@ -34,9 +33,9 @@ async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
     assert_eq!((status, body.as_str()), (200, "ok\n"));
 
     // The operator elects app-0 at epoch 1: the Lease, then the pod's marks (naming the group).
-    w.put_lease("g", Some("app-0"), 1).await;
-    w.mark_follower("app-1", "g").await;
-    w.mark_leader("app-0", "g", 1).await;
+    w.put_lease("g", Some("app-0"), 1).await.unwrap();
+    w.mark_follower("app-1", "g").await.unwrap();
+    w.mark_leader("app-0", "g", 1).await.unwrap();
     let leading = agent.wait_role("leader", Some(1)).await;
     let (_, etag, _) = agent.get("/role").await;
     let version = leading["version"].as_str().unwrap().to_owned();
@@ -76,7 +75,7 @@ async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!poll.is_finished(), "the poll returned without a change");
     let update = Instant::now();
-    w.put_lease("g", Some("app-1"), 2).await;
+    w.put_lease("g", Some("app-1"), 2).await.unwrap();
     let updated = Instant::now();
     let (returned, (status, _, body)) = tokio::time::timeout(WAIT, poll).await.unwrap().unwrap();
     assert_eq!(status, 200);
@@ -95,8 +94,8 @@ async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
         (agent.file("role"), agent.file("epoch")),
         ("follower".to_owned(), String::new())
     );
-    w.mark_follower("app-0", "g").await;
-    w.mark_leader("app-1", "g", 2).await;
+    w.mark_follower("app-0", "g").await.unwrap();
+    w.mark_leader("app-1", "g", 2).await.unwrap();
     agent.wait_role("follower", None).await;
 
     // Every change ran the command once, in order, with the role and the epoch; its failures

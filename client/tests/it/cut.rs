@@ -4,21 +4,27 @@
 use std::time::Duration;
 
 use leadergroup_client::{Epoch, Membership, Role};
+use leadergroup_testenv::{MemberRules, Proxy, api_server_addr};
 use tokio::time::Instant;
 
-use crate::common::{Proxy, Recorder, VALIDITY, World, api_server_addr, token_client};
+use crate::common::{Recorder, VALIDITY, token_client, world};
 
 #[tokio::test]
 async fn a_cut_off_leader_turns_unknown_within_two_thirds_of_the_duration() {
-    let w = World::new("client-cut").await;
+    let w = world("client-cut").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
-    w.put_lease("g", Some("app-0"), 5).await;
-    w.mark_leader("app-0", "g", 5).await;
-    let token = w.member_token("app", "g", true, true).await;
-    let proxy = Proxy::start(api_server_addr().await).await;
+    w.put_lease("g", Some("app-0"), 5).await.unwrap();
+    w.mark_leader("app-0", "g", 5).await.unwrap();
+    let token = w
+        .member_token("app", "g", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
     let client = token_client(&token, Some(proxy.addr)).await;
 
     let membership = Membership::start(client, &w.ns.name, "app-0", None);

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use leadergroup_client::{Epoch, Membership, Role};
+use leadergroup_testenv::MemberRules;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, World, token_client};
+use crate::common::{Recorder, VALIDITY, token_client, world};
 
 fn leader(epoch: u32) -> Role {
     Role::Leader {
@@ -17,7 +18,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn the_role_follows_the_pod_marks_and_the_lease() {
-    let w = World::new("client-membership").await;
+    let w = world("client-membership").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
@@ -26,7 +27,10 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
         .create_ready_pod("app-1", &[("app", "a")])
         .await
         .unwrap();
-    let token = w.member_token("app", "g", true, true).await;
+    let token = w
+        .member_token("app", "g", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
     let client = token_client(&token, None).await;
 
     // No group given and none on the pod yet: confirmed, in no group, so a follower.
@@ -36,9 +40,9 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
 
     // The operator elects app-0 at epoch 1: Lease first, then the pod's marks (which name the
     // group, so the Membership starts following the Lease).
-    w.put_lease("g", Some("app-0"), 1).await;
-    w.mark_follower("app-1", "g").await;
-    w.mark_leader("app-0", "g", 1).await;
+    w.put_lease("g", Some("app-0"), 1).await.unwrap();
+    w.mark_follower("app-1", "g").await.unwrap();
+    w.mark_leader("app-0", "g", 1).await.unwrap();
     roles.wait_for(leader(1), WAIT).await;
     assert_eq!(membership.role(), leader(1));
     assert!(
@@ -64,11 +68,11 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
     // Handover to app-1 at epoch 2: the Lease moves first; app-0 is no longer leader from that
     // moment, before its own label changes.
     let lost = membership.leader_context();
-    w.put_lease("g", Some("app-1"), 2).await;
+    w.put_lease("g", Some("app-1"), 2).await.unwrap();
     let role = tokio::time::timeout(WAIT, lost).await.unwrap();
     assert_eq!(role, Role::Follower);
-    w.mark_follower("app-0", "g").await;
-    w.mark_leader("app-1", "g", 2).await;
+    w.mark_follower("app-0", "g").await.unwrap();
+    w.mark_leader("app-1", "g", 2).await.unwrap();
 
     // Not leader: leader_context resolves at once.
     assert_eq!(
@@ -79,12 +83,12 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
     );
 
     // Back to app-0 at epoch 3: the Lease names it, but its label still says follower...
-    w.put_lease("g", Some("app-0"), 3).await;
+    w.put_lease("g", Some("app-0"), 3).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(membership.role(), Role::Follower);
     // ...until the operator's last step.
-    w.mark_follower("app-1", "g").await;
-    w.mark_leader("app-0", "g", 3).await;
+    w.mark_follower("app-1", "g").await.unwrap();
+    w.mark_leader("app-0", "g", 3).await.unwrap();
     assert_eq!(
         tokio::time::timeout(WAIT, membership.wait_leader())
             .await
@@ -94,9 +98,9 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
 
     // A pod whose epoch annotation disagrees with the Lease (a stale promotion landing late) is
     // not leader.
-    w.mark_leader("app-0", "g", 2).await;
+    w.mark_leader("app-0", "g", 2).await.unwrap();
     roles.wait_for(Role::Follower, WAIT).await;
-    w.mark_leader("app-0", "g", 3).await;
+    w.mark_leader("app-0", "g", 3).await.unwrap();
     roles.wait_for(leader(3), WAIT).await;
 
     // The pod is deleted: a follower (and never a leader again).
@@ -127,20 +131,23 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
 
 #[tokio::test]
 async fn a_given_group_is_followed_before_the_pod_names_it() {
-    let w = World::new("client-given-group").await;
+    let w = world("client-given-group").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
-    let token = w.member_token("app", "g", true, true).await;
+    let token = w
+        .member_token("app", "g", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
     let client = token_client(&token, None).await;
     let membership = Membership::start(client, &w.ns.name, "app-0", Some("g".to_owned()));
     let roles = Recorder::new(membership.subscribe());
     // The Lease does not exist yet: confirmed absent, so a follower.
     roles.wait_for(Role::Follower, WAIT).await;
     // The Lease appears (watched from "now" while absent), then the marks.
-    w.put_lease("g", Some("app-0"), 7).await;
-    w.mark_leader("app-0", "g", 7).await;
+    w.put_lease("g", Some("app-0"), 7).await.unwrap();
+    w.mark_leader("app-0", "g", 7).await.unwrap();
     roles.wait_for(leader(7), WAIT).await;
     // The Lease is deleted (the group was deleted): no longer leader.
     w.leases

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use leadergroup_client::{Membership, MembershipError, Role};
+use leadergroup_testenv::MemberRules;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, World, token_client};
+use crate::common::{Recorder, VALIDITY, token_client, world};
 
 async fn wait_forbidden(membership: &Membership) -> std::sync::Arc<MembershipError> {
     let mut errors = membership.errors();
@@ -21,15 +22,18 @@ async fn wait_forbidden(membership: &Membership) -> std::sync::Arc<MembershipErr
 
 #[tokio::test]
 async fn without_the_lease_rule_the_role_stays_unknown_and_the_error_names_it() {
-    let w = World::new("client-no-lease-rbac").await;
+    let w = world("client-no-lease-rbac").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
     // Everything says app-0 leads; only the permission to confirm it with the Lease is missing.
-    w.put_lease("g", Some("app-0"), 4).await;
-    w.mark_leader("app-0", "g", 4).await;
-    let token = w.member_token("app", "g", true, false).await;
+    w.put_lease("g", Some("app-0"), 4).await.unwrap();
+    w.mark_leader("app-0", "g", 4).await.unwrap();
+    let token = w
+        .member_token("app", "g", MemberRules::PODS_ONLY)
+        .await
+        .unwrap();
     let client = token_client(&token, None).await;
 
     let started = Instant::now();
@@ -68,14 +72,14 @@ async fn without_the_lease_rule_the_role_stays_unknown_and_the_error_names_it() 
 
 #[tokio::test]
 async fn without_any_rule_the_error_names_the_pod() {
-    let w = World::new("client-no-rbac").await;
+    let w = world("client-no-rbac").await;
     w.kubelet
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
-    w.put_lease("g", Some("app-0"), 4).await;
-    w.mark_leader("app-0", "g", 4).await;
-    let token = w.member_token("app", "g", false, false).await;
+    w.put_lease("g", Some("app-0"), 4).await.unwrap();
+    w.mark_leader("app-0", "g", 4).await.unwrap();
+    let token = w.member_token("app", "g", MemberRules::NONE).await.unwrap();
     let client = token_client(&token, None).await;
     let membership = Membership::start(client, &w.ns.name, "app-0", Some("g".to_owned()));
     let roles = Recorder::new(membership.subscribe());
