@@ -23,12 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector};
-use leadergroup_testenv::{Kubelet, TestNamespace};
+use leadergroup_testenv::{Kubelet, MemberRules, TestNamespace, member_account};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
@@ -293,7 +292,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
     let ns = setup.ns;
     let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
     kubelet.ensure_node().await.map_err(|e| e.to_string())?;
-    let member_client = member_account(ns).await?;
+    let member_client = member_account_client(ns).await?;
     let token = ns
         .service_account_token(ACCOUNT)
         .await
@@ -361,60 +360,12 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
     Ok(report)
 }
 
-/// The pods' ServiceAccount, bound to exactly the Role the crate documents; a client as it.
-async fn member_account(ns: &TestNamespace) -> Result<Client, String> {
-    ns.create_service_account(ACCOUNT)
+/// The pods' ServiceAccount, bound to exactly the Role the crate documents (testenv's
+/// [`member_account`]); a client as it.
+async fn member_account_client(ns: &TestNamespace) -> Result<Client, String> {
+    member_account(ns, ACCOUNT, GROUP, MemberRules::DOCUMENTED)
         .await
         .map_err(|e| e.to_string())?;
-    let rules = vec![
-        PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["pods".to_owned()]),
-            verbs: vec!["get".to_owned(), "watch".to_owned()],
-            ..PolicyRule::default()
-        },
-        PolicyRule {
-            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
-            resources: Some(vec!["leases".to_owned()]),
-            resource_names: Some(vec![format!("leadergroup-{GROUP}")]),
-            verbs: vec!["get".to_owned(), "watch".to_owned()],
-            ..PolicyRule::default()
-        },
-    ];
-    let meta = ObjectMeta {
-        name: Some(ACCOUNT.to_owned()),
-        ..ObjectMeta::default()
-    };
-    ns.api::<RbacRole>()
-        .create(
-            &PostParams::default(),
-            &RbacRole {
-                metadata: meta.clone(),
-                rules: Some(rules),
-            },
-        )
-        .await
-        .map_err(|e| format!("creating the Role: {e}"))?;
-    ns.api::<RoleBinding>()
-        .create(
-            &PostParams::default(),
-            &RoleBinding {
-                metadata: meta,
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                    kind: "Role".to_owned(),
-                    name: ACCOUNT.to_owned(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".to_owned(),
-                    name: ACCOUNT.to_owned(),
-                    namespace: Some(ns.name.clone()),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await
-        .map_err(|e| format!("creating the RoleBinding: {e}"))?;
     ns.service_account_client(ACCOUNT)
         .await
         .map_err(|e| e.to_string())
