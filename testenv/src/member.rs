@@ -159,6 +159,20 @@ impl MemberWorld {
         self.marks.put_lease(group, holder, epoch).await
     }
 
+    /// A Ready pod `pod` labelled `labels` that the operator has made the leader of `group` at
+    /// `epoch`: the group's Lease held by it, then its leader marks (steps 1 and 5).
+    pub async fn ready_leader(
+        &self,
+        pod: &str,
+        labels: &[(&str, &str)],
+        group: &str,
+        epoch: i64,
+    ) -> Result<()> {
+        self.kubelet.create_ready_pod(pod, labels).await?;
+        self.put_lease(group, Some(pod), epoch).await?;
+        self.mark_leader(pod, group, epoch).await
+    }
+
     /// See [`member_account`]: a member ServiceAccount in this world's namespace; its token.
     pub async fn member_token(
         &self,

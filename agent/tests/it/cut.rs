@@ -9,12 +9,9 @@ use crate::common::{Agent, DURATION_SECS, WAIT, member_kubeconfig, through, worl
 #[tokio::test]
 async fn a_cut_off_leader_publishes_unknown_in_time_and_unknown_when_stopped() {
     let w = world("agent-cut").await;
-    w.kubelet
-        .create_ready_pod("app-0", &[("app", "a")])
+    w.ready_leader("app-0", &[("app", "a")], "g", 5)
         .await
         .unwrap();
-    w.put_lease("g", Some("app-0"), 5).await.unwrap();
-    w.mark_leader("app-0", "g", 5).await.unwrap();
     let kubeconfig = member_kubeconfig(&w, "app", "g").await;
     let proxy = Proxy::start(api_server_addr().await.unwrap())
         .await

@@ -14,7 +14,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use leadergroup_client::Role;
-use leadergroup_testenv::{MemberWorld, control_plane};
+use leadergroup_testenv::{MemberRules, MemberWorld, control_plane};
 use tokio::{sync::watch, time::Instant};
 
 /// Every test's Lease duration: validity 2 s, a confirming GET after 1 s of quiet.
@@ -30,6 +30,19 @@ pub async fn world(prefix: &str) -> World {
     World::new(prefix, "leadergroup-client-tests", DURATION_SECS)
         .await
         .unwrap()
+}
+
+/// A client as ServiceAccount `name` bound to the member Role of `group` with `rules` (testenv's
+/// [`leadergroup_testenv::member_account`]), talking to `server` (see [`token_client`]).
+pub async fn member_client(
+    w: &World,
+    name: &str,
+    group: &str,
+    rules: MemberRules,
+    server: Option<SocketAddr>,
+) -> Client {
+    let token = w.member_token(name, group, rules).await.unwrap();
+    token_client(&token, server).await
 }
 
 /// A client that authenticates with `token` and talks to `server` (the API server, or a proxy in

@@ -7,25 +7,18 @@ use leadergroup_client::{Epoch, Membership, Role};
 use leadergroup_testenv::{MemberRules, Proxy, api_server_addr};
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, token_client, world};
+use crate::common::{Recorder, VALIDITY, member_client, world};
 
 #[tokio::test]
 async fn a_cut_off_leader_turns_unknown_within_two_thirds_of_the_duration() {
     let w = world("client-cut").await;
-    w.kubelet
-        .create_ready_pod("app-0", &[("app", "a")])
-        .await
-        .unwrap();
-    w.put_lease("g", Some("app-0"), 5).await.unwrap();
-    w.mark_leader("app-0", "g", 5).await.unwrap();
-    let token = w
-        .member_token("app", "g", MemberRules::DOCUMENTED)
+    w.ready_leader("app-0", &[("app", "a")], "g", 5)
         .await
         .unwrap();
     let proxy = Proxy::start(api_server_addr().await.unwrap())
         .await
         .unwrap();
-    let client = token_client(&token, Some(proxy.addr)).await;
+    let client = member_client(&w, "app", "g", MemberRules::DOCUMENTED, Some(proxy.addr)).await;
 
     let membership = Membership::start(client, &w.ns.name, "app-0", None);
     let roles = Recorder::new(membership.subscribe());

@@ -6,7 +6,7 @@ use leadergroup_client::{Epoch, Membership, Role};
 use leadergroup_testenv::MemberRules;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, token_client, world};
+use crate::common::{Recorder, VALIDITY, member_client, world};
 
 fn leader(epoch: u32) -> Role {
     Role::Leader {
@@ -27,11 +27,7 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
         .create_ready_pod("app-1", &[("app", "a")])
         .await
         .unwrap();
-    let token = w
-        .member_token("app", "g", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
-    let client = token_client(&token, None).await;
+    let client = member_client(&w, "app", "g", MemberRules::DOCUMENTED, None).await;
 
     // No group given and none on the pod yet: confirmed, in no group, so a follower.
     let membership = Membership::start(client, &w.ns.name, "app-0", None);
@@ -136,11 +132,7 @@ async fn a_given_group_is_followed_before_the_pod_names_it() {
         .create_ready_pod("app-0", &[("app", "a")])
         .await
         .unwrap();
-    let token = w
-        .member_token("app", "g", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
-    let client = token_client(&token, None).await;
+    let client = member_client(&w, "app", "g", MemberRules::DOCUMENTED, None).await;
     let membership = Membership::start(client, &w.ns.name, "app-0", Some("g".to_owned()));
     let roles = Recorder::new(membership.subscribe());
     // The Lease does not exist yet: confirmed absent, so a follower.

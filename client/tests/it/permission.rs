@@ -6,7 +6,7 @@ use leadergroup_client::{Membership, MembershipError, Role};
 use leadergroup_testenv::MemberRules;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, token_client, world};
+use crate::common::{Recorder, VALIDITY, member_client, world};
 
 async fn wait_forbidden(membership: &Membership) -> std::sync::Arc<MembershipError> {
     let mut errors = membership.errors();
@@ -23,18 +23,11 @@ async fn wait_forbidden(membership: &Membership) -> std::sync::Arc<MembershipErr
 #[tokio::test]
 async fn without_the_lease_rule_the_role_stays_unknown_and_the_error_names_it() {
     let w = world("client-no-lease-rbac").await;
-    w.kubelet
-        .create_ready_pod("app-0", &[("app", "a")])
-        .await
-        .unwrap();
     // Everything says app-0 leads; only the permission to confirm it with the Lease is missing.
-    w.put_lease("g", Some("app-0"), 4).await.unwrap();
-    w.mark_leader("app-0", "g", 4).await.unwrap();
-    let token = w
-        .member_token("app", "g", MemberRules::PODS_ONLY)
+    w.ready_leader("app-0", &[("app", "a")], "g", 4)
         .await
         .unwrap();
-    let client = token_client(&token, None).await;
+    let client = member_client(&w, "app", "g", MemberRules::PODS_ONLY, None).await;
 
     let started = Instant::now();
     let membership = Membership::start(client, &w.ns.name, "app-0", None);
@@ -73,14 +66,10 @@ async fn without_the_lease_rule_the_role_stays_unknown_and_the_error_names_it() 
 #[tokio::test]
 async fn without_any_rule_the_error_names_the_pod() {
     let w = world("client-no-rbac").await;
-    w.kubelet
-        .create_ready_pod("app-0", &[("app", "a")])
+    w.ready_leader("app-0", &[("app", "a")], "g", 4)
         .await
         .unwrap();
-    w.put_lease("g", Some("app-0"), 4).await.unwrap();
-    w.mark_leader("app-0", "g", 4).await.unwrap();
-    let token = w.member_token("app", "g", MemberRules::NONE).await.unwrap();
-    let client = token_client(&token, None).await;
+    let client = member_client(&w, "app", "g", MemberRules::NONE, None).await;
     let membership = Membership::start(client, &w.ns.name, "app-0", Some("g".to_owned()));
     let roles = Recorder::new(membership.subscribe());
     let error = wait_forbidden(&membership).await;
