@@ -25,7 +25,7 @@ help:
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
-	@echo "make images            build the OCI images (pause, busybox, webapp, operator); imports them when .realcluster/ runs"
+	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
 	@echo "make fmt | lint        rustfmt | clippy -D warnings"
 
 controlplane:
@@ -137,7 +137,9 @@ e2e:
 	took() { echo "e2e: == $$1: $$((SECONDS - t)) s"; }; \
 	phase "node packages (node-deps.sh)"; controlplane/node-deps.sh; took "node packages"; \
 	phase "node binaries (node-build.sh)"; controlplane/node-build.sh >/dev/null; took "node binaries"; \
-	phase "release build"; nice -n 10 cargo build --release --locked --bin leadergroup-operator; took "release build"; \
+	phase "release build"; nice -n 10 cargo build --release --locked --bin leadergroup-operator; \
+	  nice -n 10 cargo build --release --locked -p leadergroup-agent --bin leadergroup-agent; \
+	  nice -n 10 cargo build --release --locked --example ledger; took "release build"; \
 	phase "images"; images/build.sh; took "images"; \
 	phase "test build"; cargo test --test e2e --no-run; took "test build"; \
 	keep_logs() { rm -rf "$(E2E_LOGS)"; mkdir -p "$(E2E_LOGS)"; \

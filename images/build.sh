@@ -17,6 +17,13 @@
 #             /healthz; on SIGTERM it waits $STOP_DELAY seconds (default 0: a drain), then stops
 #   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (cargo build
 #             --release), the libraries ldd lists, CA certificates, user 65532: the chart's default
+#   agent     leadergroup-agent:<version>            target/release/leadergroup-agent, its libraries, CA
+#             certificates, user 65532, and busybox-static as /bin/sh (--on-change runs `/bin/sh -c`)
+#   ledger    leadergroup-ledger:<version>           target/release/examples/ledger (cargo build --release
+#             --example ledger), its libraries, user 65532; no CA certificates: it reaches PostgreSQL
+#             without TLS and the API server with the ServiceAccount's CA
+# The agent's and the ledger's names are the ones examples/ledger/manifests use (version: the
+# workspace's), stored as docker.io/library/NAME:TAG, what the CRI makes of a bare `NAME:TAG`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -31,11 +38,11 @@ while (($#)); do
     --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
     --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
-    pause | busybox | webapp | operator) names+=("$1"); shift ;;
-    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator)" ;;
+    pause | busybox | webapp | operator | agent | ledger) names+=("$1"); shift ;;
+    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger)" ;;
   esac
 done
-((${#names[@]})) || names=(pause busybox webapp operator)
+((${#names[@]})) || names=(pause busybox webapp operator agent ledger)
 [[ -n $build || -n $import_dir ]] || die "--no-build only makes sense with --import"
 
 out=$repo/target/images
@@ -142,6 +149,30 @@ SCRIPT
   oci_archive webapp localhost/leadergroup/webapp:1 "$r" 65532:65532 "$(json_array /usr/local/bin/webapp)" null
 }
 
+# rust_rootfs DIR BINARY: a root filesystem with the release binary at /usr/local/bin/NAME and
+# every library at the path ldd names (the loader included), dereferenced: the loader and glibc's
+# default search path find them there without an ld.so.cache.
+rust_rootfs() {
+  local r=$1 binary=$2 lib
+  base_rootfs "$r"
+  install -D -m 0755 "$binary" "$r/usr/local/bin/$(basename "$binary")"
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
+    install -D -m 0755 "$(readlink -f "$lib")" "$r$lib"
+  done
+}
+
+# library_ref NAME TAG: a bare NAME:TAG as the CRI resolves it (docker.io/library/NAME:TAG).
+library_ref() {
+  local ref=$1:$2
+  [[ $ref == */* ]] || ref=docker.io/library/$ref
+  echo "$ref"
+}
+
+# The workspace's version (Cargo.toml [workspace.package]): the agent's and the ledger's tag.
+workspace_version() {
+  sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\([^"]*\)"/\1/p' "$repo/Cargo.toml" | head -1
+}
+
 build_operator() {
   local version
   version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/leadergroup-operator/Chart.yaml")
@@ -151,19 +182,37 @@ build_operator() {
   [[ -n $repository ]] || die "no image.repository in charts/leadergroup-operator/values.yaml"
   say "cargo build --release --bin leadergroup-operator"
   (cd "$repo" && nice -n 10 cargo build --release --locked --bin leadergroup-operator)
-  local binary=$repo/target/release/leadergroup-operator r=$work/operator-rootfs lib
-  base_rootfs "$r"
-  install -D -m 0755 "$binary" "$r/usr/local/bin/leadergroup-operator"
-  # Every library at the path ldd names (the loader included), dereferenced: the loader and
-  # glibc's default search path find them there without an ld.so.cache.
-  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
-    install -D -m 0755 "$(readlink -f "$lib")" "$r$lib"
-  done
+  local r=$work/operator-rootfs
+  rust_rootfs "$r" "$repo/target/release/leadergroup-operator"
   install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
   # A docker.io/library/ name is what the CRI makes of the chart's `leadergroup-operator:<tag>`.
-  local ref=$repository:$version
-  [[ $ref == */* ]] || ref=docker.io/library/$ref
-  oci_archive operator "$ref" "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-operator)" null
+  oci_archive operator "$(library_ref "$repository" "$version")" "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-operator)" null
+}
+
+build_agent() {
+  local version
+  version=$(workspace_version)
+  [[ -n $version ]] || die "no version in Cargo.toml's [workspace.package]"
+  say "cargo build --release -p leadergroup-agent"
+  (cd "$repo" && nice -n 10 cargo build --release --locked -p leadergroup-agent --bin leadergroup-agent)
+  local r=$work/agent-rootfs
+  rust_rootfs "$r" "$repo/target/release/leadergroup-agent"
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+  # --on-change runs its command with /bin/sh -c: busybox's sh and applets (cat, echo, wget...).
+  cp "$busybox" "$r/bin/busybox"
+  for a in $("$busybox" --list); do [[ $a == busybox ]] || ln -s busybox "$r/bin/$a"; done
+  oci_archive agent "$(library_ref leadergroup-agent "$version")" "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-agent)" null
+}
+
+build_ledger() {
+  local version
+  version=$(workspace_version)
+  [[ -n $version ]] || die "no version in Cargo.toml's [workspace.package]"
+  say "cargo build --release --example ledger"
+  (cd "$repo" && nice -n 10 cargo build --release --locked --example ledger)
+  local r=$work/ledger-rootfs
+  rust_rootfs "$r" "$repo/target/release/examples/ledger"
+  oci_archive ledger "$(library_ref leadergroup-ledger "$version")" "$r" 65532:65532 "$(json_array /usr/local/bin/ledger)" null
 }
 
 start=$SECONDS

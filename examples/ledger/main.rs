@@ -124,11 +124,16 @@ async fn main() {
             (m.subscribe(), Some(m))
         }
     };
+    // SIGTERM is how the kubelet stops a container: as PID 1 the process would ignore it (no
+    // default action there) and wait out the pod's whole grace period.
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
     event!("started pod={} group={}", args.pod_name, args.group);
     tokio::select! {
         () = write_while_leading(&args, roles, &mut db, &counts) => {}
         r = http => tracing::error!("HTTP server stopped: {r:?}"),
         _ = tokio::signal::ctrl_c() => event!("exiting"),
+        _ = terminate.recv() => event!("exiting (SIGTERM)"),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The end-to-end tests: the operator installed with its Helm chart on a real cluster (two nodes,
 //! each a kubelet with its own containerd; kube-proxy; kube-controller-manager and the scheduler),
 //! the example web application behind a Service that selects the leader, and real faults: a
-//! container killed or frozen, a node stopped, the active operator replica killed.
+//! container killed or frozen, a node stopped, the active operator replica killed; and how fast a
+//! downward API volume follows a pod's labels (`downward.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -14,6 +15,7 @@
 
 mod chart;
 mod cluster;
+mod downward;
 mod faults;
 mod operator_ha;
 mod service;
