@@ -15,11 +15,12 @@ TEST_THREADS ?= 6
 # The control plane `make test` starts for the whole run (one for all test binaries).
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
-.PHONY: help demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
+.PHONY: help demo light-demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
 .PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
-	@echo "make demo              start the light cluster, run the operator, show an election, handovers and a GC pause"
+	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
+	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
 	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
@@ -51,6 +52,7 @@ cluster-up:
 	controlplane/realcluster.sh up
 
 cluster-down:
+	examples/realdemo.sh stop-db
 	controlplane/realcluster.sh down
 
 images:
@@ -61,7 +63,14 @@ DEMO_PID := .cluster/demo-operator.pid
 demo-stop:
 	@if [[ -f $(DEMO_PID) ]]; then kill "$$(cat $(DEMO_PID))" 2>/dev/null || true; rm -f $(DEMO_PID); fi
 
-demo: demo-stop
+# make demo: the real cluster as root (examples/realdemo.sh; it stays up: make cluster-down), else the
+# light one.
+demo:
+	@if [[ $$(id -u) == 0 ]]; then examples/realdemo.sh; else \
+	  echo "make demo: not root, and the real cluster needs root: running the light demo (make light-demo)"; \
+	  $(MAKE) --no-print-directory light-demo; fi
+
+light-demo: demo-stop
 	controlplane/cluster.sh up
 	controlplane/postgres-deps.sh
 	cargo build --bin leadergroup-operator --example demo --example ledger
