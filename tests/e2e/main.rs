@@ -2,7 +2,8 @@
 //! each a kubelet with its own containerd; kube-proxy; kube-controller-manager and the scheduler),
 //! the example web application behind a Service that selects the leader, and real faults: a
 //! container killed or frozen, a node stopped, the active operator replica killed; and how fast a
-//! downward API volume follows a pod's labels (`downward.rs`).
+//! downward API volume follows a pod's labels (`downward.rs`); the GC pause with the ledger and
+//! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -17,5 +18,6 @@ mod chart;
 mod cluster;
 mod downward;
 mod faults;
+mod gc_pause;
 mod operator_ha;
 mod service;
