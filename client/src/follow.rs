@@ -59,28 +59,10 @@ pub(crate) async fn follow<K>(
         let third = *period.borrow();
         // A GET confirms the state as of its sending, not its answer: the earlier instant.
         let sent = Instant::now();
-        let state = match timeout(third, api.get_opt(&name)).await {
-            Ok(Ok(state)) => state,
-            Ok(Err(e)) => {
-                let error = MembershipError::from_kube(request("get"), e);
-                let pause = if error.is_forbidden() {
-                    BACKOFF_MAX
-                } else {
-                    backoff
-                };
-                if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(pause).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue 'get;
-            }
-            Err(_) => {
-                let error = MembershipError::Timeout {
-                    request: request("get"),
-                    after: third,
-                };
-                if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
+        let state = match bounded(third, request("get"), api.get_opt(&name)).await {
+            Ok(state) => state,
+            Err(error) => {
+                if !failed(&reports, error, &mut backoff).await {
                     return;
                 }
                 continue 'get;
@@ -103,28 +85,10 @@ pub(crate) async fn follow<K>(
             return;
         }
 
-        let stream = match timeout(third, api.watch(&params, &version)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                let error = MembershipError::from_kube(request("watch"), e);
-                let pause = if error.is_forbidden() {
-                    BACKOFF_MAX
-                } else {
-                    backoff
-                };
-                if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(pause).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue 'get;
-            }
-            Err(_) => {
-                let error = MembershipError::Timeout {
-                    request: request("watch"),
-                    after: third,
-                };
-                if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
+        let stream = match bounded(third, request("watch"), api.watch(&params, &version)).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                if !failed(&reports, error, &mut backoff).await {
                     return;
                 }
                 continue 'get;
@@ -245,4 +209,43 @@ pub(crate) async fn follow<K>(
             }
         }
     }
+}
+
+/// `call`, bounded by `limit`: its answer, or what failed as the membership's error (no answer
+/// in time included: the connection may be stuck).
+async fn bounded<T>(
+    limit: Duration,
+    request: Request,
+    call: impl Future<Output = kube::Result<T>>,
+) -> Result<T, MembershipError> {
+    match timeout(limit, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(MembershipError::from_kube(request, e)),
+        Err(_) => Err(MembershipError::Timeout {
+            request,
+            after: limit,
+        }),
+    }
+}
+
+/// Reports `error`, then waits before the next attempt: an API error backs off (a 403 the
+/// longest), a timeout has waited its bound already. False once nobody listens.
+async fn failed<K>(
+    reports: &mpsc::Sender<Report<K>>,
+    error: MembershipError,
+    backoff: &mut Duration,
+) -> bool {
+    let pause = match &error {
+        MembershipError::Timeout { .. } => None,
+        e if e.is_forbidden() => Some(BACKOFF_MAX),
+        _ => Some(*backoff),
+    };
+    if reports.send(Report::Failed(Arc::new(error))).await.is_err() {
+        return false;
+    }
+    if let Some(pause) = pause {
+        tokio::time::sleep(pause).await;
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    }
+    true
 }
