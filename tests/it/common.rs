@@ -84,6 +84,24 @@ impl Operator {
         identity: &str,
         extra: &[&str],
     ) -> Operator {
+        // The port was free when chosen, but another process of the parallel tests (an operator,
+        // an agent, a PostgreSQL) may bind it before this operator does: it then exits at once
+        // with "Address already in use", and it is started again on another port.
+        for _ in 0..5 {
+            let mut operator = Self::spawn(kubeconfig, namespace, identity, extra);
+            if !operator.lost_its_port().await {
+                return operator;
+            }
+        }
+        panic!("leadergroup-operator found its HTTP port taken five times in a row");
+    }
+
+    fn spawn(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Operator {
         let http = free_port();
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
         std::fs::create_dir_all(&dir).unwrap();
@@ -108,6 +126,22 @@ impl Operator {
             http,
             log,
         }
+    }
+
+    /// Whether it exited because its HTTP port was taken: it binds the port at start, so this
+    /// waits for /healthz to answer or the process to end (at most a few seconds; an operator
+    /// that exits for another reason is left for the test to see).
+    async fn lost_its_port(&mut self) -> bool {
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.logs().contains("Address already in use");
+            }
+            if self.get("/healthz").await.is_some() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// The process id.
