@@ -74,14 +74,7 @@ pub(crate) async fn follow<K>(
             .as_ref()
             .and_then(|o| o.resource_version())
             .unwrap_or_default();
-        if reports
-            .send(Report::Seen {
-                state: state.map(Box::new),
-                at: sent,
-            })
-            .await
-            .is_err()
-        {
+        if !seen(&reports, state, sent).await {
             return;
         }
 
@@ -134,14 +127,7 @@ pub(crate) async fn follow<K>(
                                 .unwrap_or_default();
                             let moved = current != version;
                             confirmed_at = sent;
-                            if reports
-                                .send(Report::Seen {
-                                    state: state.map(Box::new),
-                                    at: sent,
-                                })
-                                .await
-                                .is_err()
-                            {
+                            if !seen(&reports, state, sent).await {
                                 return;
                             }
                             if moved {
@@ -197,18 +183,22 @@ pub(crate) async fn follow<K>(
                 }
             };
             confirmed_at = at;
-            if reports
-                .send(Report::Seen {
-                    state: state.map(Box::new),
-                    at,
-                })
-                .await
-                .is_err()
-            {
+            if !seen(&reports, state, at).await {
                 return;
             }
         }
     }
+}
+
+/// Reports the state the API server showed at `at`. False once nobody listens.
+async fn seen<K>(reports: &mpsc::Sender<Report<K>>, state: Option<K>, at: Instant) -> bool {
+    reports
+        .send(Report::Seen {
+            state: state.map(Box::new),
+            at,
+        })
+        .await
+        .is_ok()
 }
 
 /// `call`, bounded by `limit`: its answer, or what failed as the membership's error (no answer
