@@ -484,6 +484,7 @@ impl App {
                 lease_duration_seconds: 15,
                 preferred_leader: None,
                 paused: false,
+                liveness: Default::default(),
             },
         );
         app.groups
