@@ -74,6 +74,7 @@ mod error;
 pub mod fence;
 mod follow;
 mod membership;
+mod renew;
 pub mod role;
 
 pub use epoch::{Epoch, ParseEpochError};
@@ -90,5 +91,10 @@ pub const LEADER: &str = "leader";
 pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
 /// Annotation on the group's pods: the group's name. The operator's `GROUP_ANNOTATION`.
 pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// Annotation on the group's Lease in Heartbeat mode, value [`HEARTBEAT`]: the leader renews the
+/// Lease itself. The operator's `LIVENESS_ANNOTATION`.
+pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
+/// The value of [`LIVENESS_ANNOTATION`] in Heartbeat mode.
+pub const HEARTBEAT: &str = "Heartbeat";
 /// The group's Lease is named this prefix followed by the group's name.
 pub const LEASE_PREFIX: &str = "leadergroup-";
