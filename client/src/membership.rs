@@ -205,7 +205,7 @@ enum Update {
     /// From the follower of this group's Lease (reports of a previous group's are ignored).
     Lease(String, Report<Lease>),
     /// A renewal of the Lease (Heartbeat mode) answered.
-    Renewal(RenewalOutcome),
+    Renewal(Box<RenewalOutcome>),
 }
 
 /// How a renewal of the Lease went.
@@ -424,7 +424,7 @@ impl Core {
                     }
                 }
             }
-            Update::Renewal(outcome) => self.renewal_answered(outcome),
+            Update::Renewal(outcome) => self.renewal_answered(*outcome),
         }
     }
 
@@ -498,7 +498,7 @@ impl Core {
                 from_version,
                 result,
             };
-            let _ = updates.send(Update::Renewal(outcome)).await;
+            let _ = updates.send(Update::Renewal(Box::new(outcome))).await;
         })));
     }
 
