@@ -260,6 +260,10 @@ async fn run() -> Result<()> {
     ));
     let mut app = app_latency::run(cp, &operator, &log_dir, plan.app_latency).await?;
 
+    say("heartbeat-writes: 100 groups, Readiness then Heartbeat");
+    let mut heartbeat =
+        heartbeat_writes::run(cp, &operator, &log_dir, 100, plan.ours_window, run.clone()).await?;
+
     let mut scale = Vec::new();
     for &size in &plan.scale_sizes {
         say(format!("scale: ours, {size} groups"));
@@ -383,7 +387,18 @@ async fn run() -> Result<()> {
     report::write_json(&results.join("floor.json"), &floor)?;
     app.run = run.clone();
     report::write_json(&results.join("app-latency.json"), &app)?;
-    let page = report::markdown(&run, &graceful, &crash, &scale, &burst, &floor, &app);
+    heartbeat.run = run.clone();
+    report::write_json(&results.join("heartbeat-writes.json"), &heartbeat)?;
+    let page = report::markdown(&report::Page {
+        run: &run,
+        graceful: &graceful,
+        crash: &crash,
+        scale: &scale,
+        burst: &burst,
+        floor: &floor,
+        app: &app,
+        heartbeat: &heartbeat,
+    });
     std::fs::write(repo.join("docs/benchmarks.md"), page)
         .map_err(Error::io("writing docs/benchmarks.md"))?;
     say(format!(

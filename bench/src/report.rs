@@ -416,16 +416,30 @@ fn handover_table(out: &mut String, h: &HandoverResult, floor: f64) {
     }
 }
 
+/// Every result the page shows.
+pub struct Page<'a> {
+    pub run: &'a Run,
+    pub graceful: &'a HandoverResult,
+    pub crash: &'a HandoverResult,
+    pub scale: &'a ScaleResult,
+    pub burst: &'a BurstResult,
+    pub floor: &'a Floor,
+    pub app: &'a crate::app_latency::AppLatencyResult,
+    pub heartbeat: &'a crate::heartbeat_writes::HeartbeatWrites,
+}
+
 /// The page.
-pub fn markdown(
-    run: &Run,
-    graceful: &HandoverResult,
-    crash: &HandoverResult,
-    scale: &ScaleResult,
-    burst: &BurstResult,
-    floor: &Floor,
-    app: &crate::app_latency::AppLatencyResult,
-) -> String {
+pub fn markdown(page: &Page<'_>) -> String {
+    let Page {
+        run,
+        graceful,
+        crash,
+        scale,
+        burst,
+        floor,
+        app,
+        heartbeat,
+    } = *page;
     let mut o = String::new();
     let floor_ms = floor.summary.as_ref().map_or(f64::NAN, |s| s.median_ms);
     let _ = writeln!(o, "# Benchmarks\n");
@@ -618,6 +632,7 @@ pub fn markdown(
     );
 
     let _ = write!(o, "{}", app_latency_section(app));
+    let _ = writeln!(o, "{}", crate::heartbeat_writes::section(heartbeat));
 
     let _ = writeln!(o, "## Targets\n");
     let _ = writeln!(o, "| target | measured | met |\n|---|---|---|");
