@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
+use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;
 use crate::marks;
 use crate::metrics::Metrics;
@@ -88,6 +89,8 @@ pub struct Context {
     pod_index: PodIndex,
     /// When this replica saw each group's Lease reach its current state (Heartbeat liveness).
     lease_sightings: LeaseSightings,
+    /// Operator replicas known to have stopped on purpose.
+    retired: Retired,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
     handover_clocks: HandoverClocks,
     /// Whether this replica may act (always true without `--leader-elect`).
@@ -142,6 +145,9 @@ pub struct Settings {
     /// node failure sends to the API server at once (unbounded, a start with 1000 groups
     /// sends every group's writes together).
     pub concurrency: u16,
+    /// Operator replicas known to have stopped on purpose (see [`crate::ha::Retired`]): the
+    /// groups they arbitrated are taken over at once.
+    pub retired: Retired,
 }
 
 impl Settings {
@@ -210,6 +216,7 @@ pub async fn run(
         pod_index,
         handover_clocks: HandoverClocks::default(),
         lease_sightings: LeaseSightings::default(),
+        retired: settings.retired.clone(),
         active: active.clone(),
         synced: synced.subscribe(),
     });

@@ -30,6 +30,9 @@ pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
 /// Annotation on the group's Lease in `Heartbeat` mode (value `Heartbeat`): it tells the leader's
 /// agent or client to renew the Lease itself.
 pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
+/// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
+/// replica that takes over knows it stopped on purpose, and takes its groups over at once.
+pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
 /// Finalizer that removes the operator's marks from pods and deletes the Lease.
 pub const FINALIZER: &str = "leadergroup.io/cleanup";
 

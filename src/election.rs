@@ -12,6 +12,7 @@ mod status;
 mod token;
 mod transition;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -54,6 +55,9 @@ pub struct Observation<'a> {
     /// When this replica saw the Lease reach its current state, on its own clock (`None`: not
     /// tracked, taken as seen at `now`).
     pub lease_seen: Option<LeaseSeen>,
+    /// Operator replicas known to have stopped on purpose: the groups they arbitrate are taken
+    /// over without waiting their Leases out.
+    pub retired: &'a BTreeSet<String>,
     /// This operator replica's identity.
     pub identity: &'a str,
     /// The time of the decision.

@@ -1,7 +1,14 @@
 //! Operator HA: replicas agree on one active replica through a Lease of their own, written with
 //! the same compare-and-swap as the groups' Leases. The active replica renews every third of the
 //! duration and stops acting the moment a renewal fails or has not landed within two thirds of the
-//! duration (a hung request); a standby takes over once the Lease has run out. On shutdown the active replica releases the Lease so that a standby takes over at once.
+//! duration (a hung request); a standby takes over once the Lease has run out. On shutdown the
+//! active replica stops acting, then releases the Lease naming itself (`leadergroup.io/released-by`),
+//! so that a standby takes over at once and knows that replica stopped on purpose: it takes over
+//! the groups that replica arbitrated at once too, instead of waiting out their Leases
+//! ([`Retired`]).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
 
 use std::time::Duration;
 
@@ -33,6 +40,31 @@ pub fn parse_lease_name(name: &str) -> std::result::Result<String, String> {
     Ok(name.to_string())
 }
 
+/// The operator replicas known to have stopped acting: each released the operator Lease on
+/// shutdown, after its last reconcile, and this replica took the Lease over from it. They are
+/// forgotten when this replica stops being active (another may have become active since).
+#[derive(Clone, Debug, Default)]
+pub struct Retired(Arc<RwLock<BTreeSet<String>>>);
+
+impl Retired {
+    /// The replicas known to have stopped acting, now.
+    pub fn snapshot(&self) -> BTreeSet<String> {
+        self.0.read().map(|set| set.clone()).unwrap_or_default()
+    }
+
+    fn insert(&self, replica: String) {
+        if let Ok(mut set) = self.0.write() {
+            set.insert(replica);
+        }
+    }
+
+    fn clear(&self) {
+        if let Ok(mut set) = self.0.write() {
+            set.clear();
+        }
+    }
+}
+
 /// The operator's own Lease.
 pub struct OperatorLease {
     /// Its API (namespaced).
@@ -43,6 +75,8 @@ pub struct OperatorLease {
     pub identity: String,
     /// Its duration.
     pub duration_seconds: i32,
+    /// Filled in when this replica takes the Lease over from one that released it.
+    pub retired: Retired,
 }
 
 impl OperatorLease {
@@ -65,6 +99,9 @@ impl OperatorLease {
             };
             let wait = match round {
                 Some(Ok((holds, wait))) => {
+                    if !holds {
+                        self.retired.clear();
+                    }
                     if holds != *active.borrow() {
                         info!(identity = %self.identity, active = holds, "operator leadership changed");
                     }
@@ -76,6 +113,7 @@ impl OperatorLease {
                     // Not renewed: stop acting now rather than act on a Lease that may be lost.
                     warn!(error = %e, "operator Lease not renewed; standing by");
                     renew_by = None;
+                    self.retired.clear();
                     let _ = active.send(false);
                     Duration::from_millis(200)
                 }
@@ -85,6 +123,7 @@ impl OperatorLease {
                         "operator Lease not renewed in time; standing by"
                     );
                     renew_by = None;
+                    self.retired.clear();
                     let _ = active.send(false);
                     Duration::from_millis(200)
                 }
@@ -121,6 +160,10 @@ impl OperatorLease {
             return Ok((false, Duration::from_millis(u64::try_from(ms).unwrap_or(0))));
         }
         let previous = record.clone();
+        let released_by = previous
+            .as_ref()
+            .filter(|r| r.holder.is_none())
+            .and_then(|r| r.released_by.clone());
         let next = LeaseRecord {
             holder: Some(self.identity.clone()),
             epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
@@ -133,8 +176,13 @@ impl OperatorLease {
             renew_time: Some(now),
             arbiter: None,
             heartbeat: false,
+            released_by: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
+        if let Some(replica) = released_by.filter(|r| *r != self.identity) {
+            info!(%replica, "took over from a replica that stopped on purpose: its groups are taken over at once");
+            self.retired.insert(replica);
+        }
         Ok((true, renew_interval(self.duration_seconds)))
     }
 
@@ -150,6 +198,7 @@ impl OperatorLease {
         let released = LeaseRecord {
             holder: None,
             acquire_time: None,
+            released_by: Some(self.identity.clone()),
             ..record
         };
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;

@@ -9,7 +9,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
-use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION};
+use crate::crd::{
+    ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
+    RELEASED_BY_ANNOTATION,
+};
 
 /// Value of [`LIVENESS_ANNOTATION`] on a Lease its holder renews itself.
 const HEARTBEAT: &str = "Heartbeat";
@@ -32,6 +35,9 @@ pub struct LeaseRecord {
     /// Its holder renews it itself (group in Heartbeat mode): annotation
     /// `leadergroup.io/liveness: Heartbeat`, which the agent and the client read.
     pub heartbeat: bool,
+    /// The operator replica that gave the Lease up on purpose (the operator's own Lease, released
+    /// on shutdown): it has stopped acting.
+    pub released_by: Option<String>,
 }
 
 impl LeaseRecord {
@@ -54,6 +60,9 @@ impl LeaseRecord {
             heartbeat: annotations
                 .and_then(|a| a.get(LIVENESS_ANNOTATION))
                 .is_some_and(|v| v == HEARTBEAT),
+            released_by: annotations
+                .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
+                .cloned(),
         }
     }
 
@@ -121,6 +130,12 @@ impl LeaseRecord {
         } else {
             annotations.remove(LIVENESS_ANNOTATION);
         }
+        match &self.released_by {
+            Some(replica) => {
+                annotations.insert(RELEASED_BY_ANNOTATION.to_string(), replica.clone())
+            }
+            None => annotations.remove(RELEASED_BY_ANNOTATION),
+        };
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
             lease_duration_seconds: Some(self.duration_seconds),
@@ -152,6 +167,7 @@ mod tests {
             renew_time: Some(Timestamp::UNIX_EPOCH),
             arbiter: Some("op-1".into()),
             heartbeat: false,
+            released_by: None,
         }
     }
 

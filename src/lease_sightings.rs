@@ -133,6 +133,7 @@ mod tests {
             renew_time: Some(t(renewed)),
             arbiter: Some("op-1".into()),
             heartbeat: true,
+            released_by: None,
         }
     }
 

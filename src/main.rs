@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 use leadergroup_operator::StartupError;
 use leadergroup_operator::controller::{self, Settings};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::ha::{self, OperatorLease};
+use leadergroup_operator::ha::{self, OperatorLease, Retired};
 use leadergroup_operator::http::{self, Health};
 use leadergroup_operator::metrics::Metrics;
 
@@ -155,12 +155,14 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
         .await
     });
 
+    let retired = Retired::default();
     let ha = cli.leader_elect.then(|| {
         let lease = OperatorLease {
             api: Api::<Lease>::namespaced(client.clone(), &cli.leader_elect_namespace),
             name: cli.leader_elect_lease_name.clone(),
             identity: identity.clone(),
             duration_seconds: cli.leader_elect_lease_duration,
+            retired: retired.clone(),
         };
         tokio::spawn(lease.run(active_tx, stop_rx.clone()))
     });
@@ -171,6 +173,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
         Settings {
             namespace: cli.namespace.clone(),
             concurrency: cli.concurrency,
+            retired,
         },
         identity,
         metrics,

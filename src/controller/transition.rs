@@ -10,6 +10,7 @@
 //!
 //! A 409 at any step means someone else moved first: observe afresh and decide again.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,8 @@ struct Snapshot {
     lease_seen: Option<LeaseSeen>,
     /// The instant of the observation, on this replica's clock.
     now: Timestamp,
+    /// Operator replicas known to have stopped on purpose.
+    retired: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -104,6 +107,7 @@ impl Snapshot {
             pods: &pods,
             lease: self.lease.as_ref(),
             lease_seen: self.lease_seen,
+            retired: &self.retired,
             identity,
             now: self.now,
         })
@@ -133,6 +137,7 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         lease,
         lease_seen,
         now,
+        retired: ctx.retired.snapshot(),
     }
 }
 

@@ -43,6 +43,7 @@ pub(super) fn commit(
         renew_time,
         arbiter: Some(obs.identity.to_string()),
         heartbeat,
+        released_by: None,
     };
     match lease {
         Some(l)

@@ -32,13 +32,14 @@ fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision>
     })
 }
 
-/// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group. A
-/// Lease its holder renews (Heartbeat mode) stays fresh whether or not its arbiter lives, so its
+/// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group,
+/// unless it is known to have stopped on purpose (it released the operator Lease after its last
+/// reconcile: a rollout of the operator must not stall the groups). A Lease its holder renews (Heartbeat mode) stays fresh whether or not its arbiter lives, so its
 /// arbiter counts as alive for a Lease duration from this replica's sighting of its last write.
 fn deferred(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
     let lease = records.lease.as_ref()?;
     let arbiter = lease.arbiter.as_ref()?;
-    if arbiter == obs.identity {
+    if arbiter == obs.identity || obs.retired.contains(arbiter) {
         return None;
     }
     let until = if lease.heartbeat {

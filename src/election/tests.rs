@@ -1,6 +1,6 @@
 //! The election rules of DESIGN.md, one test each, on small fixtures and no cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -141,6 +141,7 @@ fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease
         renew_time: Some(t(renewed)),
         arbiter: Some(arbiter.into()),
         heartbeat: false,
+        released_by: None,
     };
     owned(&record)
 }
@@ -188,6 +189,7 @@ fn decide_seen(
         pods: &pod_refs,
         lease,
         lease_seen,
+        retired: &BTreeSet::new(),
         identity,
         now: now(),
     })
@@ -627,6 +629,33 @@ fn another_replicas_fresh_lease_is_left_alone_until_it_runs_out() {
     let expired = lease(Some("a"), 4, 985, "op-2");
     let p = plan(decide_with(&g, &pods, Some(&expired)));
     let commit = p.commit.expect("takes over arbitration");
+    assert_eq!(
+        (
+            commit.holder.as_deref(),
+            commit.epoch,
+            commit.arbiter.as_deref()
+        ),
+        (Some("a"), 4, Some(ME))
+    );
+}
+
+#[test]
+fn a_lease_of_a_replica_that_stopped_on_purpose_is_taken_over_at_once() {
+    let (g, pods, _) = converged(4);
+    let theirs = lease(Some("a"), 4, 995, "op-2");
+    let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
+    let retired = BTreeSet::from(["op-2".to_string()]);
+    let d = decide(&Observation {
+        group: &g,
+        groups: &[&g],
+        pods: &pod_refs,
+        lease: Some(&theirs),
+        lease_seen: None,
+        retired: &retired,
+        identity: ME,
+        now: now(),
+    });
+    let commit = plan(d).commit.expect("takes over arbitration at once");
     assert_eq!(
         (
             commit.holder.as_deref(),

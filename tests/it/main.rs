@@ -18,4 +18,5 @@ mod lease;
 mod ledger_manifests;
 mod metrics;
 mod overlap;
+mod rollout;
 mod validation;

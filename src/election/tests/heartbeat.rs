@@ -21,6 +21,7 @@ fn heartbeat_lease(epoch: i64, renewed: i64, arbiter: &str) -> Lease {
         renew_time: Some(t(renewed)),
         arbiter: Some(arbiter.into()),
         heartbeat: true,
+        released_by: None,
     })
 }
 
