@@ -71,6 +71,9 @@ pub enum Decision {
     LeaseNotOwned {
         /// The status to record (condition False, reason LeaseNotOwned).
         status: LeaderGroupStatus,
+        /// The group's pods that still carry a leader's marks: the status says nobody leads, so
+        /// no Service may route to them.
+        demote: Vec<String>,
     },
     /// Another operator replica arbitrates this group and its Lease is still fresh.
     Deferred {

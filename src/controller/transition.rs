@@ -191,14 +191,18 @@ async fn act(
                 u64::try_from(wait).unwrap_or(0) + 100,
             )))
         }
-        Decision::LeaseNotOwned { status } => {
+        Decision::LeaseNotOwned { status, demote } => {
             // The Lease watch only sees Leases labeled with a group, so the foreign Lease
             // going away produces no event: look again, once per Lease duration.
             let again =
                 Duration::from_secs(u64::from(group.spec.lease_duration_seconds.unsigned_abs()));
-            refuse(ctx, ns, group, status, "LeaseNotOwned")
-                .await
-                .map(|()| Action::requeue(again))
+            refuse(ctx, ns, group, status, "LeaseNotOwned").await?;
+            let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            for pod in &demote {
+                warn!(%pod, "demoting the leader of a group refused for a Lease it does not own");
+                actions::pods::mark_follower(&pods_api, pod, &group.name_any()).await?;
+            }
+            Ok(Action::requeue(again))
         }
         Decision::InvalidSelector { status, .. } => {
             refuse(ctx, ns, group, status, "InvalidSelector")

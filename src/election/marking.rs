@@ -112,6 +112,6 @@ fn unmark(
 }
 
 /// A leader's role label or a fencing token, either of which must go from any pod but the leader.
-fn carries_leader_marks(pod: &Pod) -> bool {
+pub(super) fn carries_leader_marks(pod: &Pod) -> bool {
     marks::role(pod) == Some(ROLE_LEADER) || marks::epoch(pod).is_some()
 }

@@ -2,10 +2,13 @@
 //! replica arbitrating the group, or a selector that cannot be evaluated.
 
 use jiff::SignedDuration;
+use kube::ResourceExt;
 use kube::core::Selector;
 
+use super::marking::carries_leader_marks;
 use super::records::Records;
 use super::{Decision, Observation, status};
+use crate::marks;
 
 /// The refusal that applies, if any, in this order.
 pub(super) fn refusal(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
@@ -27,8 +30,16 @@ fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision>
     let mut s = records.status.clone();
     s.leader = None;
     s.succession.clear();
+    let name = group.name_any();
+    let demote = obs
+        .pods
+        .iter()
+        .filter(|p| marks::is_marked_for(p, &name) && carries_leader_marks(p))
+        .map(|p| p.name_any())
+        .collect();
     Some(Decision::LeaseNotOwned {
         status: status::refused(group, s, "LeaseNotOwned", &message, obs.now),
+        demote,
     })
 }
 

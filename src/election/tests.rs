@@ -599,8 +599,14 @@ fn a_token_already_carried_by_a_pod_is_never_handed_again() {
 fn a_lease_the_group_does_not_own_is_never_written() {
     let mut foreign = lease(Some("x"), 1, 999, "someone");
     foreign.metadata.owner_references = None;
-    match decide_with(&group(), &three(), Some(&foreign)) {
-        Decision::LeaseNotOwned { status } => {
+    let pods = vec![
+        PodFixture::new("a", 1).leader(4),
+        PodFixture::new("b", 2).follower(),
+        PodFixture::new("c", 3),
+    ];
+    match decide_with(&group(), &pods, Some(&foreign)) {
+        Decision::LeaseNotOwned { status, demote } => {
+            assert_eq!(demote, vec!["a".to_string()], "its leader loses the label");
             let c = status
                 .conditions
                 .iter()

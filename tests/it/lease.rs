@@ -225,3 +225,61 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
     );
     assert_eq!(watch.assert_held(), vec![(pods[0].clone(), 1)]);
 }
+
+/// Issue 13, item 4: a group whose Lease is replaced by one it does not own while it has a
+/// leader (here while the operator was down) records no leader, and its leader loses the label:
+/// a Service must not route to a pod the status says does not lead.
+#[tokio::test]
+async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
+    let (w, mut op, watch, pods) = started("lease-refused-leader", 2).await;
+    assert!(op.terminate().await, "{}", op.logs());
+    let leases: Api<Lease> = w.ns.api();
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let foreign = Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name_for("pay")),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("someone-else".into()),
+            lease_duration_seconds: Some(30),
+            ..Default::default()
+        }),
+    };
+    leases
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.labeled_leaders("pay").await,
+        vec![(pods[0].clone(), Some(1))],
+        "the leader is labeled while the operator is down"
+    );
+
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-2", &[]).await;
+    let status = w
+        .wait_status("pay", "condition LeaseNotOwned", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == LEADER_ELECTED && c.reason == "LeaseNotOwned")
+        })
+        .await;
+    assert_eq!(status.leader, None);
+    leadergroup_testenv::wait_until("the leader label removed", Duration::from_secs(10), || {
+        let w = &w;
+        async move { Ok::<_, String>(w.labeled_leaders("pay").await.is_empty().then_some(())) }
+    })
+    .await
+    .unwrap();
+    // The pod keeps the group's follower marks, and its epoch annotation is gone.
+    let pod = w.pods.get(&pods[0]).await.unwrap();
+    assert_eq!(
+        pod.labels().get("leadergroup.io/role").map(String::as_str),
+        Some("follower")
+    );
+    assert!(!pod.annotations().contains_key(EPOCH_ANNOTATION));
+    watch.assert_held();
+}
