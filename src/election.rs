@@ -112,6 +112,10 @@ pub struct Plan {
     pub status: Option<LeaderGroupStatus>,
     /// 3. Demote: pods to label follower and strip of their epoch (old leaders, strays).
     pub demote: Vec<String>,
+    /// 3. Release: old leaders the group no longer holds (they left the selector, or an older
+    ///    group took them) that still carry its marks, with the resourceVersion they were seen
+    ///    at: they lose all of its marks, only if unchanged since.
+    pub release: Vec<(String, String)>,
     /// 4 and 5. Check (a fresh list, not the cache) and promote: the leader's marks, if the
     ///    leader pod does not already carry them.
     pub promote: Option<Promotion>,
@@ -180,6 +184,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     );
     let Marking {
         demote,
+        release,
         promote,
         mark_followers,
         unmark,
@@ -190,6 +195,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         commit,
         status,
         demote,
+        release,
         promote,
         transition,
         mark_followers,

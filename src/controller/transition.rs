@@ -3,7 +3,7 @@
 //! ([`election::decide`], pure), then act on the plan in protocol order:
 //! 1. commit the Lease;
 //! 2. record the status;
-//! 3. demote the old leader;
+//! 3. demote the old leader (or release it, if the group no longer holds it);
 //! 4. check a fresh list for stray leaders;
 //! 5. promote the new leader;
 //! 6. tell (an Event, metrics).
@@ -282,6 +282,10 @@ async fn execute(
     // 3. Demote.
     for pod in &plan.demote {
         actions::pods::mark_follower(&pods_api, pod, &name).await?;
+    }
+    // A 409 here means the pod changed (an older group may have just taken it): decide again.
+    for (pod, rv) in &plan.release {
+        actions::pods::unmark(&pods_api, pod, Some(rv)).await?;
     }
     if let Some(promotion) = &plan.promote {
         // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted first.

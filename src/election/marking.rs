@@ -1,5 +1,6 @@
-//! The marks to change on pods: demote (step 3 of the protocol), promote (step 5), and, off the
-//! critical path, mark the other candidates follower and unmark the pods that left the group.
+//! The marks to change on pods: demote and release (step 3 of the protocol), promote (step 5),
+//! and, off the critical path, mark the other candidates follower and unmark the pods that left
+//! the group.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -15,6 +16,7 @@ use crate::marks;
 #[derive(Default)]
 pub(super) struct Marking {
     pub demote: Vec<String>,
+    pub release: Vec<(String, String)>,
     pub promote: Option<Promotion>,
     pub mark_followers: Vec<String>,
     pub unmark: Vec<(String, String)>,
@@ -36,40 +38,58 @@ impl Marking {
         let group = obs.group.name_any();
         let named = [records.status_leader(), records.lease_holder()];
         let leader = leader.as_deref();
-        let demote = demote(obs.pods, &members.owned, named, leader);
+        let (demote, release) = demote(&group, obs.pods, members, named, leader);
+        let done: Vec<&str> = demote
+            .iter()
+            .map(String::as_str)
+            .chain(release.iter().map(|(name, _)| name.as_str()))
+            .collect();
         Marking {
             promote: promote(&group, obs.pods, leader, token.epoch),
             mark_followers: mark_followers(&group, &members.owned, leader),
-            unmark: unmark(&group, obs.pods, members, &demote),
+            unmark: unmark(&group, obs.pods, members, &done),
             demote,
+            release,
         }
     }
 }
 
 /// The leaders the records name that still exist, then the group's pods that carry a leader's
-/// marks (strays), but for `leader`; each once.
+/// marks (strays), but for `leader`; each once. Those the group holds are demoted (follower
+/// marks). Those it no longer holds (they left the selector, or an older group took them) are
+/// released, losing all of its marks, only if they still carry its marks and are unchanged since
+/// they were seen: a pod marked for another group is that group's, and is never written.
 fn demote(
+    group: &str,
     pods: &[&Pod],
-    owned: &[&Pod],
+    members: &Membership<'_>,
     named: [Option<&str>; 2],
     leader: Option<&str>,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<(String, String)>) {
     let named = named
         .into_iter()
         .flatten()
-        .filter(|name| pods.iter().any(|p| p.name_any() == *name))
-        .map(str::to_string);
-    let strays = owned
+        .filter_map(|name| pods.iter().find(|p| p.name_any() == name).copied());
+    let strays = members
+        .owned
         .iter()
-        .filter(|p| carries_leader_marks(p))
-        .map(|p| p.name_any());
+        .copied()
+        .filter(|p| carries_leader_marks(p));
     let mut demote: Vec<String> = Vec::new();
-    for name in named.chain(strays) {
-        if leader != Some(name.as_str()) && !demote.contains(&name) {
+    let mut release: Vec<(String, String)> = Vec::new();
+    for pod in named.chain(strays) {
+        let name = pod.name_any();
+        let listed = demote.contains(&name) || release.iter().any(|(n, _)| *n == name);
+        if leader == Some(name.as_str()) || listed {
+            continue;
+        }
+        if members.owns(&name) {
             demote.push(name);
+        } else if marks::is_marked_for(pod, group) {
+            release.push((name, pod.resource_version().unwrap_or_default()));
         }
     }
-    demote
+    (demote, release)
 }
 
 /// The leader's marks, unless its pod already carries them all (or is not there to mark).
@@ -102,12 +122,12 @@ fn unmark(
     group: &str,
     pods: &[&Pod],
     membership: &Membership<'_>,
-    demote: &[String],
+    done: &[&str],
 ) -> Vec<(String, String)> {
     pods.iter()
         .filter(|p| marks::is_marked_for(p, group))
         .map(|p| (p.name_any(), p.resource_version().unwrap_or_default()))
-        .filter(|(name, _)| !membership.owns(name) && !demote.contains(name))
+        .filter(|(name, _)| !membership.owns(name) && !done.contains(&name.as_str()))
         .collect()
 }
 

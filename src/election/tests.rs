@@ -443,13 +443,52 @@ fn a_leader_that_leaves_the_selector_hands_over_and_loses_its_marks() {
         p.transition.map(|t| t.reason),
         Some(Reason::LeaderLeftGroup)
     );
+    assert!(p.demote.is_empty(), "not the group's to label follower");
     assert_eq!(
-        p.demote,
-        vec!["a".to_string()],
-        "demoted first; its marks are removed on the next pass"
+        p.release,
+        vec![("a".to_string(), "rv-a".to_string())],
+        "released before the promotion, only if unchanged"
     );
+    assert!(p.unmark.is_empty(), "released already");
     let status = p.status.unwrap();
     assert_eq!(status.candidates, 2);
+}
+
+#[test]
+fn a_leader_an_older_group_took_is_never_written() {
+    // An older group's selector grew to take "a": it now carries that group's marks.
+    let mut older = group();
+    older.metadata.name = Some("older".into());
+    older.metadata.uid = Some("uid-older".into());
+    older.metadata.creation_timestamp = Some(Time(t(-10)));
+    let g = with_status(group(), Some("a"), 4);
+    let pods = vec![
+        PodFixture::new("a", 1)
+            .label(ROLE_LABEL, ROLE_LEADER)
+            .annotate(EPOCH_ANNOTATION, "1")
+            .annotate(GROUP_ANNOTATION, "older"),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let mut only_b = older.clone();
+    only_b.spec.selector.match_labels = [("app".to_string(), "pay".to_string())].into();
+    let p = plan(decide_full(
+        &g,
+        &[&only_b],
+        &pods,
+        Some(&lease(Some("a"), 4, 999, ME)),
+        ME,
+    ));
+    assert!(p.demote.is_empty() && p.release.is_empty(), "{p:?}");
+    assert_eq!(
+        p.unmark,
+        vec![("b".to_string(), "rv-b".to_string())],
+        "only its own marks go, and only if unchanged"
+    );
+    assert_eq!(
+        p.transition.map(|t| (t.reason, t.to)),
+        Some((Reason::NoCandidates, None)),
+        "both pods are the older group's: nobody is left to lead"
+    );
 }
 
 #[test]

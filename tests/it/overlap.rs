@@ -103,3 +103,91 @@ async fn older_group_keeps_the_shared_pod_and_the_younger_reports_overlapping() 
     );
     watch.assert_held();
 }
+
+/// Issue 13, item 3: an older group whose selector grows takes the younger group's leader; the
+/// younger group must let go of it, never write its own marks over the older group's.
+#[tokio::test]
+async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+    use leadergroup_operator::crd::GROUP_ANNOTATION;
+
+    let w = World::new("overlap-grow").await;
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("older", "older"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    w.groups
+        .create(&PostParams::default(), &group("younger", "younger"))
+        .await
+        .unwrap();
+    let pods = w.ordered_ready_pods("y", 2, "younger").await;
+    let first = w
+        .wait_settled("younger", "younger elects y-0", |_| true)
+        .await;
+    assert_eq!(first.leader, pods[0]);
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+
+    // Every (group annotation, role) the shared pod goes through.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(Option<String>, Option<String>)>::new(),
+    ));
+    let sink = seen.clone();
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", pods[0]));
+    let pods_api = w.pods.clone();
+    let recorder = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(pods_api, config).applied_objects());
+        while let Some(Ok(pod)) = events.next().await {
+            let pod: Pod = pod;
+            let marks = (
+                pod.annotations().get(GROUP_ANNOTATION).cloned(),
+                role(&pod).map(str::to_string),
+            );
+            let mut seen = sink.lock().unwrap();
+            if seen.last() != Some(&marks) {
+                seen.push(marks);
+            }
+        }
+    });
+
+    let grown = serde_json::json!({"spec": {"selector": {"matchLabels": null, "matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["older", "younger"]}
+    ]}}});
+    w.groups
+        .patch("older", &PatchParams::default(), &Patch::Merge(&grown))
+        .await
+        .unwrap();
+    let older = w.wait_settled("older", "older takes y-0", |_| true).await;
+    assert_eq!(older.leader, pods[0], "the oldest Ready pod it now selects");
+    // Give the younger group every chance to fight back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    recorder.abort();
+    let seen = seen.lock().unwrap().clone();
+    let taken = seen
+        .iter()
+        .position(|(g, _)| g.as_deref() == Some("older"))
+        .expect("the older group marked the pod");
+    assert!(
+        seen[taken..]
+            .iter()
+            .all(|(g, _)| g.as_deref() == Some("older")),
+        "the younger group wrote over the older group's marks: {seen:?}"
+    );
+    assert_eq!(
+        seen.last().unwrap(),
+        &(Some("older".to_string()), Some("leader".to_string()))
+    );
+    // Both of its pods are the older group's now: it leads nobody, and keeps its epoch.
+    let younger = w
+        .wait_status("younger", "younger without candidates", |s| {
+            s.leader.is_none()
+        })
+        .await;
+    assert_eq!(younger.epoch, 1);
+    watch.assert_held();
+}
