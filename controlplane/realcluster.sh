@@ -335,7 +335,17 @@ resume_node() { # resume_node N: with the configuration `up` wrote
   alive "containerd-$1" || spawn_containerd "$1"
   ctr_up() { timeout 5 ctr --address "$dir/node$1/containerd.sock" version >/dev/null; }
   wait_for "containerd-$1" 30 ctr_up "$1" || fail "containerd-$1" "containerd of ${nodes[$(($1 - 1))]} did not answer within 30 s"
-  alive "kubelet-$1" || spawn_kubelet "$1"
+  # The kubelet exits at once when containerd's CRI is still recovering the containers that ran
+  # on ("server is not initialized yet", though containerd answers): started again until it
+  # serves its healthz.
+  kubelet_up() { [[ $(curl -s --max-time 2 "http://${node_ips[$(($1 - 1))]}:$kubelet_healthz_port/healthz") == ok ]]; }
+  local try
+  for ((try = 0; try < 10; try++)); do
+    alive "kubelet-$1" || spawn_kubelet "$1"
+    wait_for "kubelet-$1" 30 kubelet_up "$1" && break
+    say "${nodes[$(($1 - 1))]}: the kubelet exited: $(tail -n 1 "$dir/kubelet-$1.log" | cut -c1-300)"
+  done
+  kubelet_up "$1" || fail "kubelet-$1" "the kubelet of ${nodes[$(($1 - 1))]} did not serve its healthz"
   say "${nodes[$(($1 - 1))]}: containerd and kubelet started in $(since "$t") s"
 }
 
