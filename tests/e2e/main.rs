@@ -19,5 +19,6 @@ mod cluster;
 mod downward;
 mod faults;
 mod gc_pause;
+mod node_loss;
 mod operator_ha;
 mod service;
