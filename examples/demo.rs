@@ -113,6 +113,7 @@ async fn main() {
             lease_duration_seconds: 15,
             preferred_leader: None,
             paused: false,
+            liveness: Default::default(),
         },
     );
     groups.create(&PostParams::default(), &group).await.unwrap();

@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
+use crate::lease_sightings::LeaseSightings;
 use crate::marks;
 use crate::metrics::Metrics;
 use crate::pod_index::PodIndex;
@@ -85,6 +86,8 @@ pub struct Context {
     pub caches: Caches,
     /// The pod cache by label and group mark.
     pod_index: PodIndex,
+    /// When this replica saw each group's Lease reach its current state (Heartbeat liveness).
+    lease_sightings: LeaseSightings,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
     handover_clocks: HandoverClocks,
     /// Whether this replica may act (always true without `--leader-elect`).
@@ -206,6 +209,7 @@ pub async fn run(
         caches: caches.clone(),
         pod_index,
         handover_clocks: HandoverClocks::default(),
+        lease_sightings: LeaseSightings::default(),
         active: active.clone(),
         synced: synced.subscribe(),
     });

@@ -27,6 +27,9 @@ pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
 pub const LEASE_GROUP_LABEL: &str = "leadergroup.io/group";
 /// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
 pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
+/// Annotation on the group's Lease in `Heartbeat` mode (value `Heartbeat`): it tells the leader's
+/// agent or client to renew the Lease itself.
+pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
 /// Finalizer that removes the operator's marks from pods and deletes the Lease.
 pub const FINALIZER: &str = "leadergroup.io/cleanup";
 
@@ -56,6 +59,7 @@ const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready", description = "Eligible candidates / candidates"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Lease", type_ = "string", json_path = ".status.leaseName", priority = "1", description = "The Lease recording the leader"),
+    printcolumn(name = "Liveness", type_ = "string", json_path = ".spec.liveness", priority = "1", description = "How a dead leader is noticed: Readiness or Heartbeat"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.lastTransitionReason", priority = "1", description = "Why leadership last changed")
 )]
 #[serde(rename_all = "camelCase")]
@@ -83,6 +87,26 @@ pub struct LeaderGroupSpec {
     /// Lease is still renewed, but nothing moves until it is false again.
     #[serde(default)]
     pub paused: bool,
+
+    /// How a dead leader is noticed. `Readiness` (the default): its pod's deletion, termination,
+    /// NotReady or leaving the selector; a lost node is noticed only when the node controller
+    /// marks its pods NotReady (50 s by default). `Heartbeat`: in addition, the leader's
+    /// leadergroup-agent or leadergroup-client renews the Lease itself every third of
+    /// `leaseDurationSeconds`, the operator stops renewing it, and leadership moves once no
+    /// renewal has been seen for `leaseDurationSeconds`. A leader that never renews (no agent in
+    /// its pod) keeps leading under Readiness rules and the `Heartbeat` condition says so.
+    #[serde(default)]
+    pub liveness: Liveness,
+}
+
+/// How a dead leader is noticed (`spec.liveness`).
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Liveness {
+    /// By the pod's deletion, termination, NotReady or leaving the selector.
+    #[default]
+    Readiness,
+    /// In addition, by the leader's own renewals of the Lease stopping.
+    Heartbeat,
 }
 
 fn default_lease_duration_seconds() -> i32 {
@@ -214,13 +238,15 @@ pub struct LeaderGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
     /// Why leadership last changed: Initial, LeaderDeleted, LeaderTerminating, LeaderNotReady,
-    /// LeaderLeftGroup, Preferred or NoCandidates.
+    /// LeaderLeftGroup, LeaderHeartbeatLost, Preferred or NoCandidates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_reason: Option<String>,
     /// The `metadata.generation` of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `LeaderElected`: whether a pod leads, and if not, why.
+    /// `LeaderElected`: whether a pod leads, and if not, why. `Heartbeat` (in Heartbeat mode,
+    /// while a pod leads): whether the leader renews the Lease itself. `Overlapping`: selected
+    /// pods an older group holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -273,6 +299,7 @@ mod tests {
             lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
             preferred_leader: None,
             paused: false,
+            liveness: Liveness::Readiness,
         };
         let mut group = LeaderGroup::new("pay", spec);
         group.metadata.uid = Some("uid-pay".into());

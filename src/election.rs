@@ -2,6 +2,7 @@
 //! time to a [`Plan`] of steps. Pure: no client in reach, so every rule of DESIGN.md is tested here.
 
 mod commit;
+mod heartbeat;
 mod leader;
 mod marking;
 mod membership;
@@ -18,6 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use self::heartbeat::Heartbeat;
 use self::marking::Marking;
 use self::membership::Membership;
 pub use self::membership::{is_eligible, oldest_first as succession_order};
@@ -27,11 +29,14 @@ use self::token::Token;
 pub use self::transition::{Reason, Transition};
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::lease_record::LeaseRecord;
+use crate::lease_sightings::LeaseSeen;
 pub use crate::marks::epoch as pod_epoch;
 use crate::marks::is_marked_for;
 
 /// Type of the condition that says whether a pod leads.
 pub const LEADER_ELECTED: &str = "LeaderElected";
+/// Type of the condition that says whether the leader renews the Lease (Heartbeat mode).
+pub const HEARTBEAT: &str = "Heartbeat";
 /// Type of the condition that says some selected pods belong to an older group.
 pub const OVERLAPPING: &str = "Overlapping";
 
@@ -46,6 +51,9 @@ pub struct Observation<'a> {
     pub pods: &'a [&'a Pod],
     /// The group's Lease, if it exists.
     pub lease: Option<&'a Lease>,
+    /// When this replica saw the Lease reach its current state, on its own clock (`None`: not
+    /// tracked, taken as seen at `now`).
+    pub lease_seen: Option<LeaseSeen>,
     /// This operator replica's identity.
     pub identity: &'a str,
     /// The time of the decision.
@@ -148,19 +156,29 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     if let Some(refusal) = refusal(obs, &records) {
         return refusal;
     }
-    let members = Membership::of(obs);
+    let heartbeat = Heartbeat::judge(obs, &records);
+    let members = Membership::of(obs, heartbeat.lapsed());
     let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
     let token = Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued());
     let commit = commit::commit(obs, &records, &leader, token);
     let transition = Transition::between(obs, &members, &records, &leader, token);
-    let status = status::change(obs, &members, &records, &leader, token, transition.as_ref());
+    let status = status::change(
+        obs,
+        &members,
+        &records,
+        &leader,
+        token,
+        transition.as_ref(),
+        &heartbeat,
+    );
     let Marking {
         demote,
         promote,
         mark_followers,
         unmark,
     } = Marking::plan(obs, &members, &records, &leader, token);
-    let requeue_after = commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()));
+    let requeue_after =
+        commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
     Decision::Act(Box::new(Plan {
         commit,
         status,

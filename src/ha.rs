@@ -132,6 +132,7 @@ impl OperatorLease {
             },
             renew_time: Some(now),
             arbiter: None,
+            heartbeat: false,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         Ok((true, renew_interval(self.duration_seconds)))

@@ -9,7 +9,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
-use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL};
+use crate::crd::{ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION};
+
+/// Value of [`LIVENESS_ANNOTATION`] on a Lease its holder renews itself.
+const HEARTBEAT: &str = "Heartbeat";
 
 /// The content of a Lease that the operator writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +29,9 @@ pub struct LeaseRecord {
     pub renew_time: Option<Timestamp>,
     /// The operator replica that wrote it last (for group Leases).
     pub arbiter: Option<String>,
+    /// Its holder renews it itself (group in Heartbeat mode): annotation
+    /// `leadergroup.io/liveness: Heartbeat`, which the agent and the client read.
+    pub heartbeat: bool,
 }
 
 impl LeaseRecord {
@@ -45,7 +51,18 @@ impl LeaseRecord {
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
+            heartbeat: annotations
+                .and_then(|a| a.get(LIVENESS_ANNOTATION))
+                .is_some_and(|v| v == HEARTBEAT),
         }
+    }
+
+    /// Whether the holder has renewed it since it acquired it, as far as its content tells: in
+    /// Heartbeat mode the operator writes `renewTime` only together with `acquireTime`, so a
+    /// different `renewTime` was written by the holder (compared for inequality, not order: the
+    /// holder's clock may be behind).
+    pub fn renewed_by_holder(&self) -> bool {
+        self.heartbeat && self.holder.is_some() && self.renew_time != self.acquire_time
     }
 
     /// When the Lease runs out without renewal; a Lease never renewed has already run out.
@@ -99,6 +116,11 @@ impl LeaseRecord {
             Some(arbiter) => annotations.insert(ARBITER_ANNOTATION.to_string(), arbiter.clone()),
             None => annotations.remove(ARBITER_ANNOTATION),
         };
+        if self.heartbeat {
+            annotations.insert(LIVENESS_ANNOTATION.to_string(), HEARTBEAT.to_string());
+        } else {
+            annotations.remove(LIVENESS_ANNOTATION);
+        }
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
             lease_duration_seconds: Some(self.duration_seconds),
@@ -129,6 +151,7 @@ mod tests {
             acquire_time: Some(Timestamp::UNIX_EPOCH),
             renew_time: Some(Timestamp::UNIX_EPOCH),
             arbiter: Some("op-1".into()),
+            heartbeat: false,
         }
     }
 
@@ -138,6 +161,48 @@ mod tests {
         let lease = r.apply_to(None, "leadergroup-g", "ns", Some("g"), None);
         assert_eq!(LeaseRecord::from_lease(&lease), r);
         assert_eq!(lease.metadata.labels.unwrap()[LEASE_GROUP_LABEL], "g");
+    }
+
+    #[test]
+    fn heartbeat_mode_round_trips_and_tells_a_holder_renewal_apart() {
+        let r = LeaseRecord {
+            heartbeat: true,
+            ..record(3)
+        };
+        let lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(
+            lease.metadata.annotations.as_ref().unwrap()[LIVENESS_ANNOTATION],
+            "Heartbeat"
+        );
+        let read = LeaseRecord::from_lease(&lease);
+        assert_eq!(read, r);
+        assert!(!read.renewed_by_holder(), "acquired and not renewed since");
+        let renewed = LeaseRecord {
+            renew_time: Some(Timestamp::UNIX_EPOCH + SignedDuration::from_secs(4)),
+            ..read.clone()
+        };
+        assert!(renewed.renewed_by_holder());
+        let behind = LeaseRecord {
+            renew_time: Some(Timestamp::UNIX_EPOCH - SignedDuration::from_secs(4)),
+            ..read.clone()
+        };
+        assert!(behind.renewed_by_holder(), "a holder whose clock is behind");
+        let readiness = LeaseRecord {
+            heartbeat: false,
+            ..renewed
+        };
+        let back = readiness.apply_to(Some(&lease), "l", "ns", None, None);
+        assert!(
+            !back
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(LIVENESS_ANNOTATION)
+        );
+        assert!(
+            !readiness.renewed_by_holder(),
+            "Readiness: the operator renews"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod error;
 pub mod ha;
 pub mod http;
 pub mod lease_record;
+pub mod lease_sightings;
 pub mod marks;
 pub mod metrics;
 pub mod pod_index;

@@ -2,15 +2,16 @@
 //! own, started through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then
 //! writes `bench/results/<scenario>.json` (every sample) and `docs/benchmarks.md`.
 //!
-//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency]`:
+//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency|heartbeat-writes]`:
 //! `--quick` runs every scenario with a handful of repetitions (a smoke test of the harness, not
 //! figures to publish); `--scale` picks the group counts of the scale scenario; `--only
-//! app-latency` runs that one scenario and writes only its `bench/results/app-latency.json`
-//! (docs/benchmarks.md is left alone: its section is printed and written to
-//! `target/bench-logs/app-latency.md`).
+//! app-latency` (or `heartbeat-writes`) runs that one scenario and writes only its
+//! `bench/results/<scenario>.json` (docs/benchmarks.md is left alone: its section is printed and
+//! written to `target/bench-logs/<scenario>.md`).
 
 mod app_latency;
 mod error;
+mod heartbeat_writes;
 mod observe;
 mod ours;
 mod peers;
@@ -107,7 +108,7 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn say(msg: impl AsRef<str>) {
+pub(crate) fn say(msg: impl AsRef<str>) {
     let t = jiff::Timestamp::now().strftime("%H:%M:%S");
     eprintln!("bench {t} {}", msg.as_ref());
 }
@@ -152,9 +153,12 @@ async fn run() -> Result<()> {
     match only.as_deref() {
         None => {}
         Some("app-latency") => return only_app_latency(&plan, &repo, &operator, quick).await,
+        Some("heartbeat-writes") => {
+            return only_heartbeat_writes(&plan, &repo, &operator, quick).await;
+        }
         Some(other) => {
             return Err(Error::Other(format!(
-                "--only {other}: the scenarios that run alone are: app-latency"
+                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes"
             )));
         }
     }
@@ -389,36 +393,72 @@ async fn run() -> Result<()> {
     Ok(())
 }
 
-/// `--only app-latency`: that scenario on a control plane of its own; writes
-/// `bench/results/app-latency.json` and its section to `target/bench-logs/app-latency.md` (and
-/// stderr), and leaves docs/benchmarks.md alone.
+/// A scenario run alone: its own control plane, the CRD, the run's description, and
+/// `target/bench-logs`.
+struct Alone {
+    started: Instant,
+    log_dir: PathBuf,
+    cp: &'static leadergroup_testenv::ControlPlane,
+    run: Run,
+}
+
+impl Alone {
+    async fn start(repo: &Path, quick: bool) -> Result<Alone> {
+        let started = Instant::now();
+        let log_dir = repo.join("target/bench-logs");
+        std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
+        say("control plane");
+        let cp = leadergroup_testenv::control_plane().await?;
+        let admin = cp.client().await?;
+        ours::install_crd(&admin).await?;
+        let run = report::describe_run(&admin, repo, cp, quick).await?;
+        Ok(Alone {
+            started,
+            log_dir,
+            cp,
+            run,
+        })
+    }
+
+    /// Writes `bench/results/<name>.json` and the section to `target/bench-logs/<name>.md`
+    /// (and stderr); docs/benchmarks.md is left alone.
+    fn publish(
+        &self,
+        repo: &Path,
+        name: &str,
+        json: &impl serde::Serialize,
+        section: &str,
+    ) -> Result<()> {
+        let results = repo.join("bench/results");
+        std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
+        report::write_json(&results.join(format!("{name}.json")), json)?;
+        std::fs::write(self.log_dir.join(format!("{name}.md")), section)
+            .map_err(Error::io(format!("writing target/bench-logs/{name}.md")))?;
+        eprintln!("{section}");
+        say(format!(
+            "done in {:.0} s: bench/results/{name}.json, target/bench-logs/{name}.md",
+            self.started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+}
+
+/// `--only app-latency`: that scenario on a control plane of its own.
 async fn only_app_latency(plan: &Plan, repo: &Path, operator: &Path, quick: bool) -> Result<()> {
-    let started = Instant::now();
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
-    say("control plane");
-    let cp = leadergroup_testenv::control_plane().await?;
-    let admin = cp.client().await?;
-    ours::install_crd(&admin).await?;
-    let mut run = report::describe_run(&admin, repo, cp, quick).await?;
+    let mut alone = Alone::start(repo, quick).await?;
     say(format!(
         "app-latency: {} handovers, Membership and agent per pod",
         plan.app_latency
     ));
-    let mut app = app_latency::run(cp, operator, &log_dir, plan.app_latency).await?;
-    run.duration_s = started.elapsed().as_secs_f64();
-    app.run = run;
-    let results = repo.join("bench/results");
-    std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
-    report::write_json(&results.join("app-latency.json"), &app)?;
-    let section = report::app_latency_section(&app);
-    std::fs::write(log_dir.join("app-latency.md"), &section)
-        .map_err(Error::io("writing target/bench-logs/app-latency.md"))?;
-    eprintln!("{section}");
-    say(format!(
-        "done in {:.0} s: bench/results/app-latency.json, target/bench-logs/app-latency.md",
-        app.run.duration_s
-    ));
+    let mut app = app_latency::run(alone.cp, operator, &alone.log_dir, plan.app_latency).await?;
+    alone.run.duration_s = alone.started.elapsed().as_secs_f64();
+    app.run = alone.run.clone();
+    alone.publish(
+        repo,
+        "app-latency",
+        &app,
+        &report::app_latency_section(&app),
+    )?;
     if !app.violations.is_empty() {
         return Err(Error::Other(format!(
             "app-latency: {}",
@@ -426,6 +466,33 @@ async fn only_app_latency(plan: &Plan, repo: &Path, operator: &Path, quick: bool
         )));
     }
     Ok(())
+}
+
+/// `--only heartbeat-writes`: that scenario on a control plane of its own.
+async fn only_heartbeat_writes(
+    plan: &Plan,
+    repo: &Path,
+    operator: &Path,
+    quick: bool,
+) -> Result<()> {
+    let alone = Alone::start(repo, quick).await?;
+    let window = plan.ours_window;
+    let mut result = heartbeat_writes::run(
+        alone.cp,
+        operator,
+        &alone.log_dir,
+        100,
+        window,
+        alone.run.clone(),
+    )
+    .await?;
+    result.run.duration_s = alone.started.elapsed().as_secs_f64();
+    alone.publish(
+        repo,
+        "heartbeat-writes",
+        &result,
+        &heartbeat_writes::section(&result),
+    )
 }
 
 /// Runs a program and returns its trimmed stdout.

@@ -166,6 +166,7 @@ impl Groups {
                         lease_duration_seconds: LEASE_SECONDS,
                         preferred_leader: None,
                         paused: false,
+                        liveness: Default::default(),
                     };
                     api.create(&PostParams::default(), &LeaderGroup::new(g, spec))
                         .await

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// Which request failed, on which object: enough to write the missing RBAC rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
-    /// `get` or `watch`.
+    /// `get`, `watch`, or `update` (a renewal of the Lease in Heartbeat mode).
     pub verb: &'static str,
     /// `pods` or `leases` (with its API group: `leases.coordination.k8s.io`).
     pub resource: &'static str,
@@ -33,8 +33,9 @@ pub enum MembershipError {
     /// Role to grant.
     #[error(
         "permission denied: the API server refused to {request} (403 Forbidden); grant the \
-         verbs get and watch on it to this pod's ServiceAccount (see the leadergroup-client docs \
-         for the Role): {message}"
+         verb {verb} on it to this pod's ServiceAccount (see the leadergroup-client docs for the \
+         Role): {message}",
+        verb = request.verb
     )]
     Forbidden {
         /// The refused request.
@@ -53,6 +54,16 @@ pub enum MembershipError {
         source: kube::Error,
     },
 
+    /// A renewal of the Lease was refused because the Lease changed since it was read (409
+    /// Conflict): a newer write, perhaps a new leader's. Nothing was overwritten.
+    #[error(
+        "could not {request}: the Lease changed since it was read (409 Conflict); nothing was overwritten"
+    )]
+    Conflict {
+        /// The refused request.
+        request: Request,
+    },
+
     /// No answer in time (a third of the Lease duration): the connection may be stuck.
     #[error("could not {request}: no answer within {after:?}")]
     Timeout {
@@ -69,8 +80,14 @@ impl MembershipError {
         match self {
             MembershipError::Forbidden { request, .. }
             | MembershipError::Api { request, .. }
+            | MembershipError::Conflict { request }
             | MembershipError::Timeout { request, .. } => request,
         }
+    }
+
+    /// True for a 409 of a renewal: the Lease moved on.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, MembershipError::Conflict { .. })
     }
 
     /// True for a 403: no retry will help until the RBAC changes.
@@ -84,6 +101,7 @@ impl MembershipError {
                 request,
                 message: status.message.clone(),
             },
+            kube::Error::Api(status) if status.code == 409 => MembershipError::Conflict { request },
             source => MembershipError::Api { request, source },
         }
     }

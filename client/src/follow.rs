@@ -28,8 +28,8 @@ pub(crate) enum Report<K> {
 
 /// The shortest and longest pause between failed attempts. A 403 waits the longest: only an
 /// RBAC change helps, and the error is already reported.
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Follows object `name` until `reports` closes. `period` is a third of the Lease duration: the
 /// longest wait for a watch event or an answer before confirming by GET (or giving up on a

@@ -12,6 +12,13 @@
 //!   [`Role::Leader`] only while both agree and the API server confirmed it within two thirds of
 //!   the Lease duration; [`Role::Unknown`] when that confirmation lapses (the application must
 //!   then stop acting: a cut-off leader stops before a successor can be chosen).
+//! - In Heartbeat mode (the group's `spec.liveness: Heartbeat`; the Lease carries
+//!   [`LIVENESS_ANNOTATION`]) the leader's [`Membership`] also renews the Lease every third of its
+//!   duration, with a compare-and-swap on its resourceVersion that moves only `renewTime` (a
+//!   renewal never overwrites a newer leader), and the role is [`Role::Leader`] only while a
+//!   renewal landed within two thirds of the duration. The operator hands over once it has seen no
+//!   renewal for a whole duration, on its own clock, so a leader cut off from the API server (a
+//!   lost node) stops a third of a duration before a successor is chosen.
 //! - [`Epoch`] is the fencing token; [`fence`] has the helpers that make a resource refuse a
 //!   stale one: a Kubernetes object ([`fence::replace_fenced`]) and PostgreSQL (`fence::sql`,
 //!   feature `postgres`).
@@ -36,7 +43,7 @@
 //! # RBAC
 //!
 //! A [`Membership`] uses the verbs `get` and `watch` on its own pod and on its group's Lease, and
-//! nothing else (no `list`). Grant them to the pod's ServiceAccount (here group `payments`,
+//! nothing else (no `list`); in Heartbeat mode also `update` on the Lease, to renew it. Grant them to the pod's ServiceAccount (here group `payments`,
 //! namespace `prod`, ServiceAccount `payments`):
 //!
 //! ```yaml
@@ -49,11 +56,12 @@
 //!   - apiGroups: [""]
 //!     resources: [pods]
 //!     verbs: [get, watch]
-//!   # The group's Lease, and only it.
+//!   # The group's Lease, and only it; update renews it in Heartbeat mode (a group with
+//!   # spec.liveness: Heartbeat), and is not used otherwise.
 //!   - apiGroups: [coordination.k8s.io]
 //!     resources: [leases]
 //!     resourceNames: [leadergroup-payments]
-//!     verbs: [get, watch]
+//!     verbs: [get, watch, update]
 //! ---
 //! apiVersion: rbac.authorization.k8s.io/v1
 //! kind: RoleBinding
@@ -74,6 +82,7 @@ mod error;
 pub mod fence;
 mod follow;
 mod membership;
+mod renew;
 pub mod role;
 
 pub use epoch::{Epoch, ParseEpochError};
@@ -90,5 +99,10 @@ pub const LEADER: &str = "leader";
 pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
 /// Annotation on the group's pods: the group's name. The operator's `GROUP_ANNOTATION`.
 pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// Annotation on the group's Lease in Heartbeat mode, value [`HEARTBEAT`]: the leader renews the
+/// Lease itself. The operator's `LIVENESS_ANNOTATION`.
+pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
+/// The value of [`LIVENESS_ANNOTATION`] in Heartbeat mode.
+pub const HEARTBEAT: &str = "Heartbeat";
 /// The group's Lease is named this prefix followed by the group's name.
 pub const LEASE_PREFIX: &str = "leadergroup-";

@@ -12,9 +12,10 @@ use tokio::{
 
 use crate::{
     Epoch, LEASE_PREFIX,
-    error::MembershipError,
-    follow::{Report, follow},
-    role::{Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Role, decide},
+    error::{MembershipError, Request},
+    follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
+    renew::renew,
+    role::{Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Renewed, Role, decide},
 };
 
 /// The environment variables [`Membership::start_from_env`] reads (set them with the downward
@@ -203,6 +204,35 @@ enum Update {
     Pod(Report<Pod>),
     /// From the follower of this group's Lease (reports of a previous group's are ignored).
     Lease(String, Report<Lease>),
+    /// A renewal of the Lease (Heartbeat mode) answered.
+    Renewal(Box<RenewalOutcome>),
+}
+
+/// How a renewal of the Lease went.
+struct RenewalOutcome {
+    /// The epoch it renewed at.
+    epoch: Epoch,
+    /// When it was sent: a renewal that landed counts from then.
+    sent: Instant,
+    /// The resourceVersion it was conditional on.
+    from_version: Option<String>,
+    /// The Lease as written, or why not.
+    result: Result<Lease, MembershipError>,
+}
+
+/// The renewals of the Lease in Heartbeat mode: one at a time, every third of the duration.
+#[derive(Default)]
+struct Renewals {
+    /// The one in flight.
+    in_flight: Option<Task>,
+    /// The last one that landed.
+    landed: Option<Renewed>,
+    /// After a failure: no new attempt before this.
+    retry_at: Option<Instant>,
+    /// A renewal was refused (409) at this resourceVersion: the next waits for a newer Lease.
+    refused_at: Option<String>,
+    /// The pause after the next failure.
+    backoff: Option<Duration>,
 }
 
 /// The task that owns the observation and decides the role.
@@ -222,6 +252,10 @@ struct Core {
     period: watch::Sender<Duration>,
     updates: mpsc::Sender<Update>,
     lease_task: Option<Task>,
+    /// The Lease as last seen, whole: what a renewal is conditional on.
+    lease_object: Option<Lease>,
+    renewals: Renewals,
+    renewal_error: Option<Arc<MembershipError>>,
 }
 
 impl Core {
@@ -251,6 +285,9 @@ impl Core {
                 period,
                 updates,
                 lease_task: None,
+                lease_object: None,
+                renewals: Renewals::default(),
+                renewal_error: None,
             },
             rx,
         )
@@ -286,9 +323,14 @@ impl Core {
             // the next update.
             let now = Instant::now();
             let lapses_at = self.observation.lapses_at().filter(|t| *t > now);
+            let renew_at = self.next_renewal(now);
             let update = tokio::select! {
                 update = updates.recv() => update,
                 () = sleep_until(lapses_at) => None,
+                () = sleep_until(renew_at) => {
+                    self.start_renewal();
+                    None
+                }
             };
             if let Some(update) = update {
                 self.apply(update);
@@ -331,6 +373,8 @@ impl Core {
                         tracing::info!(pod = %self.pod, ?group, "the pod's group changed");
                         self.group = group.clone();
                         self.lease_task = None;
+                        self.lease_object = None;
+                        self.observation.renewed = None;
                         self.lease_error = None;
                         self.observation.lease = match group {
                             Some(group) => {
@@ -357,6 +401,8 @@ impl Core {
                 match report {
                     Report::Seen { state, at } => {
                         let marks = state.as_deref().map(LeaseMarks::of);
+                        self.anchor_renewals(marks.as_ref(), at);
+                        self.lease_object = state.map(|l| *l);
                         if let Some(duration) = marks.as_ref().and_then(|m| m.duration) {
                             self.observation.lease_duration = duration;
                             self.period.send_if_modified(|p| {
@@ -378,6 +424,126 @@ impl Core {
                     }
                 }
             }
+            Update::Renewal(outcome) => self.renewal_answered(*outcome),
+        }
+    }
+
+    /// In Heartbeat mode, the role's clock starts when the Lease is first seen naming this pod at
+    /// an epoch (the operator gives a new leader a whole duration to renew); it stops when the
+    /// Lease no longer asks this pod to renew.
+    fn anchor_renewals(&mut self, lease: Option<&LeaseMarks>, at: Instant) {
+        match lease.and_then(|l| l.renewal_asked_of(&self.pod)) {
+            Some(epoch) if self.observation.renewed.is_some_and(|r| r.epoch == epoch) => {}
+            Some(epoch) => self.observation.renewed = Some(Renewed { epoch, at }),
+            None => self.observation.renewed = None,
+        }
+    }
+
+    /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
+    /// leads and the Lease asks it to renew.
+    fn renewable(&self) -> Option<(Epoch, &Lease)> {
+        let LeaseObservation::Confirmed(Confirmed {
+            state: Some(lease), ..
+        }) = &self.observation.lease
+        else {
+            return None;
+        };
+        let epoch = lease.renewal_asked_of(&self.pod)?;
+        let pod = self.observation.pod.as_ref()?.state.as_ref()?;
+        (pod.leader && pod.epoch == Some(epoch)).then_some(())?;
+        Some((epoch, self.lease_object.as_ref()?))
+    }
+
+    /// When the next renewal is due: at once for a new epoch, a third of the duration after the
+    /// last one that landed, later after a failure; none while one is in flight, or after a 409
+    /// until a newer Lease is seen.
+    fn next_renewal(&self, now: Instant) -> Option<Instant> {
+        if self.renewals.in_flight.is_some() {
+            return None;
+        }
+        let (epoch, lease) = self.renewable()?;
+        if self.renewals.refused_at.is_some()
+            && lease.metadata.resource_version == self.renewals.refused_at
+        {
+            return None;
+        }
+        let due = match self.renewals.landed {
+            Some(r) if r.epoch == epoch => r.at + *self.period.borrow(),
+            _ => now,
+        };
+        Some(self.renewals.retry_at.map_or(due, |retry| retry.max(due)))
+    }
+
+    fn start_renewal(&mut self) {
+        let Some((epoch, lease)) = self.renewable() else {
+            return;
+        };
+        let lease = lease.clone();
+        let from_version = lease.metadata.resource_version.clone();
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let request = Request {
+            verb: "update",
+            resource: "leases.coordination.k8s.io",
+            name: lease.metadata.name.clone().unwrap_or_default(),
+            namespace: self.namespace.clone(),
+        };
+        let limit = *self.period.borrow();
+        let updates = self.updates.clone();
+        let sent = Instant::now();
+        self.renewals.in_flight = Some(Task(tokio::spawn(async move {
+            let result = renew(api, lease, limit, request).await;
+            let outcome = RenewalOutcome {
+                epoch,
+                sent,
+                from_version,
+                result,
+            };
+            let _ = updates.send(Update::Renewal(Box::new(outcome))).await;
+        })));
+    }
+
+    fn renewal_answered(&mut self, outcome: RenewalOutcome) {
+        self.renewals.in_flight = None;
+        match outcome.result {
+            Ok(written) => {
+                let landed = Renewed {
+                    epoch: outcome.epoch,
+                    at: outcome.sent,
+                };
+                self.renewals.landed = Some(landed);
+                self.renewals.retry_at = None;
+                self.renewals.backoff = None;
+                if let Some(r) = self.observation.renewed.as_mut()
+                    && r.epoch == outcome.epoch
+                {
+                    r.at = r.at.max(outcome.sent);
+                }
+                // The next renewal is conditional on this write, unless the watch already showed
+                // a newer one.
+                let current = self
+                    .lease_object
+                    .as_ref()
+                    .and_then(|l| l.metadata.resource_version.clone());
+                if current == outcome.from_version {
+                    self.lease_object = Some(written);
+                }
+                self.set_error(Source::Renewal, None);
+            }
+            Err(error) => {
+                if error.is_conflict() {
+                    self.renewals.refused_at = outcome.from_version;
+                    tracing::info!(pod = %self.pod, epoch = %outcome.epoch, "renewal refused: the Lease changed since it was read");
+                } else {
+                    let pause = if error.is_forbidden() {
+                        BACKOFF_MAX
+                    } else {
+                        self.renewals.backoff.unwrap_or(BACKOFF_MIN)
+                    };
+                    self.renewals.retry_at = Some(Instant::now() + pause);
+                    self.renewals.backoff = Some((pause * 2).min(BACKOFF_MAX));
+                }
+                self.set_error(Source::Renewal, Some(Arc::new(error)));
+            }
         }
     }
 
@@ -385,6 +551,7 @@ impl Core {
         let slot = match source {
             Source::Pod => &mut self.pod_error,
             Source::Lease => &mut self.lease_error,
+            Source::Renewal => &mut self.renewal_error,
         };
         let same = match (slot.as_ref(), error.as_ref()) {
             (None, None) => true,
@@ -401,7 +568,11 @@ impl Core {
             }
         }
         *slot = error;
-        let current = self.pod_error.clone().or_else(|| self.lease_error.clone());
+        let current = self
+            .pod_error
+            .clone()
+            .or_else(|| self.lease_error.clone())
+            .or_else(|| self.renewal_error.clone());
         self.errors.send_if_modified(|e| {
             let changed = match (e.as_ref(), current.as_ref()) {
                 (None, None) => false,
@@ -430,6 +601,7 @@ impl Core {
 enum Source {
     Pod,
     Lease,
+    Renewal,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

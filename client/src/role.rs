@@ -6,7 +6,9 @@ use std::{fmt, time::Duration};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
-use crate::{EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, LEADER, ROLE_LABEL};
+use crate::{
+    EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
+};
 
 /// What this pod may do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,20 +95,21 @@ pub struct LeaseMarks {
     pub epoch: Option<Epoch>,
     /// `spec.leaseDurationSeconds`, when positive.
     pub duration: Option<Duration>,
+    /// Annotation `leadergroup.io/liveness: Heartbeat`: the group is in Heartbeat mode, and its
+    /// leader renews the Lease itself.
+    pub heartbeat: bool,
 }
 
 impl LeaseMarks {
     /// Reads the marks of `lease`.
     pub fn of(lease: &Lease) -> LeaseMarks {
         let spec = lease.spec.as_ref();
+        let annotations = lease.metadata.annotations.as_ref();
         LeaseMarks {
             holder: spec
                 .and_then(|s| s.holder_identity.clone())
                 .filter(|h| !h.is_empty()),
-            epoch: lease
-                .metadata
-                .annotations
-                .as_ref()
+            epoch: annotations
                 .and_then(|a| a.get(EPOCH_ANNOTATION))
                 .and_then(|e| e.parse().ok()),
             duration: spec
@@ -114,8 +117,29 @@ impl LeaseMarks {
                 .and_then(|s| u64::try_from(s).ok())
                 .filter(|s| *s > 0)
                 .map(Duration::from_secs),
+            heartbeat: annotations
+                .and_then(|a| a.get(LIVENESS_ANNOTATION))
+                .is_some_and(|v| v == HEARTBEAT),
         }
     }
+
+    /// The epoch at which this Lease asks `pod_name` to renew it: it holds it and the group is in
+    /// Heartbeat mode.
+    pub fn renewal_asked_of(&self, pod_name: &str) -> Option<Epoch> {
+        self.epoch
+            .filter(|_| self.heartbeat && self.holder.as_deref() == Some(pod_name))
+    }
+}
+
+/// In Heartbeat mode, the last renewal of the Lease by this pod that landed, by the instant it
+/// was sent; before the first, the instant the Lease was first confirmed naming this pod at the
+/// epoch (the operator gives a new leader a whole duration to start renewing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    /// The epoch renewed at.
+    pub epoch: Epoch,
+    /// When.
+    pub at: Instant,
 }
 
 /// A state the API server showed (`None`: the object does not exist), and when: the instant a
@@ -151,6 +175,8 @@ pub struct Observation {
     /// The Lease's duration, as last seen (kept when the Lease later lapses or disappears);
     /// [`DEFAULT_LEASE_DURATION`] before any.
     pub lease_duration: Duration,
+    /// In Heartbeat mode, this pod's last renewal of the Lease that landed.
+    pub renewed: Option<Renewed>,
 }
 
 impl Observation {
@@ -164,6 +190,7 @@ impl Observation {
                 LeaseObservation::NoGroup
             },
             lease_duration: DEFAULT_LEASE_DURATION,
+            renewed: None,
         }
     }
 
@@ -183,10 +210,27 @@ impl Observation {
     }
 
     /// When the role decided from this observation turns [`Role::Unknown`] unless something is
-    /// confirmed again: two thirds of the Lease duration after the oldest confirmation. `None`
-    /// when it is `Unknown` already for want of a confirmation.
+    /// confirmed again: two thirds of the Lease duration after the oldest confirmation, or in
+    /// Heartbeat mode after the last renewal that landed if that is earlier. `None` when it is
+    /// `Unknown` already for want of a confirmation.
     pub fn lapses_at(&self) -> Option<Instant> {
-        self.confirmed_since().map(|since| since + self.validity())
+        let confirmed = self.confirmed_since()? + self.validity();
+        let renewal = self
+            .renewed
+            .filter(|_| self.heartbeat_asked())
+            .map(|r| r.at + self.validity());
+        Some(renewal.map_or(confirmed, |r| r.min(confirmed)))
+    }
+
+    /// Whether the confirmed Lease asks its holder to renew it.
+    fn heartbeat_asked(&self) -> bool {
+        matches!(&self.lease, LeaseObservation::Confirmed(Confirmed { state: Some(l), .. }) if l.heartbeat)
+    }
+
+    /// Whether a renewal at `epoch` landed within two thirds of the duration before `now`.
+    fn renewed_recently(&self, epoch: Epoch, now: Instant) -> bool {
+        self.renewed
+            .is_some_and(|r| r.epoch == epoch && now < r.at + self.validity())
     }
 }
 
@@ -197,6 +241,9 @@ impl Observation {
 ///   confirmations.
 /// - [`Role::Leader`] at epoch `e` only while the pod carries `leadergroup.io/role=leader` and
 ///   epoch annotation `e` AND the Lease names `pod_name` as holder at epoch `e`.
+/// - In Heartbeat mode (the Lease says so), [`Role::Unknown`] instead of leader when no renewal
+///   of this pod's at `e` has landed within two thirds of the Lease duration: the operator hands
+///   over once a whole duration passes without one.
 /// - [`Role::Follower`] otherwise (the pod is gone, or not in a group, or the marks disagree: the
 ///   operator is between two steps of a transition, which never makes two leaders).
 pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
@@ -221,7 +268,11 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
                 && lease.holder.as_deref() == Some(pod_name)
                 && lease.epoch == Some(epoch) =>
         {
-            Role::Leader { epoch }
+            if lease.heartbeat && !observation.renewed_recently(epoch, now) {
+                Role::Unknown
+            } else {
+                Role::Leader { epoch }
+            }
         }
         _ => Role::Follower,
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
@@ -32,6 +33,8 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     {
         actions::lease::delete(&leases_api, &lease).await?;
     }
+    ctx.lease_sightings
+        .forget(&ObjectRef::from_obj(group.as_ref()));
     info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
     Ok(Action::await_change())
 }

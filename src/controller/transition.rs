@@ -27,6 +27,7 @@ use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan, Transition};
 use crate::error::{ReconcileError, Result};
+use crate::lease_sightings::LeaseSeen;
 
 /// How many times one reconcile may decide: after as many 409s, the last one goes to the error
 /// policy.
@@ -85,6 +86,10 @@ struct Snapshot {
     pods: Vec<Arc<Pod>>,
     /// The group's Lease, from the cache, or from the API server after a conflict.
     lease: Option<Lease>,
+    /// When this replica saw the Lease reach that state.
+    lease_seen: Option<LeaseSeen>,
+    /// The instant of the observation, on this replica's clock.
+    now: Timestamp,
 }
 
 impl Snapshot {
@@ -98,15 +103,20 @@ impl Snapshot {
             groups: &groups,
             pods: &pods,
             lease: self.lease.as_ref(),
+            lease_seen: self.lease_seen,
             identity,
-            now: Timestamp::now(),
+            now: self.now,
         })
     }
 }
 
 /// The observe step: the group and its Lease as given, with the rest of what the decision reads
-/// from the watch caches.
+/// from the watch caches, and when this replica saw the Lease reach that state.
 fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) -> Snapshot {
+    let now = Timestamp::now();
+    let lease_seen = ctx
+        .lease_sightings
+        .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
     let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
     let other_groups = ctx
         .caches
@@ -121,6 +131,8 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         other_groups,
         pods,
         lease,
+        lease_seen,
+        now,
     }
 }
 

@@ -2,12 +2,18 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
+
 use super::Observation;
+use super::heartbeat::Heartbeat;
 use super::records::Records;
 use super::token::Token;
+use crate::crd::Liveness;
 use crate::lease_record::{LeaseRecord, renew_interval};
 
-/// The Lease content to write, unless the Lease already says it and needs no renewal yet.
+/// The Lease content to write, unless the Lease already says it and needs no renewal yet. In
+/// Heartbeat mode the operator never renews: it writes `renewTime` only with `acquireTime` (a new
+/// holder, or the switch to Heartbeat), so that any other `renewTime` is the holder's.
 pub(super) fn commit(
     obs: &Observation<'_>,
     records: &Records,
@@ -16,25 +22,35 @@ pub(super) fn commit(
 ) -> Option<LeaseRecord> {
     let lease = records.lease.as_ref();
     let duration = obs.group.spec.lease_duration_seconds;
+    let heartbeat = obs.group.spec.liveness == Liveness::Heartbeat;
     let same_holder = lease.is_some_and(|l| &l.holder == leader && l.epoch == token.epoch);
-    let acquire_time = match lease {
-        Some(l) if same_holder && !token.minted => l.acquire_time,
-        _ => leader.as_ref().map(|_| obs.now),
+    let acquired_now = leader.as_ref().map(|_| obs.now);
+    let (acquire_time, renew_time) = match lease {
+        Some(l) if same_holder && !token.minted && heartbeat && l.heartbeat => {
+            (l.acquire_time, l.renew_time)
+        }
+        // Switching to Heartbeat restarts the holder's clock: no renewal of the operator's may
+        // pass for one of the holder's.
+        Some(_) if heartbeat => (acquired_now, Some(obs.now)),
+        Some(l) if same_holder && !token.minted => (l.acquire_time, Some(obs.now)),
+        _ => (acquired_now, Some(obs.now)),
     };
     let wanted = LeaseRecord {
         holder: leader.clone(),
         epoch: token.epoch,
         duration_seconds: duration,
         acquire_time,
-        renew_time: Some(obs.now),
+        renew_time,
         arbiter: Some(obs.identity.to_string()),
+        heartbeat,
     };
     match lease {
         Some(l)
             if same_holder
                 && l.duration_seconds == duration
                 && l.arbiter.as_deref() == Some(obs.identity)
-                && l.renew_due_at().is_some_and(|due| due > obs.now) =>
+                && l.heartbeat == heartbeat
+                && (heartbeat || l.renew_due_at().is_some_and(|due| due > obs.now)) =>
         {
             None
         }
@@ -42,15 +58,24 @@ pub(super) fn commit(
     }
 }
 
-/// Time until the next renewal is due, measured from the Lease as it will be after this pass.
-pub(super) fn requeue_after(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> Duration {
+/// Time until the decision should be taken again without a watch event: the next renewal, or in
+/// Heartbeat mode the instant the holder's renewals are due.
+pub(super) fn requeue_after(
+    obs: &Observation<'_>,
+    lease: Option<&LeaseRecord>,
+    heartbeat: &Heartbeat,
+) -> Duration {
     let fallback = renew_interval(obs.group.spec.lease_duration_seconds.max(1));
-    lease
-        .and_then(|l| l.renew_due_at())
-        .map(|due| {
-            let ms = due.duration_since(obs.now).as_millis().max(0);
-            Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-        })
+    let next = match obs.group.spec.liveness {
+        Liveness::Heartbeat => heartbeat.next_change(obs.now),
+        Liveness::Readiness => lease.and_then(|l| l.renew_due_at()),
+    };
+    next.map(|at| until(obs.now, at))
         .unwrap_or(fallback)
         .max(Duration::from_millis(100))
+}
+
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    let ms = at.duration_since(now).as_millis().max(0);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

@@ -19,10 +19,14 @@ pub(super) struct Membership<'a> {
     pub overlapped: Vec<(&'a Pod, String)>,
     /// Of `owned`, the eligible ones, in succession order: who may lead.
     pub succession: Vec<&'a Pod>,
+    /// The leader whose heartbeat lapsed (Heartbeat mode): Ready as far as the API server
+    /// knows, and yet not eligible.
+    pub lapsed: Option<String>,
 }
 
 impl<'a> Membership<'a> {
-    pub fn of(obs: &Observation<'a>) -> Self {
+    /// `lapsed`: a pod whose heartbeat lapsed, excluded from the succession.
+    pub fn of(obs: &Observation<'a>, lapsed: Option<&str>) -> Self {
         let selector = &obs.group.spec.selector;
         let mut matched: Vec<&Pod> = obs
             .pods
@@ -41,12 +45,17 @@ impl<'a> Membership<'a> {
                 None => owned.push(*pod),
             }
         }
-        let succession = owned.iter().copied().filter(|p| is_eligible(p)).collect();
+        let succession = owned
+            .iter()
+            .copied()
+            .filter(|p| is_eligible(p) && p.metadata.name.as_deref() != lapsed)
+            .collect();
         Membership {
             matched,
             owned,
             overlapped,
             succession,
+            lapsed: lapsed.map(str::to_string),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The decisions that elect nobody: a Lease of the group's name it does not own, another operator
 //! replica arbitrating the group, or a selector that cannot be evaluated.
 
+use jiff::SignedDuration;
 use kube::core::Selector;
 
 use super::records::Records;
@@ -31,16 +32,26 @@ fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision>
     })
 }
 
-/// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group.
+/// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group. A
+/// Lease its holder renews (Heartbeat mode) stays fresh whether or not its arbiter lives, so its
+/// arbiter counts as alive for a Lease duration from this replica's sighting of its last write.
 fn deferred(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
     let lease = records.lease.as_ref()?;
     let arbiter = lease.arbiter.as_ref()?;
-    if arbiter == obs.identity || lease.is_expired(obs.now) {
+    if arbiter == obs.identity {
         return None;
     }
-    Some(Decision::Deferred {
+    let until = if lease.heartbeat {
+        let written_at = obs.lease_seen.map_or(obs.now, |seen| seen.written_at);
+        written_at
+            .checked_add(SignedDuration::from_secs(i64::from(lease.duration_seconds)))
+            .ok()?
+    } else {
+        lease.expires_at()?
+    };
+    (until > obs.now).then(|| Decision::Deferred {
         arbiter: arbiter.clone(),
-        until: lease.expires_at()?,
+        until,
     })
 }
 

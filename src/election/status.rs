@@ -6,11 +6,12 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
+use super::heartbeat::Heartbeat;
 use super::membership::Membership;
 use super::records::Records;
 use super::token::Token;
-use super::{LEADER_ELECTED, OVERLAPPING, Observation, Transition};
-use crate::crd::{LeaderGroup, LeaderGroupStatus};
+use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, Transition};
+use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
 pub(super) fn change(
@@ -20,8 +21,9 @@ pub(super) fn change(
     leader: &Option<String>,
     token: Token,
     transition: Option<&Transition>,
+    heartbeat: &Heartbeat,
 ) -> Option<LeaderGroupStatus> {
-    let next = next(
+    let mut next = next(
         obs,
         &records.status,
         members,
@@ -29,6 +31,12 @@ pub(super) fn change(
         token.epoch,
         transition,
     );
+    match heartbeat_condition(obs, leader, heartbeat) {
+        None => next.conditions.retain(|c| c.type_ != HEARTBEAT),
+        Some((status, reason, message)) => {
+            set_condition(&mut next, HEARTBEAT, status, reason, &message, obs.now)
+        }
+    }
     (Some(&next) != obs.group.status.as_ref()).then_some(next)
 }
 
@@ -67,19 +75,74 @@ fn next(
     }
     let (elected, reason, message) =
         leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready);
-    set_condition(&mut s, LEADER_ELECTED, elected, reason, &message, obs.now);
+    set_condition(
+        &mut s,
+        LEADER_ELECTED,
+        truth(elected),
+        reason,
+        &message,
+        obs.now,
+    );
     match overlapping(m) {
         None => s.conditions.retain(|c| c.type_ != OVERLAPPING),
         Some(message) => set_condition(
             &mut s,
             OVERLAPPING,
-            true,
+            TRUE,
             "OverlappingGroup",
             &message,
             obs.now,
         ),
     }
     s
+}
+
+/// The `Heartbeat` condition, in Heartbeat mode while a pod leads: True while the leader renews
+/// the Lease, Unknown until its first renewal, False when a Lease duration passed without one.
+fn heartbeat_condition(
+    obs: &Observation<'_>,
+    leader: &Option<String>,
+    heartbeat: &Heartbeat,
+) -> Option<(&'static str, &'static str, String)> {
+    let leader = leader.as_deref()?;
+    if obs.group.spec.liveness != Liveness::Heartbeat {
+        return None;
+    }
+    let seconds = obs.group.spec.lease_duration_seconds;
+    let lease = obs.group.lease_name();
+    let awaiting = || {
+        (
+            UNKNOWN,
+            "AwaitingRenewal",
+            format!("{leader} has not renewed Lease {lease} yet"),
+        )
+    };
+    Some(match heartbeat {
+        // A new leader, or the Lease does not ask for renewals yet (written in this pass).
+        Heartbeat::NotJudged => awaiting(),
+        Heartbeat::Awaiting { holder, .. } | Heartbeat::Renewing { holder, .. }
+            if holder != leader =>
+        {
+            awaiting()
+        }
+        Heartbeat::Awaiting { overdue: false, .. } => awaiting(),
+        Heartbeat::Awaiting { overdue: true, .. } => (
+            FALSE,
+            "NoRenewal",
+            format!(
+                "{leader} has not renewed Lease {lease} in the {seconds} s since it became leader: \
+                 run leadergroup-agent or leadergroup-client in its pod with update on that Lease; \
+                 until it renews, only its readiness is watched"
+            ),
+        ),
+        Heartbeat::Renewing { .. } => (
+            TRUE,
+            "Renewing",
+            format!(
+                "{leader} renews Lease {lease}; leadership moves after {seconds} s without a renewal"
+            ),
+        ),
+    })
 }
 
 /// The `LeaderElected` condition: whether a pod leads, the reason, and a message for people.
@@ -135,22 +198,30 @@ pub(super) fn refused(
     message: &str,
     now: Timestamp,
 ) -> LeaderGroupStatus {
-    set_condition(&mut s, LEADER_ELECTED, false, reason, message, now);
+    set_condition(&mut s, LEADER_ELECTED, FALSE, reason, message, now);
     s.lease_name = Some(group.lease_name());
     s.observed_generation = group.metadata.generation;
     s
+}
+
+const TRUE: &str = "True";
+const FALSE: &str = "False";
+const UNKNOWN: &str = "Unknown";
+
+fn truth(value: bool) -> &'static str {
+    if value { TRUE } else { FALSE }
 }
 
 /// Sets a condition, keeping its lastTransitionTime when its status does not change.
 fn set_condition(
     s: &mut LeaderGroupStatus,
     type_: &str,
-    value: bool,
+    status: &str,
     reason: &str,
     message: &str,
     now: Timestamp,
 ) {
-    let status = if value { "True" } else { "False" }.to_string();
+    let status = status.to_string();
     let since = s
         .conditions
         .iter()

@@ -113,6 +113,7 @@ fn group() -> LeaderGroup {
             lease_duration_seconds: 15,
             preferred_leader: None,
             paused: false,
+            liveness: Default::default(),
         },
     );
     g.metadata.namespace = Some("ns".into());
@@ -139,7 +140,13 @@ fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease
         acquire_time: Some(t(0)),
         renew_time: Some(t(renewed)),
         arbiter: Some(arbiter.into()),
+        heartbeat: false,
     };
+    owned(&record)
+}
+
+/// The group's Lease holding `record`, owned by the group.
+fn owned(record: &LeaseRecord) -> Lease {
     let owner = OwnerReference {
         kind: "LeaderGroup".into(),
         uid: GROUP_UID.into(),
@@ -160,6 +167,18 @@ fn decide_full(
     lease: Option<&Lease>,
     identity: &str,
 ) -> Decision {
+    decide_seen(group, others, pods, lease, None, identity)
+}
+
+/// The decision with what this replica saw of the Lease, on its own clock.
+fn decide_seen(
+    group: &LeaderGroup,
+    others: &[&LeaderGroup],
+    pods: &[PodFixture],
+    lease: Option<&Lease>,
+    lease_seen: Option<LeaseSeen>,
+    identity: &str,
+) -> Decision {
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
     let mut groups: Vec<&LeaderGroup> = others.to_vec();
     groups.push(group);
@@ -168,6 +187,7 @@ fn decide_full(
         groups: &groups,
         pods: &pod_refs,
         lease,
+        lease_seen,
         identity,
         now: now(),
     })
@@ -910,3 +930,5 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
         );
     }
 }
+
+mod heartbeat;

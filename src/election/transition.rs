@@ -21,6 +21,8 @@ pub enum Reason {
     LeaderNotReady,
     /// The leader pod is no longer selected by the group (or an older group holds it).
     LeaderLeftGroup,
+    /// The leader's own renewals of the Lease stopped for a Lease duration (Heartbeat mode).
+    LeaderHeartbeatLost,
     /// Leadership moved to `spec.preferredLeader`.
     Preferred,
     /// No pod is eligible: nobody leads.
@@ -29,12 +31,13 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order (a test holds it to that): the metric's label values.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Initial,
         Reason::LeaderDeleted,
         Reason::LeaderTerminating,
         Reason::LeaderNotReady,
         Reason::LeaderLeftGroup,
+        Reason::LeaderHeartbeatLost,
         Reason::Preferred,
         Reason::NoCandidates,
     ];
@@ -47,6 +50,7 @@ impl Reason {
             Reason::LeaderTerminating => "LeaderTerminating",
             Reason::LeaderNotReady => "LeaderNotReady",
             Reason::LeaderLeftGroup => "LeaderLeftGroup",
+            Reason::LeaderHeartbeatLost => "LeaderHeartbeatLost",
             Reason::Preferred => "Preferred",
             Reason::NoCandidates => "NoCandidates",
         }
@@ -100,6 +104,7 @@ fn reason(pods: &[&Pod], m: &Membership<'_>, from: Option<&str>, to: Option<&str
         Some(p) if p.metadata.deletion_timestamp.is_some() => Reason::LeaderTerminating,
         Some(p) if !m.owns(&p.name_any()) => Reason::LeaderLeftGroup,
         Some(p) if !is_running_ready(p) => Reason::LeaderNotReady,
+        Some(_) if m.lapsed.as_deref() == Some(old) => Reason::LeaderHeartbeatLost,
         Some(_) => Reason::Preferred,
     }
 }

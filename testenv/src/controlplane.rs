@@ -206,7 +206,22 @@ impl ControlPlane {
     /// A new client that authenticates with a bearer token only (for example a ServiceAccount
     /// token from [`crate::TestNamespace::service_account_token`]), so RBAC applies to it.
     pub async fn client_with_token(&self, token: &str) -> Result<kube::Client> {
+        self.client_with_token_via(token, None).await
+    }
+
+    /// [`ControlPlane::client_with_token`], talking to `server` instead when given (a
+    /// [`crate::Proxy`] in front of the API server: the certificate covers 127.0.0.1).
+    pub async fn client_with_token_via(
+        &self,
+        token: &str,
+        server: Option<std::net::SocketAddr>,
+    ) -> Result<kube::Client> {
         let mut config = self.config.clone();
+        if let Some(server) = server {
+            config.cluster_url = format!("https://{server}")
+                .parse()
+                .map_err(|e| Error::Unexpected(format!("the proxy's URL https://{server}: {e}")))?;
+        }
         // Through serde because AuthInfo keeps the token as a secrecy::SecretString; this avoids
         // depending on the exact secrecy version kube uses. Replacing the whole AuthInfo drops the
         // admin client certificate.

@@ -1,5 +1,5 @@
 //! A group member's identity: the ServiceAccount bound to the Role the client and agent document
-//! (pods get/watch; the group's Lease `leadergroup-<group>` get/watch by name), and a test world
+//! (pods get/watch; the group's Lease `leadergroup-<group>` get/watch/update by name), and a test world
 //! for the client's and the agent's tests.
 //!
 //! Those tests, and the application-latency measurement, authenticate as a member pod would, so
@@ -23,7 +23,7 @@ use crate::{Error, Kubelet, Marks, Result, TestNamespace, namespace};
 pub struct MemberRules {
     /// Pods: get, watch.
     pub pods: bool,
-    /// The group's Lease, by name: get, watch.
+    /// The group's Lease, by name: get, watch, update (renewals in Heartbeat mode).
     pub lease: bool,
 }
 
@@ -59,7 +59,7 @@ impl MemberRules {
                 api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
                 resources: Some(vec!["leases".to_owned()]),
                 resource_names: Some(vec![format!("leadergroup-{group}")]),
-                verbs: vec!["get".to_owned(), "watch".to_owned()],
+                verbs: vec!["get".to_owned(), "watch".to_owned(), "update".to_owned()],
                 ..PolicyRule::default()
             });
         }

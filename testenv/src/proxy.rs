@@ -8,7 +8,11 @@
 use std::net::SocketAddr;
 
 use tokio::{
-    net::{TcpListener, TcpStream},
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{
+        TcpListener, TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
     sync::watch,
     task::JoinHandle,
 };
@@ -16,14 +20,25 @@ use tokio::{
 use crate::{Error, Result, control_plane};
 
 /// The proxy: while cut, open connections stop carrying bytes but stay open, and new ones are
-/// accepted and then left hanging. [`Proxy::heal`] closes the hung ones and forwards again.
+/// accepted and then left hanging. [`Proxy::heal`] closes the hung ones and forwards again;
+/// [`Proxy::release`] delivers what they held instead, late, the way a stuck connection (or a
+/// process paused after sending) delivers a request after everyone has moved on.
 /// Reach the API server through it by replacing [`crate::ControlPlane::server_url`] with
 /// `https://<addr>` (the certificate covers 127.0.0.1, so TLS passes through untouched).
 pub struct Proxy {
     /// Where it listens (127.0.0.1, a free port).
     pub addr: SocketAddr,
-    cut: watch::Sender<bool>,
+    link: watch::Sender<Link>,
     task: JoinHandle<()>,
+}
+
+/// The state of every connection through the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Link {
+    /// Bytes are held, not forwarded.
+    cut: bool,
+    /// How many times it was healed: a connection open at a heal is closed.
+    heals: u64,
 }
 
 impl Proxy {
@@ -35,50 +50,90 @@ impl Proxy {
         let addr = listener
             .local_addr()
             .map_err(Error::io("reading the proxy's address"))?;
-        let (cut, cut_rx) = watch::channel(false);
+        let (link, link_rx) = watch::channel(Link {
+            cut: false,
+            heals: 0,
+        });
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, upstream, cut_rx.clone()));
+                tokio::spawn(relay(client, upstream, link_rx.clone()));
             }
         });
-        Ok(Proxy { addr, cut, task })
+        Ok(Proxy { addr, link, task })
     }
 
-    /// Cuts every connection, open or new.
+    /// Cuts every connection, open or new: what they carry is held.
     pub fn cut(&self) {
-        self.cut.send_replace(true);
+        self.link.send_modify(|l| l.cut = true);
     }
 
-    /// Closes the hung connections and forwards new ones again.
+    /// Closes the hung connections (what they held is lost) and forwards new ones again.
     pub fn heal(&self) {
-        self.cut.send_replace(false);
+        self.link.send_modify(|l| {
+            l.cut = false;
+            l.heals += 1;
+        });
+    }
+
+    /// Delivers what the hung connections held, late, and forwards again.
+    pub fn release(&self) {
+        self.link.send_modify(|l| l.cut = false);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        // The relays end when the sender goes (see `closed`).
         self.task.abort();
-        // Releases the hung connections.
-        self.cut.send_replace(false);
     }
 }
 
-async fn relay(mut client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiver<bool>) {
-    if *cut.borrow_and_update() {
-        // Accepted while cut: hang (a SYN answered, nothing else), close once healed.
-        let _ = cut.wait_for(|c| !*c).await;
-        return;
-    }
-    let Ok(mut server) = TcpStream::connect(upstream).await else {
-        return;
+async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Link>) {
+    let heals = link.borrow().heals;
+    let forward = async {
+        // Accepted while cut: hangs (a SYN answered, nothing else) until released.
+        let mut up = link.clone();
+        if up.wait_for(|l| !l.cut).await.is_err() {
+            return;
+        }
+        let Ok(server) = TcpStream::connect(upstream).await else {
+            return;
+        };
+        let (client_read, mut client_write) = client.into_split();
+        let (server_read, mut server_write) = server.into_split();
+        // The request side ending (the client gave up and closed) neither ends the response side
+        // nor closes the server's socket (the write halves live as long as the relay): a request
+        // released late still reaches the server whole and is served, as through a stuck
+        // middlebox, instead of being cancelled by the client's departure.
+        tokio::join!(
+            pump(client_read, &mut server_write, link.clone()),
+            pump(server_read, &mut client_write, link.clone()),
+        );
     };
-    let mut until_cut = cut.clone();
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
-        _ = until_cut.wait_for(|c| *c) => {}
+        () = forward => {}
+        () = closed(link.clone(), heals) => {}
     }
-    // Both sockets stay open and silent until healed.
-    let _ = cut.wait_for(|c| !*c).await;
+}
+
+/// Copies `from` to `to`, holding each chunk while the link is cut.
+async fn pump(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, mut link: watch::Receiver<Link>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if link.wait_for(|l| !l.cut).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves when the connection must close: the link was healed since `heals`, or the proxy
+/// is gone.
+async fn closed(mut link: watch::Receiver<Link>, heals: u64) {
+    let _ = link.wait_for(|l| l.heals != heals).await;
 }
 
 /// The address of the test control plane's API server, for [`Proxy::start`].

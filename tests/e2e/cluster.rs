@@ -566,6 +566,7 @@ impl App {
                 lease_duration_seconds: 15,
                 preferred_leader: None,
                 paused: false,
+                liveness: Default::default(),
             },
         );
         app.groups

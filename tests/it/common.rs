@@ -230,6 +230,7 @@ pub fn group(name: &str, app: &str) -> LeaderGroup {
             lease_duration_seconds: 15,
             preferred_leader: None,
             paused: false,
+            liveness: Default::default(),
         },
     )
 }

@@ -12,6 +12,7 @@ mod crash;
 mod election;
 mod gc_pause;
 mod ha;
+mod heartbeat;
 mod kubectl;
 mod lease;
 mod ledger_manifests;

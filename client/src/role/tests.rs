@@ -29,6 +29,7 @@ fn lease(holder: &str, n: u32) -> LeaseMarks {
         holder: Some(holder.to_owned()),
         epoch: Some(epoch(n)),
         duration: Some(Duration::from_secs(3)),
+        heartbeat: false,
     }
 }
 
@@ -41,6 +42,7 @@ fn seen(t0: Instant, pod: Option<PodMarks>, lease: Option<LeaseMarks>) -> Observ
             at: t0,
         }),
         lease_duration: Duration::from_secs(3),
+        renewed: None,
     }
 }
 
@@ -217,13 +219,79 @@ fn marks_are_read_from_the_objects() {
         LeaseMarks {
             holder: Some(ME.to_owned()),
             epoch: Some(epoch(12)),
-            duration: Some(Duration::from_secs(6))
+            duration: Some(Duration::from_secs(6)),
+            heartbeat: false,
         }
     );
+    let mut heartbeat = lease.clone();
+    heartbeat
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("leadergroup.io/liveness".to_owned(), "Heartbeat".to_owned());
+    let marks = LeaseMarks::of(&heartbeat);
+    assert!(marks.heartbeat);
+    assert_eq!(marks.renewal_asked_of(ME), Some(epoch(12)));
+    assert_eq!(marks.renewal_asked_of("app-1"), None);
+    assert_eq!(LeaseMarks::of(&lease).renewal_asked_of(ME), None);
     let empty: Lease = serde_json::from_value(serde_json::json!({
         "metadata": {},
         "spec": {"holderIdentity": "", "leaseDurationSeconds": 0}
     }))
     .unwrap();
     assert_eq!(LeaseMarks::of(&empty), LeaseMarks::default());
+}
+
+/// Heartbeat mode: the Lease asks its holder to renew it.
+fn heartbeat_lease(holder: &str, n: u32) -> LeaseMarks {
+    LeaseMarks {
+        heartbeat: true,
+        ..lease(holder, n)
+    }
+}
+
+#[test]
+fn in_heartbeat_mode_a_leader_needs_a_renewal_within_two_thirds() {
+    let t0 = Instant::now();
+    let mut obs = seen(t0, Some(leader_pod(4)), Some(heartbeat_lease(ME, 4)));
+    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "nothing to start from");
+
+    obs.renewed = Some(Renewed {
+        epoch: epoch(4),
+        at: t0,
+    });
+    assert_eq!(decide(ME, &obs, t0), Role::Leader { epoch: epoch(4) });
+
+    // Pod and Lease confirmed again later, yet no renewal landed: Unknown at two thirds of 3 s.
+    let later = t0 + Duration::from_millis(1500);
+    obs.pod = Some(Confirmed {
+        state: Some(leader_pod(4)),
+        at: later,
+    });
+    obs.lease = LeaseObservation::Confirmed(Confirmed {
+        state: Some(heartbeat_lease(ME, 4)),
+        at: later,
+    });
+    assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(2)));
+    assert_eq!(
+        decide(ME, &obs, t0 + Duration::from_millis(1999)),
+        Role::Leader { epoch: epoch(4) }
+    );
+    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+
+    // A renewal at an older epoch counts for nothing.
+    obs.renewed = Some(Renewed {
+        epoch: epoch(3),
+        at: later,
+    });
+    assert_eq!(decide(ME, &obs, later), Role::Unknown);
+}
+
+#[test]
+fn renewals_matter_only_in_heartbeat_mode_and_only_to_the_leader() {
+    let t0 = Instant::now();
+    let readiness = seen(t0, Some(leader_pod(4)), Some(lease(ME, 4)));
+    assert_eq!(decide(ME, &readiness, t0), Role::Leader { epoch: epoch(4) });
+    let follower = seen(t0, Some(follower_pod()), Some(heartbeat_lease("app-1", 4)));
+    assert_eq!(decide(ME, &follower, t0), Role::Follower);
 }

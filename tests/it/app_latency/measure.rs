@@ -337,6 +337,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
         lease_duration_seconds: LEASE_SECONDS,
         preferred_leader: None,
         paused: false,
+        liveness: Default::default(),
     };
     ns.api::<LeaderGroup>()
         .create(&PostParams::default(), &LeaderGroup::new(GROUP, spec))

@@ -279,6 +279,7 @@ impl Scenario {
                 lease_duration_seconds: 15,
                 preferred_leader: None,
                 paused: false,
+                liveness: Default::default(),
             },
         );
         groups

@@ -1,0 +1,206 @@
+//! What this operator replica saw of each group's Lease, and when, on its own clock.
+//!
+//! In Heartbeat mode the leader renews its group's Lease from another machine, whose clock may be
+//! seconds off this one. The operator therefore never compares the `renewTime` that machine wrote
+//! with its own time: it notes when it saw each renewal arrive, and times the leader's silence
+//! from there. A replica that starts (or takes over) knows nothing of the past, so it gives the
+//! holder a whole Lease duration from its first sighting: late, never early.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::crd::LeaderGroup;
+use crate::lease_record::LeaseRecord;
+
+/// When this replica saw the group's Lease reach its current state, on its own clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseSeen {
+    /// When it first saw the current holder, epoch, arbiter, mode and duration: the last write
+    /// of an operator replica, or this replica's first sighting of the Lease.
+    pub written_at: Timestamp,
+    /// When it last saw the holder renew the Lease at this epoch; `None` while it has seen no
+    /// renewal (nor, at the first sighting, any sign in the Lease of an earlier one).
+    pub renewed_at: Option<Timestamp>,
+}
+
+/// What an operator replica writes; a change of any of it restarts the sighting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
+    holder: Option<String>,
+    epoch: i64,
+    arbiter: Option<String>,
+    heartbeat: bool,
+    duration_seconds: i32,
+}
+
+/// One Lease's sighting.
+#[derive(Clone, Debug)]
+struct Sighting {
+    written: Written,
+    renew_time: Option<Timestamp>,
+    seen: LeaseSeen,
+}
+
+impl Sighting {
+    fn first(record: &LeaseRecord, now: Timestamp) -> Sighting {
+        Sighting {
+            written: written(record),
+            renew_time: record.renew_time,
+            seen: LeaseSeen {
+                written_at: now,
+                renewed_at: record.renewed_by_holder().then_some(now),
+            },
+        }
+    }
+
+    /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
+    /// renewal by the holder.
+    fn update(&mut self, record: &LeaseRecord, now: Timestamp) {
+        if self.written != written(record) {
+            *self = Sighting::first(record, now);
+        } else if self.renew_time != record.renew_time {
+            self.renew_time = record.renew_time;
+            self.seen.renewed_at = Some(now);
+        }
+    }
+}
+
+fn written(record: &LeaseRecord) -> Written {
+    Written {
+        holder: record.holder.clone(),
+        epoch: record.epoch,
+        arbiter: record.arbiter.clone(),
+        heartbeat: record.heartbeat,
+        duration_seconds: record.duration_seconds,
+    }
+}
+
+/// The sightings of every group's Lease, shared by the reconciles.
+#[derive(Default)]
+pub struct LeaseSightings(Mutex<HashMap<ObjectRef<LeaderGroup>, Sighting>>);
+
+impl LeaseSightings {
+    /// Notes the group's Lease as read at `now` and says when its state was first seen. `None`
+    /// when there is no Lease (or the lock is poisoned: the decision then treats the Lease as
+    /// seen just now, which only ever waits longer).
+    pub fn observe(
+        &self,
+        group: &ObjectRef<LeaderGroup>,
+        lease: Option<&Lease>,
+        now: Timestamp,
+    ) -> Option<LeaseSeen> {
+        let mut sightings = self.0.lock().ok()?;
+        let Some(lease) = lease else {
+            sightings.remove(group);
+            return None;
+        };
+        let record = LeaseRecord::from_lease(lease);
+        let sighting = sightings
+            .entry(group.clone())
+            .and_modify(|s| s.update(&record, now))
+            .or_insert_with(|| Sighting::first(&record, now));
+        Some(sighting.seen)
+    }
+
+    /// Drops what was seen of a deleted group's Lease.
+    pub fn forget(&self, group: &ObjectRef<LeaderGroup>) {
+        if let Ok(mut sightings) = self.0.lock() {
+            sightings.remove(group);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::SignedDuration;
+
+    use super::*;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn record(holder: &str, epoch: i64, renewed: i64) -> LeaseRecord {
+        LeaseRecord {
+            holder: Some(holder.into()),
+            epoch,
+            duration_seconds: 15,
+            acquire_time: Some(t(0)),
+            renew_time: Some(t(renewed)),
+            arbiter: Some("op-1".into()),
+            heartbeat: true,
+        }
+    }
+
+    fn sight(
+        sightings: &LeaseSightings,
+        record: &LeaseRecord,
+        now: i64,
+    ) -> (Timestamp, Option<Timestamp>) {
+        let group = ObjectRef::new("pay").within("ns");
+        let lease = record.apply_to(None, "leadergroup-pay", "ns", None, None);
+        let seen = sightings
+            .observe(&group, Some(&lease), t(now))
+            .expect("a Lease is seen");
+        (seen.written_at, seen.renewed_at)
+    }
+
+    #[test]
+    fn renewals_are_timed_when_seen_whatever_renew_time_says() {
+        let s = LeaseSightings::default();
+        assert_eq!(sight(&s, &record("a", 1, 0), 100), (t(100), None));
+        // The holder's clock is an hour behind: its renewal still counts when it arrives.
+        assert_eq!(
+            sight(&s, &record("a", 1, -3600), 104),
+            (t(100), Some(t(104)))
+        );
+        // Read again unchanged: nothing moves.
+        assert_eq!(
+            sight(&s, &record("a", 1, -3600), 110),
+            (t(100), Some(t(104)))
+        );
+        assert_eq!(
+            sight(&s, &record("a", 1, -3595), 111),
+            (t(100), Some(t(111)))
+        );
+    }
+
+    #[test]
+    fn a_new_holder_or_epoch_starts_over() {
+        let s = LeaseSightings::default();
+        sight(&s, &record("a", 1, 0), 100);
+        sight(&s, &record("a", 1, 5), 105);
+        assert_eq!(sight(&s, &record("b", 2, 0), 120), (t(120), None));
+        let mut arbiter = record("b", 2, 0);
+        arbiter.arbiter = Some("op-2".into());
+        assert_eq!(sight(&s, &arbiter, 130), (t(130), None));
+    }
+
+    #[test]
+    fn a_first_sighting_believes_the_lease_about_earlier_renewals() {
+        let s = LeaseSightings::default();
+        // renewTime differs from acquireTime: the holder renewed before this replica looked.
+        assert_eq!(sight(&s, &record("a", 1, 7), 100), (t(100), Some(t(100))));
+        let readiness = LeaseRecord {
+            heartbeat: false,
+            ..record("a", 1, 7)
+        };
+        let other = LeaseSightings::default();
+        assert_eq!(sight(&other, &readiness, 100), (t(100), None));
+    }
+
+    #[test]
+    fn a_deleted_lease_or_group_is_forgotten() {
+        let s = LeaseSightings::default();
+        let group = ObjectRef::new("pay").within("ns");
+        sight(&s, &record("a", 1, 0), 100);
+        assert_eq!(s.observe(&group, None, t(101)), None);
+        assert_eq!(sight(&s, &record("a", 1, 0), 102), (t(102), None));
+        s.forget(&group);
+        assert_eq!(sight(&s, &record("a", 1, 0), 103), (t(103), None));
+    }
+}

@@ -1,0 +1,388 @@
+//! Heartbeat liveness on the light cluster, with faults at exact points: the leader's
+//! `Membership` renews the Lease through a proxy that the test cuts (the leader's node lost, as
+//! far as the API server can tell, while its pod stays Ready), then releases, so that the renewals
+//! it held land late; and renewals written by the test with a holder's clock seconds off the
+//! operator's.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use leadergroup_client::{Epoch, Membership, Role};
+use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
+use leadergroup_operator::election::HEARTBEAT;
+use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_testenv::{
+    InvariantWatcher, MemberRules, Proxy, api_server_addr, control_plane, member_account,
+};
+use tokio::time::Instant;
+
+use crate::common::{Operator, World, group};
+
+/// The groups' Lease duration: renewals every second, the leader Unknown after 2 s of silence,
+/// a handover after 3 s.
+const DURATION_SECS: i32 = 3;
+const DURATION: Duration = Duration::from_secs(3);
+/// What a handover may take beyond the Lease duration: one reconcile, and the commit, record,
+/// demote, check and promote steps on a shared 2-core machine.
+const ONE_RECONCILE: Duration = Duration::from_millis(1500);
+
+fn heartbeat_group(name: &str, app: &str) -> LeaderGroup {
+    let mut g = group(name, app);
+    g.spec.lease_duration_seconds = DURATION_SECS;
+    g.spec.liveness = Liveness::Heartbeat;
+    g
+}
+
+/// Every state of a group's Lease, with the instant this test saw it.
+#[derive(Clone)]
+struct LeaseLog(Arc<Mutex<Vec<(Instant, LeaseRecord)>>>);
+
+impl LeaseLog {
+    fn start(client: &Client, ns: &str, group: &str) -> LeaseLog {
+        let log = LeaseLog(Arc::new(Mutex::new(Vec::new())));
+        let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name=leadergroup-{group}"));
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, config).applied_objects());
+            while let Some(Ok(lease)) = events.next().await {
+                let record = LeaseRecord::from_lease(&lease);
+                sink.0.lock().unwrap().push((Instant::now(), record));
+            }
+        });
+        log
+    }
+
+    fn entries(&self) -> Vec<(Instant, LeaseRecord)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// When this test last saw the Lease change while `holder` held it at `epoch`, before `until`:
+    /// its last renewal.
+    fn last_renewal(&self, holder: &str, epoch: i64, until: Instant) -> Instant {
+        self.entries()
+            .iter()
+            .rev()
+            .find(|(at, r)| *at <= until && r.holder.as_deref() == Some(holder) && r.epoch == epoch)
+            .map(|(at, _)| *at)
+            .expect("the holder's Lease was seen")
+    }
+}
+
+/// Waits until `rx` shows `want`; returns when.
+async fn wait_role(rx: &mut tokio::sync::watch::Receiver<Role>, want: Role, what: &str) -> Instant {
+    let reached = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|r| *r == want))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    assert!(
+        reached,
+        "{what}: role {want} not reached; it is {}",
+        *rx.borrow()
+    );
+    Instant::now()
+}
+
+fn heartbeat_condition(status: &LeaderGroupStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == HEARTBEAT)
+        .map(|c| c.reason.as_str())
+}
+
+#[tokio::test]
+async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_refused() {
+    let w = World::new("hb-silent").await;
+    let pods = w.ordered_ready_pods("app", 2, "hb").await;
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", "hb", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    // The leader reaches the API server through the proxy; the follower directly.
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let leader_client = cp
+        .client_with_token_via(&token, Some(proxy.addr))
+        .await
+        .unwrap();
+    let follower_client = cp.client_with_token(&token).await.unwrap();
+    let old = Membership::start(leader_client, &w.ns.name, &pods[0], Some("hb".into()));
+    let new = Membership::start(follower_client, &w.ns.name, &pods[1], Some("hb".into()));
+    let mut old_errors = old.errors();
+    let refusals = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while old_errors.changed().await.is_ok() {
+            if let Some(e) = old_errors.borrow_and_update().clone() {
+                seen.push(e.to_string());
+            }
+        }
+        seen
+    });
+
+    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let leases = LeaseLog::start(&w.ns.client, &w.ns.name, "hb");
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &heartbeat_group("hb", "hb"))
+        .await
+        .unwrap();
+    let first = Role::Leader {
+        epoch: Epoch::from(1u32),
+    };
+    let mut old_role = old.subscribe();
+    let mut new_role = new.subscribe();
+    wait_role(&mut old_role, first, "the first leader").await;
+    // The operator saw the leader renew: the renewals land and it stopped renewing itself.
+    w.wait_status("hb", "the Heartbeat condition Renewing", |s| {
+        heartbeat_condition(s) == Some("Renewing")
+    })
+    .await;
+    let lease = leases.entries().last().unwrap().1.clone();
+    assert!(lease.heartbeat, "the Lease asks its holder to renew");
+    assert_eq!(lease.arbiter.as_deref(), Some("op-1"));
+
+    // The leader's node is lost to the API server: its renewals are held in the proxy.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let cut_at = Instant::now();
+    proxy.cut();
+    let unknown_at = wait_role(&mut old_role, Role::Unknown, "the cut-off leader").await;
+    let second = Role::Leader {
+        epoch: Epoch::from(2u32),
+    };
+    let new_leader_at = wait_role(&mut new_role, second, "the successor").await;
+    let status = w
+        .wait_status("hb", "the successor recorded", |s| {
+            s.leader.as_deref() == Some(&pods[1])
+        })
+        .await;
+    let last_renewal = leases.last_renewal(&pods[0], 1, cut_at);
+    let handover = leases
+        .entries()
+        .iter()
+        .find(|(_, r)| r.holder.as_deref() == Some(&pods[1]))
+        .map(|(at, _)| *at)
+        .expect("the Lease names the successor");
+    let silent_for = handover - last_renewal;
+    eprintln!(
+        "heartbeat: last renewal seen → Unknown {:?}, → new holder {:?}, → successor's Role::Leader {:?} (Lease {DURATION:?})",
+        unknown_at - last_renewal,
+        silent_for,
+        new_leader_at - last_renewal
+    );
+    assert_eq!(
+        status.last_transition_reason.as_deref(),
+        Some("LeaderHeartbeatLost")
+    );
+    assert_eq!(status.epoch, 2);
+    // Never before a whole Lease duration of silence (the old leader acts until two thirds of
+    // it), and within one reconcile after it. The test saw the renewal no earlier than the
+    // operator did, give or take a watch's delivery.
+    assert!(
+        silent_for >= DURATION - Duration::from_millis(150),
+        "handed over after only {silent_for:?} of silence"
+    );
+    assert!(
+        silent_for <= DURATION + ONE_RECONCILE,
+        "handed over only after {silent_for:?} of silence"
+    );
+    assert!(
+        unknown_at < handover,
+        "the cut-off leader turned Unknown {:?} after its successor was committed",
+        unknown_at - handover
+    );
+    assert!(unknown_at - last_renewal <= DURATION * 2 / 3 + Duration::from_millis(400));
+
+    // The held renewals land now, late: each is conditional on the Lease it read, so none of
+    // them takes the Lease back.
+    let released_at = Instant::now();
+    proxy.release();
+    wait_role(
+        &mut old_role,
+        Role::Follower,
+        "the deposed leader, reconnected",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: Vec<LeaseRecord> = leases
+        .entries()
+        .into_iter()
+        .filter(|(at, _)| *at >= released_at)
+        .map(|(_, r)| r)
+        .collect();
+    assert!(
+        after
+            .iter()
+            .all(|r| r.holder.as_deref() == Some(&pods[1]) && r.epoch == 2),
+        "a late renewal overwrote the Lease: {after:?}"
+    );
+    assert_eq!(
+        LeaseRecord::from_lease(
+            &Api::<Lease>::namespaced(w.ns.client.clone(), &w.ns.name)
+                .get("leadergroup-hb")
+                .await
+                .unwrap()
+        )
+        .holder
+        .as_deref(),
+        Some(pods[1].as_str())
+    );
+    assert!(old_role.borrow().leader_epoch().is_none());
+    drop(old);
+    let errors = refusals.await.unwrap();
+    eprintln!("heartbeat: the deposed leader's failed requests: {errors:#?}");
+    invariants.assert_held();
+    drop(new);
+}
+
+/// Renews `group`'s Lease the way its holder would (a CAS on the version read), stamping
+/// `renewTime` with a clock `skew` off this machine's.
+async fn renew_as_holder(api: &Api<Lease>, group: &str, skew: SignedDuration) {
+    let name = format!("leadergroup-{group}");
+    loop {
+        let mut lease = api.get(&name).await.unwrap();
+        lease.spec.get_or_insert_default().renew_time =
+            Some(MicroTime(Timestamp::now().checked_add(skew).unwrap()));
+        match api.replace(&name, &PostParams::default(), &lease).await {
+            Ok(_) => return,
+            // The operator wrote it in between (its status-only passes never touch the Lease, but
+            // a takeover or a mode switch does): read again.
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("renewing {name}: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_holders_clock_does_not_move_the_handover() {
+    const SKEWS: [(&str, i64); 3] = [("behind", -5), ("even", 0), ("ahead", 5)];
+    let w = World::new("hb-skew").await;
+    let cp = control_plane().await.unwrap();
+    let mut leaders = Vec::new();
+    for (name, _) in SKEWS {
+        let pods = w.ordered_ready_pods(name, 2, name).await;
+        w.groups
+            .create(&PostParams::default(), &heartbeat_group(name, name))
+            .await
+            .unwrap();
+        leaders.push(pods[0].clone());
+    }
+    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    for ((name, _), leader) in SKEWS.iter().zip(&leaders) {
+        w.wait_status(name, "the first leader", |s| {
+            s.leader.as_ref() == Some(leader)
+        })
+        .await;
+    }
+    let leases: Api<Lease> = Api::namespaced(w.ns.client.clone(), &w.ns.name);
+    let logs: Vec<LeaseLog> = SKEWS
+        .iter()
+        .map(|(name, _)| LeaseLog::start(&w.ns.client, &w.ns.name, name))
+        .collect();
+
+    // Renew every third of the duration for longer than a duration: with the holder's clock 5 s
+    // behind, its renewTime says the Lease ran out 2 s before it was written.
+    let renewing_until = Instant::now() + DURATION + Duration::from_secs(1);
+    while Instant::now() < renewing_until {
+        for (name, skew) in SKEWS {
+            renew_as_holder(&leases, name, SignedDuration::from_secs(skew)).await;
+        }
+        tokio::time::sleep(DURATION / 3).await;
+    }
+    for ((name, _), leader) in SKEWS.iter().zip(&leaders) {
+        let status = w.groups.get_status(name).await.unwrap().status.unwrap();
+        assert_eq!(
+            status.leader.as_ref(),
+            Some(leader),
+            "{name}: handed over while its leader renewed"
+        );
+        assert_eq!(heartbeat_condition(&status), Some("Renewing"), "{name}");
+    }
+
+    // The renewals stop together: each group hands over a Lease duration after the last one the
+    // operator saw, whatever renewTime said.
+    let stopped = Instant::now();
+    let mut after = Vec::new();
+    for (((name, skew), leader), log) in SKEWS.iter().zip(&leaders).zip(&logs) {
+        w.wait_status(name, "the successor", |s| {
+            s.leader.as_ref().is_some_and(|l| l != leader)
+        })
+        .await;
+        let last = log.last_renewal(leader, 1, stopped);
+        let handover = log
+            .entries()
+            .iter()
+            .find(|(_, r)| r.holder.as_deref() != Some(leader.as_str()) && r.holder.is_some())
+            .map(|(at, _)| *at)
+            .expect("a new holder");
+        let silent_for = handover - last;
+        eprintln!(
+            "heartbeat skew {skew:+} s ({name}): handover {silent_for:?} after the last renewal"
+        );
+        assert!(
+            silent_for >= DURATION - Duration::from_millis(150)
+                && silent_for <= DURATION + ONE_RECONCILE,
+            "{name} (holder's clock {skew:+} s): handed over {silent_for:?} after the last renewal"
+        );
+        after.push(silent_for);
+    }
+    let spread = after
+        .iter()
+        .max()
+        .unwrap()
+        .saturating_sub(*after.iter().min().unwrap());
+    assert!(
+        spread < Duration::from_secs(1),
+        "the holder's clock moved the handover: {after:?}"
+    );
+    invariants.assert_held();
+}
+
+#[tokio::test]
+async fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
+    let w = World::new("hb-never").await;
+    let pods = w.ordered_ready_pods("app", 2, "never").await;
+    let cp = control_plane().await.unwrap();
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &heartbeat_group("never", "never"))
+        .await
+        .unwrap();
+    let status = w
+        .wait_status("never", "the NoRenewal condition", |s| {
+            heartbeat_condition(s) == Some("NoRenewal")
+        })
+        .await;
+    assert_eq!(status.leader.as_ref(), Some(&pods[0]));
+    assert_eq!(status.epoch, 1);
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == HEARTBEAT)
+        .unwrap()
+        .message;
+    assert!(message.contains("leadergroup-agent"), "{message}");
+    // It stays leader past further durations, and Readiness still moves leadership.
+    tokio::time::sleep(DURATION * 2).await;
+    let status = w.groups.get_status("never").await.unwrap().status.unwrap();
+    assert_eq!((status.leader.as_ref(), status.epoch), (Some(&pods[0]), 1));
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    let status = w
+        .wait_status("never", "the handover on NotReady", |s| {
+            s.leader.as_ref() == Some(&pods[1])
+        })
+        .await;
+    assert_eq!(
+        status.last_transition_reason.as_deref(),
+        Some("LeaderNotReady")
+    );
+}
