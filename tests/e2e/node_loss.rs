@@ -32,9 +32,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{LeaderGroup, ROLE_LEADER, lease_name_for};
+use leadergroup_operator::crd::{
+    LIVENESS_ANNOTATION, LeaderGroup, Liveness, ROLE_LEADER, lease_name_for,
+};
 use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_object, wait_until};
 use serde_json::json;
 
@@ -49,8 +51,6 @@ const PEER: &str = "lg-node-2";
 /// The Heartbeat group: the example's (`leadergroup.yaml`), whose RBAC names its Lease.
 const HEARTBEAT: &str = "ledger";
 const HEARTBEAT_LEASE_SECONDS: u64 = 5;
-/// The annotation the operator writes on a Heartbeat group's Lease.
-const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
 
 /// The client-go candidates, their Lease (`<prefix>-0`) and their timing.
 const CLIENT_GO: &str = "client-go";
@@ -283,35 +283,21 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         json!({"metadata": {"name": APP}, "spec": {"selector": {"matchLabels": {"app": APP}}}}),
     )
     .await;
-    // (b) The example's RBAC and group, in Heartbeat mode with a 5 s lease. Created untyped: an
-    // operator whose CRD has no `liveness` prunes it, and the test says so below.
+    // (b) The example's RBAC and group, in Heartbeat mode with a 5 s lease.
     let manifests = repo_root().join("examples/ledger/manifests/sidecar");
     let mut apply = c.cp.kubectl();
     apply
         .args(["--namespace", &ns.name, "apply", "-f"])
         .arg(manifests.join("rbac.yaml"));
     run_ok(apply).await;
-    let mut group: serde_json::Value = serde_yaml_ng::from_str(
+    let mut group: LeaderGroup = serde_yaml_ng::from_str(
         &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
     )
     .unwrap();
-    group["spec"]["leaseDurationSeconds"] = json!(HEARTBEAT_LEASE_SECONDS);
-    group["spec"]["liveness"] = json!("Heartbeat");
-    let dynamic: Api<DynamicObject> = Api::namespaced_with(
-        c.client.clone(),
-        &ns.name,
-        &ApiResource::erase::<LeaderGroup>(&()),
-    );
-    let created = dynamic
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(group).unwrap(),
-        )
-        .await
-        .unwrap();
-    // Without it the group runs in Readiness mode: (a) and (c) are still measured, (b) fails at
-    // the end.
-    let heartbeat_mode = created.data["spec"]["liveness"] == "Heartbeat";
+    assert_eq!(group.name_any(), HEARTBEAT);
+    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
+    group.spec.liveness = Liveness::Heartbeat;
+    groups.create(&PostParams::default(), &group).await.unwrap();
     // (c) client-go's candidates may create their Lease, and get and update only it.
     let _: ServiceAccount = create(&ns, json!({"metadata": {"name": CLIENT_GO}})).await;
     let _: Role = create(
@@ -388,21 +374,19 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     let [old_web, old_heartbeat, _] = expected;
 
     // The Heartbeat group's Lease says so, and both agents publish their role.
-    if heartbeat_mode {
-        let heartbeat_lease = wait_for_object(
-            &leases,
-            &lease_name_for(HEARTBEAT),
-            "the Heartbeat group's Lease annotated",
-            CONVERGE,
-            |l| {
-                l.and_then(|l| l.annotations().get(LIVENESS_ANNOTATION))
-                    .is_some_and(|v| v == "Heartbeat")
-            },
-        )
-        .await;
-        if let Err(e) = heartbeat_lease {
-            panic!("{e}\n{}", summary(&groups, &pods).await);
-        }
+    let heartbeat_lease = wait_for_object(
+        &leases,
+        &lease_name_for(HEARTBEAT),
+        "the Heartbeat group's Lease annotated",
+        CONVERGE,
+        |l| {
+            l.and_then(|l| l.annotations().get(LIVENESS_ANNOTATION))
+                .is_some_and(|v| v == "Heartbeat")
+        },
+    )
+    .await;
+    if let Err(e) = heartbeat_lease {
+        panic!("{e}\n{}", summary(&groups, &pods).await);
     }
     let role_file = |pod: &Pod| {
         c.dir()
@@ -492,7 +476,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     // (b): within the lease and a second, and the cut-off leader stopped before the new one began.
     let lease = Duration::from_secs(HEARTBEAT_LEASE_SECONDS);
     assert!(
-        !heartbeat_mode || heartbeat_moved <= lease + Duration::from_secs(1),
+        heartbeat_moved <= lease + Duration::from_secs(1),
         "the Heartbeat group handed over {} after the cut, more than leaseDurationSeconds + 1 s",
         secs(heartbeat_moved)
     );
@@ -534,13 +518,8 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         secs(web_moved)
     );
     println!(
-        "node loss: {} (leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}): {new_heartbeat} labeled leader {} after the cut \
+        "node loss: Heartbeat (leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}): {new_heartbeat} labeled leader {} after the cut \
          ({heartbeat_reason}); {old_heartbeat}'s agent wrote unknown {} after the cut, {} before {new_heartbeat}'s wrote leader",
-        if heartbeat_mode {
-            "Heartbeat"
-        } else {
-            "Heartbeat NOT AVAILABLE, run in Readiness mode"
-        },
         secs(heartbeat_moved),
         secs(since(cut_at, old_unknown)),
         secs(since(old_unknown, new_leader_file))
@@ -571,9 +550,4 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
             "{pod} not among the leaders the watch saw: {leaders:?}"
         );
     }
-    assert!(
-        heartbeat_mode,
-        "(b) not measured in Heartbeat mode: the API server dropped the group's spec.liveness \
-         (this operator's CRD has no Heartbeat liveness)"
-    );
 }
