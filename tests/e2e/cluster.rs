@@ -128,9 +128,9 @@ impl Cluster {
     }
 
     /// Moves the active operator replica off node `node` (every replica there deleted, the node
-    /// cordoned meanwhile so that their replacements land elsewhere) and waits until a replica
-    /// on another node is active: a test that then loses `node` measures the groups' handovers,
-    /// not the operator's own failover.
+    /// cordoned until a replica elsewhere is active, so that no replacement there takes over) and
+    /// returns that replica: a test that then loses `node` measures the groups' handovers, not the
+    /// operator's own failover.
     pub async fn operator_off(&self, node: &str) -> String {
         let _cordoned = self.cordon(node).await;
         let pods = Api::<Pod>::namespaced(self.client.clone(), RELEASE_NS);

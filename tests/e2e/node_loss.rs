@@ -174,7 +174,7 @@ impl Drop for RoleFiles {
     }
 }
 
-/// The group's status and the pods, for failure messages.
+/// The groups' status and the pods, for failure messages.
 async fn summary(groups: &Api<LeaderGroup>, pods: &Api<Pod>) -> String {
     let groups: Vec<_> = groups
         .list(&Default::default())
