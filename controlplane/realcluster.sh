@@ -7,6 +7,7 @@
 #   controlplane/realcluster.sh up   [--dir DIR] [--node-monitor-grace-period SECS]
 #   controlplane/realcluster.sh down [--dir DIR]
 #   controlplane/realcluster.sh stop-node|start-node N [--dir DIR]
+#   controlplane/realcluster.sh cut-node|uncut-node N [--dir DIR]
 #
 # DIR defaults to .realcluster/ in the repository. `up` reuses a healthy cluster and cleans up a
 # half-started one first; every wait has a timeout. `down` stops every process and container and
@@ -17,6 +18,11 @@
 # short grace period does not make healthy nodes flap. The end-to-end tests use 10.
 # stop-node N stops node N's kubelet and containerd (its containers keep running, as on a node
 # that lost its control-plane connection); start-node N starts both again with the same config.
+# cut-node N is a lost node: stop-node N, then node N's pods (10.244.N.0/24) lose every packet to
+# and from anything outside node N: the host (the API server, through its Service IP or not, and
+# the rest of the control plane) and the other node's pods; open connections included. It prints
+# on stdout the wall clock (seconds since the epoch, nanoseconds) just before the drop started.
+# uncut-node N lets the packets through again, then starts node N as start-node does.
 #
 # Network (one cluster per machine: the names and addresses below are fixed):
 #   bridge lg-host   10.250.0.1 (kube-apiserver, controller-manager, scheduler, kube-proxy),
@@ -25,6 +31,7 @@
 #   bridge lg-cniN   node N's pods, 10.244.N.0/24 (CNI bridge + host-local), gateway 10.244.N.1
 #   chain LG-REALCLUSTER (filter FORWARD): drops pod traffic to or from anything but pods, so no
 #                    packet of the pod network leaves the machine (there is no masquerading either)
+#   nft table ip lg-cut-nodeN (cut-node N only; uncut-node N and down delete it)
 # Both nodes share the host's network namespace, so one kube-proxy programs it for both.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,10 +39,10 @@ repo=$(dirname "$here")
 
 say() { echo "realcluster: $*" >&2; }
 die() { say "error: $*"; exit 1; }
-usage() { sed -n '7,9p' "$0" | sed 's/^# *//' >&2; }
+usage() { sed -n '7,10p' "$0" | sed 's/^# *//' >&2; }
 
 cmd=${1:-}
-[[ $cmd == up || $cmd == down || $cmd == stop-node || $cmd == start-node ]] || { usage; exit 2; }
+case $cmd in up | down | stop-node | start-node | cut-node | uncut-node) ;; *) usage; exit 2 ;; esac
 shift
 node_arg=""
 if [[ $cmd == *-node ]]; then
@@ -223,6 +230,7 @@ teardown() {
   done
   while iptables -D FORWARD -j "$chain" 2>/dev/null; do :; done
   iptables -F "$chain" 2>/dev/null && iptables -X "$chain" 2>/dev/null || true
+  for i in 1 2; do nft delete table ip "$(cut_table "$i")" 2>/dev/null || true; done
   # Tables iptables-nft created for the rules above (none existed before `up`) and that hold no rule
   # now: gone, so the ruleset is as it was.
   local fam tab
@@ -278,12 +286,67 @@ wipe() {
 }
 lock() { exec 9>"$dir/.lock"; flock 9; }
 
+# Node N's pod CIDR (its CNI bridge's range).
+node_cidr() { echo "10.244.$1.0/24"; }
+
+# A lost node's network (cut-node N): a table of its own per node, so uncut-node and down remove
+# exactly what cut-node made. Its chains run before the filter tables' (priority -10) and a drop
+# in any base chain is final, whatever kube-proxy's and the kubelet's rules accept later. Filter
+# hooks see every packet, not only new connections, so open watches die too. input and output:
+# the host, where every control-plane process listens (the API server's Service IP is DNATed to
+# it before input); forward: the other node's pods. Packets between two pods of node N also pass
+# forward (br_netfilter) and are kept.
+cut_table() { echo "lg-cut-node$1"; }
+cut_network() { # cut_network N: one transaction (add, delete, create), so cutting twice is a no-op
+  local t c
+  t=$(cut_table "$1") c=$(node_cidr "$1")
+  nft -f - <<EOF
+add table ip $t
+delete table ip $t
+table ip $t {
+  chain input { type filter hook input priority -10; policy accept; ip saddr $c drop; }
+  chain output { type filter hook output priority -10; policy accept; ip daddr $c drop; }
+  chain forward {
+    type filter hook forward priority -10; policy accept;
+    ip saddr $c ip daddr != $c drop
+    ip daddr $c ip saddr != $c drop
+  }
+}
+EOF
+}
+
 # A node's two processes, with the configuration `up` wrote into DIR/nodeN (start-node reuses it).
 spawn_containerd() { spawn "containerd-$1" containerd --config "$dir/node$1/containerd.toml"; }
 spawn_kubelet() { # spawn_kubelet N
   local nd=$dir/node$1 i=$(($1 - 1))
   spawn "kubelet-$1" "$node_bin/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$nd/kubelet.kubeconfig" \
     --root-dir="$nd/kubelet" --cert-dir="$nd/kubelet/pki" --hostname-override="${nodes[$i]}" --node-ip="${node_ips[$i]}" --v=1
+}
+halt_node() { # halt_node N: its containers keep running (their shims hold them)
+  local t
+  t=$(now)
+  stop "kubelet-$1"
+  stop "containerd-$1"
+  say "${nodes[$(($1 - 1))]}: kubelet and containerd stopped in $(since "$t") s (its containers keep running)"
+}
+resume_node() { # resume_node N: with the configuration `up` wrote
+  local t
+  t=$(now)
+  alive "containerd-$1" || spawn_containerd "$1"
+  ctr_up() { timeout 5 ctr --address "$dir/node$1/containerd.sock" version >/dev/null; }
+  wait_for "containerd-$1" 30 ctr_up "$1" || fail "containerd-$1" "containerd of ${nodes[$(($1 - 1))]} did not answer within 30 s"
+  # The kubelet exits at once when containerd's CRI is still recovering the containers that ran
+  # on ("server is not initialized yet", though containerd answers): started again until it
+  # serves its healthz.
+  kubelet_up() { [[ $(curl -s --max-time 2 "http://${node_ips[$(($1 - 1))]}:$kubelet_healthz_port/healthz") == ok ]]; }
+  local try
+  for ((try = 0; try < 10; try++)); do
+    alive "kubelet-$1" || spawn_kubelet "$1"
+    wait_for "kubelet-$1" 30 kubelet_up "$1" && break
+    say "${nodes[$(($1 - 1))]}: the kubelet exited: $(tail -n 1 "$dir/kubelet-$1.log" | cut -c1-300)"
+  done
+  kubelet_up "$1" || fail "kubelet-$1" "the kubelet of ${nodes[$(($1 - 1))]} did not serve its healthz"
+  say "${nodes[$(($1 - 1))]}: containerd and kubelet started in $(since "$t") s"
 }
 
 if [[ $cmd == down ]]; then
@@ -298,23 +361,30 @@ if [[ $cmd == down ]]; then
   exit 0
 fi
 
-if [[ $cmd == stop-node || $cmd == start-node ]]; then
+if [[ $cmd == *-node ]]; then
   [[ -f $dir/env ]] || die "no real cluster in $dir"
   dir=$(cd "$dir" && pwd)
   node_bin=$(sed -n 's/^NODE_BIN_DIR=//p' "$dir/env")
   n=$node_arg
+  name=${nodes[$((n - 1))]}
   t=$(now)
-  if [[ $cmd == stop-node ]]; then
-    stop "kubelet-$n"
-    stop "containerd-$n"
-    say "${nodes[$((n - 1))]}: kubelet and containerd stopped in $(since "$t") s (its containers keep running)"
-  else
-    alive "containerd-$n" || spawn_containerd "$n"
-    ctr_up() { timeout 5 ctr --address "$dir/node$n/containerd.sock" version >/dev/null; }
-    wait_for "containerd-$n" 30 ctr_up || fail "containerd-$n" "containerd of ${nodes[$((n - 1))]} did not answer within 30 s"
-    alive "kubelet-$n" || spawn_kubelet "$n"
-    say "${nodes[$((n - 1))]}: containerd and kubelet started in $(since "$t") s"
-  fi
+  case $cmd in
+    stop-node) halt_node "$n" ;;
+    start-node) resume_node "$n" ;;
+    cut-node)
+      # The kubelet goes first: were the pods cut while it still ran, their readiness probes
+      # would fail and it would report them NotReady, which no lost node does.
+      halt_node "$n"
+      at=$(now)
+      cut_network "$n"
+      say "$name: pods $(node_cidr "$n") cut from the host and the other node (nft table ip $(cut_table "$n")) in $(since "$t") s"
+      echo "$at"
+      ;;
+    uncut-node)
+      nft delete table ip "$(cut_table "$n")" 2>/dev/null || say "$name was not cut"
+      resume_node "$n"
+      ;;
+  esac
   exit 0
 fi
 
@@ -481,7 +551,7 @@ start_node() { # start_node INDEX (0, 1)
   "plugins": [{
     "type": "bridge", "bridge": "lg-cni$n", "isGateway": true, "ipMasq": false, "hairpinMode": true,
     "ipam": {"type": "host-local", "dataDir": "$nd/cni-ipam",
-             "ranges": [[{"subnet": "10.244.$n.0/24", "gateway": "10.244.$n.1"}]],
+             "ranges": [[{"subnet": "$(node_cidr "$n")", "gateway": "10.244.$n.1"}]],
              "routes": [{"dst": "0.0.0.0/0"}]}
   }]
 }

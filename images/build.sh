@@ -5,7 +5,7 @@
 #
 #   images/build.sh [--import DIR [--no-build]] [NAME...]
 #
-# NAME: pause, busybox, webapp, operator (default: all). Archives go to target/images/NAME.tar.
+# NAME: pause, busybox, webapp, operator, agent, ledger, client-go (default: all). Archives go to target/images/NAME.tar.
 # --import DIR: also import them into the containerd of every node of the real cluster in DIR
 # (controlplane/realcluster.sh; default .realcluster/ when it runs). --no-build: import the
 # archives built before, without building them again.
@@ -22,6 +22,9 @@
 #   ledger    leadergroup-ledger:<version>           target/release/examples/ledger (cargo build --release
 #             --example ledger), its libraries, user 65532; no CA certificates: it reaches PostgreSQL
 #             without TLS and the API server with the ServiceAccount's CA
+#   client-go localhost/leadergroup/client-go-peer:1 bench/peers/client-go (client-go's leaderelection
+#             candidate, built from its pinned modules by its build.sh): a static Go binary
+#             (CGO_ENABLED=0), user 65532; in a pod it uses the ServiceAccount
 # The agent's and the ledger's names are the ones examples/ledger/manifests use (version: the
 # workspace's), stored as docker.io/library/NAME:TAG, what the CRI makes of a bare `NAME:TAG`.
 set -euo pipefail
@@ -38,11 +41,11 @@ while (($#)); do
     --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
     --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
-    pause | busybox | webapp | operator | agent | ledger) names+=("$1"); shift ;;
-    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger)" ;;
+    pause | busybox | webapp | operator | agent | ledger | client-go) names+=("$1"); shift ;;
+    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger, client-go)" ;;
   esac
 done
-((${#names[@]})) || names=(pause busybox webapp operator agent ledger)
+((${#names[@]})) || names=(pause busybox webapp operator agent ledger client-go)
 [[ -n $build || -n $import_dir ]] || die "--no-build only makes sense with --import"
 
 out=$repo/target/images
@@ -213,6 +216,17 @@ build_ledger() {
   local r=$work/ledger-rootfs
   rust_rootfs "$r" "$repo/target/release/examples/ledger"
   oci_archive ledger "$(library_ref leadergroup-ledger "$version")" "$r" 65532:65532 "$(json_array /usr/local/bin/ledger)" null
+}
+
+# The benchmark's client-go peer, for the end-to-end tests' comparison with client-go in pods. Its
+# build.sh builds it static (CGO_ENABLED=0) into a cache keyed by its sources and prints the path.
+build_client-go() {
+  local bin r=$work/client-go-rootfs
+  bin=$(nice -n 10 "$repo/bench/peers/client-go/build.sh")
+  [[ $(LC_ALL=C ldd "$bin" 2>&1 || true) == *"not a dynamic executable"* ]] || die "$bin is not static"
+  base_rootfs "$r"
+  install -D -m 0755 "$bin" "$r/usr/local/bin/leadergroup-bench-client-go"
+  oci_archive client-go localhost/leadergroup/client-go-peer:1 "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-bench-client-go)" null
 }
 
 start=$SECONDS

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -123,14 +123,42 @@ impl Cluster {
     /// Waits until the operator's Lease is held by a Ready operator pod (other than `not`), and
     /// returns that pod's name.
     pub async fn wait_operator_active(&self, not: Option<&str>) -> String {
+        self.wait_operator_active_where(|p| Some(p.name_any().as_str()) != not)
+            .await
+    }
+
+    /// Moves the active operator replica off node `node` (every replica there deleted, the node
+    /// cordoned until a replica elsewhere is active, so that no replacement there takes over) and
+    /// returns that replica: a test that then loses `node` measures the groups' handovers, not the
+    /// operator's own failover.
+    pub async fn operator_off(&self, node: &str) -> String {
+        let _cordoned = self.cordon(node).await;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), RELEASE_NS);
+        for p in self.operator_pods().await {
+            if node_of(&p) == node {
+                pods.delete(&p.name_any(), &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+        }
+        self.wait_operator_active_where(|p| node_of(p) != node)
+            .await
+    }
+
+    /// Waits until the operator's Lease is held by a Ready operator pod that `which` accepts, and
+    /// returns that pod's name.
+    async fn wait_operator_active_where(&self, which: impl Fn(&Pod) -> bool) -> String {
         let active = wait_until("an active operator replica", PODS, || async {
             let Some(holder) = self.operator_lease_holder().await else {
                 return Ok::<_, String>(None);
             };
             let ready = self.operator_pods().await.iter().any(|p| {
-                p.name_any() == holder && is_ready(p) && p.metadata.deletion_timestamp.is_none()
+                p.name_any() == holder
+                    && is_ready(p)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && which(p)
             });
-            Ok((ready && Some(holder.as_str()) != not).then_some(holder))
+            Ok(ready.then_some(holder))
         })
         .await;
         match active {
@@ -229,33 +257,77 @@ impl Drop for Frozen {
     }
 }
 
-/// A node stopped with `realcluster.sh stop-node`: started again on drop.
-pub struct StoppedNode {
-    start: std::process::Command,
+/// The command that undoes what a test did to the cluster (a node stopped or cut, a node
+/// cordoned, a namespace created), run when the guard drops: whatever the test did in between, a
+/// failed assertion included, the next test finds the cluster whole. A command, not async code:
+/// a drop cannot await.
+pub struct Undo(std::process::Command);
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        match self.0.output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "undoing failed: {:?}: {}",
+                self.0,
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("undoing failed: {:?}: {e}", self.0),
+        }
+    }
 }
 
 impl Cluster {
     /// Stops node `node`'s kubelet and containerd (`realcluster.sh stop-node`); the guard starts
     /// them again when it drops.
-    pub async fn stop_node(&self, node: &str) -> StoppedNode {
+    pub async fn stop_node(&self, node: &str) -> Undo {
         let n = Self::node_number(node);
         run_ok(self.realcluster(&["stop-node", n])).await;
-        StoppedNode {
-            start: self.realcluster(&["start-node", n]),
-        }
+        Undo(self.realcluster(&["start-node", n]))
     }
-}
 
-impl Drop for StoppedNode {
-    fn drop(&mut self) {
-        match self.start.output() {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "starting the node again failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("starting the node again failed: {e}"),
-        }
+    /// Loses node `node` (`realcluster.sh cut-node`): its kubelet and containerd stop, and its pods
+    /// lose every packet to and from the host (the API server) and the other node, while their
+    /// containers run on. Returns the guard, which lets the packets through and starts the node
+    /// again when it drops, and the wall clock of the cut.
+    pub async fn cut_node(&self, node: &str) -> (Undo, SystemTime) {
+        let n = Self::node_number(node);
+        let out = run_ok(self.realcluster(&["cut-node", n])).await;
+        let undo = Undo(self.realcluster(&["uncut-node", n]));
+        let secs: f64 = out
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("cut-node printed {out:?}, not the time of the cut: {e}"));
+        (undo, UNIX_EPOCH + Duration::from_secs_f64(secs))
+    }
+
+    /// Marks node `node` unschedulable (`kubectl cordon`) until the guard drops.
+    pub async fn cordon(&self, node: &str) -> Undo {
+        let mut cordon = self.cp.kubectl();
+        cordon.args(["cordon", node]);
+        run_ok(cordon).await;
+        let mut uncordon = self.cp.kubectl();
+        uncordon.args(["uncordon", node]);
+        Undo(uncordon)
+    }
+
+    /// Deletes namespace `ns` when the guard drops (`kubectl delete --wait=false`).
+    pub fn namespace_guard(&self, ns: &str) -> Undo {
+        let mut delete = self.cp.kubectl();
+        delete.args(["delete", "namespace", ns, "--wait=false"]);
+        Undo(delete)
+    }
+
+    /// The node controller's `--node-monitor-grace-period` in this cluster: what
+    /// `realcluster.sh up` was given (its `env` file), else Kubernetes' default, 50 s.
+    pub fn node_monitor_grace_period(&self) -> Duration {
+        let env = std::fs::read_to_string(self.dir().join("env")).unwrap();
+        let grace = env
+            .lines()
+            .find_map(|l| l.strip_prefix("GRACE="))
+            .filter(|g| !g.is_empty())
+            .map_or(50, |g| g.parse().unwrap());
+        Duration::from_secs(grace)
     }
 }
 
@@ -278,13 +350,17 @@ fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
     None
 }
 
+/// The node the pod is bound to.
+pub fn node_of(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .expect("pod on a node")
+}
+
 /// (node, container id) of the pod's first container.
 fn container_of(pod: &Pod) -> (String, String) {
-    let node = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("pod on a node");
+    let node = node_of(pod).to_string();
     let id = pod
         .status
         .as_ref()
@@ -421,6 +497,26 @@ pub struct App {
 /// The Deployment, the LeaderGroup, the pods' label.
 pub const APP: &str = "web";
 
+/// The web app's container (named [`APP`]): it serves its pod's name on port 8080 and is Ready
+/// while it serves (probed every second). `stop_delay`: seconds it drains after SIGTERM.
+pub fn webapp_container(stop_delay: u32) -> serde_json::Value {
+    json!({
+        "name": APP,
+        "image": WEBAPP_IMAGE,
+        "imagePullPolicy": "Never",
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "STOP_DELAY", "value": stop_delay.to_string()},
+        ],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": 8080},
+            "periodSeconds": 1, "timeoutSeconds": 1,
+            "failureThreshold": 1, "successThreshold": 1,
+        },
+    })
+}
+
 impl App {
     /// Creates the application with `replicas` pods spread over both nodes (at most one more on
     /// either), waits until they are Ready and the group has settled on a leader.
@@ -450,21 +546,7 @@ impl App {
                             "whenUnsatisfiable": "DoNotSchedule",
                             "labelSelector": {"matchLabels": {"app": APP}},
                         }],
-                        "containers": [{
-                            "name": APP,
-                            "image": WEBAPP_IMAGE,
-                            "imagePullPolicy": "Never",
-                            "env": [
-                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                                {"name": "STOP_DELAY", "value": stop_delay.to_string()},
-                            ],
-                            "ports": [{"name": "http", "containerPort": 8080}],
-                            "readinessProbe": {
-                                "httpGet": {"path": "/healthz", "port": 8080},
-                                "periodSeconds": 1, "timeoutSeconds": 1,
-                                "failureThreshold": 1, "successThreshold": 1,
-                            },
-                        }],
+                        "containers": [webapp_container(stop_delay)],
                     },
                 },
             },

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leadergroup_testenv::wait_until;
 
-use crate::cluster::{APP, CONVERGE, PODS, Scene, is_ready, restarts, role};
+use crate::cluster::{APP, CONVERGE, PODS, Scene, is_ready, node_of, restarts, role};
 
 #[tokio::test]
 async fn the_leaders_container_killed_hands_over_and_the_kubelet_restarts_it() {
@@ -93,10 +93,7 @@ async fn the_leaders_container_frozen_hands_over_and_thawed_it_stays_follower() 
 #[tokio::test]
 async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
     let w = Scene::start("e2e-node", 0).await;
-    let node_of = |p: &k8s_openapi::api::core::v1::Pod| {
-        p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap()
-    };
-    let node = node_of(&w.app.pod(&w.first.leader).await);
+    let node = node_of(&w.app.pod(&w.first.leader).await).to_string();
 
     let stopped_at = Instant::now();
     let stopped = w.c.stop_node(&node).await;
@@ -111,7 +108,7 @@ async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
         let Some(s) = w.app.settled().await else {
             return Ok::<_, String>(None);
         };
-        let on = node_of(&w.app.pod(&s.leader).await);
+        let on = node_of(&w.app.pod(&s.leader).await).to_string();
         Ok((on != node).then_some((s, on)))
     })
     .await
@@ -126,7 +123,8 @@ async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
         .leader_seen(&second.leader, stopped_at)
         .expect("the watch showed the new leader's label");
     println!(
-        "node {node} stopped (node-monitor-grace-period 10 s): node NotReady after {:.1} s, new leader {} on {new_node} after {:.1} s",
+        "node {node} stopped (node-monitor-grace-period {} s): node NotReady after {:.1} s, new leader {} on {new_node} after {:.1} s",
+        w.c.node_monitor_grace_period().as_secs(),
         (not_ready - stopped_at).as_secs_f64(),
         second.leader,
         (labeled - stopped_at).as_secs_f64()

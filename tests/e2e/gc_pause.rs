@@ -166,18 +166,6 @@ impl Drop for HostPostgres {
     }
 }
 
-/// Deletes the test's namespace on drop (`kubectl delete --wait=false`: no async in a drop),
-/// whatever happened.
-struct NamespaceGuard(Command);
-
-impl Drop for NamespaceGuard {
-    fn drop(&mut self) {
-        if !self.0.output().is_ok_and(|o| o.status.success()) {
-            eprintln!("gc-pause: could not delete the namespace: {:?}", self.0);
-        }
-    }
-}
-
 /// One event line of the ledger (`ledger: ` removed) with the kubelet's timestamp.
 #[derive(Clone, Debug)]
 struct Line {
@@ -257,11 +245,7 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
     let ns = leadergroup_testenv::namespace_in(c.client.clone(), "e2e-gc-pause")
         .await
         .unwrap();
-    let _ns_guard = NamespaceGuard({
-        let mut delete = c.cp.kubectl();
-        delete.args(["delete", "namespace", &ns.name, "--wait=false"]);
-        delete
-    });
+    let _ns_guard = c.namespace_guard(&ns.name);
     let pods: Api<Pod> = ns.api();
     let groups: Api<LeaderGroup> = ns.api();
     let watch = InvariantWatcher::start(&c.client, &ns.name).await;

@@ -3,7 +3,9 @@
 //! the example web application behind a Service that selects the leader, and real faults: a
 //! container killed or frozen, a node stopped, the active operator replica killed; and how fast a
 //! downward API volume follows a pod's labels (`downward.rs`); the GC pause with the ledger and
-//! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`).
+//! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`); a lost node and the
+//! failovers of a Readiness group, a Heartbeat group and client-go's leader election in one cut
+//! (`node_loss.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -19,5 +21,6 @@ mod cluster;
 mod downward;
 mod faults;
 mod gc_pause;
+mod node_loss;
 mod operator_ha;
 mod service;

@@ -5,6 +5,11 @@
 //	<unix nanoseconds> started|stopped <lease name> <identity>
 //
 // SIGTERM cancels the context; with ReleaseOnCancel the leader releases its Leases before exiting.
+//
+// It also runs in a pod (the image `images/build.sh client-go`): with no kubeconfig it uses the
+// pod's ServiceAccount (in-cluster config), and the namespace and the identity default to
+// POD_NAMESPACE and POD_NAME (the downward API). Like a controller's replica, it exits once it
+// has stopped leading every Lease (client-go's RunOrDie returns then).
 package main
 
 import (
@@ -26,16 +31,22 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
-	namespace := flag.String("namespace", "default", "namespace of the Leases")
+	namespace := flag.String("namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Leases")
 	prefix := flag.String("lease-prefix", "bench", "Leases are named <prefix>-<index>")
 	groups := flag.Int("groups", 1, "number of Leases (groups) this candidate runs for")
-	identity := flag.String("identity", "", "this candidate's identity")
+	identity := flag.String("identity", os.Getenv("POD_NAME"), "this candidate's identity")
 	leaseDuration := flag.Duration("lease-duration", 15*time.Second, "LeaseDuration")
 	renewDeadline := flag.Duration("renew-deadline", 10*time.Second, "RenewDeadline")
 	retryPeriod := flag.Duration("retry-period", 2*time.Second, "RetryPeriod")
 	qps := flag.Float64("qps", 0, "client QPS (0: client-go's default)")
 	flag.Parse()
 
+	if *identity == "" {
+		// Two candidates with one empty identity would both believe they hold the Lease.
+		fmt.Fprintln(os.Stderr, "no identity: set --identity or POD_NAME")
+		os.Exit(2)
+	}
+	// An empty path means the in-cluster config (the pod's ServiceAccount).
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
@@ -91,4 +102,12 @@ func main() {
 		}()
 	}
 	wg.Wait()
+}
+
+// envOr is the environment variable's value, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

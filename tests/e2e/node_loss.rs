@@ -1,0 +1,553 @@
+//! A lost node (issue 12): node 1 cut like a machine that fell off the network
+//! (`realcluster.sh cut-node`: its kubelet and containerd stop, and its pods lose every packet to
+//! and from the API server and the other node while their containers run on), and three
+//! failovers measured in that one cut, each from a leader on node 1 to its peer on node 2:
+//!
+//! - (a) a LeaderGroup in Readiness mode (the default) of two web app pods: the operator hands
+//!   over once the node controller has marked the leader NotReady, after its
+//!   `--node-monitor-grace-period`;
+//! - (b) a LeaderGroup in Heartbeat mode, `leaseDurationSeconds: 5`, of two pods with the
+//!   leadergroup-agent sidecar of `examples/ledger/manifests/sidecar` (the example's pod template,
+//!   RBAC and group as a user applies them, the ledger container replaced by the web app): the
+//!   leader's agent renews the Lease, and the operator hands over once the renewals stop for
+//!   5 s; asserted within 5 + 1 s of the cut, and the cut-off agent's `role` file read `unknown`
+//!   before the new leader's read `leader`;
+//! - (c) two client-go `tools/leaderelection` candidates (`bench/peers/client-go`'s image) on one
+//!   Lease: lease duration 5 s as in (b), renew deadline 3.3 s (two thirds, as client-go's 10 of
+//!   15 s), retry period 1 s.
+//!
+//! The pods are bound to their node (`nodeName`), node 1's created first: the succession is
+//! oldest first, and the first client-go candidate takes the free Lease. Every time is taken from
+//! the wall clock of the cut (printed by `cut-node`), on the one clock of this machine: to the
+//! watch event that shows the new leader's label (a, b), to the Lease naming the node-2 candidate
+//! (c), and to the `role` files' mtimes (b). The active operator replica is moved off node 1 first:
+//! what is measured is the groups' failover, not the operator's own.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use leadergroup_operator::crd::{
+    LIVENESS_ANNOTATION, LeaderGroup, Liveness, ROLE_LEADER, lease_name_for,
+};
+use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_object, wait_until};
+use serde_json::json;
+
+use crate::cluster::{
+    APP, CONVERGE, Cluster, PODS, PodLog, is_ready, pod_summary, repo_root, role, webapp_container,
+};
+
+/// The node lost, where every leader sits, and the one its peers run on.
+const CUT: &str = "lg-node-1";
+const PEER: &str = "lg-node-2";
+
+/// The Heartbeat group: the example's (`leadergroup.yaml`), whose RBAC names its Lease.
+const HEARTBEAT: &str = "ledger";
+const HEARTBEAT_LEASE_SECONDS: u64 = 5;
+
+/// The client-go candidates, their Lease (`<prefix>-0`) and their timing.
+const CLIENT_GO: &str = "client-go";
+const CLIENT_GO_IMAGE: &str = "localhost/leadergroup/client-go-peer:1";
+const CLIENT_GO_TIMING: &str = "lease 5 s, renew deadline 3.3 s, retry period 1 s";
+const CLIENT_GO_ARGS: [&str; 8] = [
+    "--lease-prefix",
+    CLIENT_GO,
+    "--lease-duration",
+    "5s",
+    "--renew-deadline",
+    "3300ms",
+    "--retry-period",
+    "1s",
+];
+
+/// `<group>-<node number>`: the pod of `group` bound to `node`.
+fn pod_name(group: &str, node: &str) -> String {
+    format!("{group}-{}", Cluster::node_number(node))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// `b - a`, zero when b is earlier.
+fn since(a: SystemTime, b: SystemTime) -> Duration {
+    b.duration_since(a).unwrap_or_default()
+}
+
+/// The instant of wall-clock time `t` (in the past), for comparing it with the watches' instants.
+fn instant_of(t: SystemTime) -> Instant {
+    Instant::now() - since(t, SystemTime::now())
+}
+
+async fn create<K>(ns: &TestNamespace, object: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    ns.api::<K>()
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap()
+}
+
+/// The example's Deployment's pod template (`examples/ledger/manifests/sidecar`).
+fn example_pod_template() -> serde_json::Value {
+    let path = repo_root().join("examples/ledger/manifests/sidecar/deployment.yaml");
+    let deployment: Deployment =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    serde_json::to_value(deployment.spec.template).unwrap()
+}
+
+/// One version of a `role` file: its mtime and contents.
+type Version = (SystemTime, String);
+
+/// Polls the agents' `role` files from the host (each pod's emptyDir lives under its node's
+/// kubelet root dir) every 10 ms, and keeps every change seen: (mtime, contents), read through
+/// one open file so the two belong together. The mtime is the kernel's clock, the one the cut was
+/// timed on; the agent writes a temporary file and renames it, so the mtime is when it wrote the
+/// new role, just before it published it.
+struct RoleFiles {
+    seen: Arc<Mutex<BTreeMap<String, Vec<Version>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RoleFiles {
+    fn start(files: Vec<(String, PathBuf)>) -> RoleFiles {
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                for (pod, path) in &files {
+                    let Ok(read) = read_with_mtime(path) else {
+                        continue;
+                    };
+                    let mut seen = record.lock().unwrap();
+                    let history: &mut Vec<Version> = seen.entry(pod.clone()).or_default();
+                    if history.last() != Some(&read) {
+                        history.push(read);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        RoleFiles { seen, task }
+    }
+
+    /// The mtime of the first version of `pod`'s file that read `role`, written after `after`.
+    fn first(&self, pod: &str, role: &str, after: SystemTime) -> Option<SystemTime> {
+        self.history(pod)
+            .into_iter()
+            .find(|(t, r)| *t >= after && r == role)
+            .map(|(t, _)| t)
+    }
+
+    /// What `pod`'s file last read.
+    fn last(&self, pod: &str) -> Option<String> {
+        self.history(pod).pop().map(|(_, r)| r)
+    }
+
+    fn history(&self, pod: &str) -> Vec<Version> {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(pod)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RoleFiles {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The groups' status and the pods, for failure messages.
+async fn summary(groups: &Api<LeaderGroup>, pods: &Api<Pod>) -> String {
+    let groups: Vec<_> = groups
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| (g.name_any(), g.status))
+        .collect();
+    let pods = pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    format!("groups: {groups:?}\npods: {:#?}", pod_summary(&pods))
+}
+
+/// Creates node `node`'s three pods: the web app (group [`APP`]); the example's pod, its agent
+/// sidecar with the web app in the ledger's place (group [`HEARTBEAT`]); a client-go candidate.
+/// Returns them once Ready, in that order.
+async fn create_node_pods(
+    ns: &TestNamespace,
+    groups: &Api<LeaderGroup>,
+    template: &serde_json::Value,
+    node: &str,
+) -> Vec<Pod> {
+    let _: Pod = create(
+        ns,
+        json!({
+            "metadata": {"name": pod_name(APP, node), "labels": {"app": APP}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 5,
+                     "containers": [webapp_container(0)]},
+        }),
+    )
+    .await;
+    let mut heartbeat = template.clone();
+    heartbeat["metadata"]["name"] = json!(pod_name(HEARTBEAT, node));
+    heartbeat["spec"]["nodeName"] = json!(node);
+    heartbeat["spec"]["containers"] = json!([webapp_container(0)]);
+    let _: Pod = create(ns, heartbeat).await;
+    let _: Pod = create(
+        ns,
+        json!({
+            "metadata": {"name": pod_name(CLIENT_GO, node), "labels": {"app": CLIENT_GO}},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": CLIENT_GO,
+                "terminationGracePeriodSeconds": 2,
+                "containers": [{
+                    "name": "candidate",
+                    "image": CLIENT_GO_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "args": CLIENT_GO_ARGS,
+                    "env": [
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    ],
+                }],
+            },
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = ns.api();
+    let names = [APP, HEARTBEAT, CLIENT_GO].map(|g| pod_name(g, node));
+    let ready = wait_until(&format!("the pods on {node} Ready"), PODS, || async {
+        let mut ready = Vec::new();
+        for name in &names {
+            ready.push(pods.get(name).await.map_err(|e| e.to_string())?);
+        }
+        Ok::<_, String>(ready.iter().all(is_ready).then_some(ready))
+    })
+    .await;
+    match ready {
+        Ok(ready) => ready,
+        Err(e) => panic!("{e}\n{}", summary(groups, &pods).await),
+    }
+}
+
+fn read_with_mtime(path: &std::path::Path) -> std::io::Result<Version> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mtime = file.metadata()?.modified()?;
+    let mut contents = String::new();
+    file.read_to_string(&mut contents)?;
+    Ok((mtime, contents))
+}
+
+#[tokio::test]
+async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
+    let c = Cluster::get().await;
+    c.ensure_operator().await;
+    let operator = c.operator_off(CUT).await;
+    let grace = c.node_monitor_grace_period();
+    let ns = leadergroup_testenv::namespace_in(c.client.clone(), "e2e-node-loss")
+        .await
+        .unwrap();
+    let _ns_guard = c.namespace_guard(&ns.name);
+    let pods: Api<Pod> = ns.api();
+    let groups: Api<LeaderGroup> = ns.api();
+    let leases: Api<Lease> = ns.api();
+    let watch = InvariantWatcher::start(&c.client, &ns.name).await;
+    let log = PodLog::start(pods.clone()).await;
+    // (a) The Readiness group: the default liveness.
+    let _: LeaderGroup = create(
+        &ns,
+        json!({"metadata": {"name": APP}, "spec": {"selector": {"matchLabels": {"app": APP}}}}),
+    )
+    .await;
+    // (b) The example's RBAC and group, in Heartbeat mode with a 5 s lease.
+    let manifests = repo_root().join("examples/ledger/manifests/sidecar");
+    let mut apply = c.cp.kubectl();
+    apply
+        .args(["--namespace", &ns.name, "apply", "-f"])
+        .arg(manifests.join("rbac.yaml"));
+    run_ok(apply).await;
+    let mut group: LeaderGroup = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(group.name_any(), HEARTBEAT);
+    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
+    group.spec.liveness = Liveness::Heartbeat;
+    groups.create(&PostParams::default(), &group).await.unwrap();
+    // (c) client-go's candidates may create their Lease, and get and update only it.
+    let _: ServiceAccount = create(&ns, json!({"metadata": {"name": CLIENT_GO}})).await;
+    let _: Role = create(
+        &ns,
+        json!({
+            "metadata": {"name": CLIENT_GO},
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": [format!("{CLIENT_GO}-0")], "verbs": ["get", "update"]},
+            ],
+        }),
+    )
+    .await;
+    let _: RoleBinding = create(
+        &ns,
+        json!({
+            "metadata": {"name": CLIENT_GO},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLIENT_GO},
+            "subjects": [{"kind": "ServiceAccount", "name": CLIENT_GO}],
+        }),
+    )
+    .await;
+
+    let template = example_pod_template();
+    let agent_volume = template["spec"]["initContainers"][0]["volumeMounts"][0]["name"]
+        .as_str()
+        .expect("the agent's volume")
+        .to_owned();
+    let leader_of = |group: &'static str| {
+        let groups = &groups;
+        let pods = &pods;
+        async move {
+            let leader = groups.get(group).await.ok()?.status?.leader?;
+            let pod = pods.get(&leader).await.ok()?;
+            (role(&pod) == Some(ROLE_LEADER)).then_some(leader)
+        }
+    };
+    let holder = |lease: Option<&Lease>| {
+        lease
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.clone())
+    };
+
+    // Node 1's pods first, each the leader of its group.
+    let old = create_node_pods(&ns, &groups, &template, CUT).await;
+    let firsts = wait_until("node 1's pods leading", PODS, || async {
+        let web = leader_of(APP).await;
+        let heartbeat = leader_of(HEARTBEAT).await;
+        let client_go = holder(
+            leases
+                .get_opt(&format!("{CLIENT_GO}-0"))
+                .await
+                .ok()
+                .flatten()
+                .as_ref(),
+        );
+        Ok::<_, String>(
+            web.zip(heartbeat)
+                .zip(client_go)
+                .map(|((a, b), c)| [a, b, c]),
+        )
+    })
+    .await;
+    let firsts = match firsts {
+        Ok(f) => f,
+        Err(e) => panic!("{e}\n{}", summary(&groups, &pods).await),
+    };
+    let expected = [APP, HEARTBEAT, CLIENT_GO].map(|g| pod_name(g, CUT));
+    assert_eq!(firsts, expected, "node 1's pods lead");
+    let new = create_node_pods(&ns, &groups, &template, PEER).await;
+    let [new_web, new_heartbeat, new_client_go] =
+        [APP, HEARTBEAT, CLIENT_GO].map(|g| pod_name(g, PEER));
+    let [old_web, old_heartbeat, _] = expected;
+
+    // The Heartbeat group's Lease says so, and both agents publish their role.
+    let heartbeat_lease = wait_for_object(
+        &leases,
+        &lease_name_for(HEARTBEAT),
+        "the Heartbeat group's Lease annotated",
+        CONVERGE,
+        |l| {
+            l.and_then(|l| l.annotations().get(LIVENESS_ANNOTATION))
+                .is_some_and(|v| v == "Heartbeat")
+        },
+    )
+    .await;
+    if let Err(e) = heartbeat_lease {
+        panic!("{e}\n{}", summary(&groups, &pods).await);
+    }
+    let role_file = |pod: &Pod| {
+        c.dir()
+            .join(format!(
+                "node{}/kubelet/pods",
+                Cluster::node_number(crate::cluster::node_of(pod))
+            ))
+            .join(pod.uid().unwrap())
+            .join("volumes/kubernetes.io~empty-dir")
+            .join(&agent_volume)
+            .join("role")
+    };
+    let files = RoleFiles::start(vec![
+        (old_heartbeat.clone(), role_file(&old[1])),
+        (new_heartbeat.clone(), role_file(&new[1])),
+    ]);
+    let published = wait_until("both agents publishing their role", PODS, || async {
+        let roles = (files.last(&old_heartbeat), files.last(&new_heartbeat));
+        let expected = (Some("leader".to_owned()), Some("follower".to_owned()));
+        Ok::<_, String>((roles == expected).then_some(()))
+    })
+    .await;
+    if let Err(e) = published {
+        panic!(
+            "{e}\n{old_heartbeat}: {:?}\n{new_heartbeat}: {:?}",
+            files.history(&old_heartbeat),
+            files.history(&new_heartbeat)
+        );
+    }
+
+    // The cut, and the three failovers.
+    let (uncut, cut_at) = c.cut_node(CUT).await;
+    let cut = instant_of(cut_at);
+    let bound = grace + Duration::from_secs(30);
+    let label_seen = |pod: &str| {
+        let pod = pod.to_owned();
+        let log = &log;
+        async move {
+            wait_until(&format!("{pod} labeled leader"), bound, || async {
+                Ok::<_, String>(log.leader_seen(&pod, cut))
+            })
+            .await
+        }
+    };
+    let client_go_lease = format!("{CLIENT_GO}-0");
+    let client_go_moved = async {
+        wait_for_object(
+            &leases,
+            &client_go_lease,
+            &format!("{new_client_go} holding {client_go_lease}"),
+            bound,
+            |l| holder(l).as_deref() == Some(new_client_go.as_str()),
+        )
+        .await
+        .map(|_| Instant::now())
+    };
+    let (web_moved, heartbeat_moved, client_go_moved) = tokio::join!(
+        label_seen(&new_web),
+        label_seen(&new_heartbeat),
+        client_go_moved
+    );
+    let (web_moved, heartbeat_moved, client_go_moved) =
+        match (web_moved, heartbeat_moved, client_go_moved) {
+            (Ok(a), Ok(b), Ok(c)) => (a - cut, b - cut, c - cut),
+            (a, b, c) => panic!(
+                "(a) {:?}\n(b) {:?}\n(c) {:?}\n{}",
+                a.map(|t| t - cut),
+                b.map(|t| t - cut),
+                c.map(|t| t - cut),
+                summary(&groups, &pods).await
+            ),
+        };
+    let reason = |group: &'static str| {
+        let groups = &groups;
+        async move {
+            groups
+                .get(group)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.last_transition_reason)
+                .unwrap_or_default()
+        }
+    };
+    let (web_reason, heartbeat_reason) = (reason(APP).await, reason(HEARTBEAT).await);
+
+    // (b): within the lease and a second, and the cut-off leader stopped before the new one began.
+    let lease = Duration::from_secs(HEARTBEAT_LEASE_SECONDS);
+    assert!(
+        heartbeat_moved <= lease + Duration::from_secs(1),
+        "the Heartbeat group handed over {} after the cut, more than leaseDurationSeconds + 1 s",
+        secs(heartbeat_moved)
+    );
+    let new_leader_file = wait_until("the new leader's agent publishing leader", PODS, || async {
+        Ok::<_, String>(files.first(&new_heartbeat, "leader", cut_at))
+    })
+    .await;
+    let histories = || {
+        format!(
+            "{old_heartbeat}: {:?}\n{new_heartbeat}: {:?}",
+            files.history(&old_heartbeat),
+            files.history(&new_heartbeat)
+        )
+    };
+    let new_leader_file = new_leader_file.unwrap_or_else(|e| panic!("{e}\n{}", histories()));
+    let old_unknown = files
+        .first(&old_heartbeat, "unknown", cut_at)
+        .unwrap_or_else(|| panic!("the cut-off leader never read unknown\n{}", histories()));
+    assert!(
+        old_unknown < new_leader_file,
+        "the cut-off leader read unknown after the new leader read leader\n{}",
+        histories()
+    );
+    assert_eq!(
+        files.last(&old_heartbeat).as_deref(),
+        Some("unknown"),
+        "the cut-off leader stays unknown while cut\n{}",
+        histories()
+    );
+    drop(files);
+
+    println!(
+        "node loss: {CUT} cut (kubelet, containerd, its pods' packets); each leader on {CUT}, its peer on {PEER}; \
+         active operator {operator} on {PEER}; node-monitor-grace-period {} s",
+        grace.as_secs()
+    );
+    println!(
+        "node loss: Readiness: {new_web} labeled leader {} after the cut ({web_reason})",
+        secs(web_moved)
+    );
+    println!(
+        "node loss: Heartbeat (leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}): {new_heartbeat} labeled leader {} after the cut \
+         ({heartbeat_reason}); {old_heartbeat}'s agent wrote unknown {} after the cut, {} before {new_heartbeat}'s wrote leader",
+        secs(heartbeat_moved),
+        secs(since(cut_at, old_unknown)),
+        secs(since(old_unknown, new_leader_file))
+    );
+    println!(
+        "node loss: client-go ({CLIENT_GO_TIMING}): {client_go_lease} held by {new_client_go} {} after the cut",
+        secs(client_go_moved)
+    );
+    println!(
+        "node loss: Readiness / Heartbeat = {:.1}, client-go / Heartbeat = {:.1}",
+        web_moved.as_secs_f64() / heartbeat_moved.as_secs_f64(),
+        client_go_moved.as_secs_f64() / heartbeat_moved.as_secs_f64()
+    );
+
+    // The node back, for the tests after this one; I1 and I3 held throughout.
+    drop(uncut);
+    let back = wait_until(&format!("{CUT} Ready again"), PODS, || async {
+        Ok::<_, String>((c.node_ready(CUT).await == "True").then_some(()))
+    })
+    .await;
+    if let Err(e) = back {
+        panic!("{e}\n{:?}", crate::cluster::node_summary(&c.client).await);
+    }
+    let leaders = watch.assert_held();
+    for pod in [&old_web, &new_web, &old_heartbeat, &new_heartbeat] {
+        assert!(
+            leaders.iter().any(|(p, _)| p == pod),
+            "{pod} not among the leaders the watch saw: {leaders:?}"
+        );
+    }
+}
