@@ -53,7 +53,8 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
 ///
 /// The list is narrowed on the server by the group's own selector: listing every leader of the
 /// namespace made each election read every other group's leader (quadratic at 1000 groups). A
-/// pod that left the selector while leading is the old leader, which step 3 has just demoted.
+/// pod that left the selector while carrying the group's leader marks (the old leader, or a late
+/// promotion that landed there) is released in step 3 from what the cache shows.
 pub async fn labeled_leaders(
     api: &Api<Pod>,
     group: &str,

@@ -54,8 +54,8 @@ impl Marking {
     }
 }
 
-/// The leaders the records name that still exist, then the group's pods that carry a leader's
-/// marks (strays), but for `leader`; each once. Those the group holds are demoted (follower
+/// The leaders the records name that still exist, then the pods that carry a leader's marks
+/// (strays) and are the group's (held by it, or marked for it), but for `leader`; each once. Those the group holds are demoted (follower
 /// marks). Those it no longer holds (they left the selector, or an older group took them) are
 /// released, losing all of its marks, only if they still carry its marks and are unchanged since
 /// they were seen: a pod marked for another group is that group's, and is never written.
@@ -70,11 +70,11 @@ fn demote(
         .into_iter()
         .flatten()
         .filter_map(|name| pods.iter().find(|p| p.name_any() == name).copied());
-    let strays = members
-        .owned
-        .iter()
-        .copied()
-        .filter(|p| carries_leader_marks(p));
+    // Strays: pods the group holds that carry a leader's marks, and pods it does not hold that
+    // carry its own (a late promotion that landed after the pod left the selector).
+    let strays = pods.iter().copied().filter(|p| {
+        carries_leader_marks(p) && (members.owns(&p.name_any()) || marks::is_marked_for(p, group))
+    });
     let mut demote: Vec<String> = Vec::new();
     let mut release: Vec<(String, String)> = Vec::new();
     for pod in named.chain(strays) {

@@ -455,6 +455,32 @@ fn a_leader_that_leaves_the_selector_hands_over_and_loses_its_marks() {
 }
 
 #[test]
+fn a_stray_outside_the_selector_is_released_before_the_promotion() {
+    let g = with_status(group(), None, 3);
+    let pods = vec![
+        PodFixture::new("a", 1),
+        PodFixture::new("gone", 2)
+            .label("app", "elsewhere")
+            .leader(7),
+    ];
+    let p = plan(decide_with(&g, &pods, None));
+    assert_eq!(
+        p.release,
+        vec![("gone".to_string(), "rv-gone".to_string())],
+        "step 3, before the promotion of step 5"
+    );
+    assert!(p.unmark.is_empty());
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "a".into(),
+            epoch: 8
+        }),
+        "above the stray's token"
+    );
+}
+
+#[test]
 fn a_leader_an_older_group_took_is_never_written() {
     // An older group's selector grew to take "a": it now carries that group's marks.
     let mut older = group();

@@ -19,4 +19,5 @@ mod ledger_manifests;
 mod metrics;
 mod overlap;
 mod rollout;
+mod stray;
 mod validation;
