@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
+use crate::fence::Fenced;
 use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;
 use crate::marks;
@@ -91,6 +92,8 @@ pub struct Context {
     lease_sightings: LeaseSightings,
     /// Operator replicas known to have stopped on purpose.
     retired: Retired,
+    /// The groups where no earlier promotion can still land.
+    fenced: Fenced,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
     handover_clocks: HandoverClocks,
     /// Whether this replica may act (always true without `--leader-elect`).
@@ -217,6 +220,7 @@ pub async fn run(
         handover_clocks: HandoverClocks::default(),
         lease_sightings: LeaseSightings::default(),
         retired: settings.retired.clone(),
+        fenced: Fenced::default(),
         active: active.clone(),
         synced: synced.subscribe(),
     });
@@ -233,7 +237,7 @@ pub async fn run(
             }
             groups
         })
-        .reconcile_all_on(activations(active))
+        .reconcile_all_on(activations(active, ctx.clone()))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -260,12 +264,21 @@ fn pod_stream(
 }
 
 /// A tick every time this replica becomes active, so that it reconciles every group at once.
-fn activations(active: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(active, |mut rx| async move {
-        loop {
-            rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
-                return Some(((), rx));
+fn activations(
+    active: watch::Receiver<bool>,
+    ctx: Arc<Context>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(active, move |mut rx| {
+        let ctx = ctx.clone();
+        async move {
+            loop {
+                rx.changed().await.ok()?;
+                if *rx.borrow_and_update() {
+                    // Another replica may have acted while this one stood by: no group is known
+                    // to be fenced against its late requests.
+                    ctx.fenced.clear();
+                    return Some(((), rx));
+                }
             }
         }
     })
@@ -300,15 +313,31 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         .ok_or_else(|| ReconcileError::MissingNamespace(group.name_any()))?;
     let span = info_span!("reconcile", group = %group.name_any(), namespace = %ns);
     let api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, group, |event| async {
+    // Every request of a reconcile answers within half the Lease, or is abandoned: a request
+    // hanging in a stuck connection must not hold the group (kube's own timeout is minutes).
+    let deadline = Duration::from_millis(
+        u64::from(group.spec.lease_duration_seconds.unsigned_abs().max(1)) * 500,
+    );
+    let group_ref = ObjectRef::from_obj(group.as_ref());
+    let name = group.name_any();
+    let work = finalizer(&api, FINALIZER, group, |event| async {
         match event {
             FinalizerEvent::Apply(g) => transition::converge(g, &ctx, &ns, started).await,
             FinalizerEvent::Cleanup(g) => cleanup::run(g, &ctx, &ns).await,
         }
     })
-    .instrument(span)
-    .await
-    .map_err(ReconcileError::from);
+    .instrument(span);
+    let result = match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result.map_err(ReconcileError::from),
+        Err(_) => {
+            // An abandoned request may still land, a promotion included.
+            ctx.fenced.remove(&group_ref);
+            Err(ReconcileError::Deadline {
+                group: name,
+                after: deadline,
+            })
+        }
+    };
     ctx.metrics.reconciled(started.elapsed());
     ctx.count_leaders();
     result
@@ -319,6 +348,8 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
     warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
     match error {
         ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
+        // Its deadline is the group's own clock: look again soon.
+        ReconcileError::Deadline { .. } => Action::requeue(Duration::from_millis(200)),
         _ => Action::requeue(Duration::from_secs(2)),
     }
 }

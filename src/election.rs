@@ -121,6 +121,9 @@ pub struct Plan {
     pub promote: Option<Promotion>,
     /// 6. Tell: the change of leader, if any, for the Event and the metrics.
     pub transition: Option<Transition>,
+    /// 4. Fence, when an earlier promotion in the group may still be in flight: the pods it could
+    ///    have been for (all but the leader), written once so that it cannot land.
+    pub fence: Vec<String>,
     /// Candidates to mark follower (label and group annotation), off the critical path.
     pub mark_followers: Vec<String>,
     /// Pods that carry this group's marks but are no longer its candidates, with the
@@ -188,6 +191,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         promote,
         mark_followers,
         unmark,
+        fence,
     } = Marking::plan(obs, &members, &records, &leader, token);
     let requeue_after =
         commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
@@ -198,6 +202,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         release,
         promote,
         transition,
+        fence,
         mark_followers,
         unmark,
         requeue_after,

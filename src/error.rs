@@ -23,6 +23,16 @@ pub enum ReconcileError {
     #[error("{0} has no namespace")]
     MissingNamespace(String),
 
+    /// A reconcile's requests did not all answer within its deadline (half the group's Lease):
+    /// they were abandoned, and any of them may still land later (see [`crate::fence`]).
+    #[error("group {group}: no answer within {after:?}; requests abandoned")]
+    Deadline {
+        /// The group.
+        group: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+
     /// The arbitration of a group ran out before its leader could be promoted.
     #[error(
         "group {0}: the decision's steps began longer ago than half the Lease duration; not promoting on a stale decision"
@@ -38,7 +48,7 @@ impl ReconcileError {
             ReconcileError::Conflict(_) => Category::Conflict,
             ReconcileError::Finalizer(_) => Category::Finalizer,
             ReconcileError::MissingNamespace(_) => Category::Invalid,
-            ReconcileError::StaleDecision(_) => Category::Stale,
+            ReconcileError::StaleDecision(_) | ReconcileError::Deadline { .. } => Category::Stale,
         }
     }
 }
@@ -64,7 +74,7 @@ pub enum Category {
     Finalizer,
     /// [`ReconcileError::MissingNamespace`].
     Invalid,
-    /// [`ReconcileError::StaleDecision`].
+    /// [`ReconcileError::StaleDecision`] and [`ReconcileError::Deadline`].
     Stale,
 }
 

@@ -6,6 +6,7 @@ pub mod controller;
 pub mod crd;
 pub mod election;
 pub mod error;
+pub mod fence;
 pub mod ha;
 pub mod http;
 pub mod lease_record;

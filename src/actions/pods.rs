@@ -8,18 +8,40 @@ use kube::core::Selector;
 use serde_json::{Value, json};
 
 use crate::crd::{
-    EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
+    EPOCH_ANNOTATION, FENCE_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
+    ROLE_LEADER,
 };
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
 use crate::marks;
 
-/// The leader's marks: role=leader, its fencing token, its group.
-pub async fn promote(api: &Api<Pod>, pod: &str, group: &str, epoch: i64) -> Result<()> {
+/// The leader's marks: role=leader, its fencing token, its group; only if the pod is unchanged
+/// since `resource_version` (otherwise [`ReconcileError::Conflict`]), so that a promotion landing
+/// late, after the pod was written again, cannot land at all (see [`crate::fence`]).
+pub async fn promote(
+    api: &Api<Pod>,
+    pod: &str,
+    group: &str,
+    epoch: i64,
+    resource_version: &str,
+) -> Result<()> {
     let patch = json!({"metadata": {
+        "resourceVersion": resource_version,
         "labels": {ROLE_LABEL: ROLE_LEADER},
         "annotations": {EPOCH_ANNOTATION: epoch.to_string(), GROUP_ANNOTATION: group},
     }});
+    conditional(api, pod, patch).await
+}
+
+/// Writes the fence annotation (the epoch about to be handed out) on a pod: its resourceVersion
+/// changes, and a promotion of it decided earlier can no longer land.
+pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64) -> Result<()> {
+    let patch = json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}});
     merge(api, pod, patch).await
+}
+
+/// The pod as the API server has it now (not the cache), if it exists.
+pub async fn read(api: &Api<Pod>, pod: &str) -> Result<Option<Pod>> {
+    Ok(api.get_opt(pod).await?)
 }
 
 /// A follower's marks: role=follower, no fencing token. Also how a leader is demoted.
@@ -36,11 +58,20 @@ pub async fn mark_follower(api: &Api<Pod>, pod: &str, group: &str) -> Result<()>
 pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -> Result<()> {
     let mut patch = json!({"metadata": {
         "labels": {ROLE_LABEL: Value::Null},
-        "annotations": {EPOCH_ANNOTATION: Value::Null, GROUP_ANNOTATION: Value::Null},
+        "annotations": {
+            EPOCH_ANNOTATION: Value::Null,
+            GROUP_ANNOTATION: Value::Null,
+            FENCE_ANNOTATION: Value::Null,
+        },
     }});
     if let (Some(rv), Some(meta)) = (resource_version, patch.get_mut("metadata")) {
         meta["resourceVersion"] = Value::String(rv.to_string());
     }
+    conditional(api, pod, patch).await
+}
+
+/// [`merge`], its 409 (a resourceVersion precondition that failed) as [`ReconcileError::Conflict`].
+async fn conditional(api: &Api<Pod>, pod: &str, patch: Value) -> Result<()> {
     match merge(api, pod, patch).await {
         Err(ReconcileError::Kube(e)) if is_conflict(&e) => {
             Err(ReconcileError::Conflict(ConflictOn::Pod))

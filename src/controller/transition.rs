@@ -4,8 +4,9 @@
 //! 1. commit the Lease;
 //! 2. record the status;
 //! 3. demote the old leader (or release it, if the group no longer holds it);
-//! 4. check a fresh list for stray leaders;
-//! 5. promote the new leader;
+//! 4. fence the group's other pods if an earlier promotion may still be in flight, check a fresh
+//!    list for stray leaders, and read the pod to promote afresh;
+//! 5. promote the new leader, conditional on that read;
 //! 6. tell (an Event, metrics).
 //!
 //! A 409 at any step means someone else moved first: observe afresh and decide again.
@@ -27,7 +28,7 @@ use super::Context;
 use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan, Transition};
-use crate::error::{ReconcileError, Result};
+use crate::error::{ConflictOn, ReconcileError, Result};
 use crate::lease_sightings::LeaseSeen;
 
 /// How many times one reconcile may decide: after as many 409s, the last one goes to the error
@@ -288,13 +289,30 @@ async fn execute(
         actions::pods::unmark(&pods_api, pod, Some(rv)).await?;
     }
     if let Some(promotion) = &plan.promote {
-        // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted first.
-        for stray in actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector).await? {
+        let group_ref = ObjectRef::from_obj(group);
+        // 4. Fence: an earlier promotion in this group may still be in flight (see crate::fence).
+        let fenced = ctx.fenced.contains(&group_ref);
+        if !fenced {
+            for pod in &plan.fence {
+                actions::pods::fence(&pods_api, pod, promotion.epoch).await?;
+            }
+        }
+        // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted
+        // first; and the pod to promote, fresh: its promotion is conditional on this version.
+        let (strays, target) = futures::try_join!(
+            actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector),
+            actions::pods::read(&pods_api, &promotion.pod),
+        )?;
+        for stray in strays {
             if stray.name_any() != promotion.pod {
                 warn!(pod = %stray.name_any(), "demoting a stray leader label");
                 actions::pods::mark_follower(&pods_api, &stray.name_any(), &name).await?;
             }
         }
+        let Some(version) = target.and_then(|p| p.resource_version()) else {
+            // Gone since the decision: decide again.
+            return Err(ReconcileError::Conflict(ConflictOn::Pod));
+        };
         // Never promote on a decision older than half the Lease: another replica may take over
         // an expired Lease, and this one may have lost its own HA lease meanwhile.
         let half = Duration::from_millis(
@@ -304,7 +322,10 @@ async fn execute(
             return Err(ReconcileError::StaleDecision(name));
         }
         // 5. Promote.
-        actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch).await?;
+        actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch, &version).await?;
+        if !fenced {
+            ctx.fenced.insert(group_ref);
+        }
     }
     // 6. Tell.
     if let Some(t) = &plan.transition {

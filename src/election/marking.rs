@@ -20,6 +20,7 @@ pub(super) struct Marking {
     pub promote: Option<Promotion>,
     pub mark_followers: Vec<String>,
     pub unmark: Vec<(String, String)>,
+    pub fence: Vec<String>,
 }
 
 impl Marking {
@@ -44,8 +45,13 @@ impl Marking {
             .map(String::as_str)
             .chain(release.iter().map(|(name, _)| name.as_str()))
             .collect();
+        let promote = promote(&group, obs.pods, leader, token.epoch);
         Marking {
-            promote: promote(&group, obs.pods, leader, token.epoch),
+            fence: promote
+                .as_ref()
+                .map(|p| fence(&group, obs.pods, members, &p.pod))
+                .unwrap_or_default(),
+            promote,
             mark_followers: mark_followers(&group, &members.owned, leader),
             unmark: unmark(&group, obs.pods, members, &done),
             demote,
@@ -103,6 +109,19 @@ fn promote(group: &str, pods: &[&Pod], leader: Option<&str>, epoch: i64) -> Opti
         pod: leader.to_string(),
         epoch,
     })
+}
+
+/// The pods an earlier decision could have promoted, but for `leader`: the group's candidates
+/// and the pods marked for it.
+fn fence(group: &str, pods: &[&Pod], members: &Membership<'_>, leader: &str) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            members.matched.iter().any(|m| m.name_any() == p.name_any())
+                || marks::is_marked_for(p, group)
+        })
+        .map(|p| p.name_any())
+        .filter(|name| name != leader)
+        .collect()
 }
 
 /// The group's other pods that carry no leader's marks and not yet the follower's.

@@ -177,6 +177,11 @@ impl ControlPlane {
         self.kubeconfig_path.parent().unwrap_or(Path::new("."))
     }
 
+    /// The cluster CA's certificate, base64-encoded PEM (a webhook's `caBundle`).
+    pub fn ca_data(&self) -> &str {
+        &self.ca_data
+    }
+
     /// The admin kubeconfig (user `admin` in group `system:masters`).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path

@@ -20,6 +20,7 @@
 
 mod controlplane;
 mod error;
+mod held;
 pub mod invariants;
 mod kubelet;
 mod marks;
@@ -34,6 +35,7 @@ pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, control_plane, e2e_cluster,
 };
 pub use error::Error;
+pub use held::{HeldRequests, HoldRule};
 pub use invariants::InvariantWatcher;
 pub use kubelet::{Kubelet, NODE_NAME};
 pub use marks::Marks;

@@ -14,6 +14,7 @@ mod gc_pause;
 mod ha;
 mod heartbeat;
 mod kubectl;
+mod late_promote;
 mod lease;
 mod ledger_manifests;
 mod metrics;
