@@ -165,6 +165,23 @@ impl HeldRequests {
         self.held.load(Ordering::SeqCst)
     }
 
+    /// Waits until it holds a request (polling every 5 ms: the caller may have to act within
+    /// milliseconds of the hold, before the sender gives up on its request).
+    pub async fn first_hold(&self, timeout: std::time::Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.held() == 0 {
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: "a held request".into(),
+                    timeout,
+                    last: String::new(),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
     /// Lets every held request (and every later one) through.
     pub fn release(&self) {
         self.release.send_replace(true);

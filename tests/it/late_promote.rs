@@ -1,8 +1,10 @@
-//! Issue 13, item 2: a promotion that lands late (held inside the API server by testenv's
-//! admission webhook past the group's Lease, as a request held in a stuck connection or sent
-//! before a process pause would be) cannot make a second leader. The operator gives up on it at
-//! its deadline, leadership moves on elsewhere, and when the held request is finally let through
-//! it finds the pod changed since it was decided on, and the API server refuses it.
+//! Issue 13, item 2: a promotion that lands late cannot make a second leader. The operator that
+//! sent it is paused (SIGSTOP) the moment testenv's admission webhook holds it inside the API
+//! server, so the request stays alive there, as one sent just before a process pause or held in a
+//! stuck connection would. Another operator takes the group over once its Lease runs out, and
+//! leadership moves to another pod; then the held request is let through, late: it finds its pod
+//! written since it was decided on (the new operator fenced the group's pods before promoting),
+//! and the API server refuses it.
 
 use std::time::Duration;
 
@@ -10,7 +12,15 @@ use kube::api::{Patch, PatchParams, PostParams};
 
 use crate::common::{InvariantWatcher, Operator, World, group};
 use leadergroup_operator::crd::{ROLE_LABEL, ROLE_LEADER};
-use leadergroup_testenv::{HeldRequests, HoldRule, control_plane, wait_until};
+use leadergroup_testenv::{HeldRequests, HoldRule, control_plane};
+
+fn signal(op: &Operator, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &op.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig}");
+}
 
 #[tokio::test]
 async fn a_promotion_held_past_the_lease_cannot_land() {
@@ -18,15 +28,15 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     let w = World::new("late-promote").await;
     let pods = w.ordered_ready_pods("app", 3, "late").await;
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let op = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut first_op = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
     let mut g = group("late", "late");
-    // Short: the operator's deadline for a decision's steps is half of it.
+    // Short: the group's Lease is what the second operator waits out.
     g.spec.lease_duration_seconds = 3;
     w.groups.create(&PostParams::default(), &g).await.unwrap();
     let first = w.wait_settled("late", "app-0 leads", |_| true).await;
     assert_eq!(first.leader, pods[0]);
 
-    // Every promotion of app-1 is held inside the API server.
+    // The next promotion of app-1 is held inside the API server, and its sender paused at once.
     let hold = HeldRequests::start(
         cp,
         w.ns.client.clone(),
@@ -40,51 +50,38 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     .await
     .unwrap();
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
-    wait_until(
-        "a promotion of app-1 held",
-        Duration::from_secs(20),
-        || async { Ok::<_, String>((hold.held() > 0).then_some(())) },
-    )
-    .await
-    .unwrap();
-    // Past the Lease: the operator has given up on it by now.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    hold.first_hold(Duration::from_secs(20)).await.unwrap();
+    signal(&first_op, "-STOP");
 
-    // Leadership moves on to app-2 while app-1's promotion is still held.
+    // Another operator takes over once the paused one's Lease runs out, and leadership moves to
+    // app-2 (preferred), leaving app-1 as it was.
     let prefer = serde_json::json!({"spec": {"preferredLeader": pods[2]}});
     w.groups
         .patch("late", &PatchParams::default(), &Patch::Merge(&prefer))
         .await
         .unwrap();
-    // Within a few Leases: a request held without end must not stall the group (and the API
-    // server would give up on the webhook after 30 s, failing the held request instead).
-    wait_until(
-        "app-2 leads while app-1's promotion is held",
-        Duration::from_secs(10),
-        || async {
-            Ok::<_, String>(
-                w.settled("late")
-                    .await?
-                    .filter(|s| s.leader == pods[2])
-                    .map(|_| ()),
-            )
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
-    let moved = w.settled("late").await.unwrap().unwrap();
-    let held = hold.held();
+    let second_op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
+    let moved = w
+        .wait_settled("late", "app-2 leads under the second operator", |s| {
+            s.leader == pods[2]
+        })
+        .await;
 
-    // The held promotions land now, late.
+    // The held promotion goes on now, late, from its paused sender's open connection.
     hold.release();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         w.labeled_leaders("late").await,
         vec![(pods[2].clone(), Some(moved.epoch))],
-        "a late promotion of app-1 landed ({held} held)\n{}",
-        op.logs()
+        "the late promotion of app-1 landed\n{}",
+        second_op.logs()
     );
-    eprintln!("late promote: {held} promotions of app-1 held past the Lease, none landed");
+    eprintln!(
+        "late promote: {} promotion(s) of app-1 held past the Lease, none landed",
+        hold.held()
+    );
+    signal(&first_op, "-CONT");
+    first_op.kill().await;
     drop(hold);
     watch.assert_held();
 }
