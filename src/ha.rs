@@ -91,12 +91,11 @@ impl OperatorLease {
         let mut renew_by: Option<tokio::time::Instant> = None;
         loop {
             let started = tokio::time::Instant::now();
-            let round = match renew_by {
-                Some(deadline) => tokio::time::timeout_at(deadline, self.try_hold())
-                    .await
-                    .ok(),
-                None => Some(self.try_hold().await),
-            };
+            // Not holding, a round may take up to the Lease's duration: no request waits longer.
+            let deadline = renew_by.unwrap_or(started + third * 3);
+            let round = tokio::time::timeout_at(deadline, self.try_hold())
+                .await
+                .ok();
             let wait = match round {
                 Some(Ok((holds, wait))) => {
                     if !holds {
@@ -134,8 +133,14 @@ impl OperatorLease {
             }
         }
         let _ = active.send(false);
-        if let Err(e) = self.release().await {
-            warn!(error = %e, "releasing the operator Lease failed; a standby takes over when it runs out");
+        match tokio::time::timeout(third, self.release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                warn!(error = %e, "releasing the operator Lease failed; a standby takes over when it runs out")
+            }
+            Err(_) => warn!(
+                "releasing the operator Lease got no answer in time; a standby takes over when it runs out"
+            ),
         }
     }
 
