@@ -4,6 +4,7 @@
 #
 #   controlplane/cluster.sh up   [--dir DIR] [--watch-pid PID] [--bin-dir BIN]
 #   controlplane/cluster.sh down [--dir DIR]
+#   controlplane/cluster.sh restart etcd|kube-apiserver [--dir DIR]
 #
 # DIR defaults to .cluster/ in the repository. `up` is idempotent: a healthy cluster in DIR is
 # reused. `--watch-pid PID` adds a watchdog that runs `down` once PID has exited, so a test binary
@@ -17,11 +18,19 @@ repo=$(dirname "$here")
 
 say() { echo "cluster: $*" >&2; }
 die() { say "error: $*"; exit 1; }
-usage() { sed -n '5,6p' "$0" | sed 's/^# *//' >&2; }
+usage() { sed -n '5,7p' "$0" | sed 's/^# *//' >&2; }
 
 cmd=${1:-}
-[[ $cmd == up || $cmd == down ]] || { usage; exit 2; }
+[[ $cmd == up || $cmd == down || $cmd == restart ]] || { usage; exit 2; }
 shift
+# restart NAME: stops that process and starts it again with the same ports and data, as a crash
+# and a restart by its supervisor would (the tests of the operator's recovery use it).
+component=""
+if [[ $cmd == restart ]]; then
+  component=${1:-}
+  [[ $component == etcd || $component == kube-apiserver ]] || { usage; exit 2; }
+  shift
+fi
 dir=$repo/.cluster watch_pid="" bin="" address=127.0.0.1 service_cidr=10.0.0.0/24
 while (($#)); do
   case $1 in
@@ -160,42 +169,54 @@ control plane ready at https://$address:$port (kube-apiserver $("$bin/kube-apise
 EOF
 }
 
-[[ -n $bin ]] || bin=$("$here/build.sh")
-for b in etcd kube-apiserver kubectl; do
-  [[ -x $bin/$b ]] || die "$bin/$b missing: run \`make controlplane\`"
-done
+if [[ $cmd == restart ]]; then
+  [[ -f $dir/env ]] || die "no control plane in $dir"
+  dir=$(cd "$dir" && pwd)
+  lock
+  bin=$(sed -n 's/^BIN_DIR=//p' "$dir/env")
+  address=$(sed -n 's/^ADDRESS=//p' "$dir/env")
+  service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$dir/env")
+  kubeconfig=$dir/kubeconfig
+  pki=$dir/pki
+else
+  [[ -n $bin ]] || bin=$("$here/build.sh")
+  for b in etcd kube-apiserver kubectl; do
+    [[ -x $bin/$b ]] || die "$bin/$b missing: run \`make controlplane\`"
+  done
 
-if [[ -f $kubeconfig ]] && alive etcd && alive kube-apiserver && ready "$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")"; then
-  say "reusing the healthy cluster in $dir"
-  start_watchdog
-  print_usage
-  exit 0
+  if [[ -f $kubeconfig ]] && alive etcd && alive kube-apiserver && ready "$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")"; then
+    say "reusing the healthy cluster in $dir"
+    start_watchdog
+    print_usage
+    exit 0
+  fi
+
+  # Leftovers of a crashed or half-started cluster: stop what still runs, start from scratch.
+  stop_all
+  wipe
+  mkdir -p "$dir/pki"
+  touch "$dir/$marker"
+  exec 9>"$dir/.lock"
+  flock 9
+
+  # ---- certificates (EC P-256: generated in milliseconds; RSA only where Kubernetes expects it) ----
+  pki=$dir/pki
+  # shellcheck source=pki.sh
+  source "$here/pki.sh"
+  new_ca "/CN=leadergroup-testenv-ca"
+  # The first address of the service range and kubernetes.default.svc, as a real cluster's serving
+  # certificate has them.
+  sans=IP:127.0.0.1,DNS:localhost
+  [[ $address == 127.0.0.1 ]] || sans+=,IP:$address
+  sign server "/CN=kube-apiserver" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=$sans,IP:$service_ip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign_client admin admin system:masters
+  # What the API server shows the kubelets (exec, logs, port-forward); only a real cluster has them.
+  [[ $address == 127.0.0.1 ]] || sign_client kubelet-client kube-apiserver-kubelet-client system:masters
+  # ServiceAccount token signing key (RS256, what kubeadm uses).
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+  openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
 fi
-
-# Leftovers of a crashed or half-started cluster: stop what still runs, start from scratch.
-stop_all
-wipe
-mkdir -p "$dir/pki"
-touch "$dir/$marker"
-exec 9>"$dir/.lock"
-flock 9
-
-# ---- certificates (EC P-256: generated in milliseconds; RSA only where Kubernetes expects it) ----
-pki=$dir/pki
-# shellcheck source=pki.sh
-source "$here/pki.sh"
-new_ca "/CN=leadergroup-testenv-ca"
-# The first address of the service range and kubernetes.default.svc, as a real cluster's serving
-# certificate has them.
-sans=IP:127.0.0.1,DNS:localhost
-[[ $address == 127.0.0.1 ]] || sans+=,IP:$address
-sign server "/CN=kube-apiserver" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=$sans,IP:$service_ip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-sign_client admin admin system:masters
-# What the API server shows the kubelets (exec, logs, port-forward); only a real cluster has them.
-[[ $address == 127.0.0.1 ]] || sign_client kubelet-client kube-apiserver-kubelet-client system:masters
-# ServiceAccount token signing key (RS256, what kubeadm uses).
-openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
-openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
 # ---- ports ----
 # Random ports below the kernel's ephemeral range (32768+), so an outgoing connection never holds
@@ -240,31 +261,17 @@ etcd_healthy() {
   [[ $answer == *'"health":"true"'* ]]
 }
 
-# The admin kubeconfig (pki.sh) is written for each port tried; it becomes DIR/kubeconfig once the
-# server is ready, so DIR/kubeconfig exists only for a cluster that was healthy.
-
-etcd_port="" peer_port="" api_port=""
-for attempt in 1 2 3; do
-  etcd_port=$(pick_port) peer_port=$(pick_port "$etcd_port")
-  rm -rf "$dir/etcd-data"
-  # --unsafe-no-fsync: the data is thrown away with the cluster, and fsync on a shared disk is what
-  # makes etcd (and every write the tests do) slow.
+# The two processes, on etcd_port, peer_port and api_port (`up` picks them, `restart` reads them).
+# --unsafe-no-fsync: the data is thrown away with the cluster, and fsync on a shared disk is what
+# makes etcd (and every write the tests do) slow.
+spawn_etcd() {
   spawn etcd "$bin/etcd" --name=testenv --data-dir="$dir/etcd-data" \
     --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
     --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
     --initial-cluster="testenv=http://127.0.0.1:$peer_port" --initial-cluster-state=new \
     --unsafe-no-fsync --log-level=warn
-  if wait_for etcd 30 etcd_healthy; then break; fi
-  stop etcd
-  grep -q 'address already in use' "$dir/etcd.log" && [[ $attempt -lt 3 ]] && { say "etcd port taken, retrying"; continue; }
-  tail -n 20 "$dir/etcd.log" >&2
-  die "etcd did not become healthy (log: $dir/etcd.log)"
-done
-etcd_ready=$(date +%s.%N)
-
-for attempt in 1 2 3; do
-  api_port=$(pick_port "$etcd_port" "$peer_port")
-  write_kubeconfig "$pki/admin.kubeconfig" "https://$address:$api_port" admin
+}
+spawn_apiserver() {
   # --endpoint-reconciler-type=none: the reconciler refuses a loopback advertise address (and
   # there is no pod network behind the `kubernetes` Service anyway). On --address, the default
   # (lease) gives the Service that address as its endpoint, for pods of the real cluster.
@@ -286,6 +293,48 @@ for attempt in 1 2 3; do
     --allow-privileged=true \
     --endpoint-reconciler-type="$([[ $address == 127.0.0.1 ]] && echo none || echo lease)" "${real[@]}" \
     --profiling=false --enable-logs-handler=false
+}
+
+if [[ $cmd == restart ]]; then
+  etcd_port=$(sed -n 's/^ETCD_PORT=//p' "$dir/env")
+  peer_port=$(sed -n 's/^ETCD_PEER_PORT=//p' "$dir/env")
+  api_port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
+  t=$(date +%s.%N)
+  stop "$component"
+  mv "$dir/$component.log" "$dir/$component.log.before-restart"
+  if [[ $component == etcd ]]; then
+    spawn_etcd
+    wait_for etcd 30 etcd_healthy || die "etcd did not become healthy again (log: $dir/etcd.log)"
+  else
+    spawn_apiserver
+    wait_for kube-apiserver 120 ready "$api_port" || die "kube-apiserver did not become ready again (log: $dir/kube-apiserver.log)"
+  fi
+  say "$component restarted in $(awk -v s="$t" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s"
+  exit 0
+fi
+
+# The admin kubeconfig (pki.sh) is written for each port tried; it becomes DIR/kubeconfig once the
+# server is ready, so DIR/kubeconfig exists only for a cluster that was healthy.
+
+etcd_port="" peer_port="" api_port=""
+for attempt in 1 2 3; do
+  etcd_port=$(pick_port) peer_port=$(pick_port "$etcd_port")
+  rm -rf "$dir/etcd-data"
+  # --unsafe-no-fsync: the data is thrown away with the cluster, and fsync on a shared disk is what
+  # makes etcd (and every write the tests do) slow.
+  spawn_etcd
+  if wait_for etcd 30 etcd_healthy; then break; fi
+  stop etcd
+  grep -q 'address already in use' "$dir/etcd.log" && [[ $attempt -lt 3 ]] && { say "etcd port taken, retrying"; continue; }
+  tail -n 20 "$dir/etcd.log" >&2
+  die "etcd did not become healthy (log: $dir/etcd.log)"
+done
+etcd_ready=$(date +%s.%N)
+
+for attempt in 1 2 3; do
+  api_port=$(pick_port "$etcd_port" "$peer_port")
+  write_kubeconfig "$pki/admin.kubeconfig" "https://$address:$api_port" admin
+  spawn_apiserver
   if wait_for kube-apiserver 120 ready "$api_port"; then break; fi
   stop kube-apiserver
   grep -q 'address already in use' "$dir/kube-apiserver.log" && [[ $attempt -lt 3 ]] && { say "apiserver port taken, retrying"; continue; }
@@ -299,6 +348,9 @@ mv "$kubeconfig.tmp" "$kubeconfig"
 cat >"$dir/env" <<EOF
 APISERVER_PORT=$api_port
 ETCD_PORT=$etcd_port
+ETCD_PEER_PORT=$peer_port
+ADDRESS=$address
+SERVICE_CIDR=$service_cidr
 BIN_DIR=$bin
 KUBECONFIG=$kubeconfig
 EOF

@@ -32,10 +32,14 @@ pub enum MembershipError {
     /// The API server refused the request (403): RBAC does not grant it. The crate docs give the
     /// Role to grant.
     #[error(
-        "permission denied: the API server refused to {request} (403 Forbidden); grant the \
-         verb {verb} on it to this pod's ServiceAccount (see the leadergroup-client docs for the \
-         Role): {message}",
-        verb = request.verb
+        "permission denied: the API server refused to {request} (403 Forbidden); grant {verbs} \
+         on it to this pod's ServiceAccount (see the leadergroup-client docs for the Role): \
+         {message}",
+        verbs = if request.verb == "update" {
+            "the verb update (Heartbeat mode: the leader renews the Lease)"
+        } else {
+            "the verbs get and watch"
+        }
     )]
     Forbidden {
         /// The refused request.
