@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 /// The marks the operator puts on pods, as the design names them (DESIGN.md, "On pods"). This crate
@@ -58,7 +58,10 @@ impl InvariantWatcher {
         let recorder = state.clone();
         let task = tokio::spawn(async move {
             let mut synced = Some(synced_tx);
-            let mut stream = watcher(pods, watcher::Config::default()).boxed();
+            // With a backoff: through an API server restart, errors come back at once.
+            let mut stream = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
                 let mut r = recorder.lock().unwrap_or_else(PoisonError::into_inner);

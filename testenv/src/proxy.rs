@@ -104,11 +104,17 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
         // The request side ending (the client gave up and closed) neither ends the response side
         // nor closes the server's socket (the write halves live as long as the relay): a request
         // released late still reaches the server whole and is served, as through a stuck
-        // middlebox, instead of being cancelled by the client's departure.
-        tokio::join!(
-            pump(client_read, &mut server_write, link.clone()),
-            pump(server_read, &mut client_write, link.clone()),
-        );
+        // middlebox, instead of being cancelled by the client's departure. The response side
+        // ending (the server closed, or went away) closes both: the client must see it, or it
+        // would send its next request into a dead connection.
+        let requests = async {
+            pump(client_read, &mut server_write, link.clone()).await;
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = requests => {}
+            () = pump(server_read, &mut client_write, link.clone()) => {}
+        }
     };
     tokio::select! {
         () = forward => {}

@@ -12,27 +12,24 @@
 //!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
 //!   on a private API server of its own, where the release is the CRD's only owner.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::common::{Operator, World, chart_dir, group, run_ok, run_tool};
+use crate::common::{
+    Operator, PrivateCluster, World, chart_dir, group, repo_root, run_ok, run_tool,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{
-    ControlPlane, Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
+    Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
 };
 
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
     match result {
@@ -288,70 +285,6 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         .unwrap();
 }
 
-/// etcd + kube-apiserver of this test alone (controlplane/cluster.sh), stopped on drop and by the
-/// script's watchdog when the test process exits.
-struct PrivateCluster {
-    dir: PathBuf,
-    bin: PathBuf,
-}
-
-impl PrivateCluster {
-    async fn up(shared: &ControlPlane) -> PrivateCluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("chart-cluster-{}", std::process::id()));
-        let mut cmd = std::process::Command::new(repo_root().join("controlplane/cluster.sh"));
-        cmd.arg("up")
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--watch-pid", &std::process::id().to_string()]);
-        cmd.arg("--bin-dir").arg(shared.bin_dir());
-        run_ok(cmd).await;
-        PrivateCluster {
-            dir,
-            bin: shared.bin_dir().to_path_buf(),
-        }
-    }
-
-    fn tool(&self, name: &str) -> std::process::Command {
-        let mut cmd = std::process::Command::new(self.bin.join(name));
-        cmd.env("KUBECONFIG", self.dir.join("kubeconfig"));
-        cmd
-    }
-
-    /// A kubeconfig file for this server that authenticates with `token` only.
-    fn token_kubeconfig(&self, token: &str) -> PathBuf {
-        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
-        let cluster = kc.clusters[0].cluster.clone().unwrap();
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
-             users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: sa}}\ncurrent-context: c\n",
-            cluster.server.unwrap(),
-            cluster.certificate_authority_data.unwrap(),
-        );
-        let path = self.dir.join("sa.kubeconfig");
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    async fn client(&self) -> Client {
-        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-}
-
-impl Drop for PrivateCluster {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(repo_root().join("controlplane/cluster.sh"))
-            .arg("down")
-            .arg("--dir")
-            .arg(&self.dir)
-            .output();
-    }
-}
-
 async fn established_crd(client: &Client) -> CustomResourceDefinition {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     wait_until("CRD Established", crate::common::CONVERGE, || async {
@@ -373,7 +306,7 @@ async fn established_crd(client: &Client) -> CustomResourceDefinition {
 #[tokio::test]
 async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_the_groups() {
     let shared = control_plane().await.unwrap();
-    let cluster = PrivateCluster::up(shared).await;
+    let cluster = PrivateCluster::up("chart", shared).await;
     let client = cluster.client().await;
     let release = "leadergroup-operator";
 

@@ -19,6 +19,7 @@ mod lease;
 mod ledger_manifests;
 mod metrics;
 mod overlap;
+mod restarts;
 mod rollout;
 mod stray;
 mod validation;

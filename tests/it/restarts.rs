@@ -1,0 +1,181 @@
+//! Issue 13, item 6: what the operator depends on restarts during handovers, on a control plane
+//! of this test alone (restarting the shared one would break every other test): kube-apiserver
+//! restarted, etcd restarted, etcd compacted and kube-apiserver restarted (every watch, the
+//! operator's included, resumes from a compacted revision: 410 Gone, then a fresh list; the test
+//! checks that a watch from before does get 410), and the operator's connection cut, silently,
+//! then healed. After each, the group converges on a new
+//! leader at the next epoch, no epoch is reused and I1 holds throughout.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::{
+    InvariantWatcher, Kubelet, Proxy, control_plane, namespace_in, wait_until,
+};
+
+use crate::common::{Operator, PrivateCluster, Settled, group, install_crd, role};
+
+/// Every fault's handover must settle within this (the API server's restart included).
+const SETTLE: Duration = Duration::from_secs(60);
+
+async fn settled(client: &Client, ns: &str) -> Option<Settled> {
+    let groups: Api<LeaderGroup> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let status = groups.get("pay").await.ok()?.status?;
+    let leader = status.leader?;
+    let labeled: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .filter(|p| role(p) == Some("leader"))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    (labeled == [leader.clone()]).then_some(Settled {
+        leader,
+        epoch: status.epoch,
+    })
+}
+
+async fn wait_settled(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    not: Option<&str>,
+    op: &Operator,
+) -> Settled {
+    wait_until(what, SETTLE, || async {
+        Ok::<_, String>(
+            settled(client, ns)
+                .await
+                .filter(|s| Some(s.leader.as_str()) != not),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()))
+}
+
+#[tokio::test]
+async fn the_group_converges_through_restarts_and_a_cut_connection() {
+    let shared = control_plane().await.unwrap();
+    let pc = PrivateCluster::up("restarts", shared).await;
+    let client = pc.client().await;
+    install_crd(&client).await;
+    let ns = namespace_in(client.clone(), "restarts").await.unwrap();
+    let kubelet = Kubelet::new(client.clone(), &ns.name);
+    for i in 0..3 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        kubelet
+            .create_ready_pod(&format!("app-{i}"), &[("app", "pay")])
+            .await
+            .unwrap();
+    }
+    // The operator reaches the API server through a proxy the test can cut.
+    let kubeconfig = std::fs::read_to_string(pc.kubeconfig()).unwrap();
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .trim_start_matches("https://")
+        .to_string();
+    let proxy = Proxy::start(server.parse().unwrap()).await.unwrap();
+    let operator_kubeconfig = pc.kubeconfig().with_file_name("operator.kubeconfig");
+    std::fs::write(
+        &operator_kubeconfig,
+        kubeconfig.replace(&server, &proxy.addr.to_string()),
+    )
+    .unwrap();
+    let watch = InvariantWatcher::start(&client, &ns.name).await;
+    let op = Operator::start_with_kubeconfig(&operator_kubeconfig, &ns.name, "op-1", &[]).await;
+    let mut g = group("pay", "pay");
+    g.spec.lease_duration_seconds = 3;
+    Api::<LeaderGroup>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &g)
+        .await
+        .unwrap();
+    let mut current = wait_settled(&client, &ns.name, "the first leader", None, &op).await;
+    assert_eq!((current.leader.as_str(), current.epoch), ("app-0", 1));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let before = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    for fault in [
+        "kube-apiserver restart",
+        "etcd restart",
+        "compaction and kube-apiserver restart",
+        "connection cut",
+    ] {
+        // The leader turns NotReady, and the fault strikes while the operator hands over.
+        let old = current.clone();
+        kubelet.set_ready(&old.leader, false).await.unwrap();
+        match fault {
+            "kube-apiserver restart" => pc.restart("kube-apiserver").await,
+            "etcd restart" => pc.restart("etcd").await,
+            "compaction and kube-apiserver restart" => {
+                pc.compact_etcd().await;
+                pc.restart("kube-apiserver").await;
+                // Every watch now resumes from a compacted revision: 410 Gone, then a new list.
+                let gone = pods
+                    .watch(&Default::default(), &before)
+                    .await
+                    .map(|_| ())
+                    .err()
+                    .is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 410));
+                let first = if gone {
+                    true
+                } else {
+                    use futures::StreamExt;
+                    let mut stream = pods
+                        .watch(&Default::default(), &before)
+                        .await
+                        .unwrap()
+                        .boxed();
+                    matches!(stream.next().await, Some(Ok(kube::api::WatchEvent::Error(s))) if s.code == 410)
+                };
+                assert!(
+                    first,
+                    "a watch from before the compaction is not answered 410 Gone"
+                );
+            }
+            _ => {
+                proxy.cut();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                proxy.heal();
+            }
+        }
+        current = wait_settled(
+            &client,
+            &ns.name,
+            &format!("a new leader after the {fault}"),
+            Some(&old.leader),
+            &op,
+        )
+        .await;
+        eprintln!(
+            "restarts: after the {fault}: {} leads at epoch {}",
+            current.leader, current.epoch
+        );
+        assert_eq!(
+            current.epoch,
+            old.epoch + 1,
+            "{fault}: one handover, one epoch\n{}",
+            op.logs()
+        );
+        kubelet.set_ready(&old.leader, true).await.unwrap();
+    }
+    let leaders = watch.assert_held();
+    eprintln!("restarts: leaders seen {leaders:?}");
+    drop(op);
+    drop(ns);
+}
