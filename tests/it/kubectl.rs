@@ -65,10 +65,16 @@ async fn get_and_describe_show_leader_epoch_ready_lease_reason_and_events() {
     let (header, row) = get(cp, &w.ns.name, "lg", &["-o", "wide"]).await;
     assert_eq!(
         header,
-        ["NAME", "LEADER", "EPOCH", "READY", "AGE", "LEASE", "REASON"]
+        [
+            "NAME", "LEADER", "EPOCH", "READY", "AGE", "LEASE", "LIVENESS", "REASON"
+        ]
     );
     assert_eq!(row[..4], ["pay", pods[0].as_str(), "1", "3/3"], "{row:?}");
-    assert_eq!(row[5..], ["leadergroup-pay", "Initial"], "{row:?}");
+    assert_eq!(
+        row[5..],
+        ["leadergroup-pay", "Readiness", "Initial"],
+        "the API server's default for spec.liveness: {row:?}"
+    );
 
     // A handover: the columns follow.
     w.kubelet.delete_now(&pods[0]).await.unwrap();
@@ -80,7 +86,11 @@ async fn get_and_describe_show_leader_epoch_ready_lease_reason_and_events() {
         .await;
     let (_, row) = get(cp, &w.ns.name, "leadergroups", &["-o", "wide"]).await;
     assert_eq!(row[..4], ["pay", pods[1].as_str(), "2", "2/2"], "{row:?}");
-    assert_eq!(row[5..], ["leadergroup-pay", "LeaderDeleted"], "{row:?}");
+    assert_eq!(
+        row[5..],
+        ["leadergroup-pay", "Readiness", "LeaderDeleted"],
+        "{row:?}"
+    );
 
     w.wait_event("pay", "LeaderDeleted", &pods[1]).await;
     let mut describe = cp.kubectl();

@@ -217,13 +217,6 @@ fn field<'l>(line: &'l str, key: &str) -> Option<&'l str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result<T, String> {
     let start = Instant::now();
     loop {
@@ -301,7 +294,9 @@ impl Scenario {
                 .arg("--kubeconfig")
                 .arg(setup.kubeconfig)
                 .args(["--namespace", ns, "--identity", "gc-pause-operator"])
-                .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
+                // Port 0: nothing here reads it, and a port chosen free beforehand may be taken by
+                // a parallel test before the process binds it.
+                .args(["--http-addr", "127.0.0.1:0"])
                 .env("RUST_LOG", "info,kube=warn")
                 .stdout(operator_log.try_clone().map_err(|e| e.to_string())?)
                 .stderr(operator_log)
@@ -323,7 +318,7 @@ impl Scenario {
                 .env("LEADERGROUP_GROUP", GROUP)
                 .env("DATABASE_URL", &database)
                 .env("LEDGER_INTERVAL_MS", "100")
-                .env("HTTP_ADDR", format!("127.0.0.1:{}", free_port()))
+                .env("HTTP_ADDR", "127.0.0.1:0")
                 .env("LEDGER_WRITE_THROUGH_PAUSE", "true")
                 .env("RUST_LOG", "info,kube=warn")
                 .stdin(Stdio::null())
