@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -93,26 +93,29 @@ pub(super) fn dry_post() -> PostParams {
     }
 }
 
-/// A pod template with these labels and annotations (`restartPolicy: Never`, which a Job's
-/// needs and every other kind accepts).
-fn template(labels: Value, annotations: Value) -> Value {
+/// A pod template with these labels and annotations, and `restartPolicy` (a Job's pods may not
+/// restart `Always`, a Deployment's or StatefulSet's must).
+fn template(labels: Value, annotations: Value, restart_policy: &str) -> Value {
     json!({
         "metadata": {"labels": labels, "annotations": annotations},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": IMAGE}]},
+        "spec": {"restartPolicy": restart_policy, "containers": [{"name": "app", "image": IMAGE}]},
+    })
+}
+
+/// The spec of a Deployment or StatefulSet of pods `app=<name>` whose template also carries
+/// `labels` and `annotations`.
+fn replicated_spec(name: &str, mut labels: Value, annotations: Value) -> Value {
+    labels["app"] = json!(name);
+    json!({
+        "selector": {"matchLabels": {"app": name}},
+        "template": template(labels, annotations, "Always"),
     })
 }
 
 /// A Deployment of pods `app=<name>` whose template also carries `labels` and `annotations`.
-pub(super) fn deployment(name: &str, mut labels: Value, annotations: Value) -> Deployment {
-    labels["app"] = json!(name);
-    let mut t = template(labels, annotations);
-    // A Deployment's pods must restart.
-    t["spec"]["restartPolicy"] = json!("Always");
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "template": t},
-    }))
-    .unwrap()
+pub(super) fn deployment(name: &str, labels: Value, annotations: Value) -> Deployment {
+    let spec = replicated_spec(name, labels, annotations);
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
 /// A pod (unbound: no kubelet ever runs it) with these labels and annotations.
@@ -217,7 +220,8 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
     );
 
     // Two intruders with the same RBAC: pods (create, update, patch) and a few workload kinds.
-    // A user, impersonated, and a ServiceAccount of the namespace with a token of its own.
+    // A user, impersonated, and a ServiceAccount of the namespace with a token of its own (not
+    // an impersonation: the token authenticates as it).
     let rules: Role = serde_json::from_value(json!({
         "metadata": {"name": "pod-writer"},
         "rules": [
@@ -256,11 +260,6 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
             client: w.ns.service_account_client("intruder").await.unwrap(),
         },
     ];
-    // The ServiceAccount is a real one, not an impersonation: its token authenticates as it.
-    Api::<ServiceAccount>::namespaced(admin.clone(), &w.ns.name)
-        .get("intruder")
-        .await
-        .unwrap();
 
     // A pod outside any group, for marks added from nothing.
     w.kubelet
@@ -293,117 +292,87 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
     let (leader, follower) = (names[0].clone(), names[1].clone());
     assert_eq!(first.leader, leader);
 
+    // Pod writes that touch a mark, and the mark each refusal must name.
+    let (role, epoch, in_group) = (role_mark(), epoch_mark(), group_mark());
+    let label = |value: Value| json!({"metadata": {"labels": {ROLE_LABEL: value}}});
+    let annotate = |key: &str, value: Value| json!({"metadata": {"annotations": {key: value}}});
+    let touching = [
+        // (what, pod, merge patch, mark). Adding a mark to a pod that has none:
+        (
+            "labels a pod leader",
+            "plain",
+            label(json!(ROLE_LEADER)),
+            &role,
+        ),
+        (
+            "gives a pod an epoch",
+            "plain",
+            annotate(EPOCH_ANNOTATION, json!("9")),
+            &epoch,
+        ),
+        // changing and removing the operator's marks:
+        (
+            "demotes the leader",
+            leader.as_str(),
+            label(json!(ROLE_FOLLOWER)),
+            &role,
+        ),
+        (
+            "promotes a follower",
+            follower.as_str(),
+            label(json!(ROLE_LEADER)),
+            &role,
+        ),
+        (
+            "removes the leader's epoch",
+            leader.as_str(),
+            annotate(EPOCH_ANNOTATION, Value::Null),
+            &epoch,
+        ),
+        (
+            "removes a follower's role",
+            follower.as_str(),
+            label(Value::Null),
+            &role,
+        ),
+        (
+            "moves a follower to another group",
+            follower.as_str(),
+            annotate(GROUP_ANNOTATION, json!("other")),
+            &in_group,
+        ),
+    ];
+    let forged = [
+        // (what, labels, annotations, mark) of a pod created with a mark.
+        (
+            "creates a pod labeled leader",
+            json!({ROLE_LABEL: ROLE_LEADER}),
+            json!({}),
+            &role,
+        ),
+        (
+            "creates a pod in a group",
+            json!({}),
+            json!({GROUP_ANNOTATION: "g"}),
+            &in_group,
+        ),
+    ];
     for (i, intruder) in intruders.iter().enumerate() {
         let who = &intruder.user;
         let pods: Api<Pod> = Api::namespaced(intruder.client.clone(), &w.ns.name);
-        // Adding a mark, to a pod that has none.
-        refused(
-            merge(
-                &pods,
-                "plain",
-                json!({"metadata": {"labels": {ROLE_LABEL: ROLE_LEADER}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &role_mark(),
-            &format!("{who} labels a pod leader"),
-        );
-        refused(
-            merge(
-                &pods,
-                "plain",
-                json!({"metadata": {"annotations": {EPOCH_ANNOTATION: "9"}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &epoch_mark(),
-            &format!("{who} gives a pod an epoch"),
-        );
-        // Changing and removing the operator's marks.
-        refused(
-            merge(
-                &pods,
-                &leader,
-                json!({"metadata": {"labels": {ROLE_LABEL: ROLE_FOLLOWER}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &role_mark(),
-            &format!("{who} demotes the leader"),
-        );
-        refused(
-            merge(
-                &pods,
-                &follower,
-                json!({"metadata": {"labels": {ROLE_LABEL: ROLE_LEADER}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &role_mark(),
-            &format!("{who} promotes a follower"),
-        );
-        refused(
-            merge(
-                &pods,
-                &leader,
-                json!({"metadata": {"annotations": {EPOCH_ANNOTATION: Value::Null}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &epoch_mark(),
-            &format!("{who} removes the leader's epoch"),
-        );
-        refused(
-            merge(
-                &pods,
-                &follower,
-                json!({"metadata": {"labels": {ROLE_LABEL: Value::Null}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &role_mark(),
-            &format!("{who} removes a follower's role"),
-        );
-        refused(
-            merge(
-                &pods,
-                &follower,
-                json!({"metadata": {"annotations": {GROUP_ANNOTATION: "other"}}}),
-            )
-            .await,
-            FORBIDDEN,
-            &group_mark(),
-            &format!("{who} moves a follower to another group"),
-        );
-        // Creating a pod that carries a mark.
-        refused(
-            pods.create(
-                &PostParams::default(),
-                &pod(
-                    &format!("forged-leader-{i}"),
-                    json!({ROLE_LABEL: ROLE_LEADER}),
-                    json!({}),
-                ),
-            )
-            .await,
-            FORBIDDEN,
-            &role_mark(),
-            &format!("{who} creates a pod labeled leader"),
-        );
-        refused(
-            pods.create(
-                &PostParams::default(),
-                &pod(
-                    &format!("forged-group-{i}"),
-                    json!({}),
-                    json!({GROUP_ANNOTATION: "g"}),
-                ),
-            )
-            .await,
-            FORBIDDEN,
-            &group_mark(),
-            &format!("{who} creates a pod in a group"),
-        );
+        for (what, name, patch, mark) in &touching {
+            let answer = merge(&pods, name, patch.clone()).await;
+            refused(answer, FORBIDDEN, mark, &format!("{who} {what}"));
+        }
+        for (j, (what, labels, annotations, mark)) in forged.iter().enumerate() {
+            let forgery = pod(
+                &format!("forged-{i}-{j}"),
+                labels.clone(),
+                annotations.clone(),
+            );
+            let answer = pods.create(&PostParams::default(), &forgery).await;
+            refused(answer, FORBIDDEN, mark, &format!("{who} {what}"));
+        }
         // The same with kubectl, as a user sees it.
         let mut kubectl = cp.kubectl();
         kubectl.args(["--as", who, "-n", &w.ns.name, "label", "pod", "plain"]);
@@ -447,75 +416,65 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
     // Workloads whose pod template carries a mark: refused for anyone, the admin included
     // (`Invalid`: the template is wrong, whoever writes it). A CronJob's template is inside its
     // jobTemplate.
-    let someone_client = intruders[0].client.clone();
-    refused(
-        Api::<Deployment>::namespaced(someone_client.clone(), &w.ns.name)
-            .create(
-                &PostParams::default(),
-                &deployment("templated", json!({ROLE_LABEL: ROLE_LEADER}), json!({})),
-            )
-            .await,
-        INVALID,
-        &role_mark(),
-        "a Deployment templated with role=leader",
-    );
-    refused(
-        Api::<Deployment>::namespaced(admin.clone(), &w.ns.name)
-            .create(
-                &PostParams::default(),
-                &deployment("templated", json!({ROLE_LABEL: ROLE_LEADER}), json!({})),
-            )
-            .await,
-        INVALID,
-        &role_mark(),
-        "the admin's Deployment templated with role=leader",
-    );
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "templated"},
-        "spec": {
-            "serviceName": "templated",
-            "selector": {"matchLabels": {"app": "templated"}},
-            "template": {
-                "metadata": {"labels": {"app": "templated"}, "annotations": {GROUP_ANNOTATION: "g"}},
-                "spec": {"containers": [{"name": "app", "image": IMAGE}]},
-            },
-        },
-    }))
-    .unwrap();
-    refused(
-        Api::<StatefulSet>::namespaced(someone_client.clone(), &w.ns.name)
-            .create(&PostParams::default(), &sts)
-            .await,
-        INVALID,
-        &group_mark(),
-        "a StatefulSet templated with a group annotation",
-    );
-    let cron: CronJob = serde_json::from_value(json!({
+    let someone = intruders[0].client.clone();
+    let create = PostParams::default();
+    let mut spec = replicated_spec("templated", json!({}), json!({GROUP_ANNOTATION: "g"}));
+    spec["serviceName"] = json!("templated");
+    let statefulset: StatefulSet =
+        serde_json::from_value(json!({"metadata": {"name": "templated"}, "spec": spec})).unwrap();
+    let cronjob: CronJob = serde_json::from_value(json!({
         "metadata": {"name": "templated"},
         "spec": {
             "schedule": "0 0 * * *",
-            "jobTemplate": {"spec": {"template": template(json!({}), json!({EPOCH_ANNOTATION: "1"}))}},
+            "jobTemplate": {"spec": {"template": template(json!({}), json!({EPOCH_ANNOTATION: "1"}), "Never")}},
         },
     }))
     .unwrap();
-    refused(
-        Api::<CronJob>::namespaced(someone_client.clone(), &w.ns.name)
-            .create(&PostParams::default(), &cron)
-            .await,
-        INVALID,
-        &epoch_mark(),
-        "a CronJob whose jobTemplate carries an epoch",
-    );
-    Api::<Deployment>::namespaced(someone_client, &w.ns.name)
-        .create(
-            &PostParams::default(),
-            &deployment("plain", json!({}), json!({})),
-        )
+    let leader_template = deployment("templated", json!({ROLE_LABEL: ROLE_LEADER}), json!({}));
+    let templated = [
+        (
+            "a Deployment templated with role=leader",
+            Api::<Deployment>::namespaced(someone.clone(), &w.ns.name)
+                .create(&create, &leader_template)
+                .await
+                .map(drop),
+            &role,
+        ),
+        (
+            "the admin's Deployment templated with role=leader",
+            Api::<Deployment>::namespaced(admin.clone(), &w.ns.name)
+                .create(&create, &leader_template)
+                .await
+                .map(drop),
+            &role,
+        ),
+        (
+            "a StatefulSet templated with a group annotation",
+            Api::<StatefulSet>::namespaced(someone.clone(), &w.ns.name)
+                .create(&create, &statefulset)
+                .await
+                .map(drop),
+            &in_group,
+        ),
+        (
+            "a CronJob whose jobTemplate carries an epoch",
+            Api::<CronJob>::namespaced(someone.clone(), &w.ns.name)
+                .create(&create, &cronjob)
+                .await
+                .map(drop),
+            &epoch,
+        ),
+    ];
+    for (what, answer, mark) in templated {
+        refused(answer, INVALID, mark, what);
+    }
+    Api::<Deployment>::namespaced(someone, &w.ns.name)
+        .create(&create, &deployment("plain", json!({}), json!({})))
         .await
         .expect("a Deployment without marks");
 
     // The kubelet's status updates of marked pods pass (they leave the marks alone), and the
-    // operator still hands over: the leader deleted, the follower promoted, the old marks gone.
+    // operator still hands over: the leader deleted, the follower promoted.
     w.kubelet.set_ready(&follower, true).await.unwrap();
     w.kubelet.set_ready(&leader, true).await.unwrap();
     w.kubelet.delete_now(&leader).await.unwrap();
