@@ -13,9 +13,9 @@ GUARD_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", *GUARD_KINDS}
 # The operator's marks (src/crd.rs): what the admission guard keeps to the operator.
 MARKS = {("label", "leadergroup.io/role"), ("annotation", "leadergroup.io/epoch"), ("annotation", "leadergroup.io/group")}
-# What the guard judges, as (apiGroup, resource): pods (their status too: it can change metadata)
-# and every built-in workload with a pod template.
-GUARDED = {("", "pods"), ("", "pods/status"), ("", "replicationcontrollers"),
+# What the guard judges, as (apiGroup, resource): pods (their status and bindings too: both can
+# change a pod's metadata) and every built-in workload with a pod template.
+GUARDED = {("", "pods"), ("", "pods/status"), ("", "pods/binding"), ("", "replicationcontrollers"),
            *(("apps", r) for r in ["deployments", "statefulsets", "replicasets", "daemonsets"]),
            ("batch", "jobs"), ("batch", "cronjobs")}
 # The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.

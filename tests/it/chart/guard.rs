@@ -22,7 +22,7 @@ use kube::{Api, Client};
 use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
 };
-use leadergroup_testenv::{ControlPlane, control_plane, namespace, wait_until};
+use leadergroup_testenv::{ControlPlane, NODE_NAME, control_plane, namespace, wait_until};
 use serde_json::{Value, json};
 
 use super::{not_found, release_operator};
@@ -226,6 +226,7 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
         "metadata": {"name": "pod-writer"},
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "create", "update", "patch"]},
+            {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
             {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": ["create"]},
             {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["create"]},
         ],
@@ -401,16 +402,44 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
         pods.replace(&leader, &PostParams::default(), &marked)
             .await
             .unwrap_or_else(|e| panic!("{who} replaces the leader pod, marks unchanged: {e}"));
+        let unmarked = format!("unmarked-{i}");
         pods.create(
             &PostParams::default(),
-            &pod(
-                &format!("unmarked-{i}"),
-                json!({"app": "bystander"}),
-                json!({}),
-            ),
+            &pod(&unmarked, json!({"app": "bystander"}), json!({})),
         )
         .await
         .unwrap_or_else(|e| panic!("{who} creates a pod without marks: {e}"));
+
+        // A Binding (what the scheduler posts) adds its own labels and annotations to the pod it
+        // binds: refused with a mark, accepted without.
+        let bind = |annotations: Value| {
+            let body = json!({
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": unmarked, "annotations": annotations},
+                "target": {"kind": "Node", "name": NODE_NAME},
+            });
+            let (pods, unmarked) = (&pods, &unmarked);
+            async move {
+                pods.create_subresource::<Value, Value>(
+                    "binding",
+                    unmarked,
+                    &PostParams::default(),
+                    &body,
+                )
+                .await
+            }
+        };
+        let answer = bind(json!({EPOCH_ANNOTATION: "9"})).await;
+        refused(
+            answer,
+            FORBIDDEN,
+            &epoch,
+            &format!("{who} binds a pod with an epoch"),
+        );
+        bind(json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("{who} binds a pod: {e}"));
     }
 
     // Workloads whose pod template carries a mark: refused for anyone, the admin included
