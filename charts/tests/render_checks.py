@@ -9,7 +9,15 @@ import sys
 import yaml
 
 RELEASE, NAMESPACE = "lg", "ops"
-CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+GUARD_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", *GUARD_KINDS}
+# The operator's marks (src/crd.rs): what the admission guard keeps to the operator.
+MARKS = {("label", "leadergroup.io/role"), ("annotation", "leadergroup.io/epoch"), ("annotation", "leadergroup.io/group")}
+# What the guard judges, as (apiGroup, resource): pods (their status and bindings too: both can
+# change a pod's metadata) and every built-in workload with a pod template.
+GUARDED = {("", "pods"), ("", "pods/status"), ("", "pods/binding"), ("", "replicationcontrollers"),
+           *(("apps", r) for r in ["deployments", "statefulsets", "replicasets", "daemonsets"]),
+           ("batch", "jobs"), ("batch", "cronjobs")}
 # The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.
 KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--concurrency", "--leader-elect",
                "--leader-elect-namespace", "--leader-elect-lease-name",
@@ -142,7 +150,7 @@ def check_default(objs):
     check_common(objs)
     kinds = sorted(o["kind"] for o in objs)
     want = sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service"])
+                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", *GUARD_KINDS])
     check(kinds == want, f"objects {kinds}, want {want}")
     sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
     sa_name = sa["metadata"]["name"] if sa else None
@@ -201,6 +209,7 @@ def check_default(objs):
     check(not (lease or "").startswith("leadergroup-"),
           f"--leader-elect-lease-name {lease} has the form of a LeaderGroup's Lease (leadergroup-<group>)")
     check_leader_election_rbac(objs, sa_name, lease)
+    check_guard(objs, sa_name, {})
 
     pdb = one(objs, "PodDisruptionBudget", namespace=NAMESPACE)
     if pdb:
@@ -216,6 +225,49 @@ def check_default(objs):
         check(crd["metadata"]["name"] == "leadergroups.leadergroup.io", "CRD name")
         check((crd["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") == "keep",
               "CRD must carry helm.sh/resource-policy: keep by default (crds.keep)")
+
+
+def check_guard(objs, sa_name, namespace_selector):
+    """The admission guard: one policy and its binding, named after the release and its namespace,
+    denying; every pod write and workload kind judged; the operator's ServiceAccount exempt on pods
+    only; two validations per mark (pods, templates), each naming it; the namespaces selected."""
+    policy = one(objs, "ValidatingAdmissionPolicy")
+    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    if not (policy and binding):
+        return
+    name = f"{RELEASE}-leadergroup-operator-marks.{NAMESPACE}"
+    check(policy["metadata"]["name"] == name, f"policy name {policy['metadata']['name']}, want {name}")
+    check(binding["metadata"]["name"] == name, f"binding name {binding['metadata']['name']}, want {name}")
+    spec, bspec = policy["spec"], binding["spec"]
+    check(bspec.get("policyName") == name, f"binding policyName {bspec.get('policyName')}, want {name}")
+    check(bspec.get("validationActions") == ["Deny"], f"validationActions {bspec.get('validationActions')}")
+    check("paramRef" not in bspec and "paramKind" not in spec, "the guard takes no parameters")
+    check(spec.get("failurePolicy") == "Fail", f"failurePolicy {spec.get('failurePolicy')}, want Fail")
+    got = set()
+    for r in spec["matchConstraints"]["resourceRules"]:
+        check(sorted(r.get("operations", [])) == ["CREATE", "UPDATE"], f"rule {r}: operations, want CREATE and UPDATE")
+        check(r.get("apiVersions") == ["v1"], f"rule {r}: apiVersions")
+        got |= {(g, res) for g in r["apiGroups"] for res in r["resources"]}
+    check(got == GUARDED, f"guarded resources: extra {sorted(got - GUARDED)}, missing {sorted(GUARDED - got)}")
+    user = f"system:serviceaccount:{NAMESPACE}:{sa_name}"
+    exempt = [c for c in spec.get("matchConditions", []) if user in c["expression"]]
+    check(len(exempt) == 1 and "'pods'" in exempt[0]["expression"],
+          f"one matchCondition must exempt {user}, on pods only: {spec.get('matchConditions')}")
+    texts = [v.get("message", "") + v.get("messageExpression", "") for v in spec["validations"]]
+    for noun, key in MARKS:
+        naming = [t for t in texts if f"{noun} {key}" in t]
+        check(len(naming) == 2, f"{noun} {key}: {len(naming)} validations name it, want 2 (pods, templates)")
+        check(any(user in t for t in naming), f"{noun} {key}: the pods' message must name {user}")
+    check(len(texts) == 2 * len(MARKS), f"{len(texts)} validations, want {2 * len(MARKS)}")
+    check(bspec.get("matchResources", {}).get("namespaceSelector") == namespace_selector,
+          f"binding namespaceSelector {bspec.get('matchResources', {}).get('namespaceSelector')}, want {namespace_selector}")
+
+
+def check_no_guard(objs, default_path):
+    """admissionGuard.enabled=false: no policy, no binding, everything else as with the defaults."""
+    check(not [o for o in objs if o["kind"] in GUARD_KINDS], "admissionGuard.enabled=false still renders the guard")
+    rest = sorted(o["kind"] for o in load(default_path) if o["kind"] not in GUARD_KINDS)
+    check(sorted(o["kind"] for o in objs) == rest, "without the guard, the other objects must be the defaults'")
 
 
 def check_watch_namespace(objs, watched):
@@ -236,6 +288,8 @@ def check_watch_namespace(objs, watched):
     _, _, _, args = deployment_parts(objs)
     check(arg(args, "--namespace") == watched, f"--namespace {arg(args, '--namespace')}, want {watched}")
     check_leader_election_rbac(objs, sa_name, arg(args, "--leader-elect-lease-name"))
+    # Another release's operator marks the pods of the other namespaces: guard this one only.
+    check_guard(objs, sa_name, {"matchLabels": {"kubernetes.io/metadata.name": watched}})
 
 
 def check_single(objs):
@@ -285,6 +339,16 @@ def check_custom(objs):
         check([(e["port"], e["path"], e["interval"]) for e in ep] == [("http-metrics", "/metrics", "15s")],
               f"ServiceMonitor endpoints {ep}")
     check(not find(objs, "CustomResourceDefinition"), "crds.enabled=false must not render the CRD")
+    check_guard(objs, sa["metadata"]["name"] if sa else None, {"matchLabels": {"team": "platform"}})
+
+
+def check_existing_service_account(objs, sa_name):
+    """serviceAccount.create=false: no ServiceAccount, and the guard exempts the one named."""
+    check_common(objs)
+    check(not find(objs, "ServiceAccount"), "serviceAccount.create=false still renders a ServiceAccount")
+    _, pod, _, _ = deployment_parts(objs)
+    check(pod.get("serviceAccountName") == sa_name, f"serviceAccountName {pod.get('serviceAccountName')}, want {sa_name}")
+    check_guard(objs, sa_name, {})
 
 
 def check_crd(objs_path, source_path, keep):
@@ -369,7 +433,9 @@ def main():
         {"default": lambda: check_default(objs),
          "watch-namespace": lambda: check_watch_namespace(objs, rest[0]),
          "single": lambda: check_single(objs),
-         "custom": lambda: check_custom(objs)}[name]()
+         "custom": lambda: check_custom(objs),
+         "no-guard": lambda: check_no_guard(objs, rest[0]),
+         "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()
     for e in errors:
         print(f"  {name}: {e}")
     sys.exit(1 if errors else 0)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Static checks of the Helm chart, no cluster needed: helm lint --strict, renders of the default
-# values and of watchNamespace with assertions on the objects (render_checks.py), values the
-# schema or the templates must refuse, and the rendered CRD against crds/leadergroup.yaml.
+# values, of watchNamespace, of the admission guard off and of an existing ServiceAccount with
+# assertions on the objects (render_checks.py), values the schema or the templates must refuse,
+# and the rendered CRD against crds/leadergroup.yaml.
 # Exits non-zero when any check fails, after running all of them.
 #
 # Env: LEADERGROUP_CRD  the CRD the chart must render (default: crds/leadergroup.yaml).
@@ -52,8 +53,8 @@ refuse() {
   fi
 }
 
-# 1. Lint, strict (warnings fail), for both RBAC modes.
-for args in "" "--set watchNamespace=team-a"; do
+# 1. Lint, strict (warnings fail), for both RBAC modes and without the admission guard.
+for args in "" "--set watchNamespace=team-a" "--set admissionGuard.enabled=false"; do
   # shellcheck disable=SC2086
   if "$helm" lint --strict "$chart" --namespace ops $args >"$tmp/lint.out" 2>&1; then
     ok "helm lint --strict $args"
@@ -89,6 +90,9 @@ else
   bad "NOTES do not warn that watchNamespaces is deprecated"
 fi
 render single --set replicas=1 --set leaderElection.enabled=false && assert single single
+render no-guard --set admissionGuard.enabled=false && [[ -f $tmp/default.yaml ]] && assert no-guard no-guard "$tmp/default.yaml"
+render existing-sa --set serviceAccount.create=false --set serviceAccount.name=platform-operator &&
+  assert existing-service-account existing-sa platform-operator
 cat >"$tmp/custom-values.yaml" <<'YAML'
 crds: {enabled: false, keep: true}
 image: {repository: registry.example.com/lgo, tag: "", digest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", pullPolicy: Always}
@@ -113,6 +117,7 @@ affinity:
 priorityClassName: system-cluster-critical
 service: {annotations: {example.com/a: b}}
 serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {release: prometheus}}
+admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
 
@@ -137,6 +142,13 @@ refuse "the two spellings disagreeing" "set watchNamespace only" --set watchName
 refuse "two watched namespaces" "one operator process watches one namespace" --set 'watchNamespaces={team-a,team-b}'
 refuse "replicas without leader election" "leaderElection.enabled is false" --set leaderElection.enabled=false
 refuse "a Kubernetes older than kubeVersion" "kubeVersion" --kube-version 1.32.0
+refuse "a string for admissionGuard.enabled" "/admissionGuard/enabled" --set admissionGuard.enabled=maybe
+refuse "a namespace list for the guard's selector" "additional properties 'matchNames' not allowed" --set 'admissionGuard.namespaceSelector.matchNames={a}'
+refuse "an unknown selector operator" "/admissionGuard/namespaceSelector/matchExpressions/0/operator" --set 'admissionGuard.namespaceSelector.matchExpressions[0].key=team' --set 'admissionGuard.namespaceSelector.matchExpressions[0].operator=Is'
+# The operator's own pods carrying a mark: the guard would refuse them (and a group could take
+# them for its own).
+refuse "a mark in podLabels" "podLabels sets label leadergroup.io/role" --set 'podLabels.leadergroup\.io/role=leader'
+refuse "a mark in podAnnotations" "podAnnotations sets annotation leadergroup.io/epoch" --set-string 'podAnnotations.leadergroup\.io/epoch=1'
 
 echo
 if ((failed)); then echo "static.sh: $failed check(s) failed"; exit 1; fi

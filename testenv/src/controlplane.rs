@@ -236,6 +236,15 @@ impl ControlPlane {
         kube::Client::try_from(config).map_err(Error::kube("building a token client"))
     }
 
+    /// A new client that impersonates user `user` (in no group but `system:authenticated`): the
+    /// admin certificate authenticates, then RBAC and admission see only `user`, as for a
+    /// person's own credentials (`kubectl --as=user`).
+    pub async fn client_as(&self, user: &str) -> Result<kube::Client> {
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(user.to_owned());
+        kube::Client::try_from(config).map_err(Error::kube(format!("building a client as {user}")))
+    }
+
     /// A new client that sends no credentials at all (an anonymous request).
     pub async fn anonymous_client(&self) -> Result<kube::Client> {
         let mut config = self.config.clone();

@@ -12,10 +12,15 @@
 //!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
 //!   on a private API server of its own, where the release is the CRD's only owner.
 
+mod guard;
+
 use std::path::Path;
 
 use crate::common::{
     Operator, PrivateCluster, World, chart_dir, group, repo_root, run_ok, run_tool,
+};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -26,7 +31,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{
-    Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
+    ControlPlane, Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
 };
 
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
@@ -58,6 +63,32 @@ async fn deployment_args(client: &Client, namespace: &str, name: &str) -> Vec<St
         .find(|c| c.name == "operator")
         .expect("operator container");
     c.args.clone().unwrap_or_default()
+}
+
+/// The operator binary run as release `fullname` in namespace `rel` runs it, watching `watched`:
+/// the Deployment's own arguments (the harness sets --namespace and --http-addr itself, so the
+/// chart's are dropped), authenticated with a TokenRequest token of the chart's ServiceAccount.
+/// Returns the operator and that token.
+async fn release_operator(
+    cp: &ControlPlane,
+    rel: &TestNamespace,
+    fullname: &str,
+    watched: &str,
+    identity: &str,
+) -> (Operator, String) {
+    let args = deployment_args(&rel.client, &rel.name, fullname).await;
+    let chart_args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--namespace=") && !a.starts_with("--http-addr="))
+        .collect();
+    let token = rel.service_account_token(fullname).await.unwrap();
+    let kubeconfig =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-sa.kubeconfig", rel.name));
+    std::fs::write(&kubeconfig, cp.token_kubeconfig(&token)).unwrap();
+    let operator =
+        Operator::start_with_kubeconfig(&kubeconfig, watched, identity, &chart_args).await;
+    (operator, token)
 }
 
 #[tokio::test]
@@ -131,27 +162,16 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         "no ClusterRoleBinding with watchNamespace",
     );
 
-    // The binary with exactly the chart's flags (the harness sets --namespace and --http-addr
-    // itself: check the chart's, drop them), authenticated as the chart's ServiceAccount.
+    // The binary with exactly the chart's flags, authenticated as the chart's ServiceAccount.
     let args = deployment_args(&admin, &rel.name, fullname).await;
     assert!(
         args.contains(&format!("--namespace={}", w.ns.name)),
         "{args:?}"
     );
     assert!(args.contains(&"--log-format=json".to_string()), "{args:?}");
-    let chart_args: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with("--namespace=") && !a.starts_with("--http-addr="))
-        .collect();
-    assert!(chart_args.contains(&"--leader-elect"), "{args:?}");
-    let token = rel.service_account_token(fullname).await.unwrap();
-    let kubeconfig =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-sa.kubeconfig", rel.name));
-    std::fs::write(&kubeconfig, cp.token_kubeconfig(&token)).unwrap();
+    assert!(args.contains(&"--leader-elect".to_string()), "{args:?}");
     let names = w.ordered_ready_pods("app", 2, "chart").await;
-    let mut operator =
-        Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "chart-op", &chart_args).await;
+    let (mut operator, token) = release_operator(cp, &rel, fullname, &w.ns.name, "chart-op").await;
     operator.wait_role("active").await;
     // Its own Lease, in the release namespace, named after the release (operator-<fullname>: never
     // the name of a group's Lease, leadergroup-<group>).
@@ -393,6 +413,42 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         "{args:?}"
     );
 
+    // The admission guard, for every namespace, enforced before the operator runs: the election
+    // and handover below happen under it, and `helm upgrade` updates the operator's Deployment
+    // under it (its template carries no mark).
+    let guard_name = format!("{release}-marks.leadergroup-system");
+    let binding = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .get(&guard_name)
+        .await
+        .unwrap();
+    let selector = binding
+        .spec
+        .match_resources
+        .and_then(|m| m.namespace_selector)
+        .unwrap_or_default();
+    assert!(
+        selector.match_labels.unwrap_or_default().is_empty()
+            && selector.match_expressions.unwrap_or_default().is_empty(),
+        "the default binding selects every namespace"
+    );
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "leadergroup-system");
+    let templated = guard::deployment(
+        "templated",
+        serde_json::json!({leadergroup_operator::crd::ROLE_LABEL: "leader"}),
+        serde_json::json!({}),
+    );
+    let dry_run = guard::dry_post();
+    let refusal = guard::enforced("the guard refusing a templated leader label", || {
+        deployments.create(&dry_run, &templated)
+    })
+    .await;
+    guard::refused::<()>(
+        Err(refusal),
+        guard::INVALID,
+        &guard::role_mark(),
+        "a Deployment templated with role=leader",
+    );
+
     // A LeaderGroup, applied the way a user does.
     let mut kubectl = cluster.tool("kubectl");
     kubectl.args(["create", "namespace", "app"]);
@@ -503,6 +559,18 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
             .get(release)
             .await,
         "Deployment after uninstall",
+    );
+    not_found(
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .get(&guard_name)
+            .await,
+        "the guard's policy after uninstall",
+    );
+    not_found(
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .get(&guard_name)
+            .await,
+        "the guard's binding after uninstall",
     );
     let kept = established_crd(&client).await;
     assert_eq!(kept.uid(), uid, "the CRD survived uninstall");

@@ -110,6 +110,49 @@ never grant different things.
 {{- end -}}
 
 {{/*
+The operator's marks on pods (src/crd.rs: ROLE_LABEL, EPOCH_ANNOTATION, GROUP_ANNOTATION), as a
+YAML list for fromYamlArray: the metadata field each lives in, its noun in messages, its key. Read
+by the admission guard and by the check that the operator's own pods carry none of them.
+*/}}
+{{- define "leadergroup-operator.marks" -}}
+- {field: labels, noun: label, key: leadergroup.io/role}
+- {field: annotations, noun: annotation, key: leadergroup.io/epoch}
+- {field: annotations, noun: annotation, key: leadergroup.io/group}
+{{- end -}}
+
+{{/* The user name the API server gives the operator's ServiceAccount tokens. */}}
+{{- define "leadergroup-operator.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "leadergroup-operator.serviceAccountName" .) -}}
+{{- end -}}
+
+{{/*
+Name of the admission guard's policy and binding. They are cluster-scoped while the release is
+not: the release namespace is part of the name, so releases of the same name in two namespaces
+(one per watched namespace) do not collide. The dot cannot occur in either part, so two releases
+never map to one name.
+*/}}
+{{- define "leadergroup-operator.guardName" -}}
+{{- printf "%s-marks.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+The namespaces the guard covers: admissionGuard.namespaceSelector when set; else the watched
+namespace alone when there is one (another release's operator marks the pods of other
+namespaces, and this release's guard would refuse it); else every namespace.
+*/}}
+{{- define "leadergroup-operator.guardNamespaceSelector" -}}
+{{- $watched := include "leadergroup-operator.watchNamespace" . -}}
+{{- if .Values.admissionGuard.namespaceSelector -}}
+{{- toYaml .Values.admissionGuard.namespaceSelector -}}
+{{- else if $watched -}}
+matchLabels:
+  kubernetes.io/metadata.name: {{ $watched }}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Refuses combinations the operator cannot run safely, with a message that says what to do.
 Included from the Deployment so every render checks it.
 */}}
@@ -117,5 +160,12 @@ Included from the Deployment so every render checks it.
 {{- $_ := include "leadergroup-operator.watchNamespace" . -}}
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "replicas is %d but leaderElection.enabled is false: several active operators would fight over the same groups. Set leaderElection.enabled=true (the default) or replicas=1." (int .Values.replicas)) -}}
+{{- end -}}
+{{- /* The operator's pods carrying a mark would be refused by the guard (and taken for a group's). */ -}}
+{{- range fromYamlArray (include "leadergroup-operator.marks" .) -}}
+{{- $values := ternary $.Values.podLabels $.Values.podAnnotations (eq .field "labels") -}}
+{{- if hasKey $values .key -}}
+{{- fail (printf "pod%s sets %s %s: that is the operator's mark on the pods it elects, never on its own pods. Remove it." (ternary "Labels" "Annotations" (eq .field "labels")) .noun .key) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
