@@ -18,6 +18,8 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::ResetTimerBackoff;
+use kube::runtime::watcher::ExponentialBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
@@ -192,7 +194,7 @@ pub async fn run(
         settings.api::<LeaderGroup>(&client),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(watch_backoff())
     .reflect(groups_writer)
     .touched_objects();
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
@@ -200,7 +202,7 @@ pub async fn run(
         settings.api::<Lease>(&client),
         watcher::Config::default().labels(LEASE_GROUP_LABEL),
     )
-    .default_backoff()
+    .backoff(watch_backoff())
     .reflect(leases_writer)
     .touched_objects();
 
@@ -229,6 +231,9 @@ pub async fn run(
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
         .with_config(controller::Config::default().concurrency(settings.concurrency))
+        // The Controller pauses all of its triggers after any of them errs, with the same
+        // backoff: capped like the watches', or a restart of the API server stops every handover.
+        .trigger_backoff(watch_backoff())
         .owns_stream(lease_stream)
         .watches_stream(pod_stream, move |pod: Pod| {
             let groups = groups_of_pod(&mapper_ctx.caches.groups.state(), &pod);
@@ -248,6 +253,25 @@ pub async fn run(
         .await;
 }
 
+/// How the watches, and the Controller's triggers, back off after an error: from 100 ms to at
+/// most 2 s, reset after a minute without one. kube's default grows to 30 s (with jitter, 43 s
+/// was seen): after an API server restart, a few failed attempts then 410 Gone for every watch,
+/// the Controller paused its event queue and the caches stayed stale that long, and every
+/// handover waited (tests/it/restarts.rs). A watch is one request: retrying it every 2 s is no
+/// load.
+fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(
+        ExponentialBackoff::from(exponential),
+        Duration::from_secs(60),
+    )
+}
+
 /// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
 /// the store, and applied to the index on its way to the Controller.
 fn pod_stream(
@@ -257,7 +281,7 @@ fn pod_stream(
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
     watcher(api, watcher::Config::default())
         .modify(crate::pod_index::trim_pod)
-        .default_backoff()
+        .backoff(watch_backoff())
         .reflect(writer)
         .inspect_ok(move |event| index.apply(event))
         .touched_objects()

@@ -60,18 +60,17 @@ async fn wait_settled(
 }
 
 #[tokio::test]
-async fn the_group_converges_through_restarts() {
+async fn the_group_converges_through_restarts_and_a_cut_connection() {
     converges_through(&[
         "kube-apiserver restart",
         "etcd restart",
         "compaction and kube-apiserver restart",
+        // Right after the restart: its watches' backoff had grown, and the Controller's, which
+        // pauses every trigger, reached 43 s before it was capped.
+        "connection cut",
+        "connection cut",
     ])
     .await;
-}
-
-#[tokio::test]
-async fn the_group_converges_through_a_cut_connection() {
-    converges_through(&["connection cut", "connection cut"]).await;
 }
 
 /// One private control plane, the operator behind a proxy, and `faults` in turn, each while the
