@@ -181,10 +181,14 @@ async fn converges_through(faults: &[&str]) {
             "restarts: after the {fault}: {} leads at epoch {}",
             current.leader, current.epoch
         );
-        assert_eq!(
+        // Usually the next epoch; a token minted and committed but abandoned before its record
+        // (a request past the deadline while the API server restarts) is never handed out
+        // again, so the epoch may skip one. It never repeats (I3, checked by the watcher).
+        assert!(
+            current.epoch > old.epoch && current.epoch <= old.epoch + 2,
+            "{fault}: epoch {} after {}\n{}",
             current.epoch,
-            old.epoch + 1,
-            "{fault}: one handover, one epoch\n{}",
+            old.epoch,
             op.logs()
         );
         kubelet.set_ready(&old.leader, true).await.unwrap();
