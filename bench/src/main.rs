@@ -171,14 +171,13 @@ async fn run() -> Result<()> {
         )));
     }
     let kinds = peers::kinds(Path::new(&client_go), &rust_peer);
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
-
-    say("control plane");
-    let cp = leadergroup_testenv::control_plane().await?;
+    let Alone {
+        log_dir,
+        cp,
+        mut run,
+        ..
+    } = Alone::start(&repo, quick).await?;
     let admin = cp.client().await?;
-    ours::install_crd(&admin).await?;
-    let mut run = report::describe_run(&admin, &repo, cp, quick).await?;
     let ticks = observe::ticks_per_second();
 
     say(format!(

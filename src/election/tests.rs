@@ -133,7 +133,12 @@ fn with_status(mut g: LeaderGroup, leader: Option<&str>, epoch: i64) -> LeaderGr
 }
 
 fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease {
-    let record = LeaseRecord {
+    owned(&record(holder, epoch, renewed, arbiter))
+}
+
+/// A Lease's content (Readiness mode), acquired at t(0), renewed at t(`renewed`).
+fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> LeaseRecord {
+    LeaseRecord {
         holder: holder.map(Into::into),
         epoch,
         duration_seconds: 15,
@@ -142,8 +147,7 @@ fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease
         arbiter: Some(arbiter.into()),
         heartbeat: false,
         released_by: None,
-    };
-    owned(&record)
+    }
 }
 
 /// The group's Lease holding `record`, owned by the group.

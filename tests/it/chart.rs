@@ -36,6 +36,23 @@ use leadergroup_testenv::{
 
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
 
+/// `helm install lgo` into `release_ns` on the shared API server: without the CRD (see the
+/// module's header), watching `watched` only. Add `--set`s before running it.
+fn install_watching(cp: &ControlPlane, release_ns: &str, watched: &str) -> std::process::Command {
+    let mut install = cp.helm();
+    install
+        .args(["install", "lgo"])
+        .arg(chart_dir())
+        .args(["--namespace", release_ns]);
+    install.args([
+        "--set",
+        "crds.enabled=false",
+        "--set",
+        &format!("watchNamespace={watched}"),
+    ]);
+    install
+}
+
 fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
     match result {
         Err(kube::Error::Api(s)) if s.is_forbidden() => {}
@@ -100,18 +117,7 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     let admin = w.ns.client.clone();
     let fullname = "lgo-leadergroup-operator";
 
-    let mut install = cp.helm();
-    install
-        .args(["install", "lgo"])
-        .arg(chart_dir())
-        .args(["--namespace", &rel.name]);
-    install.args([
-        "--set",
-        "crds.enabled=false",
-        "--set",
-        &format!("watchNamespace={}", w.ns.name),
-    ]);
-    run_ok(install).await;
+    run_ok(install_watching(cp, &rel.name, &w.ns.name)).await;
 
     // The objects: ServiceAccount and leader-election Role in the release namespace, the
     // operator's Role in the watched namespace only, and nothing cluster-wide.

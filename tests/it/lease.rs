@@ -159,11 +159,9 @@ async fn foreign_lease_writer_during_handovers_never_makes_an_epoch_reused() {
     assert!(leaders.len() >= 3, "handovers happened: {leaders:?}");
 }
 
-#[tokio::test]
-async fn lease_not_owned_by_the_group_is_never_overwritten() {
-    let w = World::new("lease-notowned").await;
-    let leases: Api<Lease> = w.ns.api();
-    let foreign = Lease {
+/// A Lease of group "pay"'s name that someone else wrote: no owner reference to the group.
+fn foreign_lease() -> Lease {
+    Lease {
         metadata: ObjectMeta {
             name: Some(lease_name_for("pay")),
             ..Default::default()
@@ -173,7 +171,14 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
             lease_duration_seconds: Some(30),
             ..Default::default()
         }),
-    };
+    }
+}
+
+#[tokio::test]
+async fn lease_not_owned_by_the_group_is_never_overwritten() {
+    let w = World::new("lease-notowned").await;
+    let leases: Api<Lease> = w.ns.api();
+    let foreign = foreign_lease();
     let foreign = leases
         .create(&PostParams::default(), &foreign)
         .await
@@ -238,17 +243,7 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
         .delete(&lease_name_for("pay"), &DeleteParams::default())
         .await
         .unwrap();
-    let foreign = Lease {
-        metadata: ObjectMeta {
-            name: Some(lease_name_for("pay")),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("someone-else".into()),
-            lease_duration_seconds: Some(30),
-            ..Default::default()
-        }),
-    };
+    let foreign = foreign_lease();
     leases
         .create(&PostParams::default(), &foreign)
         .await

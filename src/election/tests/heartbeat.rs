@@ -14,14 +14,8 @@ fn heartbeat_group() -> LeaderGroup {
 /// clock) at `renewed`, arbitrated by `arbiter`.
 fn heartbeat_lease(epoch: i64, renewed: i64, arbiter: &str) -> Lease {
     owned(&LeaseRecord {
-        holder: Some("a".into()),
-        epoch,
-        duration_seconds: 15,
-        acquire_time: Some(t(0)),
-        renew_time: Some(t(renewed)),
-        arbiter: Some(arbiter.into()),
         heartbeat: true,
-        released_by: None,
+        ..record(Some("a"), epoch, renewed, arbiter)
     })
 }
 

@@ -26,7 +26,7 @@ use leadergroup_testenv::{ControlPlane, NODE_NAME, control_plane, namespace, wai
 use serde_json::{Value, json};
 
 use super::{not_found, release_operator};
-use crate::common::{CONVERGE, World, chart_dir, group, run_ok, run_tool};
+use crate::common::{CONVERGE, World, group, run_ok, run_tool};
 
 /// The guard's answer to a pod write that touches a mark (reason Forbidden).
 const FORBIDDEN: u16 = 403;
@@ -178,16 +178,8 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
     let fullname = "lgo-leadergroup-operator";
     let guard_name = format!("{fullname}-marks.{}", rel.name);
 
-    let mut install = cp.helm();
-    install
-        .args(["install", "lgo"])
-        .arg(chart_dir())
-        .args(["--namespace", &rel.name]);
+    let mut install = super::install_watching(cp, &rel.name, &w.ns.name);
     install.args([
-        "--set",
-        "crds.enabled=false",
-        "--set",
-        &format!("watchNamespace={}", w.ns.name),
         "--set",
         &format!(
             "admissionGuard.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={}",
