@@ -258,6 +258,13 @@ pub struct LeaderGroupStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl LeaderGroupStatus {
+    /// The condition of type `type_`, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
 impl LeaderGroup {
     /// Name of the Lease that records this group's leader.
     pub fn lease_name(&self) -> String {

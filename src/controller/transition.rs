@@ -226,9 +226,7 @@ async fn refuse(
         return Ok(());
     }
     let message = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == election::LEADER_ELECTED)
+        .condition(election::LEADER_ELECTED)
         .map(|c| c.message.clone())
         .unwrap_or_default();
     let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);

@@ -91,11 +91,7 @@ async fn wait_role(rx: &mut tokio::sync::watch::Receiver<Role>, want: Role, what
 }
 
 fn heartbeat_condition(status: &LeaderGroupStatus) -> Option<&str> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == HEARTBEAT)
-        .map(|c| c.reason.as_str())
+    status.condition(HEARTBEAT).map(|c| c.reason.as_str())
 }
 
 #[tokio::test]
@@ -364,12 +360,7 @@ async fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
         .await;
     assert_eq!(status.leader.as_ref(), Some(&pods[0]));
     assert_eq!(status.epoch, 1);
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == HEARTBEAT)
-        .unwrap()
-        .message;
+    let message = &status.condition(HEARTBEAT).unwrap().message;
     assert!(message.contains("leadergroup-agent"), "{message}");
     // It stays leader past further durations, and Readiness still moves leadership.
     tokio::time::sleep(DURATION * 2).await;

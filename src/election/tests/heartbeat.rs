@@ -42,11 +42,7 @@ fn recorded(lease: &Lease, seen: Option<LeaseSeen>) -> LeaderGroup {
 }
 
 fn heartbeat_condition(status: &LeaderGroupStatus) -> (String, String) {
-    let c = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == HEARTBEAT)
-        .expect("a Heartbeat condition");
+    let c = status.condition(HEARTBEAT).expect("a Heartbeat condition");
     (c.status.clone(), c.reason.clone())
 }
 
@@ -170,12 +166,7 @@ fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
         (condition.as_str(), reason.as_str()),
         ("False", "NoRenewal")
     );
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == HEARTBEAT)
-        .unwrap()
-        .message;
+    let message = &status.condition(HEARTBEAT).unwrap().message;
     assert!(
         message.contains("leadergroup-agent") && message.contains("leadergroup-pay"),
         "{message}"
