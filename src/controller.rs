@@ -339,9 +339,9 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     let api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &ns);
     // Every request of a reconcile answers within half the Lease, or is abandoned: a request
     // hanging in a stuck connection must not hold the group (kube's own timeout is minutes).
-    let deadline = Duration::from_millis(
-        u64::from(group.spec.lease_duration_seconds.unsigned_abs().max(1)) * 500,
-    );
+    // Never less than half of a 1 s Lease (the least the API server lets through): a zero
+    // deadline would fail every reconcile.
+    let deadline = group.half_lease().max(Duration::from_millis(500));
     let group_ref = ObjectRef::from_obj(group.as_ref());
     let name = group.name_any();
     let work = finalizer(&api, FINALIZER, group, |event| async {

@@ -266,6 +266,14 @@ impl LeaderGroupStatus {
 }
 
 impl LeaderGroup {
+    /// Half of `spec.leaseDurationSeconds`: how long one decision may take to act, and how long a
+    /// reconcile's requests may take to answer.
+    pub fn half_lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            u64::from(self.spec.lease_duration_seconds.unsigned_abs()) * 500,
+        )
+    }
+
     /// Name of the Lease that records this group's leader.
     pub fn lease_name(&self) -> String {
         lease_name_for(&kube::ResourceExt::name_any(self))

@@ -313,10 +313,7 @@ async fn execute(
         };
         // Never promote on a decision older than half the Lease: another replica may take over
         // an expired Lease, and this one may have lost its own HA lease meanwhile.
-        let half = Duration::from_millis(
-            u64::from(group.spec.lease_duration_seconds.unsigned_abs()) * 500,
-        );
-        if acting_since.elapsed() > half || !ctx.is_active() {
+        if acting_since.elapsed() > group.half_lease() || !ctx.is_active() {
             return Err(ReconcileError::StaleDecision(name));
         }
         // 5. Promote.
