@@ -255,7 +255,12 @@ pub struct Settled {
 impl World {
     /// A fresh namespace named after `prefix`, with the CRD installed.
     pub async fn new(prefix: &str) -> World {
-        let ns = leadergroup_testenv::namespace(prefix).await.unwrap();
+        World::in_namespace(leadergroup_testenv::namespace(prefix).await.unwrap()).await
+    }
+
+    /// The world of namespace `ns` (of any API server, a private one included), with the CRD
+    /// installed there.
+    pub async fn in_namespace(ns: leadergroup_testenv::TestNamespace) -> World {
         install_crd(&ns.client).await;
         let kubelet = leadergroup_testenv::Kubelet::new(ns.client.clone(), &ns.name);
         World {

@@ -3,55 +3,25 @@
 //! restarted, etcd restarted, etcd compacted and kube-apiserver restarted (every watch, the
 //! operator's included, resumes from a compacted revision: 410 Gone, then a fresh list; the test
 //! checks that a watch from before does get 410), and the operator's connection cut, silently,
-//! then healed. After each, the group converges on a new
-//! leader at a higher epoch, no epoch is reused and I1 holds throughout.
+//! then healed. After each, the group settles (I2) on a new leader at a higher epoch, no epoch is
+//! reused and I1 holds throughout.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
-use kube::{Api, Client};
-use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_testenv::{
-    InvariantWatcher, Kubelet, Proxy, control_plane, namespace_in, wait_until,
-};
+use leadergroup_testenv::{InvariantWatcher, Proxy, control_plane, namespace_in, wait_until};
 
-use crate::common::{Operator, PrivateCluster, Settled, group, install_crd, role};
+use crate::common::{Operator, PrivateCluster, Settled, World, group};
 
 /// Every fault's handover must settle within this (the API server's restart included).
 const SETTLE: Duration = Duration::from_secs(60);
 
-async fn settled(client: &Client, ns: &str) -> Option<Settled> {
-    let groups: Api<LeaderGroup> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let status = groups.get("pay").await.ok()?.status?;
-    let leader = status.leader?;
-    let labeled: Vec<String> = pods
-        .list(&Default::default())
-        .await
-        .ok()?
-        .items
-        .into_iter()
-        .filter(|p| role(p) == Some("leader"))
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    (labeled == [leader.clone()]).then_some(Settled {
-        leader,
-        epoch: status.epoch,
-    })
-}
-
-async fn wait_settled(
-    client: &Client,
-    ns: &str,
-    what: &str,
-    not: Option<&str>,
-    op: &Operator,
-) -> Settled {
+/// Waits until the group has settled (I2) on a leader other than `not`.
+async fn wait_settled(w: &World, what: &str, not: Option<&str>, op: &Operator) -> Settled {
     wait_until(what, SETTLE, || async {
         Ok::<_, String>(
-            settled(client, ns)
-                .await
+            w.settled("pay")
+                .await?
                 .filter(|s| Some(s.leader.as_str()) != not),
         )
     })
@@ -78,19 +48,8 @@ async fn the_group_converges_through_restarts_and_a_cut_connection() {
 async fn converges_through(faults: &[&str]) {
     let shared = control_plane().await.unwrap();
     let pc = PrivateCluster::up(&format!("restarts-{}", faults.len()), shared).await;
-    let client = pc.client().await;
-    install_crd(&client).await;
-    let ns = namespace_in(client.clone(), "restarts").await.unwrap();
-    let kubelet = Kubelet::new(client.clone(), &ns.name);
-    for i in 0..3 {
-        if i > 0 {
-            tokio::time::sleep(Duration::from_millis(1100)).await;
-        }
-        kubelet
-            .create_ready_pod(&format!("app-{i}"), &[("app", "pay")])
-            .await
-            .unwrap();
-    }
+    let w = World::in_namespace(namespace_in(pc.client().await, "restarts").await.unwrap()).await;
+    w.ordered_ready_pods("app", 3, "pay").await;
     // The operator reaches the API server through a proxy the test can cut.
     let kubeconfig = std::fs::read_to_string(pc.kubeconfig()).unwrap();
     let server = kubeconfig
@@ -106,18 +65,15 @@ async fn converges_through(faults: &[&str]) {
         kubeconfig.replace(&server, &proxy.addr.to_string()),
     )
     .unwrap();
-    let watch = InvariantWatcher::start(&client, &ns.name).await;
-    let op = Operator::start_with_kubeconfig(&operator_kubeconfig, &ns.name, "op-1", &[]).await;
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let op = Operator::start_with_kubeconfig(&operator_kubeconfig, &w.ns.name, "op-1", &[]).await;
     let mut g = group("pay", "pay");
     g.spec.lease_duration_seconds = 3;
-    Api::<LeaderGroup>::namespaced(client.clone(), &ns.name)
-        .create(&PostParams::default(), &g)
-        .await
-        .unwrap();
-    let mut current = wait_settled(&client, &ns.name, "the first leader", None, &op).await;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+    let mut current = wait_settled(&w, "the first leader", None, &op).await;
     assert_eq!((current.leader.as_str(), current.epoch), ("app-0", 1));
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pods = &w.pods;
     let before = pods
         .list(&Default::default())
         .await
@@ -128,7 +84,7 @@ async fn converges_through(faults: &[&str]) {
     for &fault in faults {
         // The leader turns NotReady, and the fault strikes while the operator hands over.
         let old = current.clone();
-        kubelet.set_ready(&old.leader, false).await.unwrap();
+        w.kubelet.set_ready(&old.leader, false).await.unwrap();
         match fault {
             "kube-apiserver restart" => pc.restart("kube-apiserver").await,
             "etcd restart" => pc.restart("etcd").await,
@@ -163,15 +119,10 @@ async fn converges_through(faults: &[&str]) {
                     "a watch from before the compaction is not answered 410 Gone"
                 );
             }
-            _ => {
-                proxy.cut();
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                proxy.heal();
-            }
+            other => unreachable!("unknown fault {other}"),
         }
         current = wait_settled(
-            &client,
-            &ns.name,
+            &w,
             &format!("a new leader after the {fault}"),
             Some(&old.leader),
             &op,
@@ -191,10 +142,10 @@ async fn converges_through(faults: &[&str]) {
             old.epoch,
             op.logs()
         );
-        kubelet.set_ready(&old.leader, true).await.unwrap();
+        w.kubelet.set_ready(&old.leader, true).await.unwrap();
     }
     let leaders = watch.assert_held();
     eprintln!("restarts: leaders seen {leaders:?}");
     drop(op);
-    drop(ns);
+    drop(w);
 }
