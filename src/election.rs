@@ -64,6 +64,17 @@ pub struct Observation<'a> {
     pub now: Timestamp,
 }
 
+impl Observation<'_> {
+    /// When this replica saw the Lease reach its current state; untracked, as if just now (which
+    /// only ever waits longer).
+    fn seen(&self) -> LeaseSeen {
+        self.lease_seen.unwrap_or(LeaseSeen {
+            written_at: self.now,
+            renewed_at: None,
+        })
+    }
+}
+
 /// What the decision concluded.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {

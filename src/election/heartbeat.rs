@@ -7,7 +7,6 @@ use jiff::{SignedDuration, Timestamp};
 use super::Observation;
 use super::records::Records;
 use crate::crd::Liveness;
-use crate::lease_sightings::LeaseSeen;
 
 /// What the leader's renewals say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,10 +42,7 @@ impl Heartbeat {
         if obs.group.spec.liveness != Liveness::Heartbeat || !lease.heartbeat {
             return Heartbeat::NotJudged;
         }
-        let seen = obs.lease_seen.unwrap_or(LeaseSeen {
-            written_at: obs.now,
-            renewed_at: None,
-        });
+        let seen = obs.seen();
         let duration = SignedDuration::from_secs(i64::from(lease.duration_seconds.max(1)));
         let after = |t: Timestamp| t.checked_add(duration).unwrap_or(Timestamp::MAX);
         match seen.renewed_at {

@@ -54,8 +54,8 @@ fn deferred(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
         return None;
     }
     let until = if lease.heartbeat {
-        let written_at = obs.lease_seen.map_or(obs.now, |seen| seen.written_at);
-        written_at
+        obs.seen()
+            .written_at
             .checked_add(SignedDuration::from_secs(i64::from(lease.duration_seconds)))
             .ok()?
     } else {
