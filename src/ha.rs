@@ -98,9 +98,6 @@ impl OperatorLease {
                 .ok();
             let wait = match round {
                 Some(Ok((holds, wait))) => {
-                    if !holds {
-                        self.retired.clear();
-                    }
                     if holds != *active.borrow() {
                         info!(identity = %self.identity, active = holds, "operator leadership changed");
                     }
@@ -112,7 +109,6 @@ impl OperatorLease {
                     // Not renewed: stop acting now rather than act on a Lease that may be lost.
                     warn!(error = %e, "operator Lease not renewed; standing by");
                     renew_by = None;
-                    self.retired.clear();
                     let _ = active.send(false);
                     Duration::from_millis(200)
                 }
@@ -122,11 +118,14 @@ impl OperatorLease {
                         "operator Lease not renewed in time; standing by"
                     );
                     renew_by = None;
-                    self.retired.clear();
                     let _ = active.send(false);
                     Duration::from_millis(200)
                 }
             };
+            if renew_by.is_none() {
+                // Not holding: another replica may act meanwhile.
+                self.retired.clear();
+            }
             tokio::select! {
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(50))) => {}
                 _ = stop.changed() => break,
