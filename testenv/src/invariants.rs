@@ -62,16 +62,26 @@ impl InvariantWatcher {
             let mut stream = watcher(pods, watcher::Config::default())
                 .default_backoff()
                 .boxed();
+            // A list (the first one, or a relist after the watch broke or expired) is one state of
+            // the API server: it replaces what was known, as a whole. Applied pod by pod on top of
+            // the old state, a pod seen leader before the gap would count beside the new leader
+            // until its own entry of the list arrived.
+            let mut listing: Option<Vec<Pod>> = None;
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
                 let mut r = recorder.lock().unwrap_or_else(PoisonError::into_inner);
                 match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => r.apply(&p),
+                    watcher::Event::Apply(p) => r.apply(&p),
                     watcher::Event::Delete(p) => {
                         r.pods.remove(&p.name_any());
                     }
-                    watcher::Event::Init => {}
+                    watcher::Event::Init => listing = Some(Vec::new()),
+                    watcher::Event::InitApply(p) => listing.get_or_insert_default().push(p),
                     watcher::Event::InitDone => {
+                        r.pods.clear();
+                        for p in listing.take().unwrap_or_default() {
+                            r.apply(&p);
+                        }
                         if let Some(tx) = synced.take() {
                             let _ = tx.send(());
                         }
