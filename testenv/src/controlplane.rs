@@ -97,33 +97,14 @@ impl ControlPlane {
                 let dir = target_dir(&repo)
                     .join("testenv")
                     .join(std::process::id().to_string());
-                let started = Instant::now();
-                let script = repo.join("controlplane/cluster.sh");
-                let mut cmd = tokio::process::Command::new(&script);
-                cmd.arg("up")
-                    .arg("--dir")
-                    .arg(&dir)
-                    .arg("--watch-pid")
-                    .arg(std::process::id().to_string())
-                    .arg("--bin-dir")
-                    .arg(&bin_dir);
-                run(
-                    cmd,
-                    &format!("{} up --dir {}", script.display(), dir.display()),
-                )
-                .await?;
-                eprintln!(
-                    "testenv: control plane started in {:.1} s in {}",
-                    started.elapsed().as_secs_f64(),
-                    dir.display()
-                );
+                start_cluster(&repo, &dir, &bin_dir).await?;
                 (dir.join("kubeconfig"), Some(dir))
             }
         };
         Self::load(kubeconfig_path, bin_dir, owned_dir).await
     }
 
-    async fn load(
+    pub(crate) async fn load(
         kubeconfig_path: PathBuf,
         bin_dir: PathBuf,
         owned_dir: Option<PathBuf>,
@@ -275,7 +256,8 @@ impl ControlPlane {
         self.tool("helm")
     }
 
-    fn tool(&self, name: &str) -> std::process::Command {
+    /// The pinned tool `name` (kubectl, helm) with `KUBECONFIG` set to the admin kubeconfig.
+    pub fn tool(&self, name: &str) -> std::process::Command {
         let mut cmd = std::process::Command::new(self.bin_dir.join(name));
         cmd.env("KUBECONFIG", &self.kubeconfig_path);
         cmd
@@ -307,9 +289,34 @@ pub(crate) fn target_dir(repo: &Path) -> PathBuf {
         .unwrap_or_else(|| repo.join("target"))
 }
 
+/// `cluster.sh up` in `dir`, stopped by its watchdog when this process exits.
+pub(crate) async fn start_cluster(repo: &Path, dir: &Path, bin_dir: &Path) -> Result<()> {
+    let started = Instant::now();
+    let script = repo.join("controlplane/cluster.sh");
+    let mut cmd = tokio::process::Command::new(&script);
+    cmd.arg("up")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--watch-pid")
+        .arg(std::process::id().to_string())
+        .arg("--bin-dir")
+        .arg(bin_dir);
+    run(
+        cmd,
+        &format!("{} up --dir {}", script.display(), dir.display()),
+    )
+    .await?;
+    eprintln!(
+        "testenv: control plane started in {:.1} s in {}",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// Asks `build.sh` for the cached bin folder without letting it build. `env`: extra variables
 /// for build.sh (tests point `LEADERGROUP_CACHE` at an empty folder).
-async fn bin_dir(repo: &Path, env: &[(&str, &Path)]) -> Result<PathBuf> {
+pub(crate) async fn bin_dir(repo: &Path, env: &[(&str, &Path)]) -> Result<PathBuf> {
     let script = repo.join("controlplane/build.sh");
     let output = tokio::process::Command::new(&script)
         .env("LEADERGROUP_NO_BUILD", "1")
@@ -332,7 +339,7 @@ async fn bin_dir(repo: &Path, env: &[(&str, &Path)]) -> Result<PathBuf> {
     Ok(PathBuf::from(dir))
 }
 
-async fn run(mut cmd: tokio::process::Command, shown: &str) -> Result<()> {
+pub(crate) async fn run(mut cmd: tokio::process::Command, shown: &str) -> Result<()> {
     let output = cmd
         .output()
         .await

@@ -38,11 +38,12 @@ use tokio::task::JoinHandle;
 use crate::{ControlPlane, Error, Result};
 
 /// Which requests to hold: UPDATEs (and PATCHes, which admission sees as UPDATEs) of pod `pod`
-/// that set label `label` to `value` where the old object did not have it.
+/// (of any pod of the namespace when `None`) that set label `label` to `value` where the old
+/// object did not have it.
 #[derive(Clone, Debug)]
 pub struct HoldRule {
-    /// The pod's name.
-    pub pod: String,
+    /// The pod's name; `None`: any pod.
+    pub pod: Option<String>,
     /// The label key.
     pub label: String,
     /// Its value in the held request.
@@ -62,12 +63,13 @@ impl HeldRequests {
     /// Starts the webhook and registers it for pods of `namespace`, holding what `rule` selects
     /// until [`HeldRequests::release`]. Waits until the API server calls it: the API server loads
     /// webhook configurations asynchronously, and dry-run requests (which admission sees, and
-    /// which are never held) show when it does. The rule's pod must exist.
+    /// which are never held) of pod `probe` show when it does; it must exist.
     pub async fn start(
         cp: &ControlPlane,
         client: Client,
         namespace: &str,
         rule: HoldRule,
+        probe: &str,
     ) -> Result<HeldRequests> {
         let pki = cp.dir().join("pki");
         let certs = CertificateDer::pem_file_iter(pki.join("server.crt"))
@@ -91,7 +93,7 @@ impl HeldRequests {
         let (release, released) = watch::channel(false);
         let held = Arc::new(AtomicUsize::new(0));
         let probes = Arc::new(AtomicUsize::new(0));
-        let probe = (rule.pod.clone(), rule.label.clone(), rule.value.clone());
+        let probe = (probe.to_owned(), rule.label.clone(), rule.value.clone());
         let counters = Counters {
             held: Arc::clone(&held),
             probes: Arc::clone(&probes),
@@ -182,9 +184,14 @@ impl HeldRequests {
         Ok(())
     }
 
-    /// Lets every held request (and every later one) through.
+    /// Lets every held request (and every later one, until [`HeldRequests::hold`]) through.
     pub fn release(&self) {
         self.release.send_replace(true);
+    }
+
+    /// Holds what the rule selects again, after a [`HeldRequests::release`].
+    pub fn hold(&self) {
+        self.release.send_replace(false);
     }
 }
 
@@ -274,7 +281,10 @@ async fn review(
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let req = &review["request"];
     let label = |object: &str| req[object]["metadata"]["labels"][rule.label.as_str()].as_str();
-    let matches = req["name"].as_str() == Some(rule.pod.as_str())
+    let matches = rule
+        .pod
+        .as_deref()
+        .is_none_or(|pod| req["name"].as_str() == Some(pod))
         && label("object") == Some(rule.value.as_str())
         && label("oldObject") != Some(rule.value.as_str());
     if req["dryRun"].as_bool() == Some(true) {

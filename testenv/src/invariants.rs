@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -26,7 +26,9 @@ pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Watches the pods of a namespace (from before the operator acts) and records every violation of
-/// I1 and I3, and the sequence of (leader, epoch) it saw.
+/// I1 and I3, and the sequence of (leader, epoch) it saw; started with
+/// [`InvariantWatcher::start_with_candidates`], also every interval a group went without an
+/// eligible leader while it had an eligible candidate (what I4 bounds).
 pub struct InvariantWatcher {
     state: Arc<Mutex<Recorded>>,
     task: tokio::task::JoinHandle<()>,
@@ -45,15 +47,63 @@ struct Recorded {
     leaders: Vec<(String, i64)>,
     violations: Vec<String>,
     events: usize,
+    /// The pod label whose value names a pod's group (the groups' selector), when gaps are tracked.
+    candidate_label: Option<String>,
+    /// Per pod: its group (the candidate label's value) and whether it is eligible now.
+    candidates: HashMap<String, Candidate>,
+    /// Per group: since when it has had an eligible candidate and no eligible leader.
+    leaderless_since: BTreeMap<String, Instant>,
+    gaps: Vec<Gap>,
+}
+
+/// What the gap tracking knows of one pod.
+struct Candidate {
+    group: String,
+    eligible: bool,
+    leader: bool,
+}
+
+/// An interval in which a group had an eligible candidate but no eligible pod labeled leader, as
+/// this watch saw it (its clock: the arrival of the events that opened and closed it).
+#[derive(Clone, Debug)]
+pub struct Gap {
+    /// The group (the candidate label's value).
+    pub group: String,
+    /// When it opened.
+    pub start: Instant,
+    /// How long it lasted; `None` while still open.
+    pub length: Option<Duration>,
 }
 
 impl InvariantWatcher {
     /// Starts watching `namespace`; returns once the watch has delivered its first list (or after
     /// 30 s without it: [`InvariantWatcher::assert_held`] then fails for lack of events).
     pub async fn start(client: &Client, namespace: &str) -> InvariantWatcher {
+        Self::started(client, namespace, None).await
+    }
+
+    /// [`InvariantWatcher::start`], also tracking the gaps ([`InvariantWatcher::gaps`]) of the
+    /// groups whose pods carry `label` (its value names the group): an eligible pod is Running,
+    /// Ready and not terminating (DESIGN.md, "Election semantics").
+    pub async fn start_with_candidates(
+        client: &Client,
+        namespace: &str,
+        label: &str,
+    ) -> InvariantWatcher {
+        Self::started(client, namespace, Some(label.to_owned())).await
+    }
+
+    async fn started(
+        client: &Client,
+        namespace: &str,
+        candidate_label: Option<String>,
+    ) -> InvariantWatcher {
         use futures::StreamExt;
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let state = Arc::new(Mutex::new(Recorded::default()));
+        let state = Arc::new(Mutex::new(Recorded {
+            candidate_label,
+            ..Recorded::default()
+        }));
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
         let recorder = state.clone();
         let task = tokio::spawn(async move {
@@ -71,17 +121,24 @@ impl InvariantWatcher {
                 let Ok(event) = event else { continue };
                 let mut r = recorder.lock().unwrap_or_else(PoisonError::into_inner);
                 match event {
-                    watcher::Event::Apply(p) => r.apply(&p),
+                    watcher::Event::Apply(p) => {
+                        r.apply(&p);
+                        r.update_gaps();
+                    }
                     watcher::Event::Delete(p) => {
                         r.pods.remove(&p.name_any());
+                        r.candidates.remove(&p.name_any());
+                        r.update_gaps();
                     }
                     watcher::Event::Init => listing = Some(Vec::new()),
                     watcher::Event::InitApply(p) => listing.get_or_insert_default().push(p),
                     watcher::Event::InitDone => {
                         r.pods.clear();
+                        r.candidates.clear();
                         for p in listing.take().unwrap_or_default() {
                             r.apply(&p);
                         }
+                        r.update_gaps();
                         if let Some(tx) = synced.take() {
                             let _ = tx.send(());
                         }
@@ -98,6 +155,18 @@ impl InvariantWatcher {
     pub fn report(&self) -> (Vec<String>, Vec<(String, i64)>, usize) {
         let r = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         (r.violations.clone(), r.leaders.clone(), r.events)
+    }
+
+    /// Every gap seen so far (see [`Gap`]), the open ones last with no length; empty unless
+    /// started with [`InvariantWatcher::start_with_candidates`].
+    pub fn gaps(&self) -> Vec<Gap> {
+        let r = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = r.leaderless_since.iter().map(|(group, start)| Gap {
+            group: group.clone(),
+            start: *start,
+            length: None,
+        });
+        r.gaps.iter().cloned().chain(open).collect()
     }
 
     /// Panics with every violation seen, if any (or if the watch saw no event at all); returns the
@@ -125,6 +194,43 @@ impl Drop for InvariantWatcher {
 }
 
 impl Recorded {
+    /// Opens and closes the groups' gaps after a change of the known pods.
+    fn update_gaps(&mut self) {
+        if self.candidate_label.is_none() {
+            return;
+        }
+        // Per group: (an eligible candidate, an eligible leader).
+        let mut groups: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        for c in self.candidates.values() {
+            let g = groups.entry(c.group.as_str()).or_default();
+            g.0 |= c.eligible;
+            g.1 |= c.eligible && c.leader;
+        }
+        let now = Instant::now();
+        for (group, (candidate, leader)) in &groups {
+            if *candidate && !*leader {
+                self.leaderless_since
+                    .entry((*group).to_owned())
+                    .or_insert(now);
+            }
+        }
+        let closed: Vec<String> = self
+            .leaderless_since
+            .keys()
+            .filter(|g| groups.get(g.as_str()).is_none_or(|(c, l)| !*c || *l))
+            .cloned()
+            .collect();
+        for group in closed {
+            if let Some(start) = self.leaderless_since.remove(&group) {
+                self.gaps.push(Gap {
+                    group,
+                    start,
+                    length: Some(now - start),
+                });
+            }
+        }
+    }
+
     fn apply(&mut self, pod: &Pod) {
         self.events += 1;
         let name = pod.name_any();
@@ -136,6 +242,16 @@ impl Recorded {
             .and_then(|e| e.parse::<i64>().ok());
         self.pods
             .insert(name.clone(), (role.clone(), group.clone(), epoch));
+        if let Some(label) = &self.candidate_label
+            && let Some(candidate_group) = pod.labels().get(label)
+        {
+            let candidate = Candidate {
+                group: candidate_group.clone(),
+                eligible: eligible(pod),
+                leader: role.as_deref() == Some(ROLE_LEADER),
+            };
+            self.candidates.insert(name.clone(), candidate);
+        }
 
         let mut leaders_by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (pod_name, (role, group, _)) in &self.pods {
@@ -179,4 +295,14 @@ impl Recorded {
             }
         }
     }
+}
+
+/// Running, Ready and not terminating: what the operator may elect (the selector aside).
+fn eligible(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    pod.metadata.deletion_timestamp.is_none()
+        && status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

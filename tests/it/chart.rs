@@ -16,9 +16,7 @@ mod guard;
 
 use std::path::Path;
 
-use crate::common::{
-    Operator, PrivateCluster, World, chart_dir, group, repo_root, run_ok, run_tool,
-};
+use crate::common::{Operator, World, chart_dir, group, repo_root, run_ok, run_tool};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -31,7 +29,8 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{
-    ControlPlane, Kubelet, TestNamespace, control_plane, namespace, wait_for_object, wait_until,
+    ControlPlane, Kubelet, PrivateCluster, TestNamespace, control_plane, namespace,
+    wait_for_object, wait_until,
 };
 
 const CRD_NAME: &str = "leadergroups.leadergroup.io";
@@ -331,9 +330,8 @@ async fn established_crd(client: &Client) -> CustomResourceDefinition {
 
 #[tokio::test]
 async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_the_groups() {
-    let shared = control_plane().await.unwrap();
-    let cluster = PrivateCluster::up("chart", shared).await;
-    let client = cluster.client().await;
+    let cluster = PrivateCluster::start("chart").await.unwrap();
+    let client = cluster.client().await.unwrap();
     let release = "leadergroup-operator";
 
     let mut install = cluster.tool("helm");
@@ -473,7 +471,8 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         client: client.clone(),
     };
     let token = system.service_account_token(release).await.unwrap();
-    let kubeconfig = cluster.token_kubeconfig(&token);
+    let kubeconfig = cluster.dir().join("sa.kubeconfig");
+    std::fs::write(&kubeconfig, cluster.token_kubeconfig(&token)).unwrap();
     let app = TestNamespace {
         name: "app".into(),
         client: client.clone(),

@@ -4,7 +4,7 @@
 //! server sends.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +12,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER,
@@ -576,119 +575,7 @@ fn the_invariant_watcher_reads_the_operators_marks() {
     assert_eq!(watched::EPOCH_ANNOTATION, EPOCH_ANNOTATION);
 }
 
-/// etcd + kube-apiserver of this test alone (controlplane/cluster.sh), stopped on drop and by the
-/// script's watchdog when the test process exits.
-pub struct PrivateCluster {
-    dir: PathBuf,
-    bin: PathBuf,
-}
-
-impl PrivateCluster {
-    /// Starts one for the test `name`, with the binaries of `shared`.
-    pub async fn up(name: &str, shared: &ControlPlane) -> PrivateCluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-cluster-{}", std::process::id()));
-        let mut cmd = std::process::Command::new(repo_root().join("controlplane/cluster.sh"));
-        cmd.arg("up")
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--watch-pid", &std::process::id().to_string()]);
-        cmd.arg("--bin-dir").arg(shared.bin_dir());
-        run_ok(cmd).await;
-        PrivateCluster {
-            dir,
-            bin: shared.bin_dir().to_path_buf(),
-        }
-    }
-
-    pub fn tool(&self, name: &str) -> std::process::Command {
-        let mut cmd = std::process::Command::new(self.bin.join(name));
-        cmd.env("KUBECONFIG", self.dir.join("kubeconfig"));
-        cmd
-    }
-
-    /// A kubeconfig file for this server that authenticates with `token` only.
-    pub fn token_kubeconfig(&self, token: &str) -> PathBuf {
-        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
-        let cluster = kc.clusters[0].cluster.clone().unwrap();
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
-             users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: sa}}\ncurrent-context: c\n",
-            cluster.server.unwrap(),
-            cluster.certificate_authority_data.unwrap(),
-        );
-        let path = self.dir.join("sa.kubeconfig");
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    pub async fn client(&self) -> Client {
-        let kc = Kubeconfig::read_from(self.dir.join("kubeconfig")).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-}
-
-impl PrivateCluster {
-    /// Its admin kubeconfig.
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubeconfig")
-    }
-
-    /// Compacts etcd's history up to its current revision (etcd's JSON gateway), as its periodic
-    /// compaction does: watches from before it can only be answered 410 Gone.
-    pub async fn compact_etcd(&self) {
-        let env = std::fs::read_to_string(self.dir.join("env")).unwrap();
-        let port = env
-            .lines()
-            .find_map(|l| l.strip_prefix("ETCD_PORT="))
-            .unwrap()
-            .to_string();
-        let range = etcd_post(&port, "/v3/kv/range", r#"{"key":"AA=="}"#).await;
-        let revision = range["header"]["revision"].as_str().unwrap().to_string();
-        let body = format!(r#"{{"revision":"{revision}","physical":true}}"#);
-        etcd_post(&port, "/v3/kv/compaction", &body).await;
-    }
-
-    /// `cluster.sh restart <component>`: etcd or kube-apiserver stopped and started again, with
-    /// the same ports and data.
-    pub async fn restart(&self, component: &str) {
-        let mut cmd = std::process::Command::new(repo_root().join("controlplane/cluster.sh"));
-        cmd.args(["restart", component, "--dir"]).arg(&self.dir);
-        run_ok(cmd).await;
-    }
-}
-
-impl Drop for PrivateCluster {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(repo_root().join("controlplane/cluster.sh"))
-            .arg("down")
-            .arg("--dir")
-            .arg(&self.dir)
-            .output();
-    }
-}
-
 /// The repository's root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A POST to etcd's JSON gateway on 127.0.0.1:`port` (plain HTTP/1.0): its JSON answer.
-async fn etcd_post(port: &str, path: &str, body: &str) -> serde_json::Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    let json = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("etcd {path}: {e}: {answer}"))
 }

@@ -42,10 +42,11 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
         w.ns.client.clone(),
         &w.ns.name,
         HoldRule {
-            pod: pods[1].clone(),
+            pod: Some(pods[1].clone()),
             label: ROLE_LABEL.into(),
             value: ROLE_LEADER.into(),
         },
+        &pods[1],
     )
     .await
     .unwrap();

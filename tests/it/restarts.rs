@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use kube::api::PostParams;
-use leadergroup_testenv::{InvariantWatcher, Proxy, control_plane, namespace_in, wait_until};
+use leadergroup_testenv::{InvariantWatcher, PrivateCluster, Proxy, namespace_in, wait_until};
 
-use crate::common::{Operator, PrivateCluster, Settled, World, group};
+use crate::common::{Operator, Settled, World, group};
 
 /// Every fault's handover must settle within this (the API server's restart included).
 const SETTLE: Duration = Duration::from_secs(60);
@@ -46,12 +46,18 @@ async fn the_group_converges_through_restarts_and_a_cut_connection() {
 /// One private control plane, the operator behind a proxy, and `faults` in turn, each while the
 /// operator hands over.
 async fn converges_through(faults: &[&str]) {
-    let shared = control_plane().await.unwrap();
-    let pc = PrivateCluster::up(&format!("restarts-{}", faults.len()), shared).await;
-    let w = World::in_namespace(namespace_in(pc.client().await, "restarts").await.unwrap()).await;
+    let pc = PrivateCluster::start(&format!("restarts-{}", faults.len()))
+        .await
+        .unwrap();
+    let w = World::in_namespace(
+        namespace_in(pc.client().await.unwrap(), "restarts")
+            .await
+            .unwrap(),
+    )
+    .await;
     w.ordered_ready_pods("app", 3, "pay").await;
     // The operator reaches the API server through a proxy the test can cut.
-    let kubeconfig = std::fs::read_to_string(pc.kubeconfig()).unwrap();
+    let kubeconfig = std::fs::read_to_string(pc.kubeconfig_path()).unwrap();
     let server = kubeconfig
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: "))
@@ -59,7 +65,7 @@ async fn converges_through(faults: &[&str]) {
         .trim_start_matches("https://")
         .to_string();
     let proxy = Proxy::start(server.parse().unwrap()).await.unwrap();
-    let operator_kubeconfig = pc.kubeconfig().with_file_name("operator.kubeconfig");
+    let operator_kubeconfig = pc.kubeconfig_path().with_file_name("operator.kubeconfig");
     std::fs::write(
         &operator_kubeconfig,
         kubeconfig.replace(&server, &proxy.addr.to_string()),
@@ -86,16 +92,16 @@ async fn converges_through(faults: &[&str]) {
         let old = current.clone();
         w.kubelet.set_ready(&old.leader, false).await.unwrap();
         match fault {
-            "kube-apiserver restart" => pc.restart("kube-apiserver").await,
-            "etcd restart" => pc.restart("etcd").await,
+            "kube-apiserver restart" => pc.restart("kube-apiserver").await.unwrap(),
+            "etcd restart" => pc.restart("etcd").await.unwrap(),
             "connection cut" => {
                 proxy.cut();
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 proxy.heal();
             }
             "compaction and kube-apiserver restart" => {
-                pc.compact_etcd().await;
-                pc.restart("kube-apiserver").await;
+                pc.compact_etcd().await.unwrap();
+                pc.restart("kube-apiserver").await.unwrap();
                 // Every watch now resumes from a compacted revision: 410 Gone, then a new list.
                 let gone = pods
                     .watch(&Default::default(), &before)
