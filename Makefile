@@ -23,6 +23,7 @@ help:
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
 	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
+	@echo "make chaos             10,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
@@ -130,6 +131,14 @@ bench:
 	$(BENCH_VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(BENCH_VENV)/bin/pip install -q 'matplotlib==3.10.*'
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR)
+
+# The published chaos run (issue 13, item 8): 10,000 seeded faults against two operator replicas on a
+# control plane of its own (about 45 minutes on 2 cores), then docs/chaos.md. CHAOS_ARGS: --seed N,
+# --faults N, --groups N. `make test` runs a short one (tests/it/chaos.rs).
+.PHONY: chaos
+chaos:
+	nice -n 10 cargo build --release --locked --bin leadergroup-operator -p leadergroup-chaos
+	target/release/leadergroup-chaos --operator target/release/leadergroup-operator --out docs/chaos.md $(CHAOS_ARGS)
 
 # The end-to-end tests (issue 10) on a real cluster of their own in target/e2e-cluster, started with
 # a 10 s node-monitor-grace-period (the node-loss test; Kubernetes' default is 50 s) and ALWAYS

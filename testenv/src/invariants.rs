@@ -298,7 +298,7 @@ impl Recorded {
 }
 
 /// Running, Ready and not terminating: what the operator may elect (the selector aside).
-fn eligible(pod: &Pod) -> bool {
+pub fn eligible(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     pod.metadata.deletion_timestamp.is_none()
         && status.and_then(|s| s.phase.as_deref()) == Some("Running")

@@ -5,6 +5,7 @@
 
 mod app_latency;
 mod arbiter;
+mod chaos;
 mod chart;
 mod cleanup;
 mod common;

@@ -1,0 +1,223 @@
+//! The faults of a run, drawn from its seed alone: the same seed gives the same faults, with the
+//! same targets, lengths and pauses between them. Which pod is "the leader" when a fault strikes,
+//! and what the operator makes of it, is decided by the run itself.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Which operator replica a replica fault strikes (resolved when it strikes: their /readyz).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Replica {
+    /// The one acting (holding the operator's Lease).
+    Active,
+    /// The one waiting.
+    Standby,
+}
+
+/// Which pod of a group a pod fault strikes (resolved when it strikes: the leader label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Target {
+    Leader,
+    Follower,
+}
+
+/// One fault. Lengths say how long it lasts before it is undone (the undoing runs on its own, so
+/// faults overlap).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Fault {
+    /// SIGKILL; a new process `down` later.
+    KillReplica { replica: Replica, down: Duration },
+    /// SIGSTOP, SIGCONT `paused` later: every request it sent or sends lands late.
+    PauseReplica { replica: Replica, paused: Duration },
+    /// SIGTERM (a rollout of the operator), then a new process.
+    RollReplica { replica: Replica },
+    /// Its connection holds every byte for `held`, then delivers them late.
+    HoldReplica { replica: Replica, held: Duration },
+    /// Its connection goes silent for `cut` (a partition), then the hung connections close.
+    CutReplica { replica: Replica, cut: Duration },
+    /// The pod is deleted (its kubelet removes it 300 ms later) and a new one replaces it.
+    DeletePod { group: usize, target: Target },
+    /// The pod turns NotReady, Ready again `not_ready` later.
+    FlapPod {
+        group: usize,
+        target: Target,
+        not_ready: Duration,
+    },
+    /// The group's Lease is deleted by hand.
+    DeleteLease { group: usize },
+    /// Someone else rewrites the group's Lease (its own compare-and-swap): another holder, an
+    /// epoch up to 3 above or below.
+    ForgeLease { group: usize, epoch_offset: i64 },
+    /// Every promotion (a pod's label set to leader) is held inside the API server for `held`
+    /// (an admission webhook), then lands late.
+    HoldPromotions { held: Duration },
+    /// kube-apiserver is stopped and started again (same port, same etcd).
+    RestartApiServer,
+}
+
+impl Fault {
+    /// A short, static name (the report's rows).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::KillReplica { .. } => "replica killed",
+            Fault::PauseReplica { .. } => "replica paused",
+            Fault::RollReplica { .. } => "replica rolled",
+            Fault::HoldReplica { .. } => "replica's requests held",
+            Fault::CutReplica { .. } => "replica cut off",
+            Fault::DeletePod { .. } => "pod deleted",
+            Fault::FlapPod { .. } => "pod NotReady flap",
+            Fault::DeleteLease { .. } => "Lease deleted",
+            Fault::ForgeLease { .. } => "foreign Lease write",
+            Fault::HoldPromotions { .. } => "promotions held",
+            Fault::RestartApiServer => "kube-apiserver restarted",
+        }
+    }
+
+    /// The replica it strikes, for the replica faults.
+    pub fn replica(&self) -> Option<Replica> {
+        match self {
+            Fault::KillReplica { replica, .. }
+            | Fault::PauseReplica { replica, .. }
+            | Fault::RollReplica { replica }
+            | Fault::HoldReplica { replica, .. }
+            | Fault::CutReplica { replica, .. } => Some(*replica),
+            _ => None,
+        }
+    }
+}
+
+/// Every kind, in the report's order.
+pub const KINDS: [&str; 11] = [
+    "pod NotReady flap",
+    "pod deleted",
+    "foreign Lease write",
+    "Lease deleted",
+    "replica killed",
+    "replica paused",
+    "replica rolled",
+    "replica's requests held",
+    "replica cut off",
+    "promotions held",
+    "kube-apiserver restarted",
+];
+
+/// A fault and the pause before it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub before: Duration,
+    pub fault: Fault,
+}
+
+/// `faults` steps for `groups` groups, from `seed`.
+pub fn plan(seed: u64, faults: usize, groups: usize) -> Vec<Step> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..faults)
+        .map(|_| Step {
+            before: ms(&mut rng, 10, 150),
+            fault: fault(&mut rng, groups.max(1)),
+        })
+        .collect()
+}
+
+/// Draws one fault. Weights: the pods' faults (what a cluster does all day) most often, the
+/// replicas' one in 19 (they strike one at a time, so they pace the run), a kube-apiserver
+/// restart (seconds without an API) one in 154.
+fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
+    let replica = |rng: &mut fastrand::Rng| {
+        if rng.u8(0..4) == 0 {
+            Replica::Standby
+        } else {
+            Replica::Active
+        }
+    };
+    let target = |rng: &mut fastrand::Rng| {
+        if rng.bool() {
+            Target::Leader
+        } else {
+            Target::Follower
+        }
+    };
+    let group = rng.usize(0..groups);
+    match rng.u32(0..154) {
+        0..84 => Fault::FlapPod {
+            group,
+            target: target(rng),
+            not_ready: ms(rng, 50, 3000),
+        },
+        84..116 => Fault::DeletePod {
+            group,
+            target: target(rng),
+        },
+        116..132 => Fault::ForgeLease {
+            group,
+            epoch_offset: rng.i64(-3..=3),
+        },
+        132..142 => Fault::DeleteLease { group },
+        142..144 => Fault::KillReplica {
+            replica: replica(rng),
+            down: ms(rng, 0, 2000),
+        },
+        144..146 => Fault::PauseReplica {
+            replica: replica(rng),
+            paused: ms(rng, 100, 5000),
+        },
+        146..147 => Fault::RollReplica {
+            replica: replica(rng),
+        },
+        147..149 => Fault::HoldReplica {
+            replica: replica(rng),
+            held: ms(rng, 100, 4000),
+        },
+        149..150 => Fault::CutReplica {
+            replica: replica(rng),
+            cut: ms(rng, 100, 4000),
+        },
+        150..153 => Fault::HoldPromotions {
+            held: ms(rng, 100, 2500),
+        },
+        _ => Fault::RestartApiServer,
+    }
+}
+
+fn ms(rng: &mut fastrand::Rng, min: u64, max: u64) -> Duration {
+    Duration::from_millis(rng.u64(min..=max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_faults() {
+        assert_eq!(plan(7, 500, 4), plan(7, 500, 4));
+        assert_ne!(plan(7, 500, 4), plan(8, 500, 4));
+    }
+
+    #[test]
+    fn every_kind_is_drawn_and_targets_stay_in_range() {
+        let steps = plan(1, 10_000, 5);
+        for kind in KINDS {
+            assert!(
+                steps.iter().any(|s| s.fault.kind() == kind),
+                "{kind} never drawn"
+            );
+        }
+        for s in &steps {
+            let group = match s.fault {
+                Fault::FlapPod { group, .. }
+                | Fault::DeletePod { group, .. }
+                | Fault::ForgeLease { group, .. }
+                | Fault::DeleteLease { group } => group,
+                _ => 0,
+            };
+            assert!(group < 5, "{s:?}");
+            assert!(s.before <= Duration::from_millis(150), "{s:?}");
+        }
+        let restarts = steps
+            .iter()
+            .filter(|s| s.fault == Fault::RestartApiServer)
+            .count();
+        assert!((30..=100).contains(&restarts), "{restarts} restarts");
+    }
+}

@@ -1,0 +1,180 @@
+//! One operator replica: the operator binary run with `--leader-elect`, reaching the API server
+//! through a proxy of its own (so its requests can be held or cut), killed, paused, rolled and
+//! started again as the faults say.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use leadergroup_testenv::{Proxy, http_get};
+use tokio::process::{Child, Command};
+
+use crate::Error;
+
+/// How the replicas are started.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The operator binary.
+    pub binary: PathBuf,
+    /// The namespace it watches, and where its own Lease lives.
+    pub namespace: String,
+    /// Its own Lease's duration, in seconds.
+    pub lease_seconds: u32,
+    /// Where its logs go (`<name>.log`, every process of the replica appended).
+    pub log_dir: PathBuf,
+}
+
+/// A replica: its proxy, its current process (none while killed), how many it has had.
+pub struct OperatorReplica {
+    pub name: String,
+    pub proxy: Proxy,
+    kubeconfig: PathBuf,
+    launch: Launch,
+    child: Option<Child>,
+    /// Where its current process serves /readyz (read by the active-replica monitor, which must
+    /// not wait for a fault that holds the replicas).
+    http: Arc<Mutex<SocketAddr>>,
+    generation: u32,
+}
+
+impl OperatorReplica {
+    /// Starts replica `name` behind `proxy`; `admin_kubeconfig` is the cluster's, with the server
+    /// replaced by the proxy's address.
+    pub async fn start(
+        name: &str,
+        launch: &Launch,
+        admin_kubeconfig: &Path,
+        server: &str,
+    ) -> Result<OperatorReplica, Error> {
+        let upstream: SocketAddr = server
+            .trim_start_matches("https://")
+            .parse()
+            .map_err(|e| Error::Setup(format!("the API server's address {server}: {e}")))?;
+        let proxy = Proxy::start(upstream).await?;
+        let text = std::fs::read_to_string(admin_kubeconfig)
+            .map_err(|e| Error::Setup(format!("{}: {e}", admin_kubeconfig.display())))?;
+        let kubeconfig = launch.log_dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(
+            &kubeconfig,
+            text.replace(server, &format!("https://{}", proxy.addr)),
+        )
+        .map_err(|e| Error::Setup(format!("{}: {e}", kubeconfig.display())))?;
+        let mut replica = OperatorReplica {
+            name: name.to_owned(),
+            proxy,
+            kubeconfig,
+            launch: launch.clone(),
+            child: None,
+            http: Arc::new(Mutex::new(free_port()?)),
+            generation: 0,
+        };
+        replica.spawn()?;
+        Ok(replica)
+    }
+
+    /// A new process (a new identity, as a new pod of a Deployment would have).
+    pub fn spawn(&mut self) -> Result<(), Error> {
+        self.generation += 1;
+        let http = free_port()?;
+        *self.http.lock().unwrap_or_else(PoisonError::into_inner) = http;
+        let log_path = self.launch.log_dir.join(format!("{}.log", self.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Error::Setup(format!("{}: {e}", log_path.display())))?;
+        let err_log = log
+            .try_clone()
+            .map_err(|e| Error::Setup(format!("{}: {e}", log_path.display())))?;
+        let child = Command::new(&self.launch.binary)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.launch.namespace])
+            .args(["--identity", &format!("{}-{}", self.name, self.generation)])
+            .args(["--http-addr", &http.to_string()])
+            .args(["--leader-elect", "--leader-elect-namespace"])
+            .arg(&self.launch.namespace)
+            .args([
+                "--leader-elect-lease-duration",
+                &self.launch.lease_seconds.to_string(),
+            ])
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(log)
+            .stderr(err_log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Error::Setup(format!("starting {}: {e}", self.launch.binary.display())))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// What its /readyz says: `active`, `standby`, or `None` (not answering: down or paused).
+    pub async fn role(&self) -> Option<String> {
+        role_at(&self.http).await
+    }
+
+    /// Where its current process serves /readyz, for [`role_at`].
+    pub fn http(&self) -> Arc<Mutex<SocketAddr>> {
+        Arc::clone(&self.http)
+    }
+
+    /// SIGKILL, and waits for the process to end.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// SIGSTOP or SIGCONT.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.child.as_ref().and_then(Child::id) {
+            let _ = std::process::Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// SIGTERM, and waits for it to exit (SIGKILL after 30 s): a rollout's stop.
+    pub async fn terminate(&mut self) {
+        self.signal("-TERM");
+        if let Some(mut child) = self.child.take()
+            && tokio::time::timeout(Duration::from_secs(30), child.wait())
+                .await
+                .is_err()
+        {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Whether its process ended on its own (a crash: the run reports it).
+    pub fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    /// How many processes it has had.
+    pub fn generations(&self) -> u32 {
+        self.generation
+    }
+}
+
+/// What the /readyz at `http` says (see [`OperatorReplica::role`]); `None` after 300 ms without
+/// an answer (a paused process).
+pub async fn role_at(http: &Mutex<SocketAddr>) -> Option<String> {
+    let addr = *http.lock().unwrap_or_else(PoisonError::into_inner);
+    let (code, body) = tokio::time::timeout(Duration::from_millis(300), http_get(addr, "/readyz"))
+        .await
+        .ok()??;
+    let role = body.trim().strip_prefix("ready: ")?;
+    (code == 200).then(|| role.to_owned())
+}
+
+fn free_port() -> Result<SocketAddr, Error> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Setup(format!("a free port: {e}")))
+}

@@ -1,0 +1,446 @@
+//! What a run injected and what it saw, and the page (`docs/chaos.md` for `make chaos`).
+
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use leadergroup_testenv::InvariantWatcher;
+
+use crate::Config;
+use crate::monitor::ActiveMonitor;
+use crate::plan::{Fault, KINDS};
+use crate::replica::OperatorReplica;
+
+/// One fault as the run injected it (or skipped it).
+#[derive(Clone, Debug)]
+pub struct Injected {
+    pub index: usize,
+    /// Since the first fault.
+    pub at: Duration,
+    pub fault: Fault,
+    /// Why it was not injected, if it was not.
+    pub skipped: Option<String>,
+}
+
+impl Injected {
+    pub fn new(index: usize, at: Duration, fault: &Fault, skipped: Option<String>) -> Injected {
+        Injected {
+            index,
+            at,
+            fault: fault.clone(),
+            skipped,
+        }
+    }
+}
+
+/// The end of a round of faults: how long the groups took to settle (I2), or why they did not.
+#[derive(Clone, Debug)]
+pub struct Round {
+    pub faults: Range<usize>,
+    pub settle: Duration,
+    pub unsettled: Option<String>,
+}
+
+/// A gap (an eligible candidate, no eligible leader) as the watch saw it, since the first fault.
+#[derive(Clone, Debug)]
+pub struct GapSeen {
+    pub group: String,
+    pub start: Duration,
+    /// `None`: still open at the end of the run.
+    pub length: Option<Duration>,
+}
+
+/// The run's record.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub planned: usize,
+    pub groups: usize,
+    pub lease_seconds: u32,
+    pub operator_lease_seconds: u32,
+    pub round: usize,
+    pub gap_bound: Duration,
+    pub namespace: String,
+    pub setup: Duration,
+    pub injected: Vec<Injected>,
+    pub rounds: Vec<Round>,
+    /// I1 and I3, from the independent watch.
+    pub watch_violations: Vec<String>,
+    pub leaders_seen: usize,
+    pub pod_events: usize,
+    pub gaps: Vec<GapSeen>,
+    pub faults_took: Duration,
+    pub total: Duration,
+    /// Per replica: its name and how many processes it had.
+    pub processes: Vec<(String, u32)>,
+    /// The kube-apiserver restarts: from the fault until the API server answered again, since the
+    /// first fault.
+    pub api_down: Vec<(Duration, Duration)>,
+    /// Both replicas said active: since the first fault, for how long.
+    pub both_active: Vec<(Duration, Duration)>,
+}
+
+impl Report {
+    pub fn new(config: &Config, namespace: &str, setup: Duration) -> Report {
+        Report {
+            seed: config.seed,
+            planned: config.faults,
+            groups: config.groups,
+            lease_seconds: config.lease_seconds,
+            operator_lease_seconds: config.operator_lease_seconds,
+            round: config.round,
+            gap_bound: config.gap_bound,
+            namespace: namespace.to_owned(),
+            setup,
+            injected: Vec::new(),
+            rounds: Vec::new(),
+            watch_violations: Vec::new(),
+            leaders_seen: 0,
+            pod_events: 0,
+            gaps: Vec::new(),
+            faults_took: Duration::ZERO,
+            total: Duration::ZERO,
+            processes: Vec::new(),
+            api_down: Vec::new(),
+            both_active: Vec::new(),
+        }
+    }
+
+    /// A kube-apiserver restart from `from` to `to` (since the first fault).
+    pub fn api_down(&mut self, from: Duration, to: Duration) {
+        self.api_down.push((from, to));
+    }
+
+    /// How much of `gap` the API server was down (restarting): no operator can act then.
+    pub fn api_down_within(&self, gap: &GapSeen) -> Duration {
+        let end = gap.start + gap.length.unwrap_or_default();
+        self.api_down
+            .iter()
+            .map(|(from, to)| {
+                let (a, b) = ((*from).max(gap.start), (*to).min(end));
+                b.saturating_sub(a)
+            })
+            .sum()
+    }
+
+    pub fn injected(&mut self, injected: Injected) {
+        self.injected.push(injected);
+    }
+
+    pub fn round(&mut self, round: Round) {
+        self.rounds.push(round);
+    }
+
+    /// Takes the watch's findings once the faults are over.
+    pub fn finish(
+        &mut self,
+        watch: &InvariantWatcher,
+        monitor: &ActiveMonitor,
+        faults_started: Instant,
+        total: Duration,
+        replicas: &mut [OperatorReplica],
+    ) {
+        let (violations, leaders, events) = watch.report();
+        self.watch_violations = violations;
+        self.leaders_seen = leaders.len();
+        self.pod_events = events;
+        self.gaps = watch
+            .gaps()
+            .into_iter()
+            .filter(|g| g.start >= faults_started)
+            .map(|g| GapSeen {
+                group: g.group,
+                start: g.start - faults_started,
+                length: g.length,
+            })
+            .collect();
+        self.both_active = monitor
+            .overlaps()
+            .into_iter()
+            .map(|(since, length)| (since.saturating_duration_since(faults_started), length))
+            .collect();
+        self.faults_took = faults_started.elapsed();
+        self.total = total;
+        self.processes = replicas
+            .iter()
+            .map(|r| (r.name.clone(), r.generations()))
+            .collect();
+    }
+
+    /// Every violation: I1 and I3 (the watch), I2 (a round that did not settle), I4 (a gap longer
+    /// than the bound once the API server's own restarts are taken out of it, or one still open at
+    /// the end), and two replicas active at once.
+    pub fn violations(&self) -> Vec<String> {
+        let mut all = self.watch_violations.clone();
+        for (since, length) in &self.both_active {
+            all.push(format!(
+                "HA: both replicas reported active for {} (from {} into the run)",
+                secs(*length),
+                secs(*since)
+            ));
+        }
+        for r in &self.rounds {
+            if let Some(why) = &r.unsettled {
+                all.push(format!(
+                    "I2: not settled within 60 s after faults {}..{}: {why}",
+                    r.faults.start, r.faults.end
+                ));
+            }
+        }
+        for g in &self.gaps {
+            match g.length {
+                Some(l) if l.saturating_sub(self.api_down_within(g)) <= self.gap_bound => {}
+                Some(l) => all.push(format!(
+                    "I4: {} without an eligible leader for {} ({} of it kube-apiserver restarting; from {} into the run; bound {})",
+                    g.group,
+                    secs(l),
+                    secs(self.api_down_within(g)),
+                    secs(g.start),
+                    secs(self.gap_bound)
+                )),
+                None => all.push(format!(
+                    "I4: {} still without an eligible leader at the end (since {})",
+                    g.group,
+                    secs(g.start)
+                )),
+            }
+        }
+        all
+    }
+
+    /// The longest gap.
+    pub fn worst_gap(&self) -> Option<&GapSeen> {
+        self.gaps
+            .iter()
+            .max_by_key(|g| g.length.unwrap_or(Duration::MAX))
+    }
+
+    /// Faults injected (not skipped).
+    pub fn injected_count(&self) -> usize {
+        self.injected.iter().filter(|i| i.skipped.is_none()).count()
+    }
+
+    /// The page.
+    pub fn markdown(&self, generated: &str, command: &str) -> String {
+        let mut md = String::new();
+        let violations = self.violations();
+        let _ = writeln!(md, "# Chaos run\n");
+        let _ = writeln!(
+            md,
+            "Generated by `{command}` on {generated}. Seed {seed}: the same seed injects the same \
+             faults (kinds, targets, lengths, pauses) in the same order; which pod leads when one \
+             strikes, and what the operator makes of it, is the run's own. Repeat it with \
+             `make chaos CHAOS_ARGS=\"--seed {seed} --faults {planned}\"`.\n",
+            seed = self.seed,
+            planned = self.planned,
+        );
+        let _ = writeln!(md, "## Result\n");
+        let _ = writeln!(
+            md,
+            "**{} violations** of I1–I4 in {} faults injected ({} planned, {} skipped: no such pod \
+             or Lease at that moment), {} leaders handed an epoch, {} pod events watched.\n",
+            violations.len(),
+            self.injected_count(),
+            self.planned,
+            self.planned - self.injected_count(),
+            self.leaders_seen,
+            self.pod_events,
+        );
+        let i1 = self
+            .watch_violations
+            .iter()
+            .filter(|v| v.starts_with("I1"))
+            .count();
+        let i3 = self
+            .watch_violations
+            .iter()
+            .filter(|v| v.starts_with("I3"))
+            .count();
+        let i2 = self.rounds.iter().filter(|r| r.unsettled.is_some()).count();
+        let lengths: Vec<Duration> = self.gaps.iter().filter_map(|g| g.length).collect();
+        let over = violations.iter().filter(|v| v.starts_with("I4")).count();
+        let _ = writeln!(md, "| invariant | checked | violations |\n|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| I1: at most one pod of a group labeled leader | every pod event of an independent watch | {i1} |"
+        );
+        let _ = writeln!(
+            md,
+            "| I2: once converged, the labeled leader is the Lease holder, epochs equal (status, Lease, pod) | after each of {} rounds, all groups, within 60 s | {i2} |",
+            self.rounds.len()
+        );
+        let _ = writeln!(
+            md,
+            "| I3: epochs only grow, none handed to two pods | every pod event of the watch | {i3} |"
+        );
+        let _ = writeln!(
+            md,
+            "| I4: an eligible candidate gets an eligible leader within {} (not counting a kube-apiserver restart's own downtime) | {} gaps timed by the watch | {over} |",
+            secs(self.gap_bound),
+            lengths.len()
+        );
+        let _ = writeln!(
+            md,
+            "| one active operator replica at a time | both replicas' /readyz every 50 ms | {} |\n",
+            self.both_active.len()
+        );
+        if !violations.is_empty() {
+            let _ = writeln!(md, "Violations:\n");
+            for v in violations.iter().take(50) {
+                let _ = writeln!(md, "- {v}");
+            }
+            let _ = writeln!(md);
+        }
+        let _ = writeln!(md, "## Time without a leader (I4)\n");
+        let _ = writeln!(
+            md,
+            "A gap opens when the watch sees a group with an eligible candidate (Running, Ready, not \
+             terminating) and no eligible pod labeled leader, and closes when it sees one again: the \
+             time an application had no leader to serve it, on the watch's clock.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| gaps | median | p90 | p99 | worst |\n|---|---|---|---|---|\n| {} | {} | {} | {} | {} |\n",
+            lengths.len(),
+            quantile(&lengths, 0.5),
+            quantile(&lengths, 0.9),
+            quantile(&lengths, 0.99),
+            quantile(&lengths, 1.0),
+        );
+        let mut worst: Vec<&GapSeen> = self.gaps.iter().collect();
+        worst.sort_by_key(|g| std::cmp::Reverse(g.length.unwrap_or(Duration::MAX)));
+        let _ = writeln!(
+            md,
+            "The ten longest, with the faults injected from 1 s before they opened until they closed:\n"
+        );
+        let _ = writeln!(
+            md,
+            "| group | opened | length | faults |\n|---|---|---|---|"
+        );
+        for g in worst.iter().take(10) {
+            let end = g.start + g.length.unwrap_or(Duration::from_secs(3600));
+            let nearby: Vec<String> = self
+                .injected
+                .iter()
+                .filter(|i| i.skipped.is_none())
+                .filter(|i| i.at + Duration::from_secs(1) >= g.start && i.at <= end)
+                .map(|i| format!("#{} {}", i.index, describe(&i.fault)))
+                .collect();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                g.group,
+                secs(g.start),
+                g.length.map_or_else(|| "open".into(), secs),
+                nearby.join("; ")
+            );
+        }
+        let _ = writeln!(md, "\n## Faults\n");
+        let _ = writeln!(
+            md,
+            "| fault | planned | injected | skipped |\n|---|---|---|---|"
+        );
+        for kind in KINDS {
+            let of_kind: Vec<&Injected> = self
+                .injected
+                .iter()
+                .filter(|i| i.fault.kind() == kind)
+                .collect();
+            let done = of_kind.iter().filter(|i| i.skipped.is_none()).count();
+            let _ = writeln!(
+                md,
+                "| {kind} | {} | {done} | {} |",
+                of_kind.len(),
+                of_kind.len() - done
+            );
+        }
+        let mut reasons: Vec<(String, usize)> = Vec::new();
+        for i in self.injected.iter().filter_map(|i| i.skipped.as_ref()) {
+            match reasons.iter_mut().find(|(r, _)| r == i) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((i.clone(), 1)),
+            }
+        }
+        reasons.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        if !reasons.is_empty() {
+            let _ = writeln!(md, "\nWhy faults were skipped:\n");
+            for (r, n) in reasons.iter().take(10) {
+                let _ = writeln!(md, "- {n}× {r}");
+            }
+        }
+        let settles: Vec<Duration> = self.rounds.iter().map(|r| r.settle).collect();
+        let _ = writeln!(md, "\n## The run\n");
+        let _ = writeln!(
+            md,
+            "- A control plane of its own (etcd + kube-apiserver, restarted by the faults), namespace \
+             `{}`; {} groups of 3 pods (the simulated kubelet), `leaseDurationSeconds: {}`.",
+            self.namespace, self.groups, self.lease_seconds
+        );
+        let _ = writeln!(
+            md,
+            "- Two operator replicas with `--leader-elect` (their own Lease {} s), each through a proxy \
+             of its own (the held and cut requests); processes over the run: {}.",
+            self.operator_lease_seconds,
+            self.processes
+                .iter()
+                .map(|(n, g)| format!("{n} {g}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let _ = writeln!(
+            md,
+            "- Faults 10–150 ms apart, each undone on its own later (so they overlap); the replicas' \
+             faults one at a time (one operator always runs), as the promotion holds. Every {} faults \
+             a round ends: everything undone, the pods repaired (Ready again, 3 per group), then all \
+             groups must settle (I2). Settling took median {}, worst {} over {} rounds.",
+            self.round,
+            quantile(&settles, 0.5),
+            quantile(&settles, 1.0),
+            self.rounds.len()
+        );
+        let _ = writeln!(
+            md,
+            "- Set-up {}, faults and rounds {}, in all {}.",
+            secs(self.setup),
+            secs(self.faults_took),
+            secs(self.total)
+        );
+        md
+    }
+}
+
+/// A fault with its target, for the gaps' table.
+fn describe(fault: &Fault) -> String {
+    match fault {
+        Fault::FlapPod { group, target, .. } | Fault::DeletePod { group, target } => {
+            format!("{} g{group} {target:?}", fault.kind())
+        }
+        Fault::DeleteLease { group } | Fault::ForgeLease { group, .. } => {
+            format!("{} g{group}", fault.kind())
+        }
+        other => match other.replica() {
+            Some(r) => format!("{} {r:?}", other.kind()),
+            None => other.kind().to_owned(),
+        },
+    }
+}
+
+/// The `q` quantile (nearest rank) of `values`, in seconds or milliseconds.
+fn quantile(values: &[Duration], q: f64) -> String {
+    if values.is_empty() {
+        return "–".into();
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    secs(sorted[rank - 1])
+}
+
+/// `1.234 s` or `87 ms`.
+pub fn secs(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}

@@ -1,0 +1,415 @@
+//! The run: its control plane, two operator replicas, the groups, then the plan's faults one after
+//! another (each undone on its own, later, so they overlap), with a settled check (I2) every round,
+//! while an independent watch checks I1 and I3 on every pod event and times the gaps (I4).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_testenv::{HeldRequests, HoldRule, InvariantWatcher, PrivateCluster, namespace_in};
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
+
+use crate::monitor::ActiveMonitor;
+use crate::plan::{Fault, Replica, Step, Target};
+use crate::replica::{Launch, OperatorReplica};
+use crate::report::{Injected, Report, Round};
+use crate::world::World;
+use crate::{Config, Error};
+
+/// How long the run waits for every group to settle after a round.
+const SETTLE: Duration = Duration::from_secs(60);
+/// How long an undo (a pod Ready again, a replica started) keeps retrying through API errors
+/// (a kube-apiserver restart among them).
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// What the faults' own tasks share.
+struct Shared {
+    world: World,
+    replicas: Mutex<Vec<OperatorReplica>>,
+    hold: HeldRequests,
+}
+
+/// Runs `config`'s plan; the report says what was injected and what was seen.
+pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
+    let started = Instant::now();
+    let cluster = PrivateCluster::start(&format!("chaos-{}", config.seed)).await?;
+    let client = cluster.client().await?;
+    let ns = namespace_in(client.clone(), "chaos").await?;
+    let namespace = ns.name.clone();
+    let world = World::new(ns, config.groups).await?;
+    let watch =
+        InvariantWatcher::start_with_candidates(&client, &namespace, crate::world::APP_LABEL).await;
+    let hold = HeldRequests::start(
+        &cluster,
+        client.clone(),
+        &namespace,
+        HoldRule {
+            pod: None,
+            label: ROLE_LABEL.into(),
+            value: ROLE_LEADER.into(),
+        },
+        &format!("{}-0", World::group(0)),
+    )
+    .await?;
+    hold.release();
+    std::fs::create_dir_all(&config.work_dir)
+        .map_err(|e| Error::Setup(format!("{}: {e}", config.work_dir.display())))?;
+    let launch = Launch {
+        binary: config.operator.clone(),
+        namespace: namespace.clone(),
+        lease_seconds: config.operator_lease_seconds,
+        log_dir: config.work_dir.clone(),
+    };
+    let mut replicas = Vec::new();
+    for name in ["op-a", "op-b"] {
+        replicas.push(
+            OperatorReplica::start(
+                name,
+                &launch,
+                cluster.kubeconfig_path(),
+                cluster.server_url(),
+            )
+            .await?,
+        );
+    }
+    let monitor = ActiveMonitor::start(replicas.iter().map(OperatorReplica::http).collect());
+    let shared = Arc::new(Shared {
+        world,
+        replicas: Mutex::new(replicas),
+        hold,
+    });
+    shared.world.create_groups(config.lease_seconds).await?;
+    let first = shared.world.wait_all_settled(SETTLE).await;
+    if let Err(why) = first {
+        return Err(Error::Setup(format!(
+            "the groups never settled before the first fault: {why}"
+        )));
+    }
+    let setup = started.elapsed();
+
+    let mut report = Report::new(config, &namespace, setup);
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    // The replicas' faults strike one at a time (one operator always runs), and so do the holds
+    // of promotions.
+    let mut replica_fault: Option<tokio::task::JoinHandle<()>> = None;
+    let mut promotions_held: Option<tokio::task::JoinHandle<()>> = None;
+    let faults_started = Instant::now();
+    let mut round_start = 0;
+    for (i, step) in steps.iter().enumerate() {
+        tokio::time::sleep(step.before).await;
+        if step.fault.replica().is_some()
+            && let Some(previous) = replica_fault.take()
+        {
+            let _ = previous.await;
+        }
+        if matches!(step.fault, Fault::HoldPromotions { .. })
+            && let Some(previous) = promotions_held.take()
+        {
+            let _ = previous.await;
+        }
+        let at = faults_started.elapsed();
+        let outcome = inject(&shared, &cluster, &step.fault, i, &mut tasks).await;
+        if step.fault == Fault::RestartApiServer {
+            // Until the restart returns (cluster.sh waits for /readyz), nothing can reach the API.
+            report.api_down(at, faults_started.elapsed());
+        }
+        match outcome {
+            Ok(Launched::Task(task)) => {
+                if step.fault.replica().is_some() {
+                    replica_fault = Some(task);
+                } else {
+                    promotions_held = Some(task);
+                }
+                report.injected(Injected::new(i, at, &step.fault, None));
+            }
+            Ok(Launched::Done) => report.injected(Injected::new(i, at, &step.fault, None)),
+            Ok(Launched::Skipped(why)) => {
+                report.injected(Injected::new(i, at, &step.fault, Some(why)));
+            }
+            Err(e) => report.injected(Injected::new(i, at, &step.fault, Some(e.to_string()))),
+        }
+        let last = i + 1 == steps.len();
+        if (i + 1 - round_start) >= config.round || last {
+            if let Some(t) = replica_fault.take() {
+                let _ = t.await;
+            }
+            if let Some(t) = promotions_held.take() {
+                let _ = t.await;
+            }
+            while tasks.join_next().await.is_some() {}
+            report.round(quiesce(&shared, round_start, i + 1).await);
+            round_start = i + 1;
+        }
+    }
+    report.finish(
+        &watch,
+        &monitor,
+        faults_started,
+        started.elapsed(),
+        &mut shared.replicas.lock().await,
+    );
+    let mut replicas = shared.replicas.lock().await;
+    for r in replicas.iter_mut() {
+        r.signal("-CONT");
+        r.kill().await;
+    }
+    Ok(report)
+}
+
+/// What injecting a fault started.
+enum Launched {
+    /// Done at once.
+    Done,
+    /// The fault's undoing runs in this task.
+    Task(tokio::task::JoinHandle<()>),
+    /// Not injected, and why (no such pod now, say).
+    Skipped(String),
+}
+
+async fn inject(
+    shared: &Arc<Shared>,
+    cluster: &PrivateCluster,
+    fault: &Fault,
+    index: usize,
+    tasks: &mut JoinSet<()>,
+) -> Result<Launched, Error> {
+    let world = &shared.world;
+    match fault {
+        Fault::FlapPod {
+            group,
+            target,
+            not_ready,
+        } => {
+            let Some(pod) = world.target(*group, *target == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
+            };
+            world.kubelet.set_ready(&pod, false).await?;
+            let (shared, not_ready) = (Arc::clone(shared), *not_ready);
+            tasks.spawn(async move {
+                tokio::time::sleep(not_ready).await;
+                retry(|| shared.world.kubelet.set_ready(&pod, true)).await;
+            });
+            Ok(Launched::Done)
+        }
+        Fault::DeletePod { group, target } => {
+            let Some(pod) = world.target(*group, *target == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
+            };
+            world.kubelet.begin_termination(&pod).await?;
+            let (shared, group) = (Arc::clone(shared), *group);
+            tasks.spawn(async move {
+                // What a kubelet does: the container stops (NotReady), then the pod goes.
+                retry(|| shared.world.kubelet.set_ready(&pod, false)).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                retry(|| shared.world.kubelet.finish_termination(&pod)).await;
+                retry(|| shared.world.add_pod(group)).await;
+            });
+            Ok(Launched::Done)
+        }
+        Fault::DeleteLease { group } => {
+            let name = format!("leadergroup-{}", World::group(*group));
+            match world.leases.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => Ok(Launched::Done),
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    Ok(Launched::Skipped("no Lease".into()))
+                }
+                Err(e) => Err(Error::kube(format!("deleting Lease {name}"))(e)),
+            }
+        }
+        Fault::ForgeLease {
+            group,
+            epoch_offset,
+        } => forge_lease(&world.leases, *group, *epoch_offset, index).await,
+        Fault::HoldPromotions { held } => {
+            shared.hold.hold();
+            let (shared, held) = (Arc::clone(shared), *held);
+            Ok(Launched::Task(tokio::spawn(async move {
+                tokio::time::sleep(held).await;
+                shared.hold.release();
+            })))
+        }
+        Fault::RestartApiServer => {
+            cluster.restart("kube-apiserver").await?;
+            Ok(Launched::Done)
+        }
+        Fault::KillReplica { replica, .. }
+        | Fault::PauseReplica { replica, .. }
+        | Fault::RollReplica { replica }
+        | Fault::HoldReplica { replica, .. }
+        | Fault::CutReplica { replica, .. } => {
+            let Some(r) = resolve(shared, *replica).await else {
+                return Ok(Launched::Skipped("no replica reported active".into()));
+            };
+            strike_replica(shared, r, fault).await.map(Launched::Task)
+        }
+    }
+}
+
+/// The index of the replica `which` is now: the one whose /readyz says active (waiting up to 20 s
+/// for one to, after a kill or a rollout), or the other one.
+async fn resolve(shared: &Shared, which: Replica) -> Option<usize> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        {
+            let mut replicas = shared.replicas.lock().await;
+            for r in replicas.iter_mut() {
+                // A process that ended on its own (it lost its port, or crashed: the log says)
+                // is started again; the report counts the replicas' processes.
+                if r.exited().is_some() {
+                    let _ = r.spawn();
+                }
+            }
+            for (i, r) in replicas.iter().enumerate() {
+                if r.role().await.as_deref() == Some("active") {
+                    return Some(match which {
+                        Replica::Active => i,
+                        Replica::Standby => 1 - i,
+                    });
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Strikes replica `r`; the returned task undoes it.
+async fn strike_replica(
+    shared: &Arc<Shared>,
+    r: usize,
+    fault: &Fault,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let shared = Arc::clone(shared);
+    let fault = fault.clone();
+    {
+        let mut replicas = shared.replicas.lock().await;
+        let Some(replica) = replicas.get_mut(r) else {
+            return Err(Error::Setup(format!("no replica {r}")));
+        };
+        match &fault {
+            Fault::KillReplica { .. } => replica.kill().await,
+            Fault::PauseReplica { .. } => replica.signal("-STOP"),
+            Fault::HoldReplica { .. } | Fault::CutReplica { .. } => replica.proxy.cut(),
+            // The rollout's SIGTERM and wait run in the task: a clean stop takes a while.
+            _ => {}
+        }
+    }
+    Ok(tokio::spawn(async move {
+        let pause = match &fault {
+            Fault::KillReplica { down, .. } => *down,
+            Fault::PauseReplica { paused, .. } => *paused,
+            Fault::HoldReplica { held, .. } => *held,
+            Fault::CutReplica { cut, .. } => *cut,
+            _ => Duration::ZERO,
+        };
+        tokio::time::sleep(pause).await;
+        let mut replicas = shared.replicas.lock().await;
+        let Some(replica) = replicas.get_mut(r) else {
+            return;
+        };
+        match &fault {
+            Fault::KillReplica { .. } => {
+                let _ = replica.spawn();
+            }
+            Fault::PauseReplica { .. } => replica.signal("-CONT"),
+            Fault::HoldReplica { .. } => replica.proxy.release(),
+            Fault::CutReplica { .. } => replica.proxy.heal(),
+            Fault::RollReplica { .. } => {
+                replica.terminate().await;
+                let _ = replica.spawn();
+            }
+            _ => {}
+        }
+    }))
+}
+
+/// One write of the group's Lease by someone else, with its own compare-and-swap: another holder,
+/// the epoch annotation moved by `offset`.
+async fn forge_lease(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    group: usize,
+    offset: i64,
+    index: usize,
+) -> Result<Launched, Error> {
+    let name = format!("leadergroup-{}", World::group(group));
+    let Some(mut lease) = leases
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("reading Lease {name}")))?
+    else {
+        return Ok(Launched::Skipped("no Lease".into()));
+    };
+    let epoch: i64 = lease
+        .annotations()
+        .get(EPOCH_ANNOTATION)
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    lease
+        .annotations_mut()
+        .insert(EPOCH_ANNOTATION.into(), (epoch + offset).max(0).to_string());
+    lease
+        .spec
+        .get_or_insert_with(Default::default)
+        .holder_identity = Some(format!("intruder-{index}"));
+    match leases.replace(&name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(Launched::Done),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Launched::Skipped(
+            "the operator wrote the Lease in between (409)".into(),
+        )),
+        Err(e) => Err(Error::kube(format!("forging Lease {name}"))(e)),
+    }
+}
+
+/// Retries `op` through API errors (a kube-apiserver restart) for up to [`RETRY_FOR`]; a 404 (the
+/// pod is gone) ends it.
+async fn retry<T, E, F, Fut>(mut op: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: Into<Error>,
+{
+    let deadline = Instant::now() + RETRY_FOR;
+    loop {
+        match op().await.map_err(Into::into) {
+            Ok(_) => return,
+            Err(e) if gone(&e) || Instant::now() > deadline => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn gone(e: &Error) -> bool {
+    match e {
+        Error::Testenv(t) => t.api_code() == Some(404),
+        Error::Kube {
+            source: kube::Error::Api(s),
+            ..
+        } => s.code == 404,
+        _ => false,
+    }
+}
+
+/// The end of a round: everything undone, the pods repaired, then every group must settle (I2).
+async fn quiesce(shared: &Shared, from: usize, to: usize) -> Round {
+    let started = Instant::now();
+    {
+        let mut replicas = shared.replicas.lock().await;
+        for r in replicas.iter_mut() {
+            if r.exited().is_some() {
+                let _ = r.spawn();
+            }
+        }
+    }
+    for g in 0..shared.world.groups {
+        retry(|| shared.world.repair(g)).await;
+    }
+    let settled = shared.world.wait_all_settled(SETTLE).await;
+    Round {
+        faults: from..to,
+        settle: started.elapsed(),
+        unsettled: settled.err(),
+    }
+}

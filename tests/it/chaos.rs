@@ -1,0 +1,38 @@
+//! Issue 13, item 8: the short chaos run of `make test` (a few hundred faults; `make chaos` runs
+//! the published one of 10,000): two replicas of this build's operator, several groups, the
+//! plan's faults, and no violation of I1–I4 allowed. `LEADERGROUP_CHAOS_SEED` picks another seed.
+
+use std::path::Path;
+
+#[tokio::test]
+async fn a_short_chaos_run_violates_no_invariant() {
+    let seed = std::env::var("LEADERGROUP_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{}", std::process::id()));
+    let mut config = leadergroup_chaos::Config::new(
+        seed,
+        300,
+        env!("CARGO_BIN_EXE_leadergroup-operator").into(),
+        work.clone(),
+    );
+    config.round = 50;
+    let report = leadergroup_chaos::run(&config).await.unwrap();
+    let page = report.markdown("make test", "tests/it/chaos.rs");
+    std::fs::write(work.join("chaos.md"), &page).unwrap();
+    eprintln!("{page}");
+    let violations = report.violations();
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations (the replicas' logs are in {}):\n{}",
+        violations.len(),
+        work.display(),
+        violations.join("\n")
+    );
+    assert!(
+        report.injected_count() >= 250,
+        "only {} of 300 faults injected",
+        report.injected_count()
+    );
+}
