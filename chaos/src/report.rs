@@ -311,30 +311,47 @@ impl Report {
         worst.sort_by_key(|g| std::cmp::Reverse(g.length.unwrap_or(Duration::MAX)));
         let _ = writeln!(
             md,
-            "The ten longest, with the faults injected from 1 s before they opened until they closed:\n"
+            "The ten longest, with the faults injected in the 3 s before they opened (the last six), \
+             and how much of them a kube-apiserver restart took (its stop, its start, until it \
+             answered again):\n"
         );
         let _ = writeln!(
             md,
-            "| group | opened | length | faults |\n|---|---|---|---|"
+            "| group | opened | length | kube-apiserver restarting | faults before |\n|---|---|---|---|---|"
         );
         for g in worst.iter().take(10) {
-            let end = g.start + g.length.unwrap_or(Duration::from_secs(3600));
-            let nearby: Vec<String> = self
+            let before: Vec<String> = self
                 .injected
                 .iter()
                 .filter(|i| i.skipped.is_none())
-                .filter(|i| i.at + Duration::from_secs(1) >= g.start && i.at <= end)
+                .filter(|i| i.at + Duration::from_secs(3) >= g.start && i.at <= g.start)
                 .map(|i| format!("#{} {}", i.index, describe(&i.fault)))
                 .collect();
+            let last = before
+                .get(before.len().saturating_sub(6)..)
+                .unwrap_or_default();
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 g.group,
                 secs(g.start),
                 g.length.map_or_else(|| "open".into(), secs),
-                nearby.join("; ")
+                secs(self.api_down_within(g)),
+                last.join("; ")
             );
         }
+        let downs: Vec<Duration> = self
+            .api_down
+            .iter()
+            .map(|(a, b)| b.saturating_sub(*a))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\nThe {} kube-apiserver restarts took median {}, worst {} (until it answered again).",
+            downs.len(),
+            quantile(&downs, 0.5),
+            quantile(&downs, 1.0)
+        );
         let _ = writeln!(md, "\n## Faults\n");
         let _ = writeln!(
             md,
