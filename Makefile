@@ -137,7 +137,7 @@ bench:
 # --faults N, --groups N. `make test` runs a short one (tests/it/chaos.rs).
 .PHONY: chaos
 chaos:
-	nice -n 10 cargo build --release --locked --bin leadergroup-operator -p leadergroup-chaos
+	nice -n 10 cargo build --release --locked -p leadergroup-operator -p leadergroup-chaos
 	target/release/leadergroup-chaos --operator target/release/leadergroup-operator --out docs/chaos.md $(CHAOS_ARGS)
 
 # The end-to-end tests (issue 10) on a real cluster of their own in target/e2e-cluster, started with
