@@ -4,7 +4,7 @@
 #
 #   controlplane/cluster.sh up   [--dir DIR] [--watch-pid PID] [--bin-dir BIN]
 #   controlplane/cluster.sh down [--dir DIR]
-#   controlplane/cluster.sh restart etcd|kube-apiserver [--dir DIR]
+#   controlplane/cluster.sh restart etcd|kube-apiserver [--dir DIR] [--kill]
 #
 # DIR defaults to .cluster/ in the repository. `up` is idempotent: a healthy cluster in DIR is
 # reused. `--watch-pid PID` adds a watchdog that runs `down` once PID has exited, so a test binary
@@ -24,16 +24,19 @@ cmd=${1:-}
 [[ $cmd == up || $cmd == down || $cmd == restart ]] || { usage; exit 2; }
 shift
 # restart NAME: stops that process and starts it again with the same ports and data, as a crash
-# and a restart by its supervisor would (the tests of the operator's recovery use it).
+# and a restart by its supervisor would (the tests of the operator's recovery use it). SIGTERM
+# first (a loaded kube-apiserver may drain for 15 s), or with --kill SIGKILL at once (a crash, an
+# OOM kill; the chaos run's restarts).
 component=""
 if [[ $cmd == restart ]]; then
   component=${1:-}
   [[ $component == etcd || $component == kube-apiserver ]] || { usage; exit 2; }
   shift
 fi
-dir=$repo/.cluster watch_pid="" bin="" address=127.0.0.1 service_cidr=10.0.0.0/24
+dir=$repo/.cluster watch_pid="" bin="" address=127.0.0.1 service_cidr=10.0.0.0/24 kill_at_once=""
 while (($#)); do
   case $1 in
+    --kill) kill_at_once=1; shift ;;
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
     --watch-pid) watch_pid=${2:?--watch-pid needs a value}; shift 2 ;;
     --bin-dir) bin=${2:?--bin-dir needs a value}; shift 2 ;;
@@ -68,6 +71,7 @@ stop() {
   alive "$1" || return 0
   local pid i
   pid=$(cat "$dir/$1.pid")
+  [[ -z $kill_at_once ]] || kill -KILL "$pid" 2>/dev/null || true
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < 150; i++)); do
     running "$pid" || return 0

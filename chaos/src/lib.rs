@@ -2,7 +2,7 @@
 //! operator replicas with `--leader-elect` run several groups on a control plane of the run's own,
 //! while the plan's faults strike: replicas killed, paused, rolled, their requests held or cut;
 //! leaders and followers deleted or flapping NotReady; Leases deleted or rewritten by someone
-//! else; promotions held inside the API server; kube-apiserver restarted. An independent watch
+//! else; promotions held inside the API server; kube-apiserver killed and restarted. An independent watch
 //! checks I1 and I3 at every pod event and times every gap (I4); each round of faults ends with
 //! every group settled (I2).
 //!
@@ -10,7 +10,6 @@
 //! (`tests/it/chaos.rs`).
 
 mod error;
-mod monitor;
 pub mod plan;
 mod replica;
 mod report;

@@ -50,11 +50,27 @@ async fn main() -> ExitCode {
         cli.work_dir.join(format!("seed-{}", cli.seed)),
     );
     config.groups = cli.groups as usize;
-    let report = match leadergroup_chaos::run(&config).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("leadergroup-chaos: {e}");
-            return ExitCode::from(2);
+    // On SIGINT or SIGTERM the run is dropped: its replicas are killed and its control plane
+    // stopped, as when it ends.
+    let interrupted = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            Some(()) = async { term.as_mut()?.recv().await } => {}
+        }
+    };
+    let report = tokio::select! {
+        result = leadergroup_chaos::run(&config) => match result {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("leadergroup-chaos: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        () = interrupted => {
+            eprintln!("leadergroup-chaos: interrupted; everything it started is stopped");
+            return ExitCode::from(130);
         }
     };
     let generated = jiff::Timestamp::now()

@@ -52,7 +52,7 @@ pub enum Fault {
     /// Every promotion (a pod's label set to leader) is held inside the API server for `held`
     /// (an admission webhook), then lands late.
     HoldPromotions { held: Duration },
-    /// kube-apiserver is stopped and started again (same port, same etcd).
+    /// kube-apiserver is killed (SIGKILL) and started again (same port, same etcd).
     RestartApiServer,
 }
 
@@ -70,7 +70,7 @@ impl Fault {
             Fault::DeleteLease { .. } => "Lease deleted",
             Fault::ForgeLease { .. } => "foreign Lease write",
             Fault::HoldPromotions { .. } => "promotions held",
-            Fault::RestartApiServer => "kube-apiserver restarted",
+            Fault::RestartApiServer => "kube-apiserver killed and restarted",
         }
     }
 
@@ -99,7 +99,7 @@ pub const KINDS: [&str; 11] = [
     "replica's requests held",
     "replica cut off",
     "promotions held",
-    "kube-apiserver restarted",
+    "kube-apiserver killed and restarted",
 ];
 
 /// A fault and the pause before it.

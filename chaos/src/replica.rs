@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use leadergroup_testenv::{Proxy, http_get};
+use leadergroup_testenv::{Proxy, ReadyzAddr, readyz_role};
 use tokio::process::{Child, Command};
 
 use crate::Error;
@@ -34,7 +34,7 @@ pub struct OperatorReplica {
     child: Option<Child>,
     /// Where its current process serves /readyz (read by the active-replica monitor, which must
     /// not wait for a fault that holds the replicas).
-    http: Arc<Mutex<SocketAddr>>,
+    http: ReadyzAddr,
     generation: u32,
 }
 
@@ -109,13 +109,20 @@ impl OperatorReplica {
         Ok(())
     }
 
-    /// What its /readyz says: `active`, `standby`, or `None` (not answering: down or paused).
+    /// What its /readyz says: `active`, `standby`, or `None` (not answering within 300 ms: down
+    /// or paused).
     pub async fn role(&self) -> Option<String> {
-        role_at(&self.http).await
+        let addr = *self.http.lock().unwrap_or_else(PoisonError::into_inner);
+        tokio::time::timeout(Duration::from_millis(300), readyz_role(addr))
+            .await
+            .ok()
+            .flatten()
     }
 
-    /// Where its current process serves /readyz, for [`role_at`].
-    pub fn http(&self) -> Arc<Mutex<SocketAddr>> {
+    /// Where its current process serves /readyz, for the [`ActiveMonitor`].
+    ///
+    /// [`ActiveMonitor`]: leadergroup_testenv::ActiveMonitor
+    pub fn http(&self) -> ReadyzAddr {
         Arc::clone(&self.http)
     }
 
@@ -160,17 +167,6 @@ impl OperatorReplica {
     pub fn generations(&self) -> u32 {
         self.generation
     }
-}
-
-/// What the /readyz at `http` says (see [`OperatorReplica::role`]); `None` after 300 ms without
-/// an answer (a paused process).
-pub async fn role_at(http: &Mutex<SocketAddr>) -> Option<String> {
-    let addr = *http.lock().unwrap_or_else(PoisonError::into_inner);
-    let (code, body) = tokio::time::timeout(Duration::from_millis(300), http_get(addr, "/readyz"))
-        .await
-        .ok()??;
-    let role = body.trim().strip_prefix("ready: ")?;
-    (code == 200).then(|| role.to_owned())
 }
 
 fn free_port() -> Result<SocketAddr, Error> {

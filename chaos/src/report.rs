@@ -4,10 +4,9 @@ use std::fmt::Write as _;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use leadergroup_testenv::InvariantWatcher;
+use leadergroup_testenv::{ActiveMonitor, InvariantWatcher};
 
 use crate::Config;
-use crate::monitor::ActiveMonitor;
 use crate::plan::{Fault, KINDS};
 use crate::replica::OperatorReplica;
 
@@ -154,10 +153,12 @@ impl Report {
                 length: g.length,
             })
             .collect();
+        // Two polls in a row (40 ms): one poll could catch a clean handover between its answers.
         self.both_active = monitor
             .overlaps()
             .into_iter()
-            .map(|(since, length)| (since.saturating_duration_since(faults_started), length))
+            .filter(|o| o.polls > 1)
+            .map(|o| (o.since.saturating_duration_since(faults_started), o.length))
             .collect();
         self.faults_took = faults_started.elapsed();
         self.total = total;
@@ -281,7 +282,7 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| one active operator replica at a time | both replicas' /readyz every 50 ms | {} |\n",
+            "| one active operator replica at a time | both replicas' /readyz every 20 ms, two polls in a row | {} |\n",
             self.both_active.len()
         );
         if !violations.is_empty() {

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
-use leadergroup_testenv::{HeldRequests, HoldRule, InvariantWatcher, PrivateCluster, namespace_in};
+use leadergroup_testenv::{
+    ActiveMonitor, HeldRequests, HoldRule, InvariantWatcher, PrivateCluster, namespace_in,
+};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use crate::monitor::ActiveMonitor;
 use crate::plan::{Fault, Replica, Step, Target};
 use crate::replica::{Launch, OperatorReplica};
 use crate::report::{Injected, Report, Round};
@@ -75,7 +76,12 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
             .await?,
         );
     }
-    let monitor = ActiveMonitor::start(replicas.iter().map(OperatorReplica::http).collect());
+    let monitor = ActiveMonitor::start(
+        replicas
+            .iter()
+            .map(|r| (r.name.clone(), r.http()))
+            .collect(),
+    );
     let shared = Arc::new(Shared {
         world,
         replicas: Mutex::new(replicas),
@@ -140,7 +146,19 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
                 let _ = t.await;
             }
             while tasks.join_next().await.is_some() {}
-            report.round(quiesce(&shared, round_start, i + 1).await);
+            let round = quiesce(&shared, round_start, i + 1).await;
+            eprintln!(
+                "chaos: faults {}..{} at {}, settled in {}{}",
+                round.faults.start,
+                round.faults.end,
+                crate::secs(faults_started.elapsed()),
+                crate::secs(round.settle),
+                round
+                    .unsettled
+                    .as_ref()
+                    .map_or_else(String::new, |why| format!(": NOT SETTLED: {why}"))
+            );
+            report.round(round);
             round_start = i + 1;
         }
     }
@@ -232,8 +250,17 @@ async fn inject(
             })))
         }
         Fault::RestartApiServer => {
-            cluster.restart("kube-apiserver").await?;
-            Ok(Launched::Done)
+            // Killed, not stopped: a loaded kube-apiserver drains for 15 s on SIGTERM (the graceful
+            // restart is tests/it/restarts.rs's). A start that fails (it happens on a loaded
+            // machine) is tried again: the run needs its API server back.
+            let mut last = None;
+            for _ in 0..3 {
+                match cluster.crash("kube-apiserver").await {
+                    Ok(()) => return Ok(Launched::Done),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.map_or_else(|| Error::Setup("no restart attempted".into()), Error::from))
         }
         Fault::KillReplica { replica, .. }
         | Fault::PauseReplica { replica, .. }

@@ -18,6 +18,7 @@
 //! namespace stays `Terminating` forever (so tests never delete theirs; the whole cluster is thrown
 //! away), and a pod bound to a node is only removed once its kubelet says so ([`Kubelet`]).
 
+mod active;
 mod controlplane;
 mod error;
 mod held;
@@ -32,6 +33,7 @@ mod proxy;
 mod tools;
 mod wait;
 
+pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
 pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, control_plane, e2e_cluster,
 };

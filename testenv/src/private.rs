@@ -33,10 +33,26 @@ impl PrivateCluster {
     /// `cluster.sh restart <component>`: `etcd` or `kube-apiserver` stopped and started again,
     /// with the same ports and data.
     pub async fn restart(&self, component: &str) -> Result<()> {
+        self.restart_with(component, &[]).await
+    }
+
+    /// [`PrivateCluster::restart`] with SIGKILL instead of SIGTERM: a crash (or an OOM kill) and
+    /// a restart by its supervisor, without the graceful drain.
+    pub async fn crash(&self, component: &str) -> Result<()> {
+        self.restart_with(component, &["--kill"]).await
+    }
+
+    async fn restart_with(&self, component: &str, flags: &[&str]) -> Result<()> {
         let script = repo_root().join("controlplane/cluster.sh");
         let mut cmd = tokio::process::Command::new(&script);
-        cmd.args(["restart", component, "--dir"]).arg(&self.dir);
-        run(cmd, &format!("cluster.sh restart {component}")).await
+        cmd.args(["restart", component, "--dir"])
+            .arg(&self.dir)
+            .args(flags);
+        run(
+            cmd,
+            &format!("cluster.sh restart {component} {}", flags.join(" ")),
+        )
+        .await
     }
 
     /// Compacts etcd's history up to its current revision (etcd's JSON gateway), as its periodic

@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,7 +16,7 @@ use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER,
 };
 use leadergroup_testenv::{ControlPlane, wait_until};
-pub use leadergroup_testenv::{InvariantWatcher, http_get, run_ok, run_tool};
+pub use leadergroup_testenv::{InvariantWatcher, http_get, readyz_role, run_ok, run_tool};
 use tokio::process::{Child, Command};
 
 /// Generous bound for anything the operator should do "at once": the machine is small and noisy,
@@ -498,73 +497,6 @@ impl Operator {
 }
 
 /// The role /readyz at `addr` reports once ready ("active", "standby"); None while it answers
-/// 503 or nothing answers.
-pub async fn readyz_role(addr: SocketAddr) -> Option<String> {
-    let (code, body) = http_get(addr, "/readyz").await?;
-    let role = body.trim().strip_prefix("ready: ")?;
-    (code == 200).then(|| role.to_string())
-}
-
-/// Polls the /readyz of several operator replicas every 20 ms and records every moment at which
-/// more than one of them said "active".
-pub struct ActiveMonitor {
-    overlaps: Arc<Mutex<Vec<String>>>,
-    polls: Arc<std::sync::atomic::AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ActiveMonitor {
-    pub fn start(replicas: Vec<(String, SocketAddr)>) -> ActiveMonitor {
-        let overlaps = Arc::new(Mutex::new(Vec::new()));
-        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (o, p) = (overlaps.clone(), polls.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let roles =
-                    futures::future::join_all(replicas.iter().map(|(_, a)| readyz_role(*a))).await;
-                let active: Vec<&str> = replicas
-                    .iter()
-                    .zip(&roles)
-                    .filter(|(_, r)| r.as_deref() == Some("active"))
-                    .map(|((id, _), _)| id.as_str())
-                    .collect();
-                if active.len() > 1 {
-                    o.lock().unwrap().push(format!(
-                        "{} active at once: {active:?}",
-                        jiff::Timestamp::now()
-                    ));
-                }
-                p.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
-        ActiveMonitor {
-            overlaps,
-            polls,
-            task,
-        }
-    }
-
-    /// Panics if two replicas ever said "active" at once (or if it never polled).
-    pub fn assert_never_two_active(&self) {
-        assert!(
-            self.polls.load(std::sync::atomic::Ordering::Relaxed) > 10,
-            "the monitor barely polled"
-        );
-        let overlaps = self.overlaps.lock().unwrap();
-        assert!(
-            overlaps.is_empty(),
-            "two operators active at once:\n{}",
-            overlaps.join("\n")
-        );
-    }
-}
-
-impl Drop for ActiveMonitor {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 #[test]
 fn the_invariant_watcher_reads_the_operators_marks() {

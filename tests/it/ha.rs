@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{ActiveMonitor, CONVERGE, InvariantWatcher, Operator, World, group, lease};
+use leadergroup_testenv::ActiveMonitor;
+
+use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -65,9 +67,10 @@ async fn pair_with(
     a.wait_role("active").await;
     let b = Operator::start(cp, &w.ns.name, "op-b", &args).await;
     b.wait_role("standby").await;
+    let addr = |op: &Operator| Arc::new(std::sync::Mutex::new(op.http));
     let monitor = ActiveMonitor::start(vec![
-        (a.identity.clone(), a.http),
-        (b.identity.clone(), b.http),
+        (a.identity.clone(), addr(&a)),
+        (b.identity.clone(), addr(&b)),
     ]);
 
     let mut g = group("g", "ha");
