@@ -311,7 +311,9 @@ if [[ $cmd == restart ]]; then
     wait_for etcd 30 etcd_healthy || die "etcd did not become healthy again (log: $dir/etcd.log)"
   else
     spawn_apiserver
-    wait_for kube-apiserver 120 ready "$api_port" || die "kube-apiserver did not become ready again (log: $dir/kube-apiserver.log)"
+    # The log's tail in the message: a test's cluster folder is removed with the test.
+    wait_for kube-apiserver 120 ready "$api_port" ||
+      die "kube-apiserver did not become ready again (log: $dir/kube-apiserver.log):$(printf '\n'; tail -n 15 "$dir/kube-apiserver.log" 2>/dev/null)"
   fi
   say "$component restarted in $(awk -v s="$t" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s"
   exit 0
