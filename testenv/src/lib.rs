@@ -32,7 +32,7 @@ mod tools;
 mod wait;
 
 pub use controlplane::{
-    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, control_plane, e2e_cluster,
+    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
 pub use error::Error;
 pub use held::{HeldRequests, HoldRule};
