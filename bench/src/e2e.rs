@@ -1079,16 +1079,33 @@ pub async fn only(plan: &Plan, repo: &Path, quick: bool) -> Result<()> {
     let results = repo.join("bench/results");
     std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
     crate::report::write_json(&results.join("e2e.json"), &result)?;
-    let section = crate::e2e_report::section(&result);
-    std::fs::write(log_dir.join("e2e.md"), &section)
-        .map_err(Error::io("writing target/bench-logs/e2e.md"))?;
-    crate::e2e_report::splice(&repo.join("docs/benchmarks.md"), &section)?;
-    eprintln!("{section}");
+    publish(repo, &result)?;
     say(format!(
         "e2e: done in {:.0} s: bench/results/e2e.json, target/bench-logs/e2e.md, the section of docs/benchmarks.md",
         result.run.duration_s
     ));
     Ok(())
+}
+
+/// Writes the section to `target/bench-logs/e2e.md`, into docs/benchmarks.md, and to stderr.
+fn publish(repo: &Path, result: &E2eResult) -> Result<()> {
+    let log_dir = repo.join("target/bench-logs");
+    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
+    let section = crate::e2e_report::section(result);
+    std::fs::write(log_dir.join("e2e.md"), &section)
+        .map_err(Error::io("writing target/bench-logs/e2e.md"))?;
+    crate::e2e_report::splice(&repo.join("docs/benchmarks.md"), &section)?;
+    eprintln!("{section}");
+    Ok(())
+}
+
+/// `--only e2e-render`: the section again from `bench/results/e2e.json`.
+pub fn render(repo: &Path) -> Result<()> {
+    let path = repo.join("bench/results/e2e.json");
+    let text =
+        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
+    let result: E2eResult = serde_json::from_str(&text)?;
+    publish(repo, &result)
 }
 
 async fn measure(

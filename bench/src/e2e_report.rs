@@ -171,6 +171,65 @@ fn scenario_table(out: &mut String, sc: &ScenarioResult) {
     let _ = writeln!(out);
 }
 
+/// Issue 14's end-to-end targets, each met or not, from this run.
+fn targets(out: &mut String, result: &E2eResult) {
+    let _ = writeln!(out, "### Targets (end to end)\n");
+    let _ = writeln!(out, "| target | measured | met |");
+    let _ = writeln!(out, "|---|---|---|");
+    for sc in &result.scenarios {
+        for ours in sc.systems.iter().filter(|s| is_ours(s)) {
+            let o = median(ours);
+            let mut worst: Option<(&str, f64)> = None;
+            for p in sc.systems.iter().filter(|s| !is_ours(s)) {
+                let r = median(p) / o;
+                if r.is_finite() && worst.is_none_or(|(_, w)| r < w) {
+                    worst = Some((p.system.as_str(), r));
+                }
+            }
+            let mode = ours
+                .system
+                .trim_start_matches("leadergroup-operator")
+                .trim()
+                .trim_matches(['(', ')']);
+            let (measured, met) = match worst {
+                Some((peer, r)) => (
+                    format!(
+                        "ours {} ({mode}); the closest peer, {peer}, {} ({} ours)",
+                        secs(o),
+                        secs(o * r),
+                        ratio(o * r, o)
+                    ),
+                    if r > 1.0 { "yes" } else { "**no**" },
+                ),
+                None => ("no peer figure".to_owned(), "–"),
+            };
+            let _ = writeln!(
+                out,
+                "| {}, ours in {mode}: ahead of every peer (median) | {measured} | {met} |",
+                short(sc)
+            );
+        }
+    }
+    if let Some(hb) = result
+        .scenarios
+        .iter()
+        .filter(|sc| sc.scenario == "node-loss")
+        .flat_map(|sc| sc.systems.iter())
+        .find(|s| s.system.contains("Heartbeat"))
+    {
+        let bound = 5_000.0 + 1_000.0;
+        let max = hb.summary.as_ref().map_or(f64::NAN, |s| s.max_ms);
+        let _ = writeln!(
+            out,
+            "| node lost, Heartbeat: within leaseDurationSeconds (5 s) + 1 s, every sample | max {} over {} cuts | {} |",
+            secs(max),
+            hb.samples_ms.len(),
+            if max <= bound { "yes" } else { "**no**" }
+        );
+    }
+    let _ = writeln!(out);
+}
+
 /// The section, between its markers.
 pub fn section(result: &E2eResult) -> String {
     let mut out = String::new();
@@ -213,6 +272,7 @@ pub fn section(result: &E2eResult) -> String {
     for sc in &result.scenarios {
         scenario_table(&mut out, sc);
     }
+    targets(&mut out, result);
     let _ = writeln!(out, "{END}");
     out
 }
