@@ -5,7 +5,8 @@
 #
 #   images/build.sh [--import DIR [--no-build]] [NAME...]
 #
-# NAME: pause, busybox, webapp, operator, agent, ledger, client-go (default: all). Archives go to target/images/NAME.tar.
+# NAME: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer (default: all but
+# rust-peer, which only the benchmark uses). Archives go to target/images/NAME.tar.
 # --import DIR: also import them into the containerd of every node of the real cluster in DIR
 # (controlplane/realcluster.sh; default .realcluster/ when it runs). --no-build: import the
 # archives built before, without building them again.
@@ -24,7 +25,12 @@
 #             without TLS and the API server with the ServiceAccount's CA
 #   client-go localhost/leadergroup/client-go-peer:1 bench/peers/client-go (client-go's leaderelection
 #             candidate, built from its pinned modules by its build.sh): a static Go binary
-#             (CGO_ENABLED=0), user 65532; in a pod it uses the ServiceAccount
+#             (CGO_ENABLED=0), user 65532, and busybox-static as /bin/sh (the end-to-end benchmark
+#             starts it through a shell that appends its stdout to a file); in a pod it uses the
+#             ServiceAccount
+#   rust-peer localhost/leadergroup/rust-peer:1      bench/peers/rust (kube-leader-election and
+#             kube-lease-manager candidates: --lib kle|klm), built with CARGO_TARGET_DIR=target/bench-peers,
+#             its libraries, CA certificates, user 65532, busybox-static as /bin/sh (as client-go)
 # The agent's and the ledger's names are the ones examples/ledger/manifests use (version: the
 # workspace's), stored as docker.io/library/NAME:TAG, what the CRI makes of a bare `NAME:TAG`.
 set -euo pipefail
@@ -41,8 +47,8 @@ while (($#)); do
     --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
     --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
-    pause | busybox | webapp | operator | agent | ledger | client-go) names+=("$1"); shift ;;
-    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger, client-go)" ;;
+    pause | busybox | webapp | operator | agent | ledger | client-go | rust-peer) names+=("$1"); shift ;;
+    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer)" ;;
   esac
 done
 ((${#names[@]})) || names=(pause busybox webapp operator agent ledger client-go)
@@ -226,7 +232,27 @@ build_client-go() {
   [[ $(LC_ALL=C ldd "$bin" 2>&1 || true) == *"not a dynamic executable"* ]] || die "$bin is not static"
   base_rootfs "$r"
   install -D -m 0755 "$bin" "$r/usr/local/bin/leadergroup-bench-client-go"
+  with_shell "$r"
   oci_archive client-go localhost/leadergroup/client-go-peer:1 "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-bench-client-go)" null
+}
+
+# with_shell DIR: busybox-static as /bin/sh and the applets a start script uses.
+with_shell() {
+  local a
+  cp "$busybox" "$1/bin/busybox"
+  for a in sh cut cat head; do ln -sf busybox "$1/bin/$a"; done
+}
+
+# The benchmark's Rust peers (kube-leader-election, kube-lease-manager) in a pod: the same binary
+# the bench runs on the host, built in its own workspace (its kube versions stay out of ours).
+build_rust-peer() {
+  say "cargo build --release --manifest-path bench/peers/rust/Cargo.toml"
+  (cd "$repo" && CARGO_TARGET_DIR="$repo/target/bench-peers" nice -n 10 cargo build --release --locked --manifest-path bench/peers/rust/Cargo.toml)
+  local r=$work/rust-peer-rootfs
+  rust_rootfs "$r" "$repo/target/bench-peers/release/leadergroup-bench-rust-peer"
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+  with_shell "$r"
+  oci_archive rust-peer localhost/leadergroup/rust-peer:1 "$r" 65532:65532 "$(json_array /usr/local/bin/leadergroup-bench-rust-peer)" null
 }
 
 start=$SECONDS

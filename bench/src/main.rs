@@ -2,14 +2,19 @@
 //! own, started through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then
 //! writes `bench/results/<scenario>.json` (every sample) and `docs/benchmarks.md`.
 //!
-//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency|heartbeat-writes]`:
+//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency|heartbeat-writes|e2e [--grace SECS]]`:
 //! `--quick` runs every scenario with a handful of repetitions (a smoke test of the harness, not
 //! figures to publish); `--scale` picks the group counts of the scale scenario; `--only
 //! app-latency` (or `heartbeat-writes`) runs that one scenario and writes only its
 //! `bench/results/<scenario>.json` (docs/benchmarks.md is left alone: its section is printed and
-//! written to `target/bench-logs/<scenario>.md`).
+//! written to `target/bench-logs/<scenario>.md`). `--only e2e` (as root) runs the end-to-end
+//! scenarios on a real cluster of its own ([`e2e`]), writes `bench/results/e2e.json` and
+//! `target/bench-logs/e2e.md`, and replaces the end-to-end section of docs/benchmarks.md (a full
+//! run includes that section from `bench/results/e2e.json`).
 
 mod app_latency;
+mod e2e;
+mod e2e_report;
 mod error;
 mod heartbeat_writes;
 mod observe;
@@ -17,6 +22,7 @@ mod ours;
 mod peers;
 mod report;
 mod stats;
+mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -149,6 +155,29 @@ async fn run() -> Result<()> {
         .cloned();
     let started = Instant::now();
 
+    if only.as_deref() == Some("e2e-render") {
+        // The end-to-end section again from bench/results/e2e.json (after a change of the page's
+        // format; no measurement).
+        return e2e::render(&repo);
+    }
+    if only.as_deref() == Some("e2e") {
+        let mut e2e_plan = if quick {
+            e2e::Plan::quick()
+        } else {
+            e2e::Plan::full()
+        };
+        // `--grace SECS`: the real cluster's --node-monitor-grace-period (default 50, --quick 10).
+        if let Some(grace) = args
+            .iter()
+            .position(|a| a == "--grace")
+            .and_then(|i| args.get(i + 1))
+        {
+            e2e_plan.grace = grace
+                .parse()
+                .map_err(|e| Error::Other(format!("--grace {grace}: {e}")))?;
+        }
+        return e2e::only(&e2e_plan, &repo, quick).await;
+    }
     let operator = ours::operator_binary()?;
     match only.as_deref() {
         None => {}
@@ -158,7 +187,7 @@ async fn run() -> Result<()> {
         }
         Some(other) => {
             return Err(Error::Other(format!(
-                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes"
+                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes, e2e"
             )));
         }
     }
@@ -388,7 +417,12 @@ async fn run() -> Result<()> {
     report::write_json(&results.join("app-latency.json"), &app)?;
     heartbeat.run = run.clone();
     report::write_json(&results.join("heartbeat-writes.json"), &heartbeat)?;
+    // The end-to-end section comes from its own run (`--only e2e`, as root, on the real cluster).
+    let e2e = std::fs::read_to_string(results.join("e2e.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<e2e::E2eResult>(&t).ok());
     let page = report::markdown(&report::Page {
+        e2e: e2e.as_ref(),
         run: &run,
         graceful: &graceful,
         crash: &crash,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::observe::{RequestCounts, is_polling_read, is_write};
@@ -12,7 +12,8 @@ use crate::ours::LEASE_SECONDS;
 use crate::stats::{Summary, summarize};
 
 /// What every results file says about the run.
-#[derive(Serialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[serde(default)]
 pub struct Run {
     /// When it started (UTC).
     pub started_at: String,
@@ -419,6 +420,8 @@ fn handover_table(out: &mut String, h: &HandoverResult, floor: f64) {
 /// Every result the page shows.
 pub struct Page<'a> {
     pub run: &'a Run,
+    /// The end-to-end section's results (`bench/results/e2e.json`), when there are.
+    pub e2e: Option<&'a crate::e2e::E2eResult>,
     pub graceful: &'a HandoverResult,
     pub crash: &'a HandoverResult,
     pub scale: &'a ScaleResult,
@@ -439,6 +442,7 @@ pub fn markdown(page: &Page<'_>) -> String {
         floor,
         app,
         heartbeat,
+        e2e,
     } = *page;
     let mut o = String::new();
     let floor_ms = floor.summary.as_ref().map_or(f64::NAN, |s| s.median_ms);
@@ -462,6 +466,9 @@ pub fn markdown(page: &Page<'_>) -> String {
         o,
         "![handover latency distributions](benchmarks-handover.png)\n"
     );
+    if let Some(e2e) = e2e {
+        let _ = writeln!(o, "{}", crate::e2e_report::section(e2e));
+    }
 
     let _ = writeln!(o, "## The machine and the versions\n");
     for (k, v) in run.machine.iter().chain(run.versions.iter()) {

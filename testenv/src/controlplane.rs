@@ -65,6 +65,14 @@ pub async fn e2e_cluster() -> Result<&'static ControlPlane> {
         .await
 }
 
+/// A cluster that something else started (the benchmark's own real cluster, for one): the
+/// kubeconfig at `kubeconfig`, with the pinned tools of `controlplane/build.sh` (never built here).
+/// Owned by the caller, not shared like [`e2e_cluster`]; never stopped here.
+pub async fn attach(kubeconfig: PathBuf) -> Result<ControlPlane> {
+    let bin_dir = bin_dir(&repo_root(), &[]).await?;
+    ControlPlane::load(kubeconfig, bin_dir, None).await
+}
+
 /// The control plane of this test process: the one [`KUBECONFIG_ENV`] names, or else one started
 /// on first use in `<target>/testenv/<pid>` by `controlplane/cluster.sh` (about 4 s), which a
 /// watchdog stops when this process exits, however it exits.

@@ -35,7 +35,7 @@ mod wait;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
 pub use controlplane::{
-    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, control_plane, e2e_cluster,
+    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
 pub use error::Error;
 pub use held::{HeldRequests, HoldRule};
