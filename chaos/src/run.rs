@@ -201,7 +201,7 @@ async fn inject(
             target,
             not_ready,
         } => {
-            let Some(pod) = world.target(*group, *target == Target::Leader).await? else {
+            let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
             world.kubelet.set_ready(&pod, false).await?;
@@ -213,7 +213,7 @@ async fn inject(
             Ok(Launched::Done)
         }
         Fault::DeletePod { group, target } => {
-            let Some(pod) = world.target(*group, *target == Target::Leader).await? else {
+            let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
             world.kubelet.begin_termination(&pod).await?;

@@ -139,6 +139,18 @@ impl World {
         Ok(candidates.first().map(|p| p.name_any()))
     }
 
+    /// [`World::target`], waiting up to a second for one (a group between two leaders has none
+    /// labeled for a moment): the fault strikes the next leader rather than being skipped.
+    pub async fn wait_target(&self, g: usize, leader: bool) -> Result<Option<String>, Error> {
+        for _ in 0..20 {
+            if let Some(pod) = self.target(g, leader).await? {
+                return Ok(Some(pod));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(None)
+    }
+
     /// Undoes what the faults left behind in group `g`: terminating pods removed, every pod Ready,
     /// [`PODS_PER_GROUP`] pods.
     pub async fn repair(&self, g: usize) -> Result<(), Error> {
