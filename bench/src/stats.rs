@@ -1,9 +1,9 @@
 //! Order statistics of latency samples.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median, p99 and spread of a set of samples, in milliseconds.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Summary {
     /// Number of samples.
     pub n: usize,
