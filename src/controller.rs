@@ -28,6 +28,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
 use crate::fence::Fenced;
+use crate::group_index::GroupIndex;
 use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;
 use crate::marks;
@@ -90,6 +91,8 @@ pub struct Context {
     pub caches: Caches,
     /// The pod cache by label and group mark.
     pod_index: PodIndex,
+    /// The group cache by namespace.
+    group_index: GroupIndex,
     /// When this replica saw each group's Lease reach its current state (Heartbeat liveness).
     lease_sightings: LeaseSightings,
     /// Operator replicas known to have stopped on purpose.
@@ -109,6 +112,11 @@ impl Context {
         *self.active.borrow()
     }
 
+    /// The groups of `ns`, from the cache.
+    fn groups_in(&self, ns: &str) -> Vec<Arc<LeaderGroup>> {
+        self.group_index.groups_in(&self.caches.groups, ns)
+    }
+
     fn count_leaders(&self) {
         let groups = self.caches.groups.state();
         let with = groups
@@ -116,6 +124,17 @@ impl Context {
             .filter(|g| g.status.as_ref().is_some_and(|s| s.leader.is_some()))
             .count();
         self.metrics.set_groups(with, groups.len() - with);
+    }
+
+    /// Sets the leader gauges from the cache once a second. A count on every reconcile copied
+    /// the whole group cache each time: at 10,000 groups, 2000 renewals a second.
+    async fn count_leaders_every_second(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.count_leaders();
+        }
     }
 }
 
@@ -184,24 +203,32 @@ pub async fn run(
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
     let pod_index = PodIndex::default();
+    let group_index = GroupIndex::default();
     let caches = Caches {
         groups,
         pods,
         leases,
     };
 
-    let group_stream = watcher(
-        settings.api::<LeaderGroup>(&client),
-        watcher::Config::default(),
-    )
-    .backoff(watch_backoff())
-    .reflect(groups_writer)
-    .touched_objects();
+    let group_stream = {
+        let index = group_index.clone();
+        watcher(
+            settings.api::<LeaderGroup>(&client),
+            watcher::Config::default(),
+        )
+        .modify(|g| g.metadata.managed_fields = None)
+        .backoff(watch_backoff())
+        .reflect(groups_writer)
+        .inspect_ok(move |event| index.apply(event))
+        .touched_objects()
+    };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watcher::Config::default().labels(LEASE_GROUP_LABEL),
     )
+    // Nothing reads who wrote which field; at 10,000 groups that is megabytes held.
+    .modify(|l| l.metadata.managed_fields = None)
     .backoff(watch_backoff())
     .reflect(leases_writer)
     .touched_objects();
@@ -219,6 +246,7 @@ pub async fn run(
         metrics,
         caches: caches.clone(),
         pod_index,
+        group_index,
         handover_clocks: HandoverClocks::default(),
         lease_sightings: LeaseSightings::default(),
         retired: settings.retired.clone(),
@@ -227,6 +255,7 @@ pub async fn run(
         synced: synced.subscribe(),
     });
     tokio::spawn(caches.clone().announce_synced(synced));
+    let counting = tokio::spawn(ctx.clone().count_leaders_every_second());
 
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
@@ -236,7 +265,8 @@ pub async fn run(
         .trigger_backoff(watch_backoff())
         .owns_stream(lease_stream)
         .watches_stream(pod_stream, move |pod: Pod| {
-            let groups = groups_of_pod(&mapper_ctx.caches.groups.state(), &pod);
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let groups = groups_of_pod(&mapper_ctx.groups_in(ns), &pod);
             for group in &groups {
                 mapper_ctx.handover_clocks.start(group.clone());
             }
@@ -251,6 +281,7 @@ pub async fn run(
             }
         })
         .await;
+    counting.abort();
 }
 
 /// How the watches, and the Controller's triggers, back off after an error: from 100 ms to at
@@ -363,7 +394,6 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         }
     };
     ctx.metrics.reconciled(started.elapsed());
-    ctx.count_leaders();
     result
 }
 

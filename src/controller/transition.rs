@@ -124,11 +124,8 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
     let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
     let other_groups = ctx
-        .caches
-        .groups
-        .state()
+        .groups_in(ns)
         .into_iter()
-        .filter(|g| g.metadata.namespace.as_deref() == Some(ns))
         .filter(|g| g.metadata.name != group.metadata.name)
         .collect();
     Snapshot {
