@@ -33,9 +33,21 @@ pub async fn promote(
 }
 
 /// Writes the fence annotation (the epoch about to be handed out) on a pod: its resourceVersion
-/// changes, and a promotion of it decided earlier can no longer land.
-pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64) -> Result<()> {
-    let patch = json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}});
+/// changes, and a promotion of it decided earlier can no longer land. With `follower_of`, the
+/// same write also gives it that group's follower marks (as [`mark_follower`]), so that a
+/// candidate about to be marked follower anyway is written once, not twice.
+pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64, follower_of: Option<&str>) -> Result<()> {
+    let patch = match follower_of {
+        None => json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}}),
+        Some(group) => json!({"metadata": {
+            "labels": {ROLE_LABEL: ROLE_FOLLOWER},
+            "annotations": {
+                FENCE_ANNOTATION: epoch.to_string(),
+                EPOCH_ANNOTATION: Value::Null,
+                GROUP_ANNOTATION: group,
+            },
+        }}),
+    };
     merge(api, pod, patch).await
 }
 
