@@ -399,6 +399,12 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
 
 fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error);
+    if error.is_stale_finalizer() {
+        // Not a failure: the group's next event, or this requeue, sees the finalizer. The
+        // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
+        debug!(group = %group.name_any(), "finalizer added by an earlier pass; the cache is behind");
+        return Action::requeue(Duration::from_millis(100));
+    }
     warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
     match error {
         ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
