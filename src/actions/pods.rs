@@ -111,6 +111,36 @@ pub async fn labeled_leaders(
     list_marked(api, &narrowed, group).await
 }
 
+/// Step 4's fresh reads in one request where the selector allows: the group's pods labeled
+/// leader (as [`labeled_leaders`]) and `pod`, the pod to promote, as the API server has them now
+/// (None: gone, or no longer selected). One list of the pods the selector matches answers both;
+/// a selector that cannot be sent (empty) takes the leaders' list and a read of `pod`.
+pub async fn check(
+    api: &Api<Pod>,
+    group: &str,
+    selector: &PodSelector,
+    pod: &str,
+) -> Result<(Vec<Pod>, Option<Pod>)> {
+    let selected = match Selector::try_from(selector.to_label_selector()) {
+        Ok(s) if !selector.is_empty() => s.to_string(),
+        _ => {
+            return futures::try_join!(labeled_leaders(api, group, selector), read(api, pod));
+        }
+    };
+    let pods = api.list(&ListParams::default().labels(&selected)).await?;
+    let mut target = None;
+    let mut leaders = Vec::new();
+    for p in pods.items {
+        if p.metadata.name.as_deref() == Some(pod) {
+            target = Some(p.clone());
+        }
+        if marks::role(&p) == Some(ROLE_LEADER) && marks::is_marked_for(&p, group) {
+            leaders.push(p);
+        }
+    }
+    Ok((leaders, target))
+}
+
 /// Pods carrying any of the operator's role labels, read from the API server.
 pub async fn marked(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
     list_marked(api, ROLE_LABEL, group).await

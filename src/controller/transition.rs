@@ -318,10 +318,8 @@ async fn execute(
         steps.fence = acting_since.elapsed();
         // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted
         // first; and the pod to promote, fresh: its promotion is conditional on this version.
-        let (strays, target) = futures::try_join!(
-            actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector),
-            actions::pods::read(&pods_api, &promotion.pod),
-        )?;
+        let (strays, target) =
+            actions::pods::check(&pods_api, &name, &group.spec.selector, &promotion.pod).await?;
         try_join_all(
             strays
                 .iter()
