@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
@@ -97,7 +96,11 @@ impl OperatorProcess {
                 "RUST_LOG",
                 std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
             )
-            .stdout(Stdio::null())
+            // The operator logs to stdout.
+            .stdout(
+                file.try_clone()
+                    .map_err(Error::io(format!("opening {}", log.display())))?,
+            )
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
