@@ -28,6 +28,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
 use crate::fence::Fenced;
+use crate::group_index::GroupIndex;
 use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;
 use crate::marks;
@@ -90,6 +91,8 @@ pub struct Context {
     pub caches: Caches,
     /// The pod cache by label and group mark.
     pod_index: PodIndex,
+    /// The group cache by namespace.
+    group_index: GroupIndex,
     /// When this replica saw each group's Lease reach its current state (Heartbeat liveness).
     lease_sightings: LeaseSightings,
     /// Operator replicas known to have stopped on purpose.
@@ -107,6 +110,11 @@ pub struct Context {
 impl Context {
     fn is_active(&self) -> bool {
         *self.active.borrow()
+    }
+
+    /// The groups of `ns`, from the cache.
+    fn groups_in(&self, ns: &str) -> Vec<Arc<LeaderGroup>> {
+        self.group_index.groups_in(&self.caches.groups, ns)
     }
 
     fn count_leaders(&self) {
@@ -184,24 +192,32 @@ pub async fn run(
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
     let pod_index = PodIndex::default();
+    let group_index = GroupIndex::default();
     let caches = Caches {
         groups,
         pods,
         leases,
     };
 
-    let group_stream = watcher(
-        settings.api::<LeaderGroup>(&client),
-        watcher::Config::default(),
-    )
-    .backoff(watch_backoff())
-    .reflect(groups_writer)
-    .touched_objects();
+    let group_stream = {
+        let index = group_index.clone();
+        watcher(
+            settings.api::<LeaderGroup>(&client),
+            watcher::Config::default(),
+        )
+        .modify(|g| g.metadata.managed_fields = None)
+        .backoff(watch_backoff())
+        .reflect(groups_writer)
+        .inspect_ok(move |event| index.apply(event))
+        .touched_objects()
+    };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watcher::Config::default().labels(LEASE_GROUP_LABEL),
     )
+    // Nothing reads who wrote which field; at 10,000 groups that is megabytes held.
+    .modify(|l| l.metadata.managed_fields = None)
     .backoff(watch_backoff())
     .reflect(leases_writer)
     .touched_objects();
@@ -219,6 +235,7 @@ pub async fn run(
         metrics,
         caches: caches.clone(),
         pod_index,
+        group_index,
         handover_clocks: HandoverClocks::default(),
         lease_sightings: LeaseSightings::default(),
         retired: settings.retired.clone(),
@@ -236,7 +253,8 @@ pub async fn run(
         .trigger_backoff(watch_backoff())
         .owns_stream(lease_stream)
         .watches_stream(pod_stream, move |pod: Pod| {
-            let groups = groups_of_pod(&mapper_ctx.caches.groups.state(), &pod);
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let groups = groups_of_pod(&mapper_ctx.groups_in(ns), &pod);
             for group in &groups {
                 mapper_ctx.handover_clocks.start(group.clone());
             }
@@ -369,6 +387,12 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
 
 fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error);
+    if error.is_stale_finalizer() {
+        // Not a failure: the group's next event, or this requeue, sees the finalizer. The
+        // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
+        debug!(group = %group.name_any(), "finalizer added by an earlier pass; the cache is behind");
+        return Action::requeue(Duration::from_millis(100));
+    }
     warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
     match error {
         ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),

@@ -51,6 +51,19 @@ impl ReconcileError {
             ReconcileError::StaleDecision(_) | ReconcileError::Deadline { .. } => Category::Stale,
         }
     }
+
+    /// The finalizer could not be added because the group came from a cache behind the server:
+    /// kube's patch tests the finalizers it saw, and an earlier pass had already added ours (422).
+    /// The cache catches up within milliseconds.
+    pub fn is_stale_finalizer(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::Finalizer(e) if matches!(
+                e.as_ref(),
+                kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(s)) if s.code == 422
+            )
+        )
+    }
 }
 
 impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {

@@ -7,6 +7,7 @@ pub mod crd;
 pub mod election;
 pub mod error;
 pub mod fence;
+pub mod group_index;
 pub mod ha;
 pub mod http;
 pub mod lease_record;

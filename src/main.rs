@@ -39,7 +39,7 @@ struct Cli {
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
     /// How many groups may be reconciled at the same time (at least 1).
-    #[arg(long, env = "CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

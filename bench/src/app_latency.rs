@@ -10,7 +10,7 @@ mod measure;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::report::Run;
@@ -47,7 +47,7 @@ const CLOCKS: [(&str, &str, Read); 4] = [
 ];
 
 /// One clock over one set of handovers.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Clock {
     /// What is timed.
     pub clock: String,
@@ -62,7 +62,7 @@ pub struct Clock {
 }
 
 /// One handover, as measured.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverRow {
     /// `deletion` or `NotReady`.
     pub trigger: String,
@@ -83,7 +83,7 @@ pub struct HandoverRow {
 }
 
 /// `bench/results/app-latency.json`.
-#[derive(Serialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct AppLatencyResult {
     /// The run.
     pub run: Run,

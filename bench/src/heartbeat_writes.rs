@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use leadergroup_client::Membership;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_operator::election::HEARTBEAT;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
@@ -25,7 +25,7 @@ use crate::report::Run;
 const WRITES: [&str; 5] = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
 
 /// One mode's steady window.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Window {
     /// `Readiness` or `Heartbeat`.
     pub mode: String,
@@ -40,7 +40,7 @@ pub struct Window {
 }
 
 /// The scenario's result.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HeartbeatWrites {
     /// The run.
     pub run: Run,

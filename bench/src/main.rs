@@ -21,6 +21,7 @@ mod observe;
 mod ours;
 mod peers;
 mod report;
+mod scale_10k;
 mod stats;
 mod timeline;
 
@@ -185,9 +186,13 @@ async fn run() -> Result<()> {
         Some("heartbeat-writes") => {
             return only_heartbeat_writes(&plan, &repo, &operator, quick).await;
         }
+        Some("scale-10k") => return only_scale_10k(&plan, &repo, &operator, quick, &args).await,
+        Some("burst") => return only_burst(&plan, &repo, &operator, quick).await,
+        Some("scale") => return only_scale(&plan, &repo, &operator, quick).await,
+        Some("page") => return report::rewrite_page(&repo),
         Some(other) => {
             return Err(Error::Other(format!(
-                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes, e2e"
+                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes, e2e, e2e-render, scale-10k, burst, scale (ours), page (rewrites docs/benchmarks.md from bench/results)"
             )));
         }
     }
@@ -417,23 +422,7 @@ async fn run() -> Result<()> {
     report::write_json(&results.join("app-latency.json"), &app)?;
     heartbeat.run = run.clone();
     report::write_json(&results.join("heartbeat-writes.json"), &heartbeat)?;
-    // The end-to-end section comes from its own run (`--only e2e`, as root, on the real cluster).
-    let e2e = std::fs::read_to_string(results.join("e2e.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<e2e::E2eResult>(&t).ok());
-    let page = report::markdown(&report::Page {
-        e2e: e2e.as_ref(),
-        run: &run,
-        graceful: &graceful,
-        crash: &crash,
-        scale: &scale,
-        burst: &burst,
-        floor: &floor,
-        app: &app,
-        heartbeat: &heartbeat,
-    });
-    std::fs::write(repo.join("docs/benchmarks.md"), page)
-        .map_err(Error::io("writing docs/benchmarks.md"))?;
+    report::rewrite_page(&repo)?;
     say(format!(
         "done in {:.0} s: bench/results/*.json, docs/benchmarks.md",
         run.duration_s
@@ -541,6 +530,138 @@ async fn only_heartbeat_writes(
         &result,
         &heartbeat_writes::section(&result),
     )
+}
+
+/// The idle API server's own requests per second, over the plan's baseline window.
+async fn idle_baseline(plan: &Plan, admin: &kube::Client) -> Result<RequestCounts> {
+    say(format!(
+        "baseline: {} s of an idle API server",
+        plan.baseline_window.as_secs()
+    ));
+    let before = api_requests(admin).await?;
+    tokio::time::sleep(plan.baseline_window).await;
+    let after = api_requests(admin).await?;
+    Ok(rates(
+        &before,
+        &after,
+        plan.baseline_window.as_secs_f64(),
+        None,
+    ))
+}
+
+/// `--only scale-10k`: 10,000 groups (or the first size of `--scale`) on a control plane of
+/// their own; writes `bench/results/scale-10k.json` and rewrites the page.
+async fn only_scale_10k(
+    plan: &Plan,
+    repo: &Path,
+    operator: &Path,
+    quick: bool,
+    args: &[String],
+) -> Result<()> {
+    let groups = args
+        .iter()
+        .position(|a| a == "--scale")
+        .and_then(|_| plan.scale_sizes.first().copied())
+        .unwrap_or(if quick { 200 } else { 10_000 });
+    // `--lease 60`: the groups' Lease duration (default the CRD's, 15 s).
+    let lease = args
+        .iter()
+        .position(|a| a == "--lease")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse::<i32>()
+                .map_err(|e| Error::Other(format!("--lease {v}: {e}")))
+        })
+        .transpose()?
+        .unwrap_or(ours::LEASE_SECONDS);
+    let mut alone = Alone::start(repo, quick).await?;
+    let admin = alone.cp.client().await?;
+    alone.run.baseline_requests_per_s = idle_baseline(plan, &admin).await?;
+    let mut result = scale_10k::run(
+        alone.cp,
+        operator,
+        &alone.log_dir,
+        groups,
+        lease,
+        plan.settle,
+        plan.ours_window,
+        &alone.run.baseline_requests_per_s.clone(),
+        alone.run.clone(),
+    )
+    .await?;
+    result.run.duration_s = alone.started.elapsed().as_secs_f64();
+    alone.publish(repo, "scale-10k", &result, &scale_10k::section(&result))?;
+    report::rewrite_page(repo)
+}
+
+/// `--only burst`: the burst scenario alone; writes `bench/results/burst.json` and rewrites the
+/// page.
+async fn only_burst(plan: &Plan, repo: &Path, operator: &Path, quick: bool) -> Result<()> {
+    let mut alone = Alone::start(repo, quick).await?;
+    say(format!(
+        "burst: {} groups, {} bursts",
+        plan.burst_groups, plan.bursts
+    ));
+    let mut run = alone.run.clone();
+    let result = burst(
+        plan,
+        operator,
+        alone.cp.kubeconfig_path(),
+        &alone.log_dir,
+        &mut run,
+    )
+    .await?;
+    run.duration_s = alone.started.elapsed().as_secs_f64();
+    alone.run = run.clone();
+    let result = BurstResult { run, ..result };
+    alone.publish(repo, "burst", &result, &report::burst_section(&result))?;
+    report::rewrite_page(repo)
+}
+
+/// `--only scale`: ours at the sizes of `--scale` (default 1, 100, 1000), alone; replaces our
+/// entries at those sizes in `bench/results/scale.json` (the peers' stay) and rewrites the page.
+async fn only_scale(plan: &Plan, repo: &Path, operator: &Path, quick: bool) -> Result<()> {
+    let mut alone = Alone::start(repo, quick).await?;
+    let admin = alone.cp.client().await?;
+    let baseline = idle_baseline(plan, &admin).await?;
+    alone.run.baseline_requests_per_s = baseline.clone();
+    let ticks = observe::ticks_per_second();
+    let mut run = alone.run.clone();
+    let mut entries = Vec::new();
+    for &size in &plan.scale_sizes {
+        say(format!("scale: ours, {size} groups"));
+        let mut entry = scale_ours(
+            plan,
+            size,
+            operator,
+            alone.cp.kubeconfig_path(),
+            &alone.log_dir,
+            &baseline,
+            ticks,
+            &mut run,
+        )
+        .await?;
+        entry.measured_in = Some(format!("{} (`{}`)", run.started_at, run.command));
+        entries.push(entry);
+    }
+    run.duration_s = alone.started.elapsed().as_secs_f64();
+    let path = repo.join("bench/results/scale.json");
+    let mut result: ScaleResult = report::read_json(&path)?;
+    result.entries.retain(|e| {
+        !(e.system == "leadergroup-operator" && entries.iter().any(|n| n.groups == e.groups))
+    });
+    result.entries.extend(entries);
+    result.entries.sort_by_key(|e| {
+        (
+            e.system != "leadergroup-operator",
+            e.system.clone(),
+            e.groups,
+        )
+    });
+    let section = report::scale_section(&result);
+    alone.run = run;
+    alone.publish(repo, "scale", &result, &section)?;
+    report::rewrite_page(repo)
 }
 
 /// Runs a program and returns its trimmed stdout.

@@ -156,6 +156,8 @@ struct LeaderState {
     leaders: HashMap<String, SeenLeader>,
     /// Times a group showed two pods labeled leader at once (I1; must stay 0).
     double_leaders: u64,
+    /// Times a group's labeled leader changed: another pod, or none (the first leader too).
+    leader_changes: u64,
 }
 
 /// Watches the pods of one namespace and records, per group, the pod labeled leader and when the
@@ -220,6 +222,12 @@ impl LeaderWatch {
     /// How often two pods of a group were seen labeled leader at once.
     pub fn double_leaders(&self) -> u64 {
         self.state.lock().map_or(0, |s| s.double_leaders)
+    }
+
+    /// How often a group's labeled leader changed (to another pod or to none), the first
+    /// leaders included: a restart that flaps no label leaves it where it was.
+    pub fn leader_changes(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.leader_changes)
     }
 
     /// Waits until `group` is led by a pod other than `not`.
@@ -305,10 +313,13 @@ impl LeaderState {
             .collect();
         match leaders.as_slice() {
             [] => {
-                self.leaders.remove(group);
+                if self.leaders.remove(group).is_some() {
+                    self.leader_changes += 1;
+                }
             }
             [one] => {
                 if self.leaders.get(group).map(|l| &l.pod) != Some(*one) {
+                    self.leader_changes += 1;
                     let pod = (*one).clone();
                     self.leaders
                         .insert(group.to_owned(), SeenLeader { pod, at: now });

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
@@ -58,6 +57,8 @@ pub struct OperatorProcess {
     pub pid: u32,
     /// When it was spawned.
     pub started: Instant,
+    /// Where it serves /readyz and /metrics.
+    pub http: std::net::SocketAddr,
 }
 
 impl OperatorProcess {
@@ -68,17 +69,38 @@ impl OperatorProcess {
         namespace: &str,
         log: &Path,
     ) -> Result<OperatorProcess> {
+        Self::start_watching(binary, kubeconfig, Some(namespace), log).await
+    }
+
+    /// Starts `binary` against `kubeconfig`, watching `namespace`, or every namespace when None.
+    pub async fn start_watching(
+        binary: &Path,
+        kubeconfig: &Path,
+        namespace: Option<&str>,
+        log: &Path,
+    ) -> Result<OperatorProcess> {
         let http = crate::observe::free_port()?;
         let file =
             std::fs::File::create(log).map_err(Error::io(format!("creating {}", log.display())))?;
         let started = Instant::now();
-        let child = Command::new(binary)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--namespace", namespace, "--identity", "bench-operator"])
+        let mut command = Command::new(binary);
+        command.arg("--kubeconfig").arg(kubeconfig);
+        if let Some(namespace) = namespace {
+            command.args(["--namespace", namespace]);
+        }
+        let child = command
+            .args(["--identity", "bench-operator"])
             .args(["--http-addr", &http.to_string()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            // BENCH_OPERATOR_LOG=info: each handover's step timings in target/bench-logs.
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            // The operator logs to stdout.
+            .stdout(
+                file.try_clone()
+                    .map_err(Error::io(format!("opening {}", log.display())))?,
+            )
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
@@ -90,7 +112,32 @@ impl OperatorProcess {
             child,
             pid,
             started,
+            http,
         })
+    }
+
+    /// GET `path` of its HTTP endpoint: the status code and the body (None while it does not
+    /// answer yet).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http);
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_owned()))
+    }
+
+    /// Its reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does not
+    /// answer.
+    pub async fn reconciles(&self) -> Option<u64> {
+        let (_, body) = self.get("/metrics").await?;
+        body.lines()
+            .find_map(|l| l.strip_prefix("leadergroup_reconcile_seconds_count "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
     }
 
     /// Its CPU time and memory now.
@@ -136,6 +183,17 @@ pub struct Groups {
 impl Groups {
     /// Creates `count` groups of three Ready pods in a fresh namespace.
     pub async fn create(prefix: &str, count: usize) -> Result<Groups> {
+        Self::create_with(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await
+    }
+
+    /// [`Groups::create`] with `concurrency` creations in flight and a Lease duration of
+    /// `lease_seconds`.
+    pub async fn create_with(
+        prefix: &str,
+        count: usize,
+        concurrency: usize,
+        lease_seconds: i32,
+    ) -> Result<Groups> {
         let ns = leadergroup_testenv::namespace(prefix).await?;
         let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
         kubelet.ensure_node().await?;
@@ -151,7 +209,7 @@ impl Groups {
                         .map(|_| ())
                 }
             })
-            .buffer_unordered(CREATE_CONCURRENCY)
+            .buffer_unordered(concurrency)
             .try_collect::<Vec<()>>()
             .await?;
         futures::stream::iter(names.iter())
@@ -163,7 +221,7 @@ impl Groups {
                             match_labels: BTreeMap::from([("app".to_owned(), g.clone())]),
                             match_expressions: Vec::new(),
                         },
-                        lease_duration_seconds: LEASE_SECONDS,
+                        lease_duration_seconds: lease_seconds,
                         preferred_leader: None,
                         paused: false,
                         liveness: Default::default(),
@@ -173,7 +231,7 @@ impl Groups {
                         .map(|_| ())
                 }
             })
-            .buffer_unordered(CREATE_CONCURRENCY)
+            .buffer_unordered(concurrency)
             .try_collect::<Vec<()>>()
             .await?;
         Ok(Groups {
@@ -187,8 +245,17 @@ impl Groups {
 
     /// Waits until the watcher sees every group led.
     pub async fn wait_all_led(&self, watch: &LeaderWatch) -> Result<SystemTime> {
+        self.wait_all_led_within(watch, ALL_LED_BOUND).await
+    }
+
+    /// [`Groups::wait_all_led`], for at most `bound`.
+    pub async fn wait_all_led_within(
+        &self,
+        watch: &LeaderWatch,
+        bound: Duration,
+    ) -> Result<SystemTime> {
         watch
-            .wait("every group led", ALL_LED_BOUND, || {
+            .wait("every group led", bound, || {
                 self.names
                     .iter()
                     .all(|g| watch.leader(g).is_some())

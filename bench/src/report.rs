@@ -41,7 +41,7 @@ pub struct Run {
 }
 
 /// The samples of one system in one handover scenario.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Handover {
     /// System name.
     pub system: String,
@@ -74,7 +74,7 @@ impl Handover {
 }
 
 /// `graceful.json` and `crash.json`.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverResult {
     /// The run.
     pub run: Run,
@@ -85,13 +85,14 @@ pub struct HandoverResult {
 }
 
 /// One system at one group count.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleEntry {
     /// System name.
     pub system: String,
     /// Groups (of three candidates).
     pub groups: usize,
-    /// From process start to every group led.
+    /// From process start to every group led (NaN, written as null, when not all were).
+    #[serde(deserialize_with = "nan_if_null")]
     pub time_to_all_led_ms: f64,
     /// Length of the steady-state window.
     pub window_s: f64,
@@ -113,6 +114,9 @@ pub struct ScaleEntry {
     pub handover_deleted: Option<Handover>,
     /// What went wrong at this size, if anything.
     pub note: Option<String>,
+    /// The run it was measured in, when not the page's (`--only scale`).
+    #[serde(default)]
+    pub measured_in: Option<String>,
 }
 
 impl ScaleEntry {
@@ -130,9 +134,37 @@ impl ScaleEntry {
         notready: Option<Vec<f64>>,
         deleted: Option<Vec<f64>>,
     ) -> ScaleEntry {
+        let mut entry = ScaleEntry::with_lease(
+            system,
+            groups,
+            time_to_all_led_ms,
+            window_s,
+            requests,
+            cpu_s_per_min,
+            LEASE_SECONDS,
+        );
+        entry.rss_mib = rss_mib;
+        entry.peak_rss_mib = peak_rss_mib;
+        entry.handover_notready =
+            notready.map(|s| Handover::new(system, "NotReady at this size", s, None));
+        entry.handover_deleted =
+            deleted.map(|s| Handover::new(system, "deletion at this size", s, None));
+        entry
+    }
+
+    /// The per-group figures of groups whose Lease lasts `lease_seconds`; no RSS or handovers yet.
+    pub fn with_lease(
+        system: &str,
+        groups: usize,
+        time_to_all_led_ms: f64,
+        window_s: f64,
+        requests: RequestCounts,
+        cpu_s_per_min: f64,
+        lease_seconds: i32,
+    ) -> ScaleEntry {
         let n = groups.max(1) as f64;
         let per_group: RequestCounts = requests.into_iter().map(|(k, v)| (k, v / n)).collect();
-        let third = f64::from(LEASE_SECONDS) / 3.0;
+        let third = f64::from(lease_seconds) / 3.0;
         let writes: f64 = per_group
             .iter()
             .filter(|(k, _)| is_write(k))
@@ -153,19 +185,23 @@ impl ScaleEntry {
             polling_reads_per_s_per_group: reads + 0.0,
             requests_per_s_per_group: per_group,
             cpu_s_per_min,
-            rss_mib,
-            peak_rss_mib,
-            handover_notready: notready
-                .map(|s| Handover::new(system, "NotReady at this size", s, None)),
-            handover_deleted: deleted
-                .map(|s| Handover::new(system, "deletion at this size", s, None)),
+            rss_mib: 0.0,
+            peak_rss_mib: 0.0,
+            handover_notready: None,
+            handover_deleted: None,
             note: None,
+            measured_in: None,
         }
     }
 }
 
+/// A number that serde_json wrote as null (it writes NaN so).
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// `scale.json`.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleResult {
     /// The run.
     pub run: Run,
@@ -174,7 +210,7 @@ pub struct ScaleResult {
 }
 
 /// One burst.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Burst {
     /// From the start of the sweep until the last group is led again.
     pub all_re_led_ms: f64,
@@ -185,7 +221,7 @@ pub struct Burst {
 }
 
 /// `burst.json`.
-#[derive(Serialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct BurstResult {
     /// The run.
     pub run: Run,
@@ -218,7 +254,7 @@ impl BurstResult {
 }
 
 /// `floor.json`.
-#[derive(Serialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct Floor {
     /// The run.
     pub run: Run,
@@ -237,6 +273,53 @@ impl Floor {
             samples_ms: samples,
         }
     }
+}
+
+/// Reads a results file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).map_err(Error::io(format!("reading {}", path.display())))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Writes docs/benchmarks.md from every `bench/results/*.json`: the full run's, and the
+/// scenarios run alone since (each section names its run).
+pub fn rewrite_page(repo: &Path) -> Result<()> {
+    let results = repo.join("bench/results");
+    let graceful: HandoverResult = read_json(&results.join("graceful.json"))?;
+    let crash: HandoverResult = read_json(&results.join("crash.json"))?;
+    let scale: ScaleResult = read_json(&results.join("scale.json"))?;
+    let burst: BurstResult = read_json(&results.join("burst.json"))?;
+    let floor: Floor = read_json(&results.join("floor.json"))?;
+    let app: crate::app_latency::AppLatencyResult = read_json(&results.join("app-latency.json"))?;
+    let heartbeat: crate::heartbeat_writes::HeartbeatWrites =
+        read_json(&results.join("heartbeat-writes.json"))?;
+    let big_path = results.join("scale-10k.json");
+    let big: Option<crate::scale_10k::ScaleBig> = if big_path.is_file() {
+        Some(read_json(&big_path)?)
+    } else {
+        None
+    };
+    // The end-to-end section comes from its own run (`--only e2e`, as root, on the real cluster).
+    let e2e = std::fs::read_to_string(results.join("e2e.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::e2e::E2eResult>(&t).ok());
+    let page = markdown(&Page {
+        e2e: e2e.as_ref(),
+        run: &graceful.run,
+        graceful: &graceful,
+        crash: &crash,
+        scale: &scale,
+        burst: &burst,
+        floor: &floor,
+        app: &app,
+        heartbeat: &heartbeat,
+        scale_big: big.as_ref(),
+    });
+    std::fs::write(repo.join("docs/benchmarks.md"), page)
+        .map_err(Error::io("writing docs/benchmarks.md"))?;
+    crate::say("wrote docs/benchmarks.md from bench/results/*.json");
+    Ok(())
 }
 
 /// Writes `value` as pretty JSON.
@@ -386,7 +469,7 @@ fn row(out: &mut String, name: &str, s: Option<&Summary>, extra: &str) {
     }
 }
 
-fn counts(c: &RequestCounts) -> String {
+pub(crate) fn counts(c: &RequestCounts) -> String {
     if c.is_empty() {
         return "none".into();
     }
@@ -429,6 +512,7 @@ pub struct Page<'a> {
     pub floor: &'a Floor,
     pub app: &'a crate::app_latency::AppLatencyResult,
     pub heartbeat: &'a crate::heartbeat_writes::HeartbeatWrites,
+    pub scale_big: Option<&'a crate::scale_10k::ScaleBig>,
 }
 
 /// The page.
@@ -443,6 +527,7 @@ pub fn markdown(page: &Page<'_>) -> String {
         app,
         heartbeat,
         e2e,
+        scale_big,
     } = *page;
     let mut o = String::new();
     let floor_ms = floor.summary.as_ref().map_or(f64::NAN, |s| s.median_ms);
@@ -547,6 +632,147 @@ pub fn markdown(page: &Page<'_>) -> String {
         );
     }
 
+    let _ = write!(o, "{}", scale_section(scale));
+    if let Some(big) = scale_big {
+        let _ = write!(o, "\n{}", crate::scale_10k::section(big));
+    }
+    let _ = write!(o, "{}", burst_section(burst));
+    let _ = write!(o, "{}", app_latency_section(app));
+    let _ = writeln!(o, "{}", crate::heartbeat_writes::section(heartbeat));
+
+    let _ = writeln!(o, "## Targets\n");
+    let _ = writeln!(o, "| target | measured | met |\n|---|---|---|");
+    for e in scale
+        .entries
+        .iter()
+        .filter(|e| e.system == "leadergroup-operator" && e.groups < 1000)
+    {
+        for (what, h) in [
+            ("NotReady", &e.handover_notready),
+            ("deletion", &e.handover_deleted),
+        ] {
+            if let Some(s) = h.as_ref().and_then(|h| h.summary.as_ref()) {
+                let _ = writeln!(
+                    o,
+                    "| handover after {what} at {} groups: p50 ≤ 15 ms | p50 {} | {} |",
+                    e.groups,
+                    ms(s.median_ms),
+                    yes(s.median_ms <= 15.0)
+                );
+            }
+        }
+    }
+    let big = scale
+        .entries
+        .iter()
+        .filter(|e| e.system == "leadergroup-operator")
+        .max_by_key(|e| e.groups);
+    if let Some(e) = big {
+        let nr = e.handover_notready.as_ref().and_then(|h| h.summary.clone());
+        let del = e.handover_deleted.as_ref().and_then(|h| h.summary.clone());
+        for (what, s) in [("NotReady", nr), ("deletion", del)] {
+            if let Some(s) = s {
+                let _ = writeln!(
+                    o,
+                    "| handover after {what} at {} groups: p50 ≤ 20 ms, p99 ≤ 100 ms | p50 {}, p99 {} | {} |",
+                    e.groups,
+                    ms(s.median_ms),
+                    ms(s.p99_ms),
+                    yes(s.median_ms <= 20.0 && s.p99_ms <= 100.0)
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "| ≤ 1 write per group per third of the Lease ({} groups) | {:.2} | {} |",
+            e.groups,
+            e.writes_per_group_per_third,
+            yes(e.writes_per_group_per_third <= 1.05)
+        );
+        let _ = writeln!(
+            o,
+            "| no polling reads ({} groups) | {:.3}/s per group | {} |",
+            e.groups,
+            e.polling_reads_per_s_per_group,
+            yes(e.polling_reads_per_s_per_group < 0.001)
+        );
+        let _ = writeln!(
+            o,
+            "| RSS < 64 MiB at {} groups / {} pods | steady {:.1} MiB, peak {:.1} MiB (while converging) | steady {}, peak {} |",
+            e.groups,
+            e.groups * 3,
+            e.rss_mib,
+            e.peak_rss_mib,
+            yes(e.rss_mib < 64.0),
+            yes(e.peak_rss_mib < 64.0)
+        );
+    }
+    if let Some(s) = &burst.all_re_led {
+        let _ = writeln!(
+            o,
+            "| burst of {}: all re-led within 1 s | max {} | {} |",
+            burst.groups,
+            ms(s.max_ms),
+            yes(s.max_ms < 1000.0)
+        );
+    }
+    if let Some(r) = scale_big {
+        let e = &r.entry;
+        let _ = writeln!(
+            o,
+            "| {} groups: all led within 60 s | {} | {} |",
+            e.groups,
+            match r.led_at_bound {
+                Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
+                None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
+            },
+            yes(r.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0)
+        );
+        let _ = writeln!(
+            o,
+            "| {} groups: steady RSS < 256 MiB | {:.1} MiB (peak {:.1}) | {} |",
+            e.groups,
+            e.rss_mib,
+            e.peak_rss_mib,
+            yes(e.rss_mib < 256.0)
+        );
+        let _ = writeln!(
+            o,
+            "| {} groups: ≤ 1 write per group per third of the Lease | {:.2} | {} |",
+            e.groups,
+            e.writes_per_group_per_third,
+            yes(e.writes_per_group_per_third <= 1.05)
+        );
+        let _ = writeln!(
+            o,
+            "| {} groups: no polling reads | {:.3}/s per group | {} |",
+            e.groups,
+            e.polling_reads_per_s_per_group,
+            yes(e.polling_reads_per_s_per_group < 0.001)
+        );
+        if let Some(x) = &r.restart {
+            let _ = writeln!(
+                o,
+                "| {} groups: a restart changes no epoch and flaps no label | {} epochs, {} label changes; every group reconciled {:.1} s after the start | {} |",
+                e.groups,
+                x.epoch_changes,
+                x.label_flaps,
+                x.to_all_reconciled_ms / 1000.0,
+                yes(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nWhy a target is missed, and what was done about it, is in the README's Benchmarks section and in the commit that publishes this run."
+    );
+    o
+}
+
+/// Section 3 of the page: ours and the peers at 1, 100 and 1000 groups, and our handovers at
+/// each size. Also what `--only scale` prints.
+pub fn scale_section(scale: &ScaleResult) -> String {
+    let mut o = String::new();
     let _ = writeln!(o, "## 3. Scale\n");
     let _ = writeln!(
         o,
@@ -571,6 +797,15 @@ pub fn markdown(page: &Page<'_>) -> String {
             e.rss_mib,
             e.peak_rss_mib
         );
+    }
+    for e in &scale.entries {
+        if let Some(run) = &e.measured_in {
+            let _ = writeln!(
+                o,
+                "\n{} at {} groups: measured alone, in the run of {run}.",
+                e.system, e.groups
+            );
+        }
     }
     for e in &scale.entries {
         if let Some(note) = &e.note {
@@ -614,7 +849,18 @@ pub fn markdown(page: &Page<'_>) -> String {
         }
     }
 
+    o
+}
+
+/// Section 4 of the page: the burst. Also what `--only burst` prints.
+pub fn burst_section(burst: &BurstResult) -> String {
+    let mut o = String::new();
     let _ = writeln!(o, "\n## 4. Burst\n");
+    let _ = writeln!(
+        o,
+        "Run of {} (`{}`).\n",
+        burst.run.started_at, burst.run.command
+    );
     let _ = writeln!(
         o,
         "{} groups whose leaders sit on one node that fails: all {} leader pods reported NotReady at once (concurrent status writes, one sweep). Clock from the start of the sweep.\n",
@@ -638,69 +884,6 @@ pub fn markdown(page: &Page<'_>) -> String {
         sweeps.join(", ")
     );
 
-    let _ = write!(o, "{}", app_latency_section(app));
-    let _ = writeln!(o, "{}", crate::heartbeat_writes::section(heartbeat));
-
-    let _ = writeln!(o, "## Targets\n");
-    let _ = writeln!(o, "| target | measured | met |\n|---|---|---|");
-    let big = scale
-        .entries
-        .iter()
-        .filter(|e| e.system == "leadergroup-operator")
-        .max_by_key(|e| e.groups);
-    if let Some(e) = big {
-        let nr = e.handover_notready.as_ref().and_then(|h| h.summary.clone());
-        let del = e.handover_deleted.as_ref().and_then(|h| h.summary.clone());
-        for (what, s) in [("NotReady", nr), ("deletion", del)] {
-            if let Some(s) = s {
-                let _ = writeln!(
-                    o,
-                    "| handover after {what} at {} groups: p50 < 20 ms, p99 < 100 ms | p50 {}, p99 {} | {} |",
-                    e.groups,
-                    ms(s.median_ms),
-                    ms(s.p99_ms),
-                    yes(s.median_ms < 20.0 && s.p99_ms < 100.0)
-                );
-            }
-        }
-        let _ = writeln!(
-            o,
-            "| ≤ 1 write per group per third of the Lease ({} groups) | {:.2} | {} |",
-            e.groups,
-            e.writes_per_group_per_third,
-            yes(e.writes_per_group_per_third <= 1.05)
-        );
-        let _ = writeln!(
-            o,
-            "| no polling reads ({} groups) | {:.3}/s per group | {} |",
-            e.groups,
-            e.polling_reads_per_s_per_group,
-            yes(e.polling_reads_per_s_per_group < 0.001)
-        );
-        let _ = writeln!(
-            o,
-            "| RSS < 64 MiB at {} groups / {} pods | steady {:.1} MiB, peak {:.1} MiB (while converging) | steady {}, peak {} |",
-            e.groups,
-            e.groups * 3,
-            e.rss_mib,
-            e.peak_rss_mib,
-            yes(e.rss_mib < 64.0),
-            yes(e.peak_rss_mib < 64.0)
-        );
-    }
-    if let Some(s) = &burst.all_re_led {
-        let _ = writeln!(
-            o,
-            "| burst of {}: all re-led within 1 s | max {} | {} |",
-            burst.groups,
-            ms(s.max_ms),
-            yes(s.max_ms < 1000.0)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "\nWhy a target is missed, and what was done about it, is in the README's Benchmarks section and in the commit that publishes this run."
-    );
     o
 }
 

@@ -199,7 +199,7 @@ def check_default(objs):
         check(got == field, f"env {name} from {got}, want the downward API {field}")
     check(arg(args, "--http-addr") == "0.0.0.0:8080", "--http-addr must be 0.0.0.0:8080 (the probes' port)")
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
-    check(arg(args, "--concurrency") == "16", "--concurrency must follow concurrency (16)")
+    check(arg(args, "--concurrency") == "64", "--concurrency must follow concurrency (64)")
     check(arg(args, "--leader-elect") is True, "--leader-elect must be on by default")
     check(arg(args, "--leader-elect-namespace") == NAMESPACE, "--leader-elect-namespace must be the release namespace")
     check(arg(args, "--leader-elect-lease-duration") == "15", "--leader-elect-lease-duration must be 15")
@@ -320,7 +320,7 @@ def check_custom(objs):
     check(ctr["imagePullPolicy"] == "Always", "image.pullPolicy")
     check(dep["spec"]["replicas"] == 3, "replicas")
     check(arg(args, "--log-format") == "text", "logFormat")
-    check(arg(args, "--concurrency") == "64", "concurrency")
+    check(arg(args, "--concurrency") == "128", "concurrency")
     check(arg(args, "--leader-elect-lease-duration") == "30", "leaderElection.leaseDurationSeconds")
     env = {e["name"]: e.get("value") for e in ctr.get("env", [])}
     check(env.get("RUST_LOG") == "debug", "logLevel -> RUST_LOG")

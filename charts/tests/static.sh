@@ -99,7 +99,7 @@ image: {repository: registry.example.com/lgo, tag: "", digest: "sha256:aaaaaaaaa
 imagePullSecrets: [{name: regcred}]
 replicas: 3
 leaderElection: {enabled: true, leaseDurationSeconds: 30}
-concurrency: 64
+concurrency: 128
 logFormat: text
 logLevel: debug
 serviceAccount: {create: true, name: "", annotations: {example.com/role: x}}

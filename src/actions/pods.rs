@@ -33,9 +33,21 @@ pub async fn promote(
 }
 
 /// Writes the fence annotation (the epoch about to be handed out) on a pod: its resourceVersion
-/// changes, and a promotion of it decided earlier can no longer land.
-pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64) -> Result<()> {
-    let patch = json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}});
+/// changes, and a promotion of it decided earlier can no longer land. With `follower_of`, the
+/// same write also gives it that group's follower marks (as [`mark_follower`]), so that a
+/// candidate about to be marked follower anyway is written once, not twice.
+pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64, follower_of: Option<&str>) -> Result<()> {
+    let patch = match follower_of {
+        None => json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}}),
+        Some(group) => json!({"metadata": {
+            "labels": {ROLE_LABEL: ROLE_FOLLOWER},
+            "annotations": {
+                FENCE_ANNOTATION: epoch.to_string(),
+                EPOCH_ANNOTATION: Value::Null,
+                GROUP_ANNOTATION: group,
+            },
+        }}),
+    };
     merge(api, pod, patch).await
 }
 
@@ -97,6 +109,36 @@ pub async fn labeled_leaders(
         _ => role,
     };
     list_marked(api, &narrowed, group).await
+}
+
+/// Step 4's fresh reads in one request where the selector allows: the group's pods labeled
+/// leader (as [`labeled_leaders`]) and `pod`, the pod to promote, as the API server has them now
+/// (None: gone, or no longer selected). One list of the pods the selector matches answers both;
+/// a selector that cannot be sent (empty) takes the leaders' list and a read of `pod`.
+pub async fn check(
+    api: &Api<Pod>,
+    group: &str,
+    selector: &PodSelector,
+    pod: &str,
+) -> Result<(Vec<Pod>, Option<Pod>)> {
+    let selected = match Selector::try_from(selector.to_label_selector()) {
+        Ok(s) if !selector.is_empty() => s.to_string(),
+        _ => {
+            return futures::try_join!(labeled_leaders(api, group, selector), read(api, pod));
+        }
+    };
+    let pods = api.list(&ListParams::default().labels(&selected)).await?;
+    let mut target = None;
+    let mut leaders = Vec::new();
+    for p in pods.items {
+        if p.metadata.name.as_deref() == Some(pod) {
+            target = Some(p.clone());
+        }
+        if marks::role(&p) == Some(ROLE_LEADER) && marks::is_marked_for(&p, group) {
+            leaders.push(p);
+        }
+    }
+    Ok((leaders, target))
 }
 
 /// Pods carrying any of the operator's role labels, read from the API server.

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::try_join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -124,11 +125,8 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
     let pods = concerned_pods(ctx, ns, &group, lease.as_ref());
     let other_groups = ctx
-        .caches
-        .groups
-        .state()
+        .groups_in(ns)
         .into_iter()
-        .filter(|g| g.metadata.namespace.as_deref() == Some(ns))
         .filter(|g| g.metadata.name != group.metadata.name)
         .collect();
     Snapshot {
@@ -246,6 +244,8 @@ async fn refuse(
 
 /// Runs the plan's steps in protocol order. `lease` is the Lease as observed: the commit's
 /// precondition.
+///
+/// The writes of one step to several pods go out together: each step waits for all of them.
 async fn execute(
     ctx: &Context,
     ns: &str,
@@ -260,6 +260,7 @@ async fn execute(
     let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     // When this decision's steps began (before the commit): what the promotion's deadline counts from.
     let acting_since = Instant::now();
+    let mut steps = StepTimes::default();
 
     // 1. Commit.
     if let Some(record) = &plan.commit {
@@ -274,39 +275,67 @@ async fn execute(
         )
         .await?;
     }
+    steps.commit = acting_since.elapsed();
     // 2. Record.
     if let Some(status) = &plan.status {
         actions::status::record(&groups_api, group, status).await?;
     }
-    // 3. Demote.
-    for pod in &plan.demote {
-        actions::pods::mark_follower(&pods_api, pod, &name).await?;
-    }
-    // A 409 here means the pod changed (an older group may have just taken it): decide again.
-    for (pod, rv) in &plan.release {
-        actions::pods::unmark(&pods_api, pod, Some(rv)).await?;
-    }
+    // 3. Demote; a 409 on a release means the pod changed (an older group may have just taken
+    // it): decide again.
+    let demote = try_join_all(
+        plan.demote
+            .iter()
+            .map(|pod| actions::pods::mark_follower(&pods_api, pod, &name)),
+    );
+    let release = try_join_all(
+        plan.release
+            .iter()
+            .map(|(pod, rv)| actions::pods::unmark(&pods_api, pod, Some(rv))),
+    );
+    futures::try_join!(demote, release)?;
+    steps.record_demote = acting_since.elapsed();
+    // Candidates marked follower by their fence write need no second write.
+    let mut marked_by_fence: Vec<&str> = Vec::new();
     if let Some(promotion) = &plan.promote {
         let group_ref = ObjectRef::from_obj(group);
         // 4. Fence: an earlier promotion in this group may still be in flight (see crate::fence).
         let fenced = ctx.fenced.contains(&group_ref);
         if !fenced {
-            for pod in &plan.fence {
-                actions::pods::fence(&pods_api, pod, promotion.epoch).await?;
-            }
+            try_join_all(plan.fence.iter().map(|pod| {
+                let follower = plan.mark_followers.contains(pod);
+                if follower {
+                    marked_by_fence.push(pod.as_str());
+                }
+                actions::pods::fence(
+                    &pods_api,
+                    pod,
+                    promotion.epoch,
+                    follower.then_some(name.as_str()),
+                )
+            }))
+            .await?;
         }
+        steps.fence = acting_since.elapsed();
         // 4. Check: a fresh list, so that a stray leader the cache has not shown yet is demoted
         // first; and the pod to promote, fresh: its promotion is conditional on this version.
-        let (strays, target) = futures::try_join!(
-            actions::pods::labeled_leaders(&pods_api, &name, &group.spec.selector),
-            actions::pods::read(&pods_api, &promotion.pod),
-        )?;
-        for stray in strays {
-            if stray.name_any() != promotion.pod {
-                warn!(pod = %stray.name_any(), "demoting a stray leader label");
-                actions::pods::mark_follower(&pods_api, &stray.name_any(), &name).await?;
-            }
-        }
+        let (strays, target) =
+            actions::pods::check(&pods_api, &name, &group.spec.selector, &promotion.pod).await?;
+        try_join_all(
+            strays
+                .iter()
+                .map(|stray| stray.name_any())
+                .filter(|stray| *stray != promotion.pod)
+                .map(|stray| {
+                    let pods_api = &pods_api;
+                    let name = &name;
+                    async move {
+                        warn!(pod = %stray, "demoting a stray leader label");
+                        actions::pods::mark_follower(pods_api, &stray, name).await
+                    }
+                }),
+        )
+        .await?;
+        steps.check = acting_since.elapsed();
         let Some(version) = target.and_then(|p| p.resource_version()) else {
             // Gone since the decision: decide again.
             return Err(ReconcileError::Conflict(ConflictOn::Pod));
@@ -318,32 +347,63 @@ async fn execute(
         }
         // 5. Promote.
         actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch, &version).await?;
+        steps.promote = acting_since.elapsed();
         if !fenced {
             ctx.fenced.insert(group_ref);
         }
     }
     // 6. Tell.
     if let Some(t) = &plan.transition {
-        tell(ctx, group, t, clock).await;
+        tell(ctx, group, t, clock, &steps).await;
     }
     // Off the critical path: followers' marks, and the marks of pods that left.
-    for pod in &plan.mark_followers {
-        actions::pods::mark_follower(&pods_api, pod, &name).await?;
-    }
-    for (pod, rv) in &plan.unmark {
-        match actions::pods::unmark(&pods_api, pod, Some(rv)).await {
-            Err(ReconcileError::Conflict(_)) => {
-                debug!(%pod, "pod changed before its marks were removed; next pass")
+    try_join_all(
+        plan.mark_followers
+            .iter()
+            .filter(|pod| !marked_by_fence.contains(&pod.as_str()))
+            .map(|pod| actions::pods::mark_follower(&pods_api, pod, &name)),
+    )
+    .await?;
+    try_join_all(plan.unmark.iter().map(|(pod, rv)| {
+        let pods_api = &pods_api;
+        async move {
+            match actions::pods::unmark(pods_api, pod, Some(rv)).await {
+                Err(ReconcileError::Conflict(_)) => {
+                    debug!(%pod, "pod changed before its marks were removed; next pass");
+                    Ok(())
+                }
+                other => other,
             }
-            other => other?,
         }
-    }
+    }))
+    .await?;
     Ok(Action::requeue(plan.requeue_after))
+}
+
+/// When each step of a transition ended, from the start of the commit: the profile of a
+/// handover, logged with it.
+#[derive(Default)]
+struct StepTimes {
+    commit: Duration,
+    record_demote: Duration,
+    fence: Duration,
+    check: Duration,
+    promote: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// Step 6: counts the transition, times the handover from `clock`, logs it and publishes an Event
 /// (a Warning when no pod leads any more).
-async fn tell(ctx: &Context, group: &LeaderGroup, t: &Transition, clock: Instant) {
+async fn tell(
+    ctx: &Context,
+    group: &LeaderGroup,
+    t: &Transition,
+    clock: Instant,
+    steps: &StepTimes,
+) {
     let elapsed = clock.elapsed();
     ctx.metrics.transition(t.reason);
     if t.to.is_some() {
@@ -362,7 +422,18 @@ async fn tell(ctx: &Context, group: &LeaderGroup, t: &Transition, clock: Instant
         ),
         (None, None) => "no eligible pod".to_string(),
     };
-    info!(from = ?t.from, to = ?t.to, epoch = t.epoch, reason = t.reason.as_str(), elapsed_ms = elapsed.as_millis() as u64, "leadership changed");
+    // The steps' ends, in ms from the start of the commit; the clock runs from the watch event.
+    info!(
+        from = ?t.from, to = ?t.to, epoch = t.epoch, reason = t.reason.as_str(),
+        elapsed_ms = ms(elapsed),
+        decided_ms = ms(elapsed.saturating_sub(steps.promote)),
+        commit_ms = ms(steps.commit),
+        record_demote_ms = ms(steps.record_demote),
+        fence_ms = ms(steps.fence),
+        check_ms = ms(steps.check),
+        promote_ms = ms(steps.promote),
+        "leadership changed"
+    );
     let kind = if t.to.is_some() {
         EventType::Normal
     } else {
