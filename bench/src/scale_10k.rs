@@ -307,7 +307,11 @@ pub fn section(r: &ScaleBig) -> String {
         o,
         "| measure | value |\n|---|---|\n| from operator start to every group led (independent watches) | {} |\n| CPU until then | {:.1} s |\n| requests/s per group, steady {:.0} s window (by verb, resource) | {} |\n| writes per group per third of the Lease | {:.2} |\n| polling reads/s per group | {:.3} |\n| CPU s/min, steady | {:.2} |\n| RSS steady (peak) | {:.1} MiB ({:.1}) |",
         match r.led_at_bound {
-            Some(n) => format!("not within {} s: {n} of {} led then", BOUND.as_secs(), e.groups),
+            Some(n) => format!(
+                "not within {} s: {n} of {} led then",
+                BOUND.as_secs(),
+                e.groups
+            ),
             None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
         },
         r.converge_cpu_s,
