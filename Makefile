@@ -23,7 +23,7 @@ help:
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
 	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
-	@echo "make chaos             10,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
+	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
@@ -158,7 +158,7 @@ bench-e2e: bench-venv
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench --only e2e --grace $(E2E_BENCH_GRACE) $(BENCH_ARGS); \
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR) e2e
 
-# The published chaos run (issue 13, item 8): 10,000 seeded faults against two operator replicas on a
+# The published chaos run (issue 13, item 8): 11,000 seeded faults against two operator replicas on a
 # control plane of its own (about 45 minutes on 2 cores), then docs/chaos.md. CHAOS_ARGS: --seed N,
 # --faults N, --groups N. `make test` runs a short one (tests/it/chaos.rs).
 .PHONY: chaos

@@ -17,7 +17,7 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// How many faults.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 11_000)]
     faults: usize,
     /// How many groups (3 pods each).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=50))]
