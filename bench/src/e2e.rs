@@ -736,7 +736,7 @@ impl<'a> World<'a> {
             }
             Scenario::Frozen => {
                 let (node, id) = self.container(&old.pod, system.app_container()).await?;
-                let state = freezer_state(&node, &id)?;
+                let state = leadergroup_testenv::freezer_state(&node, &id)?;
                 t0 = SystemTime::now();
                 self.exclude(system, &old.identity, t0);
                 std::fs::write(&state, "FROZEN").map_err(Error::io("freezing a container"))?;
@@ -801,36 +801,6 @@ async fn kill(socket: &Path, id: &str) -> Result<()> {
     } else {
         Err(Error::Other(format!("ctr task kill {id}: {status}")))
     }
-}
-
-/// The container's `freezer.state` (cgroup v1 freezer, under the node's cgroup root).
-fn freezer_state(node: &str, id: &str) -> Result<PathBuf> {
-    fn find(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
-        for entry in std::fs::read_dir(root).ok()?.flatten() {
-            let path = entry.path();
-            if !path.is_dir() {
-                continue;
-            }
-            if entry.file_name().to_str() == Some(name) {
-                return Some(path);
-            }
-            if depth > 0
-                && let Some(found) = find(&path, name, depth - 1)
-            {
-                return Some(found);
-            }
-        }
-        None
-    }
-    let root = Path::new("/sys/fs/cgroup/freezer").join(node);
-    find(&root, id, 5)
-        .map(|d| d.join("freezer.state"))
-        .ok_or_else(|| {
-            Error::Other(format!(
-                "no freezer cgroup of {id} under {}",
-                root.display()
-            ))
-        })
 }
 
 /// Our members' ServiceAccount and Role (as `examples/ledger/manifests/sidecar/rbac.yaml`, for

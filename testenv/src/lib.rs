@@ -21,6 +21,7 @@
 mod active;
 mod controlplane;
 mod error;
+mod freezer;
 mod held;
 pub mod invariants;
 mod kubelet;
@@ -38,6 +39,7 @@ pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
 pub use error::Error;
+pub use freezer::freezer_state;
 pub use held::{HeldRequests, HoldRule};
 pub use invariants::{Gap, InvariantWatcher};
 pub use kubelet::{Kubelet, NODE_NAME};

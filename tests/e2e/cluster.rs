@@ -207,15 +207,8 @@ impl Cluster {
     /// stops, as in a long GC pause or a stuck disk); thawed when the guard drops.
     pub fn freeze_container(&self, pod: &Pod) -> Frozen {
         let (node, id) = container_of(pod);
-        let root = Path::new("/sys/fs/cgroup/freezer").join(&node);
-        let dir = find_dir(&root, &id, 5).unwrap_or_else(|| {
-            panic!(
-                "no freezer cgroup of container {id} under {}",
-                root.display()
-            )
-        });
         let frozen = Frozen {
-            state: dir.join("freezer.state"),
+            state: leadergroup_testenv::freezer_state(&node, &id).unwrap(),
         };
         std::fs::write(&frozen.state, "FROZEN").unwrap();
         frozen
@@ -329,25 +322,6 @@ impl Cluster {
             .map_or(50, |g| g.parse().unwrap());
         Duration::from_secs(grace)
     }
-}
-
-fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
-    let entries = std::fs::read_dir(root).ok()?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if !path.is_dir() {
-            continue;
-        }
-        if entry.file_name().to_str() == Some(name) {
-            return Some(path);
-        }
-        if depth > 0
-            && let Some(found) = find_dir(&path, name, depth - 1)
-        {
-            return Some(found);
-        }
-    }
-    None
 }
 
 /// The node the pod is bound to.
