@@ -179,25 +179,50 @@ pub async fn run(
         entry.peak_rss_mib
     ));
 
-    if led_at_bound.is_some() {
-        op.stop().await;
-        let mut run = run;
-        run.double_leaders += watches.iter().map(LeaderWatch::double_leaders).sum::<u64>();
-        return Ok(ScaleBig {
-            run,
-            lease_seconds,
-            namespaces,
-            pods: groups * 3,
-            create_s,
-            create_concurrency: CREATE_CONCURRENCY,
-            converge_cpu_s,
-            entry,
-            led_at_bound,
-            restart: None,
-        });
-    }
+    // The restart is measured only once every group was led: its checks compare led groups.
+    let (op, restart) = if led_at_bound.is_some() {
+        (op, None)
+    } else {
+        let (op, restart) = measure_restart(
+            op, cp, operator, log_dir, &sets, &watches, groups, settle, ticks,
+        )
+        .await?;
+        (op, Some(restart))
+    };
+    op.stop().await;
+    let mut run = run;
+    run.double_leaders += watches.iter().map(LeaderWatch::double_leaders).sum::<u64>();
+    Ok(ScaleBig {
+        run,
+        lease_seconds,
+        namespaces,
+        pods: groups * 3,
+        create_s,
+        create_concurrency: CREATE_CONCURRENCY,
+        converge_cpu_s,
+        entry,
+        led_at_bound,
+        restart,
+    })
+}
+
+/// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
+/// reconciled every group, and what changed meanwhile (epochs, leaders, leader labels). Returns
+/// the new process, still running.
+#[allow(clippy::too_many_arguments)]
+async fn measure_restart(
+    op: OperatorProcess,
+    cp: &leadergroup_testenv::ControlPlane,
+    operator: &Path,
+    log_dir: &Path,
+    sets: &[Groups],
+    watches: &[LeaderWatch],
+    groups: usize,
+    settle: Duration,
+    ticks: f64,
+) -> Result<(OperatorProcess, Restart)> {
     say("scale-10k: restart (SIGKILL, a new process)");
-    let before = statuses(&sets).await?;
+    let before = statuses(sets).await?;
     let flaps_before: u64 = watches.iter().map(LeaderWatch::leader_changes).sum();
     op.stop().await;
     let op = OperatorProcess::start_watching(
@@ -232,7 +257,7 @@ pub async fn run(
     let watched =
         Duration::from_secs(u64::from(crate::ours::LEASE_SECONDS.unsigned_abs())) + settle;
     tokio::time::sleep(watched).await;
-    let after = statuses(&sets).await?;
+    let after = statuses(sets).await?;
     let flaps: u64 = watches.iter().map(LeaderWatch::leader_changes).sum::<u64>() - flaps_before;
     let epoch_changes = before
         .iter()
@@ -243,30 +268,17 @@ pub async fn run(
         .filter(|(k, (_, leader))| after.get(*k).map(|a| &a.1) != Some(leader))
         .count();
     let last = proc_sample(op.pid, ticks).unwrap_or_default();
-    op.stop().await;
-    let mut run = run;
-    run.double_leaders += watches.iter().map(LeaderWatch::double_leaders).sum::<u64>();
-    Ok(ScaleBig {
-        run,
-        lease_seconds,
-        namespaces,
-        pods: groups * 3,
-        create_s,
-        create_concurrency: CREATE_CONCURRENCY,
-        converge_cpu_s,
-        entry,
-        led_at_bound: None,
-        restart: Some(Restart {
-            to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
-            to_all_reconciled_ms: to_all_reconciled,
-            epoch_changes,
-            leader_changes,
-            label_flaps: flaps,
-            watched_s: watched.as_secs_f64(),
-            rss_mib: last.rss_mib,
-            peak_rss_mib: last.peak_rss_mib,
-        }),
-    })
+    let restart = Restart {
+        to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
+        to_all_reconciled_ms: to_all_reconciled,
+        epoch_changes,
+        leader_changes,
+        label_flaps: flaps,
+        watched_s: watched.as_secs_f64(),
+        rss_mib: last.rss_mib,
+        peak_rss_mib: last.peak_rss_mib,
+    };
+    Ok((op, restart))
 }
 
 /// Every group's epoch and leader, by namespace and name, from the API server.
