@@ -184,7 +184,16 @@ pub async fn run(
         (op, None)
     } else {
         let (op, restart) = measure_restart(
-            op, cp, operator, log_dir, &sets, &watches, groups, settle, ticks,
+            op,
+            cp,
+            operator,
+            log_dir,
+            &sets,
+            &watches,
+            groups,
+            lease_seconds,
+            settle,
+            ticks,
         )
         .await?;
         (op, Some(restart))
@@ -218,6 +227,7 @@ async fn measure_restart(
     sets: &[Groups],
     watches: &[LeaderWatch],
     groups: usize,
+    lease_seconds: i32,
     settle: Duration,
     ticks: f64,
 ) -> Result<(OperatorProcess, Restart)> {
@@ -254,8 +264,7 @@ async fn measure_restart(
         to_all_reconciled / 1000.0
     ));
     // Past a whole Lease duration: every group renewed by the new process, or changed.
-    let watched =
-        Duration::from_secs(u64::from(crate::ours::LEASE_SECONDS.unsigned_abs())) + settle;
+    let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + settle;
     tokio::time::sleep(watched).await;
     let after = statuses(sets).await?;
     let flaps: u64 = watches.iter().map(LeaderWatch::leader_changes).sum::<u64>() - flaps_before;
