@@ -515,6 +515,25 @@ pub struct Page<'a> {
     pub scale_big: Option<&'a crate::scale_10k::ScaleBig>,
 }
 
+/// The two API-cost rows of the targets' table for one scale entry (at most one write per group
+/// per third of the Lease, no polling reads), each titled by `title` from the target's name.
+fn cost_targets(o: &mut String, e: &ScaleEntry, title: impl Fn(&str) -> String) {
+    let _ = writeln!(
+        o,
+        "| {} | {:.2} | {} |",
+        title("≤ 1 write per group per third of the Lease"),
+        e.writes_per_group_per_third,
+        yes(e.writes_per_group_per_third <= 1.05)
+    );
+    let _ = writeln!(
+        o,
+        "| {} | {:.3}/s per group | {} |",
+        title("no polling reads"),
+        e.polling_reads_per_s_per_group,
+        yes(e.polling_reads_per_s_per_group < 0.001)
+    );
+}
+
 /// The page.
 pub fn markdown(page: &Page<'_>) -> String {
     let Page {
@@ -682,20 +701,9 @@ pub fn markdown(page: &Page<'_>) -> String {
                 );
             }
         }
-        let _ = writeln!(
-            o,
-            "| ≤ 1 write per group per third of the Lease ({} groups) | {:.2} | {} |",
-            e.groups,
-            e.writes_per_group_per_third,
-            yes(e.writes_per_group_per_third <= 1.05)
-        );
-        let _ = writeln!(
-            o,
-            "| no polling reads ({} groups) | {:.3}/s per group | {} |",
-            e.groups,
-            e.polling_reads_per_s_per_group,
-            yes(e.polling_reads_per_s_per_group < 0.001)
-        );
+        cost_targets(&mut o, e, |target| {
+            format!("{target} ({} groups)", e.groups)
+        });
         let _ = writeln!(
             o,
             "| RSS < 64 MiB at {} groups / {} pods | steady {:.1} MiB, peak {:.1} MiB (while converging) | steady {}, peak {} |",
@@ -736,20 +744,7 @@ pub fn markdown(page: &Page<'_>) -> String {
             e.peak_rss_mib,
             yes(e.rss_mib < 256.0)
         );
-        let _ = writeln!(
-            o,
-            "| {} groups: ≤ 1 write per group per third of the Lease | {:.2} | {} |",
-            e.groups,
-            e.writes_per_group_per_third,
-            yes(e.writes_per_group_per_third <= 1.05)
-        );
-        let _ = writeln!(
-            o,
-            "| {} groups: no polling reads | {:.3}/s per group | {} |",
-            e.groups,
-            e.polling_reads_per_s_per_group,
-            yes(e.polling_reads_per_s_per_group < 0.001)
-        );
+        cost_targets(&mut o, e, |target| format!("{} groups: {target}", e.groups));
         if let Some(x) = &r.restart {
             let _ = writeln!(
                 o,
