@@ -732,7 +732,7 @@ impl<'a> World<'a> {
                 let (node, id) = self.container(&old.pod, system.app_container()).await?;
                 t0 = SystemTime::now();
                 self.exclude(system, &old.identity, t0);
-                kill(&self.cluster.socket(&node), &id).await?;
+                leadergroup_testenv::kill_container(&self.cluster.socket(&node), &id).await?;
             }
             Scenario::Frozen => {
                 let (node, id) = self.container(&old.pod, system.app_container()).await?;
@@ -777,30 +777,6 @@ fn ready(pod: &Pod) -> bool {
         && status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// SIGKILL to a container's main process through its node's containerd.
-async fn kill(socket: &Path, id: &str) -> Result<()> {
-    let status = tokio::process::Command::new("ctr")
-        .arg("--address")
-        .arg(socket)
-        .args([
-            "--namespace",
-            "k8s.io",
-            "task",
-            "kill",
-            "--signal",
-            "SIGKILL",
-            id,
-        ])
-        .status()
-        .await
-        .map_err(Error::io("running ctr task kill"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(Error::Other(format!("ctr task kill {id}: {status}")))
-    }
 }
 
 /// Our members' ServiceAccount and Role (as `examples/ledger/manifests/sidecar/rbac.yaml`, for

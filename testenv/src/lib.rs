@@ -19,9 +19,9 @@
 //! away), and a pod bound to a node is only removed once its kubelet says so ([`Kubelet`]).
 
 mod active;
+mod containers;
 mod controlplane;
 mod error;
-mod freezer;
 mod held;
 pub mod invariants;
 mod kubelet;
@@ -35,11 +35,11 @@ mod tools;
 mod wait;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
+pub use containers::{freezer_state, kill_container};
 pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
 pub use error::Error;
-pub use freezer::freezer_state;
 pub use held::{HeldRequests, HoldRule};
 pub use invariants::{Gap, InvariantWatcher};
 pub use kubelet::{Kubelet, NODE_NAME};

@@ -188,19 +188,9 @@ impl Cluster {
     /// containerd (what an OOM kill or a crash does; the kubelet restarts it).
     pub async fn kill_container(&self, pod: &Pod) {
         let (node, id) = container_of(pod);
-        let mut ctr = std::process::Command::new("ctr");
-        ctr.arg("--address")
-            .arg(self.containerd_socket(&node))
-            .args([
-                "--namespace",
-                "k8s.io",
-                "task",
-                "kill",
-                "--signal",
-                "SIGKILL",
-                &id,
-            ]);
-        run_ok(ctr).await;
+        leadergroup_testenv::kill_container(&self.containerd_socket(&node), &id)
+            .await
+            .unwrap();
     }
 
     /// Freezes pod `pod`'s first container through the cgroup v1 freezer (every process of it

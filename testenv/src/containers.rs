@@ -1,0 +1,69 @@
+//! A container on a node of the real cluster, as the end-to-end tests and the end-to-end benchmark
+//! strike it: killed through its node's containerd, or frozen through its cgroup v1 freezer
+//! (writing `FROZEN` to its `freezer.state` stops every process of it, as a long GC pause or a
+//! stuck disk would; `THAWED` resumes them).
+
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// SIGKILL to container `id`'s main process through the containerd at `socket` (`ctr task kill`:
+/// what an OOM kill or a crash does; the kubelet restarts it).
+pub async fn kill_container(socket: &Path, id: &str) -> Result<()> {
+    let output = tokio::process::Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
+        .args([
+            "--namespace",
+            "k8s.io",
+            "task",
+            "kill",
+            "--signal",
+            "SIGKILL",
+            id,
+        ])
+        .output()
+        .await
+        .map_err(Error::io("running ctr task kill"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Error::Command {
+        command: format!("ctr task kill --signal SIGKILL {id}"),
+        status: output.status.to_string(),
+        output: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// The `freezer.state` file of container `id` on node `node` (its cgroup lies a few levels under
+/// the node's freezer root, `/sys/fs/cgroup/freezer/<node>`).
+pub fn freezer_state(node: &str, id: &str) -> Result<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup/freezer").join(node);
+    find_dir(&root, id, 5)
+        .map(|d| d.join("freezer.state"))
+        .ok_or_else(|| {
+            Error::Unexpected(format!(
+                "no freezer cgroup of container {id} under {}",
+                root.display()
+            ))
+        })
+}
+
+/// The folder called `name` under `root`, at most `depth` levels further down.
+fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name().to_str() == Some(name) {
+            return Some(path);
+        }
+        if depth > 0
+            && let Some(found) = find_dir(&path, name, depth - 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
