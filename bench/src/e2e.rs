@@ -772,11 +772,8 @@ impl<'a> World<'a> {
 
 /// A pod Running with Ready=True.
 fn ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && leadergroup_testenv::invariants::ready(pod)
 }
 
 /// Our members' ServiceAccount and Role (as `examples/ledger/manifests/sidecar/rbac.yaml`, for

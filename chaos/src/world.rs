@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER, eligible};
+use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER, eligible, ready};
 use leadergroup_testenv::{Kubelet, TestNamespace, wait_until};
 
 use crate::Error;
@@ -257,13 +257,6 @@ fn pod_epoch(pod: &Pod) -> Option<i64> {
     pod.annotations()
         .get(EPOCH_ANNOTATION)
         .and_then(|e| e.parse().ok())
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Server-side apply of the CRD, then waits until LeaderGroups are served.

@@ -299,10 +299,15 @@ impl Recorded {
 
 /// Running, Ready and not terminating: what the operator may elect (the selector aside).
 pub fn eligible(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
     pod.metadata.deletion_timestamp.is_none()
-        && status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && ready(pod)
+}
+
+/// The pod's Ready condition is True.
+pub fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
