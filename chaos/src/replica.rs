@@ -154,12 +154,15 @@ impl OperatorReplica {
         }
     }
 
-    /// Whether its process ended on its own (a crash: the run reports it).
-    pub fn exited(&mut self) -> Option<String> {
-        let child = self.child.as_mut()?;
-        match child.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
-            _ => None,
+    /// Starts a new process if the current one ended on its own (it lost its port, or crashed:
+    /// its log says); the report counts the replicas' processes.
+    pub fn restart_if_exited(&mut self) {
+        let exited = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if exited {
+            let _ = self.spawn();
         }
     }
 

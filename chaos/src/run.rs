@@ -282,13 +282,9 @@ async fn resolve(shared: &Shared, which: Replica) -> Option<usize> {
     while Instant::now() < deadline {
         {
             let mut replicas = shared.replicas.lock().await;
-            for r in replicas.iter_mut() {
-                // A process that ended on its own (it lost its port, or crashed: the log says)
-                // is started again; the report counts the replicas' processes.
-                if r.exited().is_some() {
-                    let _ = r.spawn();
-                }
-            }
+            replicas
+                .iter_mut()
+                .for_each(OperatorReplica::restart_if_exited);
             for (i, r) in replicas.iter().enumerate() {
                 if r.role().await.as_deref() == Some("active") {
                     return Some(match which {
@@ -422,14 +418,12 @@ fn gone(e: &Error) -> bool {
 /// The end of a round: everything undone, the pods repaired, then every group must settle (I2).
 async fn quiesce(shared: &Shared, from: usize, to: usize) -> Round {
     let started = Instant::now();
-    {
-        let mut replicas = shared.replicas.lock().await;
-        for r in replicas.iter_mut() {
-            if r.exited().is_some() {
-                let _ = r.spawn();
-            }
-        }
-    }
+    shared
+        .replicas
+        .lock()
+        .await
+        .iter_mut()
+        .for_each(OperatorReplica::restart_if_exited);
     for g in 0..shared.world.groups {
         retry(|| shared.world.repair(g)).await;
     }
