@@ -1,16 +1,8 @@
 //! `leadergroup-bench`: runs every benchmark scenario of issue 5 against one control plane (its
 //! own, started through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then
-//! writes `bench/results/<scenario>.json` (every sample) and `docs/benchmarks.md`.
-//!
-//! `leadergroup-bench [--quick] [--scale 1,100,1000] [--repo DIR] [--only app-latency|heartbeat-writes|e2e [--grace SECS]]`:
-//! `--quick` runs every scenario with a handful of repetitions (a smoke test of the harness, not
-//! figures to publish); `--scale` picks the group counts of the scale scenario; `--only
-//! app-latency` (or `heartbeat-writes`) runs that one scenario and writes only its
-//! `bench/results/<scenario>.json` (docs/benchmarks.md is left alone: its section is printed and
-//! written to `target/bench-logs/<scenario>.md`). `--only e2e` (as root) runs the end-to-end
-//! scenarios on a real cluster of its own ([`e2e`]), writes `bench/results/e2e.json` and
-//! `target/bench-logs/e2e.md`, and replaces the end-to-end section of docs/benchmarks.md (a full
-//! run includes that section from `bench/results/e2e.json`).
+//! writes `bench/results/<scenario>.json` (every sample) and `docs/benchmarks.md`. `--only` runs
+//! one scenario alone; `--help` lists the flags ([`Cli`]). An unknown flag is refused before
+//! anything runs: a typo must not start a twelve-minute run that overwrites published results.
 
 mod app_latency;
 mod e2e;
@@ -26,6 +18,8 @@ mod stats;
 mod timeline;
 
 use std::path::{Path, PathBuf};
+
+use clap::{Parser, ValueEnum};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -39,6 +33,61 @@ use crate::peers::PeerGroup;
 use crate::report::{
     Burst, BurstResult, Floor, Handover, HandoverResult, Run, ScaleEntry, ScaleResult,
 };
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "leadergroup-bench",
+    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
+)]
+struct Cli {
+    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
+    /// publish.
+    #[arg(long)]
+    quick: bool,
+    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
+    /// first value is the number of groups (default 10000).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    scale: Option<Vec<usize>>,
+    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
+    /// this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    repo: Option<PathBuf>,
+    /// Run one scenario alone and write only its results (the page is rewritten from
+    /// bench/results).
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
+    /// `--quick` 10).
+    #[arg(long, value_name = "SECS")]
+    grace: Option<u32>,
+    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
+    #[arg(long, value_name = "SECS")]
+    lease: Option<i32>,
+}
+
+/// The scenarios that run alone.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Only {
+    /// The end-to-end scenarios on a real cluster of their own (as root); writes
+    /// bench/results/e2e.json and the page's end-to-end section.
+    E2e,
+    /// The page's end-to-end section again from bench/results/e2e.json (no measurement).
+    E2eRender,
+    /// How fast the application learns its role (crate and agent).
+    AppLatency,
+    /// Heartbeat mode's renewal writes.
+    HeartbeatWrites,
+    /// 10,000 groups (or the first value of `--scale`), then an operator restart.
+    #[value(name = "scale-10k")]
+    Scale10k,
+    /// The burst of failed leaders.
+    Burst,
+    /// Ours at the sizes of `--scale`.
+    Scale,
+    /// Rewrite docs/benchmarks.md from bench/results (no measurement).
+    Page,
+}
 
 /// Repetitions and windows of one run.
 #[derive(Clone, Debug)]
@@ -130,71 +179,41 @@ fn repo_root() -> PathBuf {
 }
 
 async fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let repo = args
-        .iter()
-        .position(|a| a == "--repo")
-        .and_then(|i| args.get(i + 1))
-        .map_or_else(repo_root, PathBuf::from);
+    let cli = Cli::parse();
+    let quick = cli.quick;
+    let repo = cli.repo.clone().unwrap_or_else(repo_root);
     let mut plan = if quick { Plan::quick() } else { Plan::full() };
-    // `--scale 1,100`: the group counts of the scale scenario (default 1,100,1000).
-    if let Some(sizes) = args
-        .iter()
-        .position(|a| a == "--scale")
-        .and_then(|i| args.get(i + 1))
-    {
-        plan.scale_sizes = sizes
-            .split(',')
-            .filter_map(|n| n.trim().parse().ok())
-            .collect();
+    if let Some(sizes) = &cli.scale {
+        plan.scale_sizes.clone_from(sizes);
     }
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
     let started = Instant::now();
 
-    if only.as_deref() == Some("e2e-render") {
-        // The end-to-end section again from bench/results/e2e.json (after a change of the page's
-        // format; no measurement).
+    if cli.only == Some(Only::E2eRender) {
         return e2e::render(&repo);
     }
-    if only.as_deref() == Some("e2e") {
+    if cli.only == Some(Only::E2e) {
         let mut e2e_plan = if quick {
             e2e::Plan::quick()
         } else {
             e2e::Plan::full()
         };
-        // `--grace SECS`: the real cluster's --node-monitor-grace-period (default 50, --quick 10).
-        if let Some(grace) = args
-            .iter()
-            .position(|a| a == "--grace")
-            .and_then(|i| args.get(i + 1))
-        {
-            e2e_plan.grace = grace
-                .parse()
-                .map_err(|e| Error::Other(format!("--grace {grace}: {e}")))?;
+        if let Some(grace) = cli.grace {
+            e2e_plan.grace = grace;
         }
         return e2e::only(&e2e_plan, &repo, quick).await;
     }
     let operator = ours::operator_binary()?;
-    match only.as_deref() {
+    match cli.only {
         None => {}
-        Some("app-latency") => return only_app_latency(&plan, &repo, &operator, quick).await,
-        Some("heartbeat-writes") => {
+        Some(Only::AppLatency) => return only_app_latency(&plan, &repo, &operator, quick).await,
+        Some(Only::HeartbeatWrites) => {
             return only_heartbeat_writes(&plan, &repo, &operator, quick).await;
         }
-        Some("scale-10k") => return only_scale_10k(&plan, &repo, &operator, quick, &args).await,
-        Some("burst") => return only_burst(&plan, &repo, &operator, quick).await,
-        Some("scale") => return only_scale(&plan, &repo, &operator, quick).await,
-        Some("page") => return report::rewrite_page(&repo),
-        Some(other) => {
-            return Err(Error::Other(format!(
-                "--only {other}: the scenarios that run alone are: app-latency, heartbeat-writes, e2e, e2e-render, scale-10k, burst, scale (ours), page (rewrites docs/benchmarks.md from bench/results)"
-            )));
-        }
+        Some(Only::Scale10k) => return only_scale_10k(&plan, &repo, &operator, &cli).await,
+        Some(Only::Burst) => return only_burst(&plan, &repo, &operator, quick).await,
+        Some(Only::Scale) => return only_scale(&plan, &repo, &operator, quick).await,
+        Some(Only::Page) => return report::rewrite_page(&repo),
+        Some(Only::E2e | Only::E2eRender) => {}
     }
     let client_go = tool_output(&repo.join("bench/peers/client-go/build.sh"), &[]).await?;
     let rust_peer = repo.join("target/bench-peers/release/leadergroup-bench-rust-peer");
@@ -551,29 +570,14 @@ async fn idle_baseline(plan: &Plan, admin: &kube::Client) -> Result<RequestCount
 
 /// `--only scale-10k`: 10,000 groups (or the first size of `--scale`) on a control plane of
 /// their own; writes `bench/results/scale-10k.json` and rewrites the page.
-async fn only_scale_10k(
-    plan: &Plan,
-    repo: &Path,
-    operator: &Path,
-    quick: bool,
-    args: &[String],
-) -> Result<()> {
-    let groups = args
-        .iter()
-        .position(|a| a == "--scale")
-        .and_then(|_| plan.scale_sizes.first().copied())
+async fn only_scale_10k(plan: &Plan, repo: &Path, operator: &Path, cli: &Cli) -> Result<()> {
+    let quick = cli.quick;
+    let groups = cli
+        .scale
+        .as_ref()
+        .and_then(|sizes| sizes.first().copied())
         .unwrap_or(if quick { 200 } else { 10_000 });
-    // `--lease 60`: the groups' Lease duration (default the CRD's, 15 s).
-    let lease = args
-        .iter()
-        .position(|a| a == "--lease")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse::<i32>()
-                .map_err(|e| Error::Other(format!("--lease {v}: {e}")))
-        })
-        .transpose()?
-        .unwrap_or(ours::LEASE_SECONDS);
+    let lease = cli.lease.unwrap_or(ours::LEASE_SECONDS);
     let mut alone = Alone::start(repo, quick).await?;
     let admin = alone.cp.client().await?;
     alone.run.baseline_requests_per_s = idle_baseline(plan, &admin).await?;
