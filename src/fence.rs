@@ -8,7 +8,9 @@
 //! - before promoting in a group where a promotion of an earlier decision may still be in flight,
 //!   the operator writes every other pod of the group once (annotation `leadergroup.io/fence`,
 //!   the epoch about to be handed out), so that such a promotion, conditional on an older
-//!   resourceVersion, is refused by the API server. That is the case after this process started
+//!   resourceVersion, is refused by the API server. The pods the same transition demotes or
+//!   releases are not: that write changes their resourceVersion as well, and removes the label a
+//!   promotion landing before it gave. That is the case after this process started
 //!   (another incarnation, or another replica, may have sent one), after it regained activity,
 //!   and after any of its own requests in the group was abandoned.
 //!
