@@ -8,11 +8,13 @@
 //! - before promoting in a group where a promotion of an earlier decision may still be in flight,
 //!   the operator writes every other pod of the group once (annotation `leadergroup.io/fence`,
 //!   the epoch about to be handed out), so that such a promotion, conditional on an older
-//!   resourceVersion, is refused by the API server. The pods the same transition demotes or
-//!   releases are not: that write changes their resourceVersion as well, and removes the label a
-//!   promotion landing before it gave. That is the case after this process started
+//!   resourceVersion, is refused by the API server. That is the case after this process started
 //!   (another incarnation, or another replica, may have sent one), after it regained activity,
-//!   and after any of its own requests in the group was abandoned.
+//!   and after any of its own requests in the group was abandoned. The pods the same transition
+//!   releases are not fenced: the release removes their marks only if they are unchanged, which
+//!   changes their resourceVersion as a fence would. A demotion is no such write (a pod without
+//!   the leader label is left as it is, its version too): the demoted pods are fenced, and take
+//!   their follower marks with that write.
 //!
 //! [`Fenced`] remembers the groups where no such promotion can be in flight.
 

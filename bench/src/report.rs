@@ -612,7 +612,7 @@ pub fn markdown(page: &Page<'_>) -> String {
     row(&mut o, "Lease CAS update", floor.summary.as_ref(), "");
     let _ = writeln!(
         o,
-        "\nThe handover protocol makes five sequential API calls (Lease CAS, status, demote, fresh list, promote), so about 5× this is the physical limit of the design. Ours are reported as a multiple of it below.\n"
+        "\nA handover's critical path is three sequential API calls (the Lease CAS; then the status, the demotion and the fresh list, together; then the promotion), so about 3× this is the physical limit of the design. Ours are reported as a multiple of it below.\n"
     );
 
     let _ = writeln!(o, "## 1. Graceful termination (rolling update)\n");

@@ -283,18 +283,18 @@ async fn execute(
         .await?;
     }
     steps.commit = acting_since.elapsed();
-    // Pods that step 3 writes: their resourceVersion changes with that write, as with a fence,
-    // and their leader labels are gone once it lands.
-    let demoted = |pod: &String| {
-        plan.demote.contains(pod) || plan.release.iter().any(|(released, _)| released == pod)
-    };
+    // Pods that step 3 writes: their leader labels are gone once that write lands.
+    let released = |pod: &String| plan.release.iter().any(|(released, _)| released == pod);
+    let demoted = |pod: &String| plan.demote.contains(pod) || released(pod);
     // An earlier promotion in this group may still be in flight (see crate::fence): fence the
-    // pods it could be for, but those step 3 writes anyway (racing that write, a fence would
-    // fail a release's precondition).
+    // pods it could be for. Not those released: the release removes their marks only if they
+    // are unchanged, a change of resourceVersion as good as a fence (racing it, a fence would
+    // fail its precondition). The demoted ones take their follower marks with the fence instead:
+    // a demotion of a pod that carries no leader label changes nothing, not even its version.
     let group_ref = ObjectRef::from_obj(group);
     let fence = plan.promote.is_some() && !ctx.fenced.contains(&group_ref);
     let fenced: Vec<&String> = if fence {
-        plan.fence.iter().filter(|pod| !demoted(pod)).collect()
+        plan.fence.iter().filter(|pod| !released(pod)).collect()
     } else {
         Vec::new()
     };
@@ -311,6 +311,7 @@ async fn execute(
         let demote = try_join_all(
             plan.demote
                 .iter()
+                .filter(|pod| !fenced.contains(pod))
                 .map(|pod| actions::pods::mark_follower(&pods_api, pod, &name)),
         );
         let release = try_join_all(
@@ -334,7 +335,8 @@ async fn execute(
                     &pods_api,
                     pod,
                     promotion.epoch,
-                    plan.mark_followers.contains(pod).then_some(name.as_str()),
+                    (plan.mark_followers.contains(pod) || plan.demote.contains(pod))
+                        .then_some(name.as_str()),
                 )
             }))
             .await?;
