@@ -5,6 +5,7 @@
 //! group is being deleted, its [`cleanup`].
 
 mod cleanup;
+mod lease_triggers;
 mod transition;
 
 use std::collections::HashMap;
@@ -220,6 +221,10 @@ pub async fn run(
     .modify(|l| l.metadata.managed_fields = None)
     .backoff(watch_backoff())
     .reflect(leases_writer)
+    .try_filter({
+        let mut triggers = lease_triggers::LeaseTriggers::default();
+        move |event| futures::future::ready(triggers.wants(event))
+    })
     .touched_objects();
 
     let ctx = Arc::new(Context {
