@@ -29,7 +29,7 @@ help:
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
 	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
 	@echo "make bench             (root for the first part) bench-e2e, then bench-api: docs/benchmarks.md, bench/results/*.json, plots"
-	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~15 min)"
+	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build)"
 	@echo "make fmt | lint        rustfmt | clippy -D warnings"
 
 controlplane:
@@ -121,8 +121,8 @@ cargo-test:
 	echo "cargo-test: tests ran in $$((SECONDS - start)) s"
 
 # Benchmarks (issue 5; not part of `make test`): bench-e2e first (as root: the end-to-end scenarios
-# on a real cluster of their own, about 15 minutes), then bench-api (every API-to-API scenario
-# against a control plane of its own, about 12 minutes), which writes docs/benchmarks.md with the
+# on a real cluster of their own, about 8 minutes plus the release build), then bench-api (every API-to-API scenario
+# against a control plane of its own, about 14 minutes), which writes docs/benchmarks.md with the
 # end-to-end section from bench/results/e2e.json, the JSON and the plots. BENCH_ARGS=--quick runs
 # each scenario a few times only (a smoke test of the harness).
 BENCH_VENV := $(CURDIR)/target/bench-venv
