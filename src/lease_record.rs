@@ -40,6 +40,18 @@ pub struct LeaseRecord {
     pub released_by: Option<String>,
 }
 
+/// What an operator replica writes in a group's Lease: the holder renews it without changing
+/// any of this, so a change here is a new write of the operator, and a moved `renewTime` alone a
+/// renewal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    holder: Option<String>,
+    epoch: i64,
+    arbiter: Option<String>,
+    heartbeat: bool,
+    duration_seconds: i32,
+}
+
 impl LeaseRecord {
     /// Reads a Lease. The epoch comes from the annotation; a Lease without one (written by hand or by
     /// another tool) falls back to `leaseTransitions`, so that a token is never lowered.
@@ -72,6 +84,17 @@ impl LeaseRecord {
     /// holder's clock may be behind).
     pub fn renewed_by_holder(&self) -> bool {
         self.heartbeat && self.holder.is_some() && self.renew_time != self.acquire_time
+    }
+
+    /// What of it an operator replica writes ([`Written`]).
+    pub fn written(&self) -> Written {
+        Written {
+            holder: self.holder.clone(),
+            epoch: self.epoch,
+            arbiter: self.arbiter.clone(),
+            heartbeat: self.heartbeat,
+            duration_seconds: self.duration_seconds,
+        }
     }
 
     /// When the Lease runs out without renewal; a Lease never renewed has already run out.

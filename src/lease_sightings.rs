@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::crd::LeaderGroup;
-use crate::lease_record::LeaseRecord;
+use crate::lease_record::{LeaseRecord, Written};
 
 /// When this replica saw the group's Lease reach its current state, on its own clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,16 +25,6 @@ pub struct LeaseSeen {
     /// When it last saw the holder renew the Lease at this epoch; `None` while it has seen no
     /// renewal (nor, at the first sighting, any sign in the Lease of an earlier one).
     pub renewed_at: Option<Timestamp>,
-}
-
-/// What an operator replica writes; a change of any of it restarts the sighting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Written {
-    holder: Option<String>,
-    epoch: i64,
-    arbiter: Option<String>,
-    heartbeat: bool,
-    duration_seconds: i32,
 }
 
 /// One Lease's sighting.
@@ -48,7 +38,7 @@ struct Sighting {
 impl Sighting {
     fn first(record: &LeaseRecord, now: Timestamp) -> Sighting {
         Sighting {
-            written: written(record),
+            written: record.written(),
             renew_time: record.renew_time,
             seen: LeaseSeen {
                 written_at: now,
@@ -60,22 +50,12 @@ impl Sighting {
     /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
     /// renewal by the holder.
     fn update(&mut self, record: &LeaseRecord, now: Timestamp) {
-        if self.written != written(record) {
+        if self.written != record.written() {
             *self = Sighting::first(record, now);
         } else if self.renew_time != record.renew_time {
             self.renew_time = record.renew_time;
             self.seen.renewed_at = Some(now);
         }
-    }
-}
-
-fn written(record: &LeaseRecord) -> Written {
-    Written {
-        holder: record.holder.clone(),
-        epoch: record.epoch,
-        arbiter: record.arbiter.clone(),
-        heartbeat: record.heartbeat,
-        duration_seconds: record.duration_seconds,
     }
 }
 

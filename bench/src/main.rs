@@ -18,10 +18,9 @@ mod stats;
 mod timeline;
 
 use std::path::{Path, PathBuf};
-
-use clap::{Parser, ValueEnum};
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::{Parser, ValueEnum};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};

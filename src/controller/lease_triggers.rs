@@ -5,8 +5,8 @@
 //! started a second reconcile that found nothing to do: at 10,000 groups with a 60 s Lease, 500
 //! useless reconciles a second, and kube-runtime's queue runs the newest due request first, so
 //! they starved the groups still waiting for their first election (6,064 of 10,000 led after
-//! 600 s). A change of anything else the operator writes (holder, epoch, arbiter, mode,
-//! duration, release), a deletion, and in Heartbeat mode every renewal (the holder's, timed by
+//! 600 s). A change of anything else the operator writes ([`Written`]: holder, epoch,
+//! arbiter, mode, duration), a deletion, and in Heartbeat mode every renewal (the holder's, timed by
 //! the operator from when it sees it) still start one.
 
 use std::collections::HashMap;
@@ -15,25 +15,23 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 
-use crate::lease_record::LeaseRecord;
+use crate::lease_record::{LeaseRecord, Written};
 
-/// What the Lease watch last showed of each Lease, but its `renewTime`.
+/// What the Lease watch last showed of each Lease's operator-written part.
 #[derive(Default)]
-pub(super) struct LeaseTriggers(HashMap<ObjectRef<Lease>, LeaseRecord>);
+pub(super) struct LeaseTriggers(HashMap<ObjectRef<Lease>, Written>);
 
 impl LeaseTriggers {
     /// Whether `event` should start a reconcile: everything but a Readiness-mode Lease whose
-    /// `renewTime` alone moved since the last event.
+    /// operator-written part is as the last event showed it (a renewal).
     pub(super) fn wants(&mut self, event: &Event<Lease>) -> bool {
         match event {
             Event::Apply(lease) | Event::InitApply(lease) => {
                 let key = ObjectRef::from_obj(lease);
-                let unrenewed = LeaseRecord {
-                    renew_time: None,
-                    ..LeaseRecord::from_lease(lease)
-                };
-                let renewal_only = !unrenewed.heartbeat && self.0.get(&key) == Some(&unrenewed);
-                self.0.insert(key, unrenewed);
+                let record = LeaseRecord::from_lease(lease);
+                let written = record.written();
+                let renewal_only = !record.heartbeat && self.0.get(&key) == Some(&written);
+                self.0.insert(key, written);
                 !renewal_only
             }
             Event::Delete(lease) => {

@@ -329,18 +329,16 @@ async fn execute(
         let Some(promotion) = &plan.promote else {
             return Ok::<_, ReconcileError>(None);
         };
-        if fence {
-            try_join_all(fenced.iter().map(|pod| {
-                actions::pods::fence(
-                    &pods_api,
-                    pod,
-                    promotion.epoch,
-                    (plan.mark_followers.contains(pod) || plan.demote.contains(pod))
-                        .then_some(name.as_str()),
-                )
-            }))
-            .await?;
-        }
+        try_join_all(fenced.iter().map(|pod| {
+            actions::pods::fence(
+                &pods_api,
+                pod,
+                promotion.epoch,
+                (plan.mark_followers.contains(pod) || plan.demote.contains(pod))
+                    .then_some(name.as_str()),
+            )
+        }))
+        .await?;
         let fenced_at = acting_since.elapsed();
         let checked =
             actions::pods::check(&pods_api, &name, &group.spec.selector, &promotion.pod).await?;
