@@ -1,12 +1,12 @@
 //! The controller's wiring: watches and caches of LeaderGroups, Pods and Leases, the mapping of
 //! pod events to groups, readiness, and the reconcile entry with its error policy.
 //!
-//! A reconcile runs the transition protocol ([`transition`]: observe, decide, act) or, when the
+//! A reconcile runs the transition protocol ([`converge`]: observe, decide, act) or, when the
 //! group is being deleted, its [`cleanup`].
 
 mod cleanup;
 mod lease_triggers;
-mod transition;
+mod converge;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
-use crate::fence::Fenced;
+use crate::barrier::Barriers;
 use crate::group_index::GroupIndex;
 use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;
@@ -99,7 +99,7 @@ pub struct Context {
     /// Operator replicas known to have stopped on purpose.
     retired: Retired,
     /// The groups where no earlier promotion can still land.
-    fenced: Fenced,
+    barriers: Barriers,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
     handover_clocks: HandoverClocks,
     /// Whether this replica may act (always true without `--leader-elect`).
@@ -244,7 +244,7 @@ pub async fn run(
         handover_clocks: HandoverClocks::default(),
         lease_sightings: LeaseSightings::default(),
         retired: settings.retired.clone(),
-        fenced: Fenced::default(),
+        barriers: Barriers::default(),
         active: active.clone(),
         synced: synced.subscribe(),
     });
@@ -322,8 +322,8 @@ fn activations(
                 rx.changed().await.ok()?;
                 if *rx.borrow_and_update() {
                     // Another replica may have acted while this one stood by: no group is known
-                    // to be fenced against its late requests.
-                    ctx.fenced.clear();
+                    // to be barred against its late promotions.
+                    ctx.barriers.clear();
                     return Some(((), rx));
                 }
             }
@@ -369,7 +369,7 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     let name = group.name_any();
     let work = finalizer(&api, FINALIZER, group, |event| async {
         match event {
-            FinalizerEvent::Apply(g) => transition::converge(g, &ctx, &ns, started).await,
+            FinalizerEvent::Apply(g) => converge::converge(g, &ctx, &ns, started).await,
             FinalizerEvent::Cleanup(g) => cleanup::run(g, &ctx, &ns).await,
         }
     })
@@ -378,7 +378,7 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         Ok(result) => result.map_err(ReconcileError::from),
         Err(_) => {
             // An abandoned request may still land, a promotion included.
-            ctx.fenced.remove(&group_ref);
+            ctx.barriers.remove(&group_ref);
             Err(ReconcileError::Deadline {
                 group: name,
                 after: deadline,

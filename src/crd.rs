@@ -33,10 +33,11 @@ pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
 /// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
 /// replica that takes over knows it stopped on purpose, and takes its groups over at once.
 pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
-/// Annotation the operator writes on a group's other pods before a promotion while an earlier
-/// promotion may still be in flight (the epoch about to be handed out): it changes their
-/// resourceVersion, which that promotion is conditional on (see `crate::fence`).
-pub const FENCE_ANNOTATION: &str = "leadergroup.io/fence";
+/// Annotation of the barrier: the operator writes it on a group's other pods before a promotion
+/// while an earlier promotion may still be in flight (the epoch about to be handed out), which
+/// changes their resourceVersion, the precondition of that promotion (see `crate::barrier`). Its
+/// wire name predates the word barrier, and pods of running groups carry it.
+pub const BARRIER_ANNOTATION: &str = "leadergroup.io/fence";
 /// Finalizer that removes the operator's marks from pods and deletes the Lease.
 pub const FINALIZER: &str = "leadergroup.io/cleanup";
 

@@ -5,12 +5,13 @@ mod commit;
 mod heartbeat;
 mod leader;
 mod marking;
-mod membership;
+mod candidates;
 mod records;
 mod refusal;
 mod status;
 mod token;
 mod transition;
+mod writes;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -22,12 +23,13 @@ use kube::ResourceExt;
 
 use self::heartbeat::Heartbeat;
 use self::marking::Marking;
-use self::membership::Membership;
-pub use self::membership::{is_eligible, oldest_first as succession_order};
+use self::candidates::Candidates;
+pub use self::candidates::{is_eligible, oldest_first as succession_order};
 use self::records::Records;
 use self::refusal::refusal;
 use self::token::Token;
 pub use self::transition::{Reason, Transition};
+pub use self::writes::{Barrier, PodWrites};
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::lease_record::LeaseRecord;
 use crate::lease_sightings::LeaseSeen;
@@ -113,6 +115,16 @@ pub struct Promotion {
     pub epoch: i64,
 }
 
+/// A pod by name, with the resourceVersion it was seen at: a write conditional on it lands only
+/// if the pod is unchanged since.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodVersion {
+    /// The pod's name.
+    pub name: String,
+    /// Its resourceVersion when it was seen.
+    pub resource_version: String,
+}
+
 /// The steps of one reconcile, in the order of the transition protocol.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -126,20 +138,21 @@ pub struct Plan {
     /// 3. Release: old leaders the group no longer holds (they left the selector, or an older
     ///    group took them) that still carry its marks, with the resourceVersion they were seen
     ///    at: they lose all of its marks, only if unchanged since.
-    pub release: Vec<(String, String)>,
+    pub release: Vec<PodVersion>,
     /// 4 and 5. Check (a fresh list, not the cache) and promote: the leader's marks, if the
     ///    leader pod does not already carry them.
     pub promote: Option<Promotion>,
     /// 6. Tell: the change of leader, if any, for the Event and the metrics.
     pub transition: Option<Transition>,
-    /// 4. Fence, when an earlier promotion in the group may still be in flight: the pods it could
-    ///    have been for (all but the leader), written once so that it cannot land.
-    pub fence: Vec<String>,
+    /// 4. Barrier, when an earlier promotion in the group may still be in flight: the pods it
+    ///    could have been for (all but the leader), written once so that it cannot land
+    ///    ([`Plan::writes`] decides whether it is needed).
+    pub barrier_candidates: Vec<String>,
     /// Candidates to mark follower (label and group annotation), off the critical path.
     pub mark_followers: Vec<String>,
     /// Pods that carry this group's marks but are no longer its candidates, with the
     /// resourceVersion they were seen at (their marks are removed only if unchanged since).
-    pub unmark: Vec<(String, String)>,
+    pub unmark: Vec<PodVersion>,
     /// When to look again even without a watch event (the next renewal).
     pub requeue_after: Duration,
 }
@@ -182,7 +195,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         return refusal;
     }
     let heartbeat = Heartbeat::judge(obs, &records);
-    let members = Membership::of(obs, heartbeat.lapsed());
+    let members = Candidates::of(obs, heartbeat.lapsed());
     let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
     let token = Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued());
     let commit = commit::commit(obs, &records, &leader, token);
@@ -202,7 +215,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         promote,
         mark_followers,
         unmark,
-        fence,
+        barrier_candidates,
     } = Marking::plan(obs, &members, &records, &leader, token);
     let requeue_after =
         commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
@@ -213,7 +226,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         release,
         promote,
         transition,
-        fence,
+        barrier_candidates,
         mark_followers,
         unmark,
         requeue_after,

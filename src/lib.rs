@@ -2,11 +2,11 @@
 //! with a resourceVersion compare-and-swap, labels it, and fences it with a monotonic epoch.
 
 pub mod actions;
+pub mod barrier;
 pub mod controller;
 pub mod crd;
 pub mod election;
 pub mod error;
-pub mod fence;
 pub mod group_index;
 pub mod ha;
 pub mod http;

@@ -8,7 +8,7 @@ use kube::core::Selector;
 use serde_json::{Value, json};
 
 use crate::crd::{
-    EPOCH_ANNOTATION, FENCE_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
+    EPOCH_ANNOTATION, BARRIER_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
     ROLE_LEADER,
 };
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
@@ -16,7 +16,7 @@ use crate::marks;
 
 /// The leader's marks: role=leader, its fencing token, its group; only if the pod is unchanged
 /// since `resource_version` (otherwise [`ReconcileError::Conflict`]), so that a promotion landing
-/// late, after the pod was written again, cannot land at all (see [`crate::fence`]).
+/// late, after the pod was written again, cannot land at all (see [`crate::barrier`]).
 pub async fn promote(
     api: &Api<Pod>,
     pod: &str,
@@ -32,17 +32,22 @@ pub async fn promote(
     conditional(api, pod, patch).await
 }
 
-/// Writes the fence annotation (the epoch about to be handed out) on a pod: its resourceVersion
-/// changes, and a promotion of it decided earlier can no longer land. With `follower_of`, the
-/// same write also gives it that group's follower marks (as [`mark_follower`]), so that a
-/// candidate about to be marked follower anyway is written once, not twice.
-pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64, follower_of: Option<&str>) -> Result<()> {
+/// Writes the barrier annotation (the epoch about to be handed out) on a pod: its
+/// resourceVersion changes, and a promotion of it decided earlier can no longer land. With
+/// `follower_of`, the same write also gives it that group's follower marks (as
+/// [`mark_follower`]), so that a candidate about to be marked follower anyway is written once.
+pub async fn raise_barrier(
+    api: &Api<Pod>,
+    pod: &str,
+    epoch: i64,
+    follower_of: Option<&str>,
+) -> Result<()> {
     let patch = match follower_of {
-        None => json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}}),
+        None => json!({"metadata": {"annotations": {BARRIER_ANNOTATION: epoch.to_string()}}}),
         Some(group) => json!({"metadata": {
             "labels": {ROLE_LABEL: ROLE_FOLLOWER},
             "annotations": {
-                FENCE_ANNOTATION: epoch.to_string(),
+                BARRIER_ANNOTATION: epoch.to_string(),
                 EPOCH_ANNOTATION: Value::Null,
                 GROUP_ANNOTATION: group,
             },
@@ -73,7 +78,7 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
         "annotations": {
             EPOCH_ANNOTATION: Value::Null,
             GROUP_ANNOTATION: Value::Null,
-            FENCE_ANNOTATION: Value::Null,
+            BARRIER_ANNOTATION: Value::Null,
         },
     }});
     if let (Some(rv), Some(meta)) = (resource_version, patch.get_mut("metadata")) {

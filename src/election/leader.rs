@@ -2,7 +2,7 @@
 
 use kube::ResourceExt;
 
-use super::membership::Membership;
+use super::candidates::Candidates;
 use crate::crd::LeaderGroupSpec;
 
 /// The pod that should lead, if any: the preferred pod when it is eligible, else the incumbent
@@ -10,13 +10,13 @@ use crate::crd::LeaderGroupSpec;
 /// first of the succession. Paused: the incumbent, eligible or not, since nothing may change.
 pub(super) fn choose(
     spec: &LeaderGroupSpec,
-    membership: &Membership<'_>,
+    candidates: &Candidates<'_>,
     incumbent: Option<&str>,
 ) -> Option<String> {
     if spec.paused {
         return incumbent.map(str::to_string);
     }
-    let eligible = |name: &&str| membership.is_eligible(name);
+    let eligible = |name: &&str| candidates.is_eligible(name);
     let preferred = spec
         .preferred_leader
         .as_deref()
@@ -26,5 +26,5 @@ pub(super) fn choose(
     preferred
         .or(sticky)
         .map(str::to_string)
-        .or_else(|| membership.succession.first().map(|p| p.name_any()))
+        .or_else(|| candidates.succession.first().map(|p| p.name_any()))
 }

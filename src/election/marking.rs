@@ -5,10 +5,10 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::membership::Membership;
+use super::candidates::Candidates;
 use super::records::Records;
 use super::token::Token;
-use super::{Observation, Promotion};
+use super::{Observation, PodVersion, Promotion};
 use crate::crd::{ROLE_FOLLOWER, ROLE_LEADER};
 use crate::marks;
 
@@ -16,11 +16,11 @@ use crate::marks;
 #[derive(Default)]
 pub(super) struct Marking {
     pub demote: Vec<String>,
-    pub release: Vec<(String, String)>,
+    pub release: Vec<PodVersion>,
     pub promote: Option<Promotion>,
     pub mark_followers: Vec<String>,
-    pub unmark: Vec<(String, String)>,
-    pub fence: Vec<String>,
+    pub unmark: Vec<PodVersion>,
+    pub barrier_candidates: Vec<String>,
 }
 
 impl Marking {
@@ -28,7 +28,7 @@ impl Marking {
     /// touches no pod.
     pub fn plan(
         obs: &Observation<'_>,
-        members: &Membership<'_>,
+        members: &Candidates<'_>,
         records: &Records,
         leader: &Option<String>,
         token: Token,
@@ -43,13 +43,13 @@ impl Marking {
         let done: Vec<&str> = demote
             .iter()
             .map(String::as_str)
-            .chain(release.iter().map(|(name, _)| name.as_str()))
+            .chain(release.iter().map(|r| r.name.as_str()))
             .collect();
         let promote = promote(&group, obs.pods, leader, token.epoch);
         Marking {
-            fence: promote
+            barrier_candidates: promote
                 .as_ref()
-                .map(|p| fence(&group, obs.pods, members, &p.pod))
+                .map(|p| barrier_candidates(&group, obs.pods, members, &p.pod))
                 .unwrap_or_default(),
             promote,
             mark_followers: mark_followers(&group, &members.owned, leader),
@@ -68,10 +68,10 @@ impl Marking {
 fn demote(
     group: &str,
     pods: &[&Pod],
-    members: &Membership<'_>,
+    members: &Candidates<'_>,
     named: [Option<&str>; 2],
     leader: Option<&str>,
-) -> (Vec<String>, Vec<(String, String)>) {
+) -> (Vec<String>, Vec<PodVersion>) {
     let named = named
         .into_iter()
         .flatten()
@@ -82,17 +82,17 @@ fn demote(
         carries_leader_marks(p) && (members.owns(&p.name_any()) || marks::is_marked_for(p, group))
     });
     let mut demote: Vec<String> = Vec::new();
-    let mut release: Vec<(String, String)> = Vec::new();
+    let mut release: Vec<PodVersion> = Vec::new();
     for pod in named.chain(strays) {
         let name = pod.name_any();
-        let listed = demote.contains(&name) || release.iter().any(|(n, _)| *n == name);
+        let listed = demote.contains(&name) || release.iter().any(|r| r.name == name);
         if leader == Some(name.as_str()) || listed {
             continue;
         }
         if members.owns(&name) {
             demote.push(name);
         } else if marks::is_marked_for(pod, group) {
-            release.push((name, pod.resource_version().unwrap_or_default()));
+            release.push(seen(pod));
         }
     }
     (demote, release)
@@ -113,7 +113,12 @@ fn promote(group: &str, pods: &[&Pod], leader: Option<&str>, epoch: i64) -> Opti
 
 /// The pods an earlier decision could have promoted, but for `leader`: the group's candidates
 /// and the pods marked for it.
-fn fence(group: &str, pods: &[&Pod], members: &Membership<'_>, leader: &str) -> Vec<String> {
+fn barrier_candidates(
+    group: &str,
+    pods: &[&Pod],
+    members: &Candidates<'_>,
+    leader: &str,
+) -> Vec<String> {
     pods.iter()
         .filter(|p| {
             members.matched.iter().any(|m| m.name_any() == p.name_any())
@@ -140,14 +145,22 @@ fn mark_followers(group: &str, owned: &[&Pod], leader: Option<&str>) -> Vec<Stri
 fn unmark(
     group: &str,
     pods: &[&Pod],
-    membership: &Membership<'_>,
+    candidates: &Candidates<'_>,
     done: &[&str],
-) -> Vec<(String, String)> {
+) -> Vec<PodVersion> {
     pods.iter()
         .filter(|p| marks::is_marked_for(p, group))
-        .map(|p| (p.name_any(), p.resource_version().unwrap_or_default()))
-        .filter(|(name, _)| !membership.owns(name) && !done.contains(&name.as_str()))
+        .map(|p| seen(p))
+        .filter(|p| !candidates.owns(&p.name) && !done.contains(&p.name.as_str()))
         .collect()
+}
+
+/// The pod as seen, for a write conditional on it being unchanged since.
+fn seen(pod: &Pod) -> PodVersion {
+    PodVersion {
+        name: pod.name_any(),
+        resource_version: pod.resource_version().unwrap_or_default(),
+    }
 }
 
 /// A leader's role label or a fencing token, either of which must go from any pod but the leader.

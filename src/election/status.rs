@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use super::heartbeat::Heartbeat;
-use super::membership::Membership;
+use super::candidates::Candidates;
 use super::records::Records;
 use super::token::Token;
 use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, Transition};
@@ -16,7 +16,7 @@ use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
 pub(super) fn change(
     obs: &Observation<'_>,
-    members: &Membership<'_>,
+    members: &Candidates<'_>,
     records: &Records,
     leader: &Option<String>,
     token: Token,
@@ -44,7 +44,7 @@ pub(super) fn change(
 fn next(
     obs: &Observation<'_>,
     current: &LeaderGroupStatus,
-    m: &Membership<'_>,
+    m: &Candidates<'_>,
     leader: &Option<String>,
     epoch: i64,
     transition: Option<&Transition>,
@@ -174,7 +174,7 @@ fn leader_elected(
 }
 
 /// Which of the selected pods older groups hold, if any, grouped by group.
-fn overlapping(m: &Membership<'_>) -> Option<String> {
+fn overlapping(m: &Candidates<'_>) -> Option<String> {
     if m.overlapped.is_empty() {
         return None;
     }

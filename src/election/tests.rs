@@ -450,7 +450,7 @@ fn a_leader_that_leaves_the_selector_hands_over_and_loses_its_marks() {
     assert!(p.demote.is_empty(), "not the group's to label follower");
     assert_eq!(
         p.release,
-        vec![("a".to_string(), "rv-a".to_string())],
+        vec![seen("a")],
         "released before the promotion, only if unchanged"
     );
     assert!(p.unmark.is_empty(), "released already");
@@ -470,7 +470,7 @@ fn a_stray_outside_the_selector_is_released_before_the_promotion() {
     let p = plan(decide_with(&g, &pods, None));
     assert_eq!(
         p.release,
-        vec![("gone".to_string(), "rv-gone".to_string())],
+        vec![seen("gone")],
         "step 3, before the promotion of step 5"
     );
     assert!(p.unmark.is_empty());
@@ -511,7 +511,7 @@ fn a_leader_an_older_group_took_is_never_written() {
     assert!(p.demote.is_empty() && p.release.is_empty(), "{p:?}");
     assert_eq!(
         p.unmark,
-        vec![("b".to_string(), "rv-b".to_string())],
+        vec![seen("b")],
         "only its own marks go, and only if unchanged"
     );
     assert_eq!(
@@ -531,7 +531,7 @@ fn a_pod_that_left_the_group_is_unmarked_only_if_unchanged() {
     ];
     let g = with_status(g, Some("b"), 5);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
-    assert_eq!(p.unmark, vec![("a".to_string(), "rv-a".to_string())]);
+    assert_eq!(p.unmark, vec![seen("a")]);
 }
 
 #[test]
@@ -1036,3 +1036,11 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 }
 
 mod heartbeat;
+
+/// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
+fn seen(name: &str) -> PodVersion {
+    PodVersion {
+        name: name.to_string(),
+        resource_version: format!("rv-{name}"),
+    }
+}

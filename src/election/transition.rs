@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::Observation;
-use super::membership::{Membership, is_running_ready};
+use super::candidates::{Candidates, is_running_ready};
 use super::records::Records;
 use super::token::Token;
 
@@ -74,7 +74,7 @@ impl Transition {
     /// The change from the leader the status records to `leader`, if they differ.
     pub(super) fn between(
         obs: &Observation<'_>,
-        members: &Membership<'_>,
+        members: &Candidates<'_>,
         records: &Records,
         leader: &Option<String>,
         token: Token,
@@ -89,7 +89,7 @@ impl Transition {
     }
 }
 
-fn reason(pods: &[&Pod], m: &Membership<'_>, from: Option<&str>, to: Option<&str>) -> Reason {
+fn reason(pods: &[&Pod], m: &Candidates<'_>, from: Option<&str>, to: Option<&str>) -> Reason {
     let Some(old) = from else {
         return Reason::Initial;
     };

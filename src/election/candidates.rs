@@ -1,5 +1,5 @@
-//! Which pods are the group's: the candidates its selector matches, less those an older group
-//! holds (overlapping selectors), and of its own the eligible ones, in succession order.
+//! The group's candidates: the pods its selector matches, less those an older group holds
+//! (overlapping selectors), and of its own the eligible ones, in succession order.
 
 use std::cmp::Ordering;
 
@@ -10,7 +10,7 @@ use super::Observation;
 use crate::crd::LeaderGroup;
 
 /// The group's view of its namespace's pods.
-pub(super) struct Membership<'a> {
+pub(super) struct Candidates<'a> {
     /// Pods the selector matches (candidates), in succession order.
     pub matched: Vec<&'a Pod>,
     /// Of those, the ones this group holds (not held by an older group).
@@ -24,7 +24,7 @@ pub(super) struct Membership<'a> {
     pub lapsed: Option<String>,
 }
 
-impl<'a> Membership<'a> {
+impl<'a> Candidates<'a> {
     /// `lapsed`: a pod whose heartbeat lapsed, excluded from the succession.
     pub fn of(obs: &Observation<'a>, lapsed: Option<&str>) -> Self {
         let selector = &obs.group.spec.selector;
@@ -50,7 +50,7 @@ impl<'a> Membership<'a> {
             .copied()
             .filter(|p| is_eligible(p) && p.metadata.name.as_deref() != lapsed)
             .collect();
-        Membership {
+        Candidates {
             matched,
             owned,
             overlapped,

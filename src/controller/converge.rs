@@ -4,8 +4,9 @@
 //! 1. commit the Lease;
 //! 2. record the status;
 //! 3. demote the old leader (or release it, if the group no longer holds it);
-//! 4. fence the group's other pods if an earlier promotion may still be in flight, check a fresh
-//!    list for stray leaders, and read the pod to promote afresh;
+//! 4. raise the barrier on the group's other pods if an earlier promotion may still be in flight
+//!    ([`crate::barrier`]), check a fresh list for stray leaders, and read the pod to promote
+//!    afresh;
 //! 5. promote the new leader, conditional on that read, once 2, 3 and 4 (which run together
 //!    after the commit) have all landed and the strays are demoted;
 //! 6. tell (an Event, metrics).
@@ -29,7 +30,8 @@ use tracing::{debug, info, warn};
 use super::Context;
 use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
-use crate::election::{self, Decision, Observation, Plan, Transition};
+use crate::election::{self, Decision, Observation, Plan, PodWrites, Promotion, Transition};
+use crate::lease_record::LeaseRecord;
 use crate::error::{ConflictOn, ReconcileError, Result};
 use crate::lease_sightings::LeaseSeen;
 
@@ -246,13 +248,13 @@ async fn refuse(
 /// Runs the plan's steps in protocol order. `lease` is the Lease as observed: the commit's
 /// precondition.
 ///
-/// Steps 2 to 4 (record; demote and release; fence and check) do not depend on one another, so
+/// Steps 2 to 4 (record; demote and release; barrier and check) do not depend on one another, so
 /// they go out together once the commit landed, and the promotion waits for all three: the
 /// critical path is commit, check, promote (three round trips) instead of five. What the order
 /// guarantees still holds: the token is in the Lease and the status before it is handed out, the
 /// old leader has lost its label before the new one gets it, and the check's list is taken after
-/// the commit (a stray it cannot show yet is equally missed in sequence; the fence covers the
-/// promotions still in flight). The writes of one step to several pods go out together too.
+/// the commit (a stray it cannot show yet is equally missed in sequence; the barrier covers the
+/// promotions still in flight).
 async fn execute(
     ctx: &Context,
     ns: &str,
@@ -261,171 +263,221 @@ async fn execute(
     plan: Plan,
     clock: Instant,
 ) -> Result<Action> {
-    let name = group.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let groups_api: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), ns);
-    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    // When this decision's steps began (before the commit): what the promotion's deadline counts from.
-    let acting_since = Instant::now();
-    let mut steps = StepTimes::default();
-
+    let group_ref = ObjectRef::from_obj(group);
+    let writes = plan.writes(ctx.barriers.is_up(&group_ref));
+    let steps = Steps::new(ctx, ns, group);
+    let mut times = StepTimes::default();
     // 1. Commit.
     if let Some(record) = &plan.commit {
-        let owner = group.controller_owner_ref(&());
-        actions::lease::compare_and_swap(
-            &leases_api,
-            &group.lease_name(),
-            lease,
-            record,
-            Some(&name),
-            owner,
-        )
-        .await?;
+        steps.commit(lease, record).await?;
     }
-    steps.commit = acting_since.elapsed();
-    // Pods that step 3 writes: their leader labels are gone once that write lands.
-    let released = |pod: &String| plan.release.iter().any(|(released, _)| released == pod);
-    let demoted = |pod: &String| plan.demote.contains(pod) || released(pod);
-    // An earlier promotion in this group may still be in flight (see crate::fence): fence the
-    // pods it could be for. Not those released: the release removes their marks only if they
-    // are unchanged, a change of resourceVersion as good as a fence (racing it, a fence would
-    // fail its precondition). The demoted ones take their follower marks with the fence instead:
-    // a demotion of a pod that carries no leader label changes nothing, not even its version.
-    let group_ref = ObjectRef::from_obj(group);
-    let fence = plan.promote.is_some() && !ctx.fenced.contains(&group_ref);
-    let fenced: Vec<&String> = if fence {
-        plan.fence.iter().filter(|pod| !released(pod)).collect()
-    } else {
-        Vec::new()
-    };
-    // 2. Record.
-    let record = async {
-        if let Some(status) = &plan.status {
-            actions::status::record(&groups_api, group, status).await?;
-        }
-        Ok::<_, ReconcileError>(acting_since.elapsed())
-    };
-    // 3. Demote; a 409 on a release means the pod changed (an older group may have just taken
-    // it): decide again.
-    let demote = async {
-        let demote = try_join_all(
-            plan.demote
-                .iter()
-                .filter(|pod| !fenced.contains(pod))
-                .map(|pod| actions::pods::mark_follower(&pods_api, pod, &name)),
-        );
-        let release = try_join_all(
-            plan.release
-                .iter()
-                .map(|(pod, rv)| actions::pods::unmark(&pods_api, pod, Some(rv))),
-        );
-        futures::try_join!(demote, release)?;
-        Ok::<_, ReconcileError>(acting_since.elapsed())
-    };
-    // 4. Fence, then check: a fresh list, so that a stray leader the cache has not shown yet is
-    // demoted before the promotion; and the pod to promote, fresh: its promotion is conditional
-    // on this version. A candidate about to be marked follower takes that mark with its fence.
-    let check = async {
-        let Some(promotion) = &plan.promote else {
-            return Ok::<_, ReconcileError>(None);
-        };
-        try_join_all(fenced.iter().map(|pod| {
-            actions::pods::fence(
-                &pods_api,
-                pod,
-                promotion.epoch,
-                (plan.mark_followers.contains(pod) || plan.demote.contains(pod))
-                    .then_some(name.as_str()),
-            )
-        }))
-        .await?;
-        let fenced_at = acting_since.elapsed();
-        let checked =
-            actions::pods::check(&pods_api, &name, &group.spec.selector, &promotion.pod).await?;
-        Ok(Some((checked, fenced_at, acting_since.elapsed())))
-    };
-    // All three run to their end even when one fails: a request dropped in flight could still
-    // land after the decision taken afresh (a late demotion of a pod promoted again).
-    let (recorded_at, demoted_at, checked) = futures::join!(record, demote, check);
-    let (recorded_at, demoted_at, checked) = (recorded_at?, demoted_at?, checked?);
-    steps.record = recorded_at;
-    steps.demote = demoted_at;
-    if let (Some(promotion), Some(((strays, target), fenced_at, checked_at))) =
-        (&plan.promote, checked)
-    {
-        steps.fence = fenced_at;
-        steps.check = checked_at;
-        // A stray is a leader label this plan did not know of: the pods demoted and released
-        // above may still show theirs in a list taken before those writes landed.
-        let known = |pod: &String| *pod == promotion.pod || demoted(pod);
-        try_join_all(
-            strays
-                .iter()
-                .map(|stray| stray.name_any())
-                .filter(|stray| !known(stray))
-                .map(|stray| {
-                    let pods_api = &pods_api;
-                    let name = &name;
-                    async move {
-                        warn!(pod = %stray, "demoting a stray leader label");
-                        actions::pods::mark_follower(pods_api, &stray, name).await
-                    }
-                }),
-        )
-        .await?;
-        steps.strays = acting_since.elapsed();
-        let Some(version) = target.and_then(|p| p.resource_version()) else {
-            // Gone since the decision: decide again.
-            return Err(ReconcileError::Conflict(ConflictOn::Pod));
-        };
-        // Never promote on a decision older than half the Lease: another replica may take over
-        // an expired Lease, and this one may have lost its own HA lease meanwhile.
-        if acting_since.elapsed() > group.half_lease() || !ctx.is_active() {
-            return Err(ReconcileError::StaleDecision(name));
-        }
+    times.commit = steps.elapsed();
+    // 2, 3 and 4 together. Each runs to its end even when another fails: a request dropped in
+    // flight could still land after the decision taken afresh (a late demotion of a pod promoted
+    // again).
+    let (recorded, demoted, checked) = futures::join!(
+        steps.record(plan.status.as_ref()),
+        steps.demote(&writes),
+        steps.bar_and_check(&writes),
+    );
+    (times.record, times.demote) = (recorded?, demoted?);
+    if let (Some(promotion), Some(check)) = (&writes.promote, checked?) {
+        (times.barrier, times.check) = (check.barred_at, check.checked_at);
+        steps.demote_strays(&check, &writes).await?;
+        times.strays = steps.elapsed();
+        // Gone since the decision: decide again.
+        let version = check.target_version.ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
+        steps.still_current()?;
         // 5. Promote.
-        actions::pods::promote(&pods_api, &promotion.pod, &name, promotion.epoch, &version).await?;
-        steps.promote = acting_since.elapsed();
-        if fence {
-            ctx.fenced.insert(group_ref);
+        steps.promote(promotion, &version).await?;
+        times.promote = steps.elapsed();
+        if writes.raises_barrier {
+            ctx.barriers.insert(group_ref);
         }
     }
     // 6. Tell.
     if let Some(t) = &plan.transition {
-        tell(ctx, group, t, clock, &steps).await;
+        tell(ctx, group, t, clock, &times).await;
     }
-    // Off the critical path: followers' marks, and the marks of pods that left.
-    try_join_all(
-        plan.mark_followers
+    steps.tidy(&writes).await?;
+    Ok(Action::requeue(plan.requeue_after))
+}
+
+/// What step 4 found: the leaders a fresh list shows, and the pod to promote as read then.
+struct Check {
+    /// The group's pods labeled leader, fresh from the API server.
+    leaders: Vec<Pod>,
+    /// The resourceVersion of the pod to promote, read fresh (None: gone, or not selected).
+    target_version: Option<String>,
+    /// When the barrier writes had landed.
+    barred_at: Duration,
+    /// When the check's list had been read.
+    checked_at: Duration,
+}
+
+/// The actions of one pass on one group, with the clock of its steps.
+struct Steps<'a> {
+    ctx: &'a Context,
+    group: &'a LeaderGroup,
+    name: String,
+    pods: Api<Pod>,
+    groups: Api<LeaderGroup>,
+    leases: Api<Lease>,
+    /// When this pass's steps began (before the commit): what the promotion's deadline counts
+    /// from.
+    started: Instant,
+}
+
+impl<'a> Steps<'a> {
+    fn new(ctx: &'a Context, ns: &str, group: &'a LeaderGroup) -> Self {
+        Steps {
+            ctx,
+            group,
+            name: group.name_any(),
+            pods: Api::namespaced(ctx.client.clone(), ns),
+            groups: Api::namespaced(ctx.client.clone(), ns),
+            leases: Api::namespaced(ctx.client.clone(), ns),
+            started: Instant::now(),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Step 1: the Lease, conditional on the version observed.
+    async fn commit(&self, lease: Option<&Lease>, record: &LeaseRecord) -> Result<()> {
+        let owner = self.group.controller_owner_ref(&());
+        let lease_name = self.group.lease_name();
+        actions::lease::compare_and_swap(
+            &self.leases,
+            &lease_name,
+            lease,
+            record,
+            Some(&self.name),
+            owner,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Step 2: the status, if it changes.
+    async fn record(&self, status: Option<&LeaderGroupStatus>) -> Result<Duration> {
+        if let Some(status) = status {
+            actions::status::record(&self.groups, self.group, status).await?;
+        }
+        Ok(self.elapsed())
+    }
+
+    /// Step 3: the old leaders lose their label. A 409 on a release means the pod changed (an
+    /// older group may have just taken it): decide again.
+    async fn demote(&self, writes: &PodWrites) -> Result<Duration> {
+        let demote = try_join_all(
+            writes
+                .demote
+                .iter()
+                .map(|pod| actions::pods::mark_follower(&self.pods, pod, &self.name)),
+        );
+        let release = try_join_all(writes.release.iter().map(|pod| {
+            actions::pods::unmark(&self.pods, &pod.name, Some(&pod.resource_version))
+        }));
+        futures::try_join!(demote, release)?;
+        Ok(self.elapsed())
+    }
+
+    /// Step 4, when there is a promotion: the barrier, then a fresh list, so that a stray leader
+    /// the cache has not shown yet is demoted before the promotion, and the pod to promote read
+    /// afresh: its promotion is conditional on this version.
+    async fn bar_and_check(&self, writes: &PodWrites) -> Result<Option<Check>> {
+        let Some(promotion) = &writes.promote else {
+            return Ok(None);
+        };
+        try_join_all(writes.barriers.iter().map(|barrier| {
+            actions::pods::raise_barrier(
+                &self.pods,
+                &barrier.pod,
+                promotion.epoch,
+                barrier.with_follower_marks.then_some(self.name.as_str()),
+            )
+        }))
+        .await?;
+        let barred_at = self.elapsed();
+        let selector = &self.group.spec.selector;
+        let (leaders, target) =
+            actions::pods::check(&self.pods, &self.name, selector, &promotion.pod).await?;
+        Ok(Some(Check {
+            leaders,
+            target_version: target.and_then(|p| p.resource_version()),
+            barred_at,
+            checked_at: self.elapsed(),
+        }))
+    }
+
+    /// Step 4, after the check: a leader label this plan did not know of is demoted. The pods
+    /// demoted and released above may still show theirs in a list taken before those writes
+    /// landed.
+    async fn demote_strays(&self, check: &Check, writes: &PodWrites) -> Result<()> {
+        let strays = check
+            .leaders
             .iter()
-            .filter(|pod| !fenced.contains(pod))
-            .map(|pod| actions::pods::mark_follower(&pods_api, pod, &name)),
-    )
-    .await?;
-    try_join_all(plan.unmark.iter().map(|(pod, rv)| {
-        let pods_api = &pods_api;
-        async move {
-            match actions::pods::unmark(pods_api, pod, Some(rv)).await {
+            .map(ResourceExt::name_any)
+            .filter(|pod| !writes.expected_leaders.contains(pod));
+        try_join_all(strays.map(|stray| async move {
+            warn!(pod = %stray, "demoting a stray leader label");
+            actions::pods::mark_follower(&self.pods, &stray, &self.name).await
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Never promote on a decision older than half the Lease: another replica may take over an
+    /// expired Lease, and this one may have lost its own HA lease meanwhile.
+    fn still_current(&self) -> Result<()> {
+        if self.elapsed() > self.group.half_lease() || !self.ctx.is_active() {
+            return Err(ReconcileError::StaleDecision(self.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// Step 5: the leader's marks, conditional on the version step 4 read.
+    async fn promote(&self, promotion: &Promotion, version: &str) -> Result<()> {
+        let (pod, epoch) = (&promotion.pod, promotion.epoch);
+        actions::pods::promote(&self.pods, pod, &self.name, epoch, version).await
+    }
+
+    /// Off the critical path: followers' marks, and the marks of pods that left (a pod changed
+    /// since it was seen keeps them until the next pass).
+    async fn tidy(&self, writes: &PodWrites) -> Result<()> {
+        try_join_all(
+            writes
+                .mark_followers
+                .iter()
+                .map(|pod| actions::pods::mark_follower(&self.pods, pod, &self.name)),
+        )
+        .await?;
+        try_join_all(writes.unmark.iter().map(|pod| async move {
+            let rv = Some(pod.resource_version.as_str());
+            match actions::pods::unmark(&self.pods, &pod.name, rv).await {
                 Err(ReconcileError::Conflict(_)) => {
-                    debug!(%pod, "pod changed before its marks were removed; next pass");
+                    debug!(pod = %pod.name, "pod changed before its marks were removed; next pass");
                     Ok(())
                 }
                 other => other,
             }
-        }
-    }))
-    .await?;
-    Ok(Action::requeue(plan.requeue_after))
+        }))
+        .await?;
+        Ok(())
+    }
 }
 
 /// When each step of a transition ended, from the start of the commit: the profile of a
-/// handover, logged with it. Record, demote and fence-then-check run together after the commit.
+/// handover, logged with it. Record, demote and barrier-then-check run together after the commit.
 #[derive(Default)]
 struct StepTimes {
     commit: Duration,
     record: Duration,
     demote: Duration,
-    fence: Duration,
+    barrier: Duration,
     check: Duration,
     /// The strays the check found demoted (the check's end when there were none).
     strays: Duration,
@@ -471,7 +523,7 @@ async fn tell(
         commit_ms = ms(steps.commit),
         record_ms = ms(steps.record),
         demote_ms = ms(steps.demote),
-        fence_ms = ms(steps.fence),
+        barrier_ms = ms(steps.barrier),
         check_ms = ms(steps.check),
         strays_ms = ms(steps.strays),
         promote_ms = ms(steps.promote),

@@ -1,0 +1,61 @@
+//! Late requests cannot promote: the barrier, the operator's defence against its own promotions
+//! landing late. (The application's fence, which refuses a deposed leader's writes by epoch, is
+//! the client crate's `fence`; the two are distinct.)
+//!
+//! A request the operator gave up on (its deadline passed, or its process paused after sending
+//! it) may still land. A promotion that lands after leadership moved on would label a second
+//! leader. Two things make that impossible:
+//! - every promotion is conditional on the resourceVersion of its pod read fresh just before it
+//!   (`actions::pods::promote`): it writes only if nothing wrote the pod since;
+//! - before promoting in a group where a promotion of an earlier decision may still be in flight,
+//!   the operator writes every other pod of the group once (the barrier: annotation
+//!   [`BARRIER_ANNOTATION`](crate::crd::BARRIER_ANNOTATION), the epoch about to be handed out), so
+//!   that such a promotion, conditional on an older resourceVersion, is refused by the API
+//!   server. That is the case after this process started (another incarnation, or another
+//!   replica, may have sent one), after it regained activity, and after any of its own requests
+//!   in the group was abandoned. Which pod gets the barrier is decided by the pure
+//!   [`Plan::writes`](crate::election::Plan::writes).
+//!
+//! [`Barriers`] remembers the groups where no such promotion can be in flight.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use kube::runtime::reflector::ObjectRef;
+
+use crate::crd::LeaderGroup;
+
+/// The groups where no promotion of an earlier decision, by this process or any other, can
+/// still land: this process raised their barrier since it last turned active, and abandoned no
+/// request in them since.
+#[derive(Default)]
+pub struct Barriers(Mutex<HashSet<ObjectRef<LeaderGroup>>>);
+
+impl Barriers {
+    /// Whether `group`'s barrier is up (a poisoned lock counts as not: raising it again is only
+    /// a write).
+    pub fn is_up(&self, group: &ObjectRef<LeaderGroup>) -> bool {
+        self.0.lock().is_ok_and(|set| set.contains(group))
+    }
+
+    /// `group`'s barrier went up, and its promotion landed.
+    pub fn insert(&self, group: ObjectRef<LeaderGroup>) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(group);
+        }
+    }
+
+    /// A request in `group` was abandoned: it may still land.
+    pub fn remove(&self, group: &ObjectRef<LeaderGroup>) {
+        if let Ok(mut set) = self.0.lock() {
+            set.remove(group);
+        }
+    }
+
+    /// This replica stopped being active: another may act meanwhile.
+    pub fn clear(&self) {
+        if let Ok(mut set) = self.0.lock() {
+            set.clear();
+        }
+    }
+}
