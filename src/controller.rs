@@ -5,8 +5,8 @@
 //! group is being deleted, its [`cleanup`].
 
 mod cleanup;
-mod lease_triggers;
 mod converge;
+mod lease_triggers;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,9 +26,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::barrier::Barriers;
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
-use crate::barrier::Barriers;
 use crate::group_index::GroupIndex;
 use crate::ha::Retired;
 use crate::lease_sightings::LeaseSightings;

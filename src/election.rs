@@ -1,11 +1,11 @@
 //! The election decision: from a group, the pods and groups of its namespace, its Lease and the
 //! time to a [`Plan`] of steps. Pure: no client in reach, so every rule of DESIGN.md is tested here.
 
+mod candidates;
 mod commit;
 mod heartbeat;
 mod leader;
 mod marking;
-mod candidates;
 mod records;
 mod refusal;
 mod status;
@@ -21,10 +21,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use self::heartbeat::Heartbeat;
-use self::marking::Marking;
 use self::candidates::Candidates;
 pub use self::candidates::{is_eligible, oldest_first as succession_order};
+use self::heartbeat::Heartbeat;
+use self::marking::Marking;
 use self::records::Records;
 use self::refusal::refusal;
 use self::token::Token;

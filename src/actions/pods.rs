@@ -8,7 +8,7 @@ use kube::core::Selector;
 use serde_json::{Value, json};
 
 use crate::crd::{
-    EPOCH_ANNOTATION, BARRIER_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
+    BARRIER_ANNOTATION, EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
     ROLE_LEADER,
 };
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};

@@ -31,8 +31,8 @@ use super::Context;
 use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::election::{self, Decision, Observation, Plan, PodWrites, Promotion, Transition};
-use crate::lease_record::LeaseRecord;
 use crate::error::{ConflictOn, ReconcileError, Result};
+use crate::lease_record::LeaseRecord;
 use crate::lease_sightings::LeaseSeen;
 
 /// How many times one reconcile may decide: after as many 409s, the last one goes to the error
@@ -286,7 +286,9 @@ async fn execute(
         steps.demote_strays(&check, &writes).await?;
         times.strays = steps.elapsed();
         // Gone since the decision: decide again.
-        let version = check.target_version.ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
+        let version = check
+            .target_version
+            .ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
         steps.still_current()?;
         // 5. Promote.
         steps.promote(promotion, &version).await?;
@@ -378,9 +380,10 @@ impl<'a> Steps<'a> {
                 .iter()
                 .map(|pod| actions::pods::mark_follower(&self.pods, pod, &self.name)),
         );
-        let release = try_join_all(writes.release.iter().map(|pod| {
-            actions::pods::unmark(&self.pods, &pod.name, Some(&pod.resource_version))
-        }));
+        let release =
+            try_join_all(writes.release.iter().map(|pod| {
+                actions::pods::unmark(&self.pods, &pod.name, Some(&pod.resource_version))
+            }));
         futures::try_join!(demote, release)?;
         Ok(self.elapsed())
     }

@@ -6,8 +6,8 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use super::heartbeat::Heartbeat;
 use super::candidates::Candidates;
+use super::heartbeat::Heartbeat;
 use super::records::Records;
 use super::token::Token;
 use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, Transition};
