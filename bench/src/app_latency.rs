@@ -1,12 +1,10 @@
 //! Scenario `app-latency` (issue 11, item 5): how fast the application knows. Handovers of one
 //! group of three pods, alternately by deletion and by NotReady; every candidate pod followed by
 //! an in-process `leadergroup-client` `Membership` and a real `leadergroup-agent` process. The
-//! measurement itself is the integration test's (`tests/it/app_latency/measure.rs`), so the test
-//! and the benchmark time the same thing.
+//! measurement itself is the integration test's ([`leadergroup_testenv::app_latency`]), so the
+//! test and the benchmark time the same thing.
 
-#[path = "../../tests/it/app_latency/measure.rs"]
-#[allow(dead_code)]
-mod measure;
+use leadergroup_testenv::app_latency as measure;
 
 use std::path::{Path, PathBuf};
 
@@ -133,7 +131,9 @@ pub async fn run(
         log_dir: log_dir.join("app-latency"),
         handovers,
     };
-    let report = measure::run(&setup).await.map_err(Error::Other)?;
+    let report = measure::run(&setup)
+        .await
+        .map_err(|e| Error::Other(e.to_string()))?;
     let mut clocks = Vec::new();
     for (name, stop, read) in CLOCKS {
         for trigger in ["all", "deletion", "NotReady"] {
