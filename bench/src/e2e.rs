@@ -25,18 +25,20 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures::future::LocalBoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
 use crate::error::{Error, Result};
-use crate::report::Run;
-use crate::say;
-use crate::stats::{Summary, summarize};
+use crate::markdown::Block;
+use crate::results::{Results, Run};
+use crate::scenario::{Context, Outcome, Scenario as BenchScenario};
+use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
 };
@@ -57,31 +59,13 @@ const PROBE: &str = "HTTP GET every 1 s, timeout 1 s, failureThreshold 1";
 
 /// Repetitions of one run.
 #[derive(Clone, Debug)]
-pub struct Plan {
+struct Plan {
     /// Graceful, crash and frozen, per system.
-    pub reps: usize,
+    reps: usize,
     /// Node losses (every system measured in each).
-    pub node_losses: usize,
+    node_losses: usize,
     /// `--node-monitor-grace-period` of the cluster, seconds.
-    pub grace: u32,
-}
-
-impl Plan {
-    pub fn full() -> Plan {
-        Plan {
-            reps: 5,
-            node_losses: 3,
-            grace: 50,
-        }
-    }
-
-    pub fn quick() -> Plan {
-        Plan {
-            reps: 1,
-            node_losses: 1,
-            grace: 10,
-        }
-    }
+    grace: u32,
 }
 
 /// The systems measured.
@@ -262,41 +246,6 @@ impl Scenario {
     }
 }
 
-/// The samples of one system in one scenario.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct SystemResult {
-    pub system: String,
-    pub settings: String,
-    pub samples_ms: Vec<f64>,
-    pub summary: Option<Summary>,
-    /// A candidate started leading while another (not killed, deleted or frozen) still believed
-    /// it led.
-    pub split_brains: u64,
-    /// Repetitions that did not hand over within the bound (the rest of that system's
-    /// repetitions of the scenario were skipped).
-    pub failures: Vec<String>,
-}
-
-/// One scenario, every system.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct ScenarioResult {
-    pub scenario: String,
-    pub title: String,
-    pub clock_start: String,
-    pub clock_stop: String,
-    pub systems: Vec<SystemResult>,
-}
-
-/// `bench/results/e2e.json`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct E2eResult {
-    pub run: Run,
-    /// The cluster's `--node-monitor-grace-period`, seconds.
-    pub node_monitor_grace_period_s: u32,
-    pub setup: String,
-    pub scenarios: Vec<ScenarioResult>,
-}
-
 /// The real cluster of this run: stopped (`realcluster.sh down`) when dropped, however the run
 /// ends.
 struct RealCluster {
@@ -347,10 +296,7 @@ impl RealCluster {
 
 impl Drop for RealCluster {
     fn drop(&mut self) {
-        say(format!(
-            "e2e: stopping the real cluster in {}",
-            self.dir.display()
-        ));
+        tracing::info!("e2e: stopping the real cluster in {}", self.dir.display());
         let status = std::process::Command::new(&self.script)
             .arg("down")
             .arg("--dir")
@@ -358,10 +304,10 @@ impl Drop for RealCluster {
             .status();
         match status {
             Ok(s) if s.success() => {}
-            other => say(format!(
+            other => tracing::warn!(
                 "e2e: realcluster.sh down failed ({other:?}): run `controlplane/realcluster.sh down --dir {}`",
                 self.dir.display()
-            )),
+            ),
         }
     }
 }
@@ -866,21 +812,16 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> Vec<Collec
         for i in 0..reps {
             match world.repetition(system, scenario).await {
                 Ok(ms) => {
-                    say(format!(
+                    tracing::info!(
                         "e2e: {} {} #{}: {ms:.0} ms",
                         system.name(),
                         scenario.key(),
                         i + 1
-                    ));
+                    );
                     c.samples.push(ms);
                 }
                 Err(e) => {
-                    say(format!(
-                        "e2e: {} {} #{}: {e}",
-                        system.name(),
-                        scenario.key(),
-                        i + 1
-                    ));
+                    tracing::info!("e2e: {} {} #{}: {e}", system.name(), scenario.key(), i + 1);
                     c.failures.push(e.to_string());
                     break;
                 }
@@ -934,7 +875,7 @@ async fn node_loss(
         .parse()
         .map_err(|e| Error::Other(format!("cut-node printed {printed:?}: {e}")))?;
     let t0 = UNIX_EPOCH + Duration::from_secs_f64(secs);
-    say(format!("e2e: node loss: {CUT_NODE} cut"));
+    tracing::info!("e2e: node loss: {CUT_NODE} cut");
     let bound = Duration::from_secs(u64::from(grace)) + Duration::from_secs(90);
     let waits = systems.iter().map(|&s| {
         let world = &world;
@@ -958,8 +899,8 @@ async fn node_loss(
         let brains = split_brains(&events, from, SystemTime::now(), &[]);
         let ms = r.map(|at| crate::observe::ms_between(t0, at));
         match &ms {
-            Ok(ms) => say(format!("e2e: node loss: {}: {ms:.0} ms", s.name())),
-            Err(e) => say(format!("e2e: node loss: {}: {e}", s.name())),
+            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name()),
+            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name()),
         }
         out.insert(s.label(), (ms, brains));
     }
@@ -995,60 +936,67 @@ async fn install_operator(cp: &leadergroup_testenv::ControlPlane, repo: &Path) -
     Ok(())
 }
 
-/// `--only e2e`.
-pub async fn only(plan: &Plan, repo: &Path, quick: bool) -> Result<()> {
-    let started = Instant::now();
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
-    let images = Images::read(repo)?;
-    say(format!(
-        "e2e: the real cluster (node-monitor-grace-period {} s)",
-        plan.grace
-    ));
-    let dir = repo.join("target/bench-e2e-cluster");
-    let mut result = {
-        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(Error::io("installing a SIGTERM handler"))?;
-        // The cluster guard lives in this block: stopped on return, on error, and when a signal
-        // ends the run (the measuring future is dropped first).
-        let cluster = RealCluster::up(repo, dir.clone(), plan.grace).await?;
-        tokio::select! {
-            r = measure(plan, repo, &cluster, &images, quick) => r,
-            _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
-            _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
-        }
-    }?;
-    result.run.duration_s = started.elapsed().as_secs_f64();
-    let results = repo.join("bench/results");
-    std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
-    crate::report::write_json(&results.join("e2e.json"), &result)?;
-    publish(repo, &result)?;
-    say(format!(
-        "e2e: done in {:.0} s: bench/results/e2e.json, target/bench-logs/e2e.md, the section of docs/benchmarks.md",
-        result.run.duration_s
-    ));
-    Ok(())
+/// The scenario.
+pub struct E2e;
+
+impl BenchScenario for E2e {
+    fn name(&self) -> &'static str {
+        "e2e"
+    }
+
+    fn about(&self) -> &'static str {
+        "The end-to-end scenarios on a real cluster of their own (as root)"
+    }
+
+    fn in_full_run(&self) -> bool {
+        false
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let plan = Plan {
+                reps: ctx.pick(5, 1),
+                node_losses: ctx.pick(3, 1),
+                grace: ctx.options.grace.unwrap_or(ctx.pick(50, 10)),
+            };
+            let repo = &ctx.repo;
+            let images = Images::read(repo)?;
+            tracing::info!(
+                "e2e: the real cluster (node-monitor-grace-period {} s)",
+                plan.grace
+            );
+            let mut sigterm =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .map_err(Error::io("installing a SIGTERM handler"))?;
+            // The cluster guard lives in this block: stopped on return, on error, and when a
+            // signal ends the run (the measuring future is dropped first).
+            let dir = repo.join("target/bench-e2e-cluster");
+            let cluster = RealCluster::up(repo, dir, plan.grace).await?;
+            let mut result = tokio::select! {
+                r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
+                _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
+                _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
+            }?;
+            drop(cluster);
+            result.run.duration_s = started.elapsed().as_secs_f64();
+            Ok(Box::new(result) as Box<dyn Outcome>)
+        })
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        Ok(results
+            .read_opt::<E2eResult>("e2e")?
+            .map(|r| render(&r))
+            .unwrap_or_default())
+    }
 }
 
-/// Writes the section to `target/bench-logs/e2e.md`, into docs/benchmarks.md, and to stderr.
-fn publish(repo: &Path, result: &E2eResult) -> Result<()> {
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
-    let section = crate::e2e_report::section(result);
-    std::fs::write(log_dir.join("e2e.md"), &section)
-        .map_err(Error::io("writing target/bench-logs/e2e.md"))?;
-    crate::e2e_report::splice(&repo.join("docs/benchmarks.md"), &section)?;
-    eprintln!("{section}");
-    Ok(())
-}
-
-/// `--only e2e-render`: the section again from `bench/results/e2e.json`.
-pub fn render(repo: &Path) -> Result<()> {
-    let path = repo.join("bench/results/e2e.json");
-    let text =
-        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
-    let result: E2eResult = serde_json::from_str(&text)?;
-    publish(repo, &result)
+impl Outcome for E2eResult {
+    /// Its run is the real cluster's, which it described itself, not the light one's.
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write("e2e", self)
+    }
 }
 
 async fn measure(
@@ -1075,15 +1023,12 @@ async fn measure(
     if !status.success() {
         return Err(Error::Other(format!("images/build.sh --import: {status}")));
     }
-    say(format!(
-        "e2e: images imported in {:.0} s",
-        t.elapsed().as_secs_f64()
-    ));
+    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
     let cp = leadergroup_testenv::attach(cluster.dir.join("kubeconfig")).await?;
     let client = cp.client().await?;
     install_operator(&cp, repo).await?;
-    say("e2e: operator installed (one replica, on lg-node-2)");
-    let mut run = crate::report::describe_run(&client, repo, &cp, quick).await?;
+    tracing::info!("e2e: operator installed (one replica, on lg-node-2)");
+    let mut run = Run::describe(&client, repo, &cp, quick).await?;
     run.command = format!(
         "make bench-e2e (leadergroup-bench --only e2e{})",
         if quick { " --quick" } else { "" }
@@ -1108,10 +1053,10 @@ async fn measure(
     for &s in &all {
         world.wait_at_rest(s, CANDIDATES).await?;
     }
-    say(format!(
+    tracing::info!(
         "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
         plan.reps
-    ));
+    );
     let mut per_system: Vec<(System, Vec<Collected>)> = Vec::new();
     per_system.push((
         System::Ours,
@@ -1154,7 +1099,7 @@ async fn measure(
     losses.extend(PEERS);
     let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
     for i in 0..plan.node_losses {
-        say(format!("e2e: node loss {} of {}", i + 1, plan.node_losses));
+        tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
         let out = node_loss(cluster, images, &client, &losses, plan.grace).await?;
         for (label, (ms, brains)) in out {
             let c = collected.entry(label).or_default();

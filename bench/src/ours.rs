@@ -15,6 +15,7 @@ use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
 use crate::observe::{LeaderWatch, ProcSample, ms_between, proc_sample};
+use crate::scenario::Light;
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
@@ -62,29 +63,20 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts `binary` against `kubeconfig`, watching `namespace`; its log goes to `log`.
+    /// Starts the operator of `light` against its control plane, watching `namespace`, or every
+    /// namespace when None; its log goes to `log`.
     pub async fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        namespace: &str,
-        log: &Path,
-    ) -> Result<OperatorProcess> {
-        Self::start_watching(binary, kubeconfig, Some(namespace), log).await
-    }
-
-    /// Starts `binary` against `kubeconfig`, watching `namespace`, or every namespace when None.
-    pub async fn start_watching(
-        binary: &Path,
-        kubeconfig: &Path,
+        light: &Light,
         namespace: Option<&str>,
         log: &Path,
     ) -> Result<OperatorProcess> {
+        let binary = &light.operator;
         let http = crate::observe::free_port()?;
         let file =
             std::fs::File::create(log).map_err(Error::io(format!("creating {}", log.display())))?;
         let started = Instant::now();
         let mut command = Command::new(binary);
-        command.arg("--kubeconfig").arg(kubeconfig);
+        command.arg("--kubeconfig").arg(light.kubeconfig());
         if let Some(namespace) = namespace {
             command.args(["--namespace", namespace]);
         }
@@ -151,16 +143,16 @@ impl OperatorProcess {
     }
 }
 
-/// The release binary of the operator, next to the bench's own.
-pub fn operator_binary() -> Result<PathBuf> {
+/// The release binary `name` (its package's name too), next to the bench's own.
+pub fn release_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().map_err(Error::io("locating the bench binary"))?;
     let path = exe
         .parent()
-        .map(|d| d.join("leadergroup-operator"))
+        .map(|d| d.join(name))
         .ok_or_else(|| Error::Other("the bench binary has no folder".into()))?;
     if !path.is_file() {
         return Err(Error::Other(format!(
-            "{} is missing: run `cargo build --release -p leadergroup-operator` (make bench does)",
+            "{} is missing: run `cargo build --release -p {name}` (make bench does)",
             path.display()
         )));
     }

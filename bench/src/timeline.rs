@@ -287,11 +287,11 @@ fn tracing_event(system: &str, pod: &str, e: &Event) {
         let t = jiff::Timestamp::try_from(e.at)
             .map(|t| t.strftime("%H:%M:%S%.3f").to_string())
             .unwrap_or_default();
-        crate::say(format!(
+        tracing::info!(
             "  {system} {pod}: {} {} at {t}",
             e.identity,
             if e.leading { "leads" } else { "does not lead" }
-        ));
+        );
     }
 }
 
