@@ -4,14 +4,13 @@
 //! the integration test's ([`leadergroup_testenv::app_latency`]), so the test and the benchmark
 //! time the same thing.
 
-use futures::future::LocalBoxFuture;
 use leadergroup_testenv::app_latency as measure;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -110,24 +109,8 @@ impl Scenario for AppLatency {
         "How fast the application learns its role (crate and agent)"
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let light = ctx.light().await?;
-            let handovers = ctx.pick(50, 4);
-            tracing::info!("app-latency: {handovers} handovers, Membership and agent per pod");
-            let ns = leadergroup_testenv::namespace("bench-app-latency").await?;
-            let setup = measure::Setup {
-                ns: &ns,
-                kubeconfig: light.kubeconfig(),
-                cp: light.cp,
-                operator_bin: light.operator.clone(),
-                agent_bin: crate::ours::release_binary("leadergroup-agent")?,
-                log_dir: ctx.log_dir.join("app-latency"),
-                handovers,
-            };
-            let report = measure::run(&setup).await?;
-            Ok(Box::new(AppLatencyResult::new(&report)) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -185,6 +168,24 @@ impl Scenario for AppLatency {
         ]);
         Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
     }
+}
+
+async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
+    let light = ctx.light().await?;
+    let handovers = ctx.pick(50, 4);
+    tracing::info!("app-latency: {handovers} handovers, Membership and agent per pod");
+    let ns = leadergroup_testenv::namespace("bench-app-latency").await?;
+    let setup = measure::Setup {
+        ns: &ns,
+        kubeconfig: light.kubeconfig(),
+        cp: light.cp,
+        operator_bin: light.operator.binary.clone(),
+        agent_bin: crate::ours::release_binary("leadergroup-agent")?,
+        log_dir: ctx.log_dir.join("app-latency"),
+        handovers,
+    };
+    let report = measure::run(&setup).await?;
+    Ok(AppLatencyResult::new(&report))
 }
 
 impl AppLatencyResult {

@@ -3,7 +3,6 @@
 
 use std::time::SystemTime;
 
-use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -11,7 +10,7 @@ use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, ms_between};
 use crate::ours::{Groups, OperatorProcess};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -52,38 +51,8 @@ impl Scenario for Burst {
         "The burst of failed leaders"
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let light = ctx.light().await?;
-            let (count, rounds) = ctx.pick((100, 3), (10, 1));
-            tracing::info!("burst: {count} groups, {rounds} bursts");
-            let groups = Groups::create("bench-burst", count).await?;
-            let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-            let log = ctx.log_dir.join("operator-burst.log");
-            let op = OperatorProcess::start(light, Some(&groups.namespace), &log).await?;
-            groups.wait_all_led(&watch).await?;
-            tokio::time::sleep(ctx.settle()).await;
-            let mut bursts = Vec::new();
-            for _ in 0..rounds {
-                bursts.push(one_burst(&groups, &watch).await?);
-                tokio::time::sleep(ctx.settle()).await;
-            }
-            light.add_double_leaders(watch.double_leaders());
-            op.stop().await;
-            let per: Vec<f64> = bursts
-                .iter()
-                .flat_map(|b| b.per_group_ms.iter().copied())
-                .collect();
-            let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
-            let result = BurstResult {
-                run: Run::default(),
-                groups: count,
-                per_group: summarize(&per),
-                all_re_led: summarize(&all),
-                bursts,
-            };
-            Ok(Box::new(result) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -115,6 +84,38 @@ impl Scenario for Burst {
             Block::tables("burst-targets", [targets]),
         ])
     }
+}
+
+async fn measure(ctx: &Context) -> Result<BurstResult> {
+    let light = ctx.light().await?;
+    let (count, rounds) = ctx.pick((100, 3), (10, 1));
+    tracing::info!("burst: {count} groups, {rounds} bursts");
+    let groups = Groups::create("bench-burst", count).await?;
+    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
+    let log = ctx.log_dir.join("operator-burst.log");
+    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    groups.wait_all_led(&watch).await?;
+    tokio::time::sleep(ctx.settle()).await;
+    let mut bursts = Vec::new();
+    for _ in 0..rounds {
+        bursts.push(one_burst(&groups, &watch).await?);
+        tokio::time::sleep(ctx.settle()).await;
+    }
+    light.add_double_leaders(watch.double_leaders());
+    op.stop().await;
+    let per: Vec<f64> = bursts
+        .iter()
+        .flat_map(|b| b.per_group_ms.iter().copied())
+        .collect();
+    let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
+    let result = BurstResult {
+        run: Run::default(),
+        groups: count,
+        per_group: summarize(&per),
+        all_re_led: summarize(&all),
+        bursts,
+    };
+    Ok(result)
 }
 
 /// One burst: every leader NotReady in one sweep, until every group is led again; then the old

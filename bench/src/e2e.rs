@@ -25,7 +25,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::future::LocalBoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -37,7 +36,7 @@ use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario as BenchScenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -952,36 +951,8 @@ impl BenchScenario for E2e {
         false
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let plan = Plan {
-                reps: ctx.pick(5, 1),
-                node_losses: ctx.pick(3, 1),
-                grace: ctx.options.grace.unwrap_or(ctx.pick(50, 10)),
-            };
-            let repo = &ctx.repo;
-            let images = Images::read(repo)?;
-            tracing::info!(
-                "e2e: the real cluster (node-monitor-grace-period {} s)",
-                plan.grace
-            );
-            let mut sigterm =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .map_err(Error::io("installing a SIGTERM handler"))?;
-            // The cluster guard lives in this block: stopped on return, on error, and when a
-            // signal ends the run (the measuring future is dropped first).
-            let dir = repo.join("target/bench-e2e-cluster");
-            let cluster = RealCluster::up(repo, dir, plan.grace).await?;
-            let mut result = tokio::select! {
-                r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
-                _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
-                _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
-            }?;
-            drop(cluster);
-            result.run.duration_s = started.elapsed().as_secs_f64();
-            Ok(Box::new(result) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(run_e2e(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -990,6 +961,35 @@ impl BenchScenario for E2e {
             .map(|r| render(&r))
             .unwrap_or_default())
     }
+}
+
+async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
+    let started = Instant::now();
+    let plan = Plan {
+        reps: ctx.pick(5, 1),
+        node_losses: ctx.pick(3, 1),
+        grace: ctx.options.grace.unwrap_or(ctx.pick(50, 10)),
+    };
+    let repo = &ctx.repo;
+    let images = Images::read(repo)?;
+    tracing::info!(
+        "e2e: the real cluster (node-monitor-grace-period {} s)",
+        plan.grace
+    );
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(Error::io("installing a SIGTERM handler"))?;
+    // The cluster guard lives in this block: stopped on return, on error, and when a
+    // signal ends the run (the measuring future is dropped first).
+    let dir = repo.join("target/bench-e2e-cluster");
+    let cluster = RealCluster::up(repo, dir, plan.grace).await?;
+    let mut result = tokio::select! {
+        r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
+        _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
+        _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
+    }?;
+    drop(cluster);
+    result.run.duration_s = started.elapsed().as_secs_f64();
+    Ok(result)
 }
 
 impl Outcome for E2eResult {

@@ -14,7 +14,7 @@ use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
 use crate::ours::{Groups, OperatorProcess};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -95,29 +95,8 @@ impl Scenario for Handovers {
         "Graceful and crash handovers: ours on one group, then the peers"
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let light = ctx.light().await?;
-            let baseline = ctx.baseline().await?;
-            let groups = Groups::create("bench-ours", 1).await?;
-            let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-            let log = ctx.log_dir.join("operator-single.log");
-            let op = OperatorProcess::start(light, Some(&groups.namespace), &log).await?;
-            groups.wait_all_led(&watch).await?;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let reps = ctx.pick(100, 5);
-            let ours = Ours {
-                admin: &light.admin,
-                baseline,
-                groups: &groups,
-                watch: &watch,
-            };
-            let graceful = ours.measure(SCENARIOS[0], reps).await?;
-            let crash = ours.measure(SCENARIOS[1], reps).await?;
-            light.add_double_leaders(watch.double_leaders());
-            op.stop().await;
-            Ok(Box::new(Measured { graceful, crash }) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure_ours(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -145,6 +124,29 @@ impl Scenario for Handovers {
         }
         Ok(blocks)
     }
+}
+
+async fn measure_ours(ctx: &Context) -> Result<Measured> {
+    let light = ctx.light().await?;
+    let baseline = ctx.baseline().await?;
+    let groups = Groups::create("bench-ours", 1).await?;
+    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
+    let log = ctx.log_dir.join("operator-single.log");
+    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    groups.wait_all_led(&watch).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reps = ctx.pick(100, 5);
+    let ours = Ours {
+        admin: &light.admin,
+        baseline,
+        groups: &groups,
+        watch: &watch,
+    };
+    let graceful = ours.measure(SCENARIOS[0], reps).await?;
+    let crash = ours.measure(SCENARIOS[1], reps).await?;
+    light.add_double_leaders(watch.double_leaders());
+    op.stop().await;
+    Ok(Measured { graceful, crash })
 }
 
 /// The machine, the versions, and what the run saw besides its figures.

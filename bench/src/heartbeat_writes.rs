@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use futures::future::LocalBoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -21,7 +20,7 @@ use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
 use crate::ours::{Groups, OperatorProcess};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct HeartbeatWrites;
@@ -66,65 +65,8 @@ impl Scenario for HeartbeatWrites {
         "Heartbeat mode's renewal writes"
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            tracing::info!("heartbeat-writes: {GROUPS} groups, Readiness then Heartbeat");
-            let light = ctx.light().await?;
-            let admin = &light.admin;
-            let idle = steady_window(admin, Duration::from_secs(10), None, Default::default)
-                .await?
-                .requests;
-            let set = Groups::create("bench-hb", GROUPS).await?;
-            let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-            let log = ctx.log_dir.join("operator-heartbeat-writes.log");
-            let op = OperatorProcess::start(light, Some(&set.namespace), &log).await?;
-            set.wait_all_led(&watch).await?;
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
-
-            // Heartbeat: a Membership follows each leader pod, the groups switch mode.
-            let memberships: Vec<Membership> = set
-                .names
-                .iter()
-                .map(|g| {
-                    let leader = watch
-                        .leader(g)
-                        .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
-                    Ok(Membership::start(
-                        set.client.clone(),
-                        set.namespace.clone(),
-                        leader.pod,
-                        Some(g.clone()),
-                    ))
-                })
-                .collect::<Result<_>>()?;
-            let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
-            let patch = serde_json::json!({"spec": {"liveness": "Heartbeat"}});
-            futures::stream::iter(&set.names)
-                .map(|g| {
-                    let (api, patch) = (api.clone(), &patch);
-                    async move {
-                        api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                            .map(|_| ())
-                    }
-                })
-                .buffer_unordered(8)
-                .try_collect::<Vec<()>>()
-                .await?;
-            wait_renewing(&api, &set.names).await?;
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
-            drop(memberships);
-            op.stop().await;
-            let result = HeartbeatWritesResult {
-                run: Run::default(),
-                groups: GROUPS,
-                lease_duration_seconds: crate::ours::LEASE_SECONDS,
-                windows: vec![readiness, heartbeat],
-            };
-            Ok(Box::new(result) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -158,6 +100,65 @@ impl Scenario for HeartbeatWrites {
         }
         Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
     }
+}
+
+async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
+    tracing::info!("heartbeat-writes: {GROUPS} groups, Readiness then Heartbeat");
+    let light = ctx.light().await?;
+    let admin = &light.admin;
+    let idle = steady_window(admin, Duration::from_secs(10), None, Default::default)
+        .await?
+        .requests;
+    let set = Groups::create("bench-hb", GROUPS).await?;
+    let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
+    let log = ctx.log_dir.join("operator-heartbeat-writes.log");
+    let op = OperatorProcess::start(&light.operator, Some(&set.namespace), &log).await?;
+    set.wait_all_led(&watch).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
+
+    // Heartbeat: a Membership follows each leader pod, the groups switch mode.
+    let memberships: Vec<Membership> = set
+        .names
+        .iter()
+        .map(|g| {
+            let leader = watch
+                .leader(g)
+                .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
+            Ok(Membership::start(
+                set.client.clone(),
+                set.namespace.clone(),
+                leader.pod,
+                Some(g.clone()),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
+    let patch = serde_json::json!({"spec": {"liveness": "Heartbeat"}});
+    futures::stream::iter(&set.names)
+        .map(|g| {
+            let (api, patch) = (api.clone(), &patch);
+            async move {
+                api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await?;
+    wait_renewing(&api, &set.names).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
+    drop(memberships);
+    op.stop().await;
+    let result = HeartbeatWritesResult {
+        run: Run::default(),
+        groups: GROUPS,
+        lease_duration_seconds: crate::ours::LEASE_SECONDS,
+        windows: vec![readiness, heartbeat],
+    };
+    Ok(result)
 }
 
 impl Outcome for HeartbeatWritesResult {

@@ -15,7 +15,6 @@ use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
 use crate::observe::{LeaderWatch, ProcSample, ms_between, proc_sample};
-use crate::scenario::Light;
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
@@ -51,6 +50,14 @@ pub async fn install_crd(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// The operator binary measured, and the kubeconfig of the control plane it runs against.
+pub struct Operator {
+    /// The release binary.
+    pub binary: PathBuf,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+}
+
 /// The operator's release binary, running as a child process watching one namespace.
 pub struct OperatorProcess {
     child: Child,
@@ -63,20 +70,20 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts the operator of `light` against its control plane, watching `namespace`, or every
-    /// namespace when None; its log goes to `log`.
+    /// Starts `operator`, watching `namespace`, or every namespace when None; its log goes to
+    /// `log`.
     pub async fn start(
-        light: &Light,
+        operator: &Operator,
         namespace: Option<&str>,
         log: &Path,
     ) -> Result<OperatorProcess> {
-        let binary = &light.operator;
+        let binary = &operator.binary;
         let http = crate::observe::free_port()?;
         let file =
             std::fs::File::create(log).map_err(Error::io(format!("creating {}", log.display())))?;
         let started = Instant::now();
         let mut command = Command::new(binary);
-        command.arg("--kubeconfig").arg(light.kubeconfig());
+        command.arg("--kubeconfig").arg(&operator.kubeconfig);
         if let Some(namespace) = namespace {
             command.args(["--namespace", namespace]);
         }

@@ -15,7 +15,7 @@ use crate::observe::{LeaderWatch, Steady, is_polling_read, is_write, ms_between,
 use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Outcome, Scenario};
+use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct Scale;
@@ -135,26 +135,8 @@ impl Scenario for Scale {
         "Ours, then the peers (not alone), at the sizes of `--scale`"
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let sizes = ctx
-                .options
-                .scale
-                .clone()
-                .unwrap_or_else(|| ctx.pick(vec![1, 100, 1000], vec![1, 10]));
-            let mut entries = Vec::new();
-            for size in sizes {
-                tracing::info!("scale: ours, {size} groups");
-                let mut entry = ours_at(ctx, size).await?;
-                if ctx.options.alone {
-                    let run = ctx.light().await?.run();
-                    entry.measured_in = Some(format!("{} (`{}`)", run.started_at, run.command));
-                }
-                entries.push(entry);
-            }
-            let alone = ctx.options.alone;
-            Ok(Box::new(Measured { entries, alone }) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure_ours(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -208,6 +190,26 @@ impl Scenario for Scale {
             Block::tables("scale-targets", [targets(&scale)]),
         ])
     }
+}
+
+async fn measure_ours(ctx: &Context) -> Result<Measured> {
+    let sizes = ctx
+        .options
+        .scale
+        .clone()
+        .unwrap_or_else(|| ctx.pick(vec![1, 100, 1000], vec![1, 10]));
+    let mut entries = Vec::new();
+    for size in sizes {
+        tracing::info!("scale: ours, {size} groups");
+        let mut entry = ours_at(ctx, size).await?;
+        if ctx.options.alone {
+            let run = ctx.light().await?.run();
+            entry.measured_in = Some(format!("{} (`{}`)", run.started_at, run.command));
+        }
+        entries.push(entry);
+    }
+    let alone = ctx.options.alone;
+    Ok(Measured { entries, alone })
 }
 
 /// The targets: handover latency at every size, cost and memory at the largest.
@@ -291,7 +293,7 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
     let log = ctx.log_dir.join(format!("operator-scale-{size}.log"));
-    let op = OperatorProcess::start(light, Some(&groups.namespace), &log).await?;
+    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let window = || {
         steady_window(&groups.client, ctx.window(), Some(baseline), || {

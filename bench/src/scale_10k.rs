@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use futures::future::{LocalBoxFuture, try_join_all};
+use futures::future::try_join_all;
 use kube::Api;
 use kube::api::ListParams;
 use leadergroup_operator::crd::LeaderGroup;
@@ -21,7 +21,7 @@ use crate::observe::{LeaderWatch, ms_between, proc_sample, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
 use crate::results::{Results, Run};
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{Context, Light, Outcome, Scenario};
+use crate::scenario::{Context, Light, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct Scale10k;
@@ -98,11 +98,8 @@ impl Scenario for Scale10k {
         false
     }
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>> {
-        Box::pin(async move {
-            let result = measure(ctx).await?;
-            Ok(Box::new(result) as Box<dyn Outcome>)
-        })
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
     }
 
     fn render(&self, results: &Results) -> Result<Vec<Block>> {
@@ -149,7 +146,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     .await?;
 
     let log = ctx.log_dir.join("operator-scale-10k.log");
-    let op = OperatorProcess::start(light, None, &log).await?;
+    let op = OperatorProcess::start(&light.operator, None, &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let mut led = Some(t0);
     for (set, watch) in sets.iter().zip(&watches) {
@@ -248,7 +245,7 @@ impl Restarting<'_> {
         let flaps_before = flaps();
         op.stop().await;
         let log = self.log_dir.join("operator-scale-10k-restarted.log");
-        let op = OperatorProcess::start(self.light, None, &log).await?;
+        let op = OperatorProcess::start(&self.light.operator, None, &log).await?;
         let mut to_ready = None;
         let to_all_reconciled = loop {
             if op.started.elapsed() > BOUND {

@@ -12,6 +12,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
+use crate::ours::Operator;
 use crate::peers::PeerKind;
 use crate::results::{Results, Run};
 
@@ -27,10 +28,20 @@ pub trait Scenario: Sync {
         true
     }
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
-    fn measure<'a>(&'a self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<Box<dyn Outcome>>>;
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a>;
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
     fn render(&self, results: &Results) -> Result<Vec<Block>>;
+}
+
+/// What [`Scenario::measure`] returns.
+pub type Measuring<'a> = LocalBoxFuture<'a, Result<Box<dyn Outcome>>>;
+
+/// `measurement` as a [`Measuring`].
+pub fn measuring<'a, O: Outcome + 'static>(
+    measurement: impl Future<Output = Result<O>> + 'a,
+) -> Measuring<'a> {
+    Box::pin(async move { Ok(Box::new(measurement.await?) as Box<dyn Outcome>) })
 }
 
 /// A scenario's measurement, until it is written.
@@ -69,8 +80,8 @@ pub struct Light {
     pub cp: &'static leadergroup_testenv::ControlPlane,
     /// Its admin client.
     pub admin: kube::Client,
-    /// The operator's release binary.
-    pub operator: PathBuf,
+    /// The operator measured on it.
+    pub operator: Operator,
     /// The kernel's clock ticks per second, for /proc's CPU times.
     pub ticks: f64,
     run: Mutex<Run>,
@@ -79,7 +90,7 @@ pub struct Light {
 impl Light {
     /// The kubeconfig of the control plane.
     pub fn kubeconfig(&self) -> &Path {
-        self.cp.kubeconfig_path()
+        &self.operator.kubeconfig
     }
 
     /// Counts what the independent watch saw: two pods of one group labeled leader.
@@ -149,16 +160,17 @@ impl Context {
     pub async fn light(&self) -> Result<&Light> {
         self.light
             .get_or_try_init(|| async {
-                let operator = crate::ours::release_binary("leadergroup-operator")?;
+                let binary = crate::ours::release_binary("leadergroup-operator")?;
                 tracing::info!("control plane");
                 let cp = leadergroup_testenv::control_plane().await?;
                 let admin = cp.client().await?;
                 crate::ours::install_crd(&admin).await?;
                 let run = Run::describe(&admin, &self.repo, cp, self.options.quick).await?;
+                let kubeconfig = cp.kubeconfig_path().to_path_buf();
                 Ok(Light {
                     cp,
                     admin,
-                    operator,
+                    operator: Operator { binary, kubeconfig },
                     ticks: crate::observe::ticks_per_second(),
                     run: Mutex::new(run),
                 })
