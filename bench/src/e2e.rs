@@ -27,9 +27,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
@@ -368,9 +371,7 @@ impl<'a> World<'a> {
         heartbeat: bool,
     ) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
-        for object in rbac() {
-            create_json(&ns.client, &ns.name, &object).await?;
-        }
+        create_rbac(&ns.client, &ns.name).await?;
         let groups: Api<LeaderGroup> = ns.api();
         let mut wanted = vec![(System::Ours, 15, "Readiness")];
         if heartbeat {
@@ -410,53 +411,20 @@ impl<'a> World<'a> {
             system.label(),
             self.next_pod.fetch_add(1, Ordering::Relaxed)
         );
-        let pod: Pod = serde_json::from_value(self.pod_json(system, &name, node))?;
+        let pod = self.pod(system, &name, node)?;
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(name)
     }
 
-    fn pod_json(&self, system: System, name: &str, node: &str) -> serde_json::Value {
-        let env = json!([
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        ]);
-        let labels = json!({SYSTEM_LABEL: system.label()});
+    /// The pod of a candidate of `system`, from bench/manifests.
+    fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
+        let common = [("NAME", name), ("SYSTEM", system.label()), ("NODE", node)];
         if System::is_ours(system.label()) {
-            let mut agent_env = env.clone();
-            if let Some(list) = agent_env.as_array_mut() {
-                list.push(json!({"name": "LEADERGROUP_GROUP", "value": system.label()}));
-            }
-            return json!({
-                "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "nodeName": node,
-                    "serviceAccountName": "member",
-                    "terminationGracePeriodSeconds": 5,
-                    "initContainers": [{
-                        "name": "leadergroup-agent",
-                        "image": self.images.agent,
-                        "imagePullPolicy": "Never",
-                        "restartPolicy": "Always",
-                        "args": ["--dir", "/var/run/leadergroup", "--http-addr", "127.0.0.1:8686"],
-                        "env": agent_env,
-                        "volumeMounts": [{"name": crate::timeline::AGENT_VOLUME, "mountPath": "/var/run/leadergroup"}],
-                    }],
-                    "containers": [{
-                        "name": "web",
-                        "image": self.images.webapp,
-                        "imagePullPolicy": "Never",
-                        "env": env,
-                        "ports": [{"name": "http", "containerPort": 8080}],
-                        "readinessProbe": {
-                            "httpGet": {"path": "/healthz", "port": 8080},
-                            "periodSeconds": 1, "timeoutSeconds": 1,
-                            "failureThreshold": 1, "successThreshold": 1,
-                        },
-                        "volumeMounts": [{"name": crate::timeline::AGENT_VOLUME, "mountPath": "/var/run/leadergroup", "readOnly": true}],
-                    }],
-                    "volumes": [{"name": crate::timeline::AGENT_VOLUME, "emptyDir": {"medium": "Memory"}}],
-                },
-            });
+            let images = [
+                ("AGENT_IMAGE", self.images.agent.as_str()),
+                ("WEBAPP_IMAGE", &self.images.webapp),
+            ];
+            return manifest(OURS_POD, &[&common[..], &images].concat());
         }
         let (image, binary) = match system {
             System::ClientGoDefaults | System::ClientGoTuned => (
@@ -468,42 +436,29 @@ impl<'a> World<'a> {
                 "/usr/local/bin/leadergroup-bench-rust-peer",
             ),
         };
-        // One identity per process start (`<pod>_<8 hex>`, as controller-runtime makes it), and
-        // stdout appended to the events file, which the harness reads from the node.
-        let script = r#"id="${POD_NAME}_$(cut -c1-8 /proc/sys/kernel/random/uuid)"; exec "$0" "$@" --identity "$id" >>/events/events.log"#;
-        let mut command = vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            script.to_owned(),
-            binary.to_owned(),
+        let binary = [("IMAGE", image.as_str()), ("BINARY", binary)];
+        let mut pod: Pod = manifest(PEER_POD, &[&common[..], &binary].concat())?;
+        let prefix = [
+            "--namespace",
+            "$(POD_NAMESPACE)",
+            "--lease-prefix",
+            system.label(),
         ];
-        command.extend(system.peer_args().into_iter().map(str::to_owned));
-        command.extend(
-            [
-                "--namespace",
-                "$(POD_NAMESPACE)",
-                "--lease-prefix",
-                system.label(),
-            ]
-            .map(str::to_owned),
-        );
-        json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "nodeName": node,
-                "serviceAccountName": "peer",
-                "terminationGracePeriodSeconds": 10,
-                "containers": [{
-                    "name": "candidate",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": command,
-                    "env": env,
-                    "volumeMounts": [{"name": crate::timeline::EVENTS_VOLUME, "mountPath": "/events"}],
-                }],
-                "volumes": [{"name": crate::timeline::EVENTS_VOLUME, "emptyDir": {"medium": "Memory"}}],
-            },
-        })
+        if let Some(command) = pod
+            .spec
+            .as_mut()
+            .and_then(|s| s.containers.first_mut())
+            .and_then(|c| c.command.as_mut())
+        {
+            command.extend(
+                system
+                    .peer_args()
+                    .into_iter()
+                    .chain(prefix)
+                    .map(str::to_owned),
+            );
+        }
+        Ok(pod)
     }
 
     fn exclusions(&self, system: System) -> Vec<Exclusion> {
@@ -721,59 +676,30 @@ fn ready(pod: &Pod) -> bool {
         && leadergroup_testenv::invariants::ready(pod)
 }
 
-/// Our members' ServiceAccount and Role (as `examples/ledger/manifests/sidecar/rbac.yaml`, for
-/// both our groups' Leases), and the peers': their Leases, every verb.
-fn rbac() -> Vec<serde_json::Value> {
-    vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "member"}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "peer"}}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "member"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": ["leadergroup-ours", "leadergroup-ours-hb"],
-                 "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "peer"},
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "member"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "member"},
-            "subjects": [{"kind": "ServiceAccount", "name": "member"}],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "peer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "peer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "peer"}],
-        }),
-    ]
+/// The candidates' pods and RBAC (bench/manifests).
+const OURS_POD: &str = include_str!("../manifests/e2e-ours-pod.yaml");
+const PEER_POD: &str = include_str!("../manifests/e2e-peer-pod.yaml");
+const RBAC: &str = include_str!("../manifests/e2e-rbac.yaml");
+
+/// `template` with every `__KEY__` replaced by its value, parsed.
+fn manifest<T: serde::de::DeserializeOwned>(template: &str, values: &[(&str, &str)]) -> Result<T> {
+    let text = values.iter().fold(template.to_owned(), |t, (k, v)| {
+        t.replace(&format!("__{k}__"), v)
+    });
+    Ok(serde_yaml_ng::from_str(&text)?)
 }
 
-/// Creates a ServiceAccount, Role or RoleBinding (the RBAC above) in `ns` from its JSON.
-async fn create_json(client: &Client, ns: &str, object: &serde_json::Value) -> Result<()> {
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let path = match kind {
-        "ServiceAccount" => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-        "Role" => format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
-        "RoleBinding" => {
-            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings")
-        }
-        other => return Err(Error::Other(format!("no path for kind {other}"))),
-    };
-    let request = http::Request::post(path)
-        .header("Content-Type", "application/json")
-        .body(serde_json::to_vec(object)?)
-        .map_err(|e| Error::Other(format!("building a POST: {e}")))?;
-    client.request_text(request).await?;
+/// Creates the RBAC of our members and of the peers in `ns`.
+async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
+    for document in serde_yaml_ng::Deserializer::from_str(RBAC) {
+        let object = DynamicObject::deserialize(document)?;
+        let types = object.types.clone().unwrap_or_default();
+        let gvk = GroupVersionKind::try_from(&types)
+            .map_err(|e| Error::Other(format!("bench/manifests/e2e-rbac.yaml: {e}")))?;
+        let resource = ApiResource::from_gvk(&gvk);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        api.create(&PostParams::default(), &object).await?;
+    }
     Ok(())
 }
 
@@ -1144,5 +1070,34 @@ fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioRe
         clock_start: scenario.start().into(),
         clock_stop: scenario.stop().into(),
         systems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_manifests_parse_with_their_values() {
+        let values = [("NAME", "cgd-1"), ("SYSTEM", "cgd"), ("NODE", "lg-node-1")];
+        let images = [("AGENT_IMAGE", "agent:1"), ("WEBAPP_IMAGE", "web:1")];
+        let ours: Pod = manifest(OURS_POD, &[&values[..], &images].concat()).unwrap();
+        let peer = [("IMAGE", "peer:1"), ("BINARY", "/bin/peer")];
+        let peer: Pod = manifest(PEER_POD, &[&values[..], &peer].concat()).unwrap();
+        for pod in [&ours, &peer] {
+            let text = serde_json::to_string(pod).unwrap();
+            assert!(!text.contains("__"), "{text}");
+            assert_eq!(
+                pod.labels().get(SYSTEM_LABEL).map(String::as_str),
+                Some("cgd")
+            );
+        }
+        let command = peer.spec.unwrap().containers[0].command.clone().unwrap();
+        assert_eq!(command.last().map(String::as_str), Some("/bin/peer"));
+        let kinds: Vec<String> = serde_yaml_ng::Deserializer::from_str(RBAC)
+            .map(|d| DynamicObject::deserialize(d).unwrap().types.unwrap().kind)
+            .collect();
+        assert_eq!(kinds.len(), 6);
     }
 }

@@ -27,6 +27,9 @@ pub enum Error {
     /// The page lacks a block's markers.
     #[error(transparent)]
     Marker(#[from] crate::markdown::MarkerError),
+    /// A manifest could not be read.
+    #[error("YAML: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
     /// Something did not happen within its bound.
     #[error("timed out waiting for {0}")]
     Timeout(String),

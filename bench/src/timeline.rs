@@ -200,9 +200,9 @@ pub struct Tracker {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The agent's volume in our pods, and the peers' events volume.
-pub const AGENT_VOLUME: &str = "leadergroup";
-pub const EVENTS_VOLUME: &str = "events";
+/// The agent's volume in our pods, and the peers' events volume (bench/manifests/e2e-*-pod.yaml).
+const AGENT_VOLUME: &str = "leadergroup";
+const EVENTS_VOLUME: &str = "events";
 
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
