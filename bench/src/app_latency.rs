@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -101,12 +101,11 @@ pub struct AppLatencyResult {
 }
 
 impl Scenario for AppLatency {
-    fn name(&self) -> &'static str {
-        "app-latency"
-    }
-
-    fn about(&self) -> &'static str {
-        "How fast the application learns its role (crate and agent)"
+    fn about(&self) -> About {
+        About::full_run(
+            "app-latency",
+            "How fast the application learns its role (crate and agent)",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

@@ -10,7 +10,7 @@ use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, ms_between};
 use crate::ours::{Groups, OperatorProcess};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -43,12 +43,8 @@ pub struct BurstResult {
 }
 
 impl Scenario for Burst {
-    fn name(&self) -> &'static str {
-        "burst"
-    }
-
-    fn about(&self) -> &'static str {
-        "The burst of failed leaders"
+    fn about(&self) -> About {
+        About::full_run("burst", "The burst of failed leaders")
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

@@ -39,7 +39,7 @@ use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -865,16 +865,11 @@ async fn install_operator(cp: &leadergroup_testenv::ControlPlane, repo: &Path) -
 pub struct E2e;
 
 impl BenchScenario for E2e {
-    fn name(&self) -> &'static str {
-        "e2e"
-    }
-
-    fn about(&self) -> &'static str {
-        "The end-to-end scenarios on a real cluster of their own (as root)"
-    }
-
-    fn in_full_run(&self) -> bool {
-        false
+    fn about(&self) -> About {
+        About::alone(
+            "e2e",
+            "The end-to-end scenarios on a real cluster of their own (as root)",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -36,12 +36,11 @@ impl FloorResult {
 }
 
 impl Scenario for Floor {
-    fn name(&self) -> &'static str {
-        "floor"
-    }
-
-    fn about(&self) -> &'static str {
-        "Lease updates back to back: the floor of any handover"
+    fn about(&self) -> About {
+        About::full_run(
+            "floor",
+            "Lease updates back to back: the floor of any handover",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

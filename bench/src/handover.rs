@@ -14,7 +14,7 @@ use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
 use crate::ours::{Groups, OperatorProcess};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -87,12 +87,11 @@ const SCENARIOS: [(&str, &str); 2] = [
 ];
 
 impl Scenario for Handovers {
-    fn name(&self) -> &'static str {
-        "handover"
-    }
-
-    fn about(&self) -> &'static str {
-        "Graceful and crash handovers: ours on one group, then the peers"
+    fn about(&self) -> About {
+        About::full_run(
+            "handover",
+            "Graceful and crash handovers: ours on one group, then the peers",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

@@ -20,7 +20,7 @@ use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
 use crate::ours::{Groups, OperatorProcess};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct HeartbeatWrites;
@@ -57,12 +57,8 @@ pub struct HeartbeatWritesResult {
 }
 
 impl Scenario for HeartbeatWrites {
-    fn name(&self) -> &'static str {
-        "heartbeat-writes"
-    }
-
-    fn about(&self) -> &'static str {
-        "Heartbeat mode's renewal writes"
+    fn about(&self) -> About {
+        About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes")
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

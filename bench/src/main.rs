@@ -87,7 +87,7 @@ fn only_values() -> PossibleValuesParser {
         .help("Rewrite the tables of docs/benchmarks.md from bench/results (no measurement)");
     let scenarios = SCENARIOS
         .iter()
-        .map(|s| PossibleValue::new(s.name()).help(s.about()));
+        .map(|s| PossibleValue::new(s.about().name).help(s.about().help));
     PossibleValuesParser::new(scenarios.chain([page]))
 }
 
@@ -125,12 +125,12 @@ async fn run(cli: Cli) -> Result<()> {
         Some(name) => SCENARIOS
             .iter()
             .copied()
-            .filter(|s| s.name() == name)
+            .filter(|s| s.about().name == name)
             .collect(),
         None => SCENARIOS
             .iter()
             .copied()
-            .filter(|s| s.in_full_run())
+            .filter(|s| s.about().in_full_run)
             .collect(),
     };
     let options = Options {

@@ -15,7 +15,7 @@ use crate::observe::{LeaderWatch, Steady, is_polling_read, is_write, ms_between,
 use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct Scale;
@@ -127,12 +127,11 @@ struct Measured {
 }
 
 impl Scenario for Scale {
-    fn name(&self) -> &'static str {
-        "scale"
-    }
-
-    fn about(&self) -> &'static str {
-        "Ours, then the peers (not alone), at the sizes of `--scale`"
+    fn about(&self) -> About {
+        About::full_run(
+            "scale",
+            "Ours, then the peers (not alone), at the sizes of `--scale`",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

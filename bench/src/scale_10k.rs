@@ -21,7 +21,7 @@ use crate::observe::{LeaderWatch, ms_between, proc_sample, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
 use crate::results::{Results, Run};
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{Context, Light, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
 
 /// The scenario.
 pub struct Scale10k;
@@ -86,16 +86,11 @@ pub struct ScaleBigResult {
 }
 
 impl Scenario for Scale10k {
-    fn name(&self) -> &'static str {
-        "scale-10k"
-    }
-
-    fn about(&self) -> &'static str {
-        "10,000 groups (or the first value of `--scale`), then an operator restart"
-    }
-
-    fn in_full_run(&self) -> bool {
-        false
+    fn about(&self) -> About {
+        About::alone(
+            "scale-10k",
+            "10,000 groups (or the first value of `--scale`), then an operator restart",
+        )
     }
 
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {

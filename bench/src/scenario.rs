@@ -19,19 +19,44 @@ use crate::results::{Results, Run};
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
 pub trait Scenario: Sync {
-    /// Its name: `--only NAME`, and the prefix of its blocks' names.
-    fn name(&self) -> &'static str;
-    /// What `--help` says of it.
-    fn about(&self) -> &'static str;
-    /// Whether the full run (no `--only`) measures it.
-    fn in_full_run(&self) -> bool {
-        true
-    }
+    /// Its name, its help, and whether the full run measures it.
+    fn about(&self) -> About;
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
     fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a>;
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
     fn render(&self, results: &Results) -> Result<Vec<Block>>;
+}
+
+/// What the command line knows of a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct About {
+    /// Its name: `--only NAME`, and the prefix of its blocks' names.
+    pub name: &'static str,
+    /// What `--help` says of it.
+    pub help: &'static str,
+    /// Whether the full run (no `--only`) measures it.
+    pub in_full_run: bool,
+}
+
+impl About {
+    /// A scenario of the full run.
+    pub const fn full_run(name: &'static str, help: &'static str) -> About {
+        About {
+            name,
+            help,
+            in_full_run: true,
+        }
+    }
+
+    /// A scenario that runs only alone (`--only NAME`).
+    pub const fn alone(name: &'static str, help: &'static str) -> About {
+        About {
+            name,
+            help,
+            in_full_run: false,
+        }
+    }
 }
 
 /// What [`Scenario::measure`] returns.
