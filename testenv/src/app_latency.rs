@@ -27,10 +27,11 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector};
-use crate::{Kubelet, MemberRules, TestNamespace, member_account, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+
+use crate::{Kubelet, MemberRules, TestNamespace, member_account, wait_until};
 
 /// What stops a measurement.
 #[derive(Debug, thiserror::Error)]
@@ -413,9 +414,7 @@ impl Run {
     async fn add_candidate(&mut self, setup: &Setup<'_>) -> Result<String, MeasureError> {
         let pod = format!("{APP}-{}", self.next_pod);
         self.next_pod += 1;
-        self.kubelet
-            .create_ready_pod(&pod, &[("app", APP)])
-            .await?;
+        self.kubelet.create_ready_pod(&pod, &[("app", APP)]).await?;
         let ns = &setup.ns.name;
         let membership = Membership::start(
             self.member_client.clone(),
