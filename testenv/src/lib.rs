@@ -19,6 +19,7 @@
 //! away), and a pod bound to a node is only removed once its kubelet says so ([`Kubelet`]).
 
 mod active;
+pub mod app_latency;
 mod containers;
 mod controlplane;
 mod error;
