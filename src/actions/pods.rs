@@ -8,8 +8,8 @@ use kube::core::Selector;
 use serde_json::{Value, json};
 
 use crate::crd::{
-    EPOCH_ANNOTATION, FENCE_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
-    ROLE_LEADER,
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, PROMOTION_FENCE_ANNOTATION, PodSelector, ROLE_FOLLOWER,
+    ROLE_LABEL, ROLE_LEADER,
 };
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
 use crate::marks;
@@ -38,11 +38,13 @@ pub async fn promote(
 /// candidate about to be marked follower anyway is written once, not twice.
 pub async fn fence(api: &Api<Pod>, pod: &str, epoch: i64, follower_of: Option<&str>) -> Result<()> {
     let patch = match follower_of {
-        None => json!({"metadata": {"annotations": {FENCE_ANNOTATION: epoch.to_string()}}}),
+        None => {
+            json!({"metadata": {"annotations": {PROMOTION_FENCE_ANNOTATION: epoch.to_string()}}})
+        }
         Some(group) => json!({"metadata": {
             "labels": {ROLE_LABEL: ROLE_FOLLOWER},
             "annotations": {
-                FENCE_ANNOTATION: epoch.to_string(),
+                PROMOTION_FENCE_ANNOTATION: epoch.to_string(),
                 EPOCH_ANNOTATION: Value::Null,
                 GROUP_ANNOTATION: group,
             },
@@ -73,7 +75,7 @@ pub async fn unmark(api: &Api<Pod>, pod: &str, resource_version: Option<&str>) -
         "annotations": {
             EPOCH_ANNOTATION: Value::Null,
             GROUP_ANNOTATION: Value::Null,
-            FENCE_ANNOTATION: Value::Null,
+            PROMOTION_FENCE_ANNOTATION: Value::Null,
         },
     }});
     if let (Some(rv), Some(meta)) = (resource_version, patch.get_mut("metadata")) {
