@@ -543,7 +543,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     if let Err(e) = back {
         panic!("{e}\n{:?}", crate::cluster::node_summary(&c.client).await);
     }
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     for pod in [&old_web, &new_web, &old_heartbeat, &new_heartbeat] {
         assert!(
             leaders.iter().any(|(p, _)| p == pod),

@@ -235,7 +235,7 @@ async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_re
     drop(old);
     let errors = refusals.await.unwrap();
     eprintln!("heartbeat: the deposed leader's failed requests: {errors:#?}");
-    invariants.assert_held();
+    invariants.assert_held().await;
     drop(new);
 }
 
@@ -340,7 +340,7 @@ async fn the_holders_clock_does_not_move_the_handover() {
         spread < Duration::from_secs(1),
         "the holder's clock moved the handover: {after:?}"
     );
-    invariants.assert_held();
+    invariants.assert_held().await;
 }
 
 #[tokio::test]
