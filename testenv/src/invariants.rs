@@ -155,6 +155,12 @@ impl InvariantWatcher {
         self.lock().order.finalize();
     }
 
+    /// How many pods' writes of a leader's marks the order invariant judged, and how many it
+    /// could not (see [`order`]: a watch may have missed what would decide them).
+    pub fn order_judged(&self) -> (usize, usize) {
+        self.lock().order.tally()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -187,6 +193,10 @@ impl InvariantWatcher {
     pub async fn assert_held(&self) -> Vec<(String, i64)> {
         self.catch_up().await;
         let (violations, leaders, events) = self.report();
+        let (judged, not_judged) = self.order_judged();
+        eprintln!(
+            "invariants: {events} pod events, {judged} leader marks judged in order, {not_judged} not judgeable"
+        );
         if events == 0 {
             panic!("the invariant watcher saw no pod event at all");
         }

@@ -10,7 +10,7 @@ use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, lease_name_for};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, ROLE_FOLLOWER, lease_name_for};
 use leadergroup_operator::election::LEADER_ELECTED;
 use leadergroup_testenv::control_plane;
 
@@ -271,10 +271,7 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     .unwrap();
     // The pod keeps the group's follower marks, and its epoch annotation is gone.
     let pod = w.pods.get(&pods[0]).await.unwrap();
-    assert_eq!(
-        pod.labels().get("leadergroup.io/role").map(String::as_str),
-        Some("follower")
-    );
+    assert_eq!(crate::common::role(&pod), Some(ROLE_FOLLOWER));
     assert!(!pod.annotations().contains_key(EPOCH_ANNOTATION));
     watch.assert_held().await;
 }

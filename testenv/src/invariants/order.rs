@@ -191,6 +191,20 @@ impl OrderLog {
         self.forged.insert((pod.to_owned(), epoch));
     }
 
+    /// (writes judged, writes that could not be judged) among those seen so far.
+    pub(crate) fn tally(&self) -> (usize, usize) {
+        let unknowable = self
+            .writes
+            .iter()
+            .filter(|w| {
+                self.verdicts(w, true)
+                    .iter()
+                    .any(|(_, v)| *v == Verdict::Unknowable)
+            })
+            .count();
+        (self.writes.len() - unknowable, unknowable)
+    }
+
     /// How many writes are still waiting for a watch to pass them.
     pub(crate) fn pending(&self) -> usize {
         self.writes
