@@ -11,35 +11,13 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// API group of every object and label this operator owns.
-pub const GROUP: &str = "leadergroup.io";
-/// Label on every candidate pod: `leader` on the one leader, `follower` on the others.
-pub const ROLE_LABEL: &str = "leadergroup.io/role";
-/// Value of [`ROLE_LABEL`] on the leader.
-pub const ROLE_LEADER: &str = "leader";
-/// Value of [`ROLE_LABEL`] on every other candidate.
-pub const ROLE_FOLLOWER: &str = "follower";
-/// Annotation holding a fencing token (the epoch) as a decimal string, on the leader pod and the Lease.
-pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
-/// Annotation naming the group on every pod the operator labeled.
-pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
-/// Label naming the group on its Lease: the operator watches only the Leases that carry it.
-pub const LEASE_GROUP_LABEL: &str = "leadergroup.io/group";
-/// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
-pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
-/// Annotation on the group's Lease in `Heartbeat` mode (value `Heartbeat`): it tells the leader's
-/// agent or client to renew the Lease itself.
-pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
-/// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
-/// replica that takes over knows it stopped on purpose, and takes its groups over at once.
-pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
-/// Annotation of the barrier: the operator writes it on a group's other pods before a promotion
-/// while an earlier promotion may still be in flight (the epoch about to be handed out), which
-/// changes their resourceVersion, the precondition of that promotion (see `crate::barrier`). Its
-/// wire name predates the word barrier, and pods of running groups carry it.
-pub const BARRIER_ANNOTATION: &str = "leadergroup.io/fence";
-/// Finalizer that removes the operator's marks from pods and deletes the Lease.
-pub const FINALIZER: &str = "leadergroup.io/cleanup";
+// The names on the wire live in the client crate, which the agent, the applications and the
+// tests read too; re-exported here under the names the operator's modules use.
+pub use leadergroup_client::wire::{
+    API_GROUP as GROUP, ARBITER_ANNOTATION, BARRIER_ANNOTATION, EPOCH_ANNOTATION, FINALIZER,
+    GROUP_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
+    RELEASED_BY_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER, lease_name_for,
+};
 
 /// Default for `spec.leaseDurationSeconds`.
 pub const DEFAULT_LEASE_DURATION_SECONDS: i32 = 15;
@@ -290,16 +268,22 @@ impl LeaderGroup {
     }
 }
 
-/// Name of the Lease of the group called `group`.
-pub fn lease_name_for(group: &str) -> String {
-    format!("leadergroup-{group}")
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     use super::*;
+
+    /// The `#[kube(...)]` attribute needs literals: they must be the names on the wire.
+    #[test]
+    fn the_resource_is_named_as_on_the_wire() {
+        use kube::Resource;
+        use leadergroup_client::wire;
+        assert_eq!(LeaderGroup::group(&()), wire::API_GROUP);
+        assert_eq!(LeaderGroup::version(&()), wire::API_VERSION);
+        assert_eq!(LeaderGroup::kind(&()), wire::KIND);
+        assert_eq!(LeaderGroup::plural(&()), wire::PLURAL);
+    }
 
     fn lease_owned_by(kind: &str, uid: &str) -> Lease {
         Lease {

@@ -11,11 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 
 use crate::crd::{
     ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
-    RELEASED_BY_ANNOTATION,
+    LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION,
 };
-
-/// Value of [`LIVENESS_ANNOTATION`] on a Lease its holder renews itself.
-const HEARTBEAT: &str = "Heartbeat";
 
 /// The content of a Lease that the operator writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,7 +68,7 @@ impl LeaseRecord {
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
             heartbeat: annotations
                 .and_then(|a| a.get(LIVENESS_ANNOTATION))
-                .is_some_and(|v| v == HEARTBEAT),
+                .is_some_and(|v| v == LIVENESS_HEARTBEAT),
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
@@ -149,7 +146,10 @@ impl LeaseRecord {
             None => annotations.remove(ARBITER_ANNOTATION),
         };
         if self.heartbeat {
-            annotations.insert(LIVENESS_ANNOTATION.to_string(), HEARTBEAT.to_string());
+            annotations.insert(
+                LIVENESS_ANNOTATION.to_string(),
+                LIVENESS_HEARTBEAT.to_string(),
+            );
         } else {
             annotations.remove(LIVENESS_ANNOTATION);
         }

@@ -495,7 +495,7 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
         "{}\nrows: {rows:?}\nrefusals: {refusals:?}",
         violations.join("\n")
     );
-    watch.assert_held();
+    watch.assert_held().await;
     let epochs: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.1).collect();
     println!(
         "gc-pause: {} writes accepted (epochs {epochs:?}), {} stale write(s) refused, {failed} failed; \

@@ -84,5 +84,5 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     signal(&first_op, "-CONT");
     first_op.kill().await;
     drop(hold);
-    watch.assert_held();
+    watch.assert_held().await;
 }

@@ -10,7 +10,7 @@ use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, lease_name_for};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, ROLE_FOLLOWER, lease_name_for};
 use leadergroup_operator::election::LEADER_ELECTED;
 use leadergroup_testenv::control_plane;
 
@@ -77,7 +77,7 @@ async fn lease_deleted_by_hand_is_recreated_without_reusing_an_epoch() {
         }
     );
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }
@@ -145,7 +145,7 @@ async fn foreign_lease_writer_during_handovers_never_makes_an_epoch_reused() {
     let s = w
         .wait_settled("pay", "settled after the foreign writer stopped", |_| true)
         .await;
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     let max_handed = leaders.iter().map(|(_, e)| *e).max().unwrap();
     assert_eq!(
         s.epoch, max_handed,
@@ -228,7 +228,7 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
             epoch: 1
         }
     );
-    assert_eq!(watch.assert_held(), vec![(pods[0].clone(), 1)]);
+    assert_eq!(watch.assert_held().await, vec![(pods[0].clone(), 1)]);
 }
 
 /// Issue 13, item 4: a group whose Lease is replaced by one it does not own while it has a
@@ -271,10 +271,7 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     .unwrap();
     // The pod keeps the group's follower marks, and its epoch annotation is gone.
     let pod = w.pods.get(&pods[0]).await.unwrap();
-    assert_eq!(
-        pod.labels().get("leadergroup.io/role").map(String::as_str),
-        Some("follower")
-    );
+    assert_eq!(crate::common::role(&pod), Some(ROLE_FOLLOWER));
     assert!(!pod.annotations().contains_key(EPOCH_ANNOTATION));
-    watch.assert_held();
+    watch.assert_held().await;
 }

@@ -151,7 +151,7 @@ async fn converges_through(faults: &[&str]) {
         );
         w.kubelet.set_ready(&old.leader, true).await.unwrap();
     }
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     eprintln!("restarts: leaders seen {leaders:?}");
     drop(op);
     drop(w);

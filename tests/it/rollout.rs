@@ -75,5 +75,5 @@ async fn an_operator_rollout_delays_no_handover() {
         took[took.len() / 2],
         took.last().unwrap()
     );
-    invariants.assert_held();
+    invariants.assert_held().await;
 }
