@@ -102,6 +102,14 @@ pub enum Decision {
         /// The status to record.
         status: LeaderGroupStatus,
     },
+    /// The leader would change, and no token can be minted for the next one: nobody new is
+    /// elected, nothing is written but the status.
+    TokensExhausted {
+        /// What the condition says.
+        message: String,
+        /// The status to record.
+        status: LeaderGroupStatus,
+    },
     /// The steps to take, in protocol order.
     Act(Box<Plan>),
 }
@@ -213,7 +221,11 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let heartbeat = Heartbeat::judge(obs, &records);
     let members = Candidates::of(obs, heartbeat.lapsed());
     let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
-    let token = Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued());
+    let token = match Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued())
+    {
+        Ok(token) => token,
+        Err(exhausted) => return refusal::tokens_exhausted(obs, &records, exhausted),
+    };
     let commit = commit::commit(obs, &records, &leader, token);
     let transition = Transition::between(obs, &members, &records, &leader, token);
     let status = status::change(

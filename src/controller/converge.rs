@@ -213,6 +213,11 @@ async fn act(
                 .await
                 .map(|()| Action::await_change())
         }
+        Decision::TokensExhausted { status, .. } => {
+            refuse(ctx, ns, group, status, "TokensExhausted")
+                .await
+                .map(|()| Action::await_change())
+        }
         Decision::Act(plan) => execute(ctx, ns, group, seen.lease.as_ref(), *plan, clock).await,
     }
 }
