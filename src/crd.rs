@@ -38,7 +38,7 @@ const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0
     shortname = "lg",
     namespaced,
     status = "LeaderGroupStatus",
-    validation = Rule::new("size(self.metadata.name) <= 241").message("metadata.name must be at most 241 characters, so that the Lease name leadergroup-<name> is valid"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is the value of the label leadergroup.io/group on the group's Lease"),
     doc = "A group of pods of which exactly one Ready pod leads, fenced by a monotonic epoch.",
     printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader", description = "The pod that leads"),
     printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch", description = "Fencing token of the current leader"),
@@ -99,6 +99,13 @@ fn default_lease_duration_seconds() -> i32 {
     DEFAULT_LEASE_DURATION_SECONDS
 }
 
+/// The operator's own keys may not select: one group's marks would feed another group's
+/// selection (a leader labeled by one group falls to a group that selects `role=leader`, which
+/// takes it, and the first elects again, without end).
+const OWN_KEYS_RULE_LABELS: &str = "self.all(k, !k.startsWith('leadergroup.io/'))";
+const OWN_KEYS_RULE_EXPRESSIONS: &str = "self.all(e, !e.key.startsWith('leadergroup.io/'))";
+const OWN_KEYS_MESSAGE: &str = "the operator's own leadergroup.io/ label keys may not be selected on: they are the marks the operator writes";
+
 /// A label selector, as in a Deployment, validated by the API server.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -108,11 +115,13 @@ pub struct PodSelector {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}))]
     #[x_kube(validation = Rule::new(LABEL_KEY_RULE).message("matchLabels keys must be valid label keys ([prefix/]name, name at most 63 characters)"))]
+    #[x_kube(validation = Rule::new(OWN_KEYS_RULE_LABELS).message(OWN_KEYS_MESSAGE))]
     pub match_labels: BTreeMap<String, String>,
 
     /// Pods whose labels satisfy every one of these requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(OWN_KEYS_RULE_EXPRESSIONS).message(OWN_KEYS_MESSAGE))]
     pub match_expressions: Vec<SelectorRequirement>,
 }
 

@@ -1044,3 +1044,26 @@ fn seen(name: &str) -> PodVersion {
         resource_version: format!("rv-{name}"),
     }
 }
+
+#[test]
+fn a_forged_epoch_at_the_top_of_the_range_elects_nobody_new() {
+    let top = i64::MAX;
+    let g = with_status(group(), Some("a"), top);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(top).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    match decide_with(&g, &pods, Some(&lease(Some("a"), top, 999, ME))) {
+        Decision::TokensExhausted { message, status } => {
+            assert!(message.contains("9223372036854775807"), "{message}");
+            assert_eq!(status.leader.as_deref(), Some("a"), "the leader is kept");
+            assert_eq!(status.epoch, top);
+            let c = status.condition(LEADER_ELECTED).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "TokensExhausted")
+            );
+        }
+        other => panic!("b must not get a's token: {other:?}"),
+    }
+}

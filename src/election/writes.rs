@@ -5,12 +5,14 @@
 
 use super::{Plan, PodVersion, Promotion};
 
-/// A write that changes a pod's resourceVersion so that a promotion of it decided earlier, and
-/// still in flight, fails its precondition (see [`crate::barrier`]).
+/// A write that changes a pod's resourceVersion, always, so that a promotion of it decided
+/// earlier, and still in flight, fails its precondition (see [`crate::barrier`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Barrier {
     /// The pod.
     pub pod: String,
+    /// The epoch the group has after this decision: the barrier's value.
+    pub epoch: i64,
     /// The same write also gives it the group's follower marks: a candidate about to be demoted
     /// or marked follower anyway is written once, not twice.
     pub with_follower_marks: bool,
@@ -25,7 +27,12 @@ pub struct PodWrites {
     /// Step 3: all of the group's marks off the old leaders it no longer holds, only if
     /// unchanged since seen.
     pub release: Vec<PodVersion>,
-    /// Step 4, before the check: the barrier writes.
+    /// Step 3: the deposed leaders the group still holds, barred with their follower marks.
+    /// Such a write removes any leader label whenever it lands, so it need not precede the
+    /// check: a late promotion that lands before it is undone by it, one after it fails.
+    pub deposed: Vec<Barrier>,
+    /// Step 4, before the check: the group's barrier, and the deposed leaders it no longer holds
+    /// (a barrier alone leaves a label that landed before it, which the check then finds).
     pub barriers: Vec<Barrier>,
     /// Step 5: the leader's marks, conditional on a fresh read of the pod.
     pub promote: Option<Promotion>,
@@ -33,7 +40,7 @@ pub struct PodWrites {
     /// the leader to promote, and the old leaders that step 3 or a barrier is writing.
     pub expected_leaders: Vec<String>,
     /// Whether the promotion, once it lands, leaves the group with no earlier promotion in
-    /// flight: the barrier went up in this pass (it may be empty: nobody else to bar).
+    /// flight: the group's barrier went up in this pass (it may be empty: nobody else to bar).
     pub raises_barrier: bool,
     /// After step 6: follower marks for the other candidates not barred.
     pub mark_followers: Vec<String>,
@@ -43,32 +50,50 @@ pub struct PodWrites {
 
 impl Plan {
     /// The writes of this plan. `barrier_up`: the group is known to have no earlier promotion in
-    /// flight, so the barrier is not needed again.
+    /// flight, so the group's barrier is not needed again.
     ///
-    /// The barrier covers [`Plan::barrier_candidates`] but the released pods: a release removes
-    /// their marks only if they are unchanged, a change of resourceVersion as good as a barrier
-    /// (racing it, a barrier would fail the release's precondition). The demoted ones take their
-    /// follower marks with the barrier instead: a demotion of a pod that carries no leader label
-    /// changes nothing, not even its version.
+    /// A deposed leader (one the status or the Lease names, and leadership moves away from) is
+    /// barred in any case: whatever this process remembers, a promotion of it may be in flight,
+    /// and it may be outside the selector and unmarked. The group's barrier covers
+    /// [`Plan::barrier_candidates`] but the released pods: a release removes their marks only if
+    /// they are unchanged, a change of resourceVersion as good as a barrier (racing it, a
+    /// barrier would fail the release's precondition). The demoted ones take their follower
+    /// marks with the barrier instead: a demotion of a pod that carries no leader label changes
+    /// nothing, not even its version.
     pub fn writes(&self, barrier_up: bool) -> PodWrites {
         let released = |pod: &str| self.release.iter().any(|r| r.name == pod);
+        let follower_marks =
+            |pod: &String| self.demote.contains(pod) || self.mark_followers.contains(pod);
+        let (mut deposed, mut barriers) = (Vec::new(), Vec::new());
+        for d in self.deposed.iter().filter(|d| !released(&d.pod)) {
+            let barrier = Barrier {
+                pod: d.pod.clone(),
+                epoch: d.epoch,
+                with_follower_marks: d.member,
+            };
+            if d.member {
+                deposed.push(barrier);
+            } else {
+                barriers.push(barrier);
+            }
+        }
         let raises_barrier = self.promote.is_some() && !barrier_up;
-        let barriers: Vec<Barrier> = if raises_barrier {
-            self.barrier_candidates
-                .iter()
-                .filter(|pod| !released(pod))
-                .map(|pod| Barrier {
-                    pod: pod.clone(),
-                    with_follower_marks: self.demote.contains(pod)
-                        || self.mark_followers.contains(pod),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let barred = |pod: &String| barriers.iter().any(|b| b.pod == *pod);
-        let unbarred = |pods: &[String]| -> Vec<String> {
-            pods.iter().filter(|pod| !barred(pod)).cloned().collect()
+        if let Some(promotion) = self.promote.as_ref().filter(|_| raises_barrier) {
+            let barred = |pod: &String| self.deposed.iter().any(|d| d.pod == *pod);
+            barriers.extend(
+                self.barrier_candidates
+                    .iter()
+                    .filter(|pod| !released(pod) && !barred(pod))
+                    .map(|pod| Barrier {
+                        pod: pod.clone(),
+                        epoch: promotion.epoch,
+                        with_follower_marks: follower_marks(pod),
+                    }),
+            );
+        }
+        let written = |pod: &String| deposed.iter().chain(&barriers).any(|b| b.pod == *pod);
+        let unwritten = |pods: &[String]| -> Vec<String> {
+            pods.iter().filter(|pod| !written(pod)).cloned().collect()
         };
         let expected_leaders = self
             .promote
@@ -76,15 +101,22 @@ impl Plan {
             .map(|p| p.pod.clone())
             .chain(self.demote.iter().cloned())
             .chain(self.release.iter().map(|r| r.name.clone()))
-            .collect();
+            .chain(self.deposed.iter().map(|d| d.pod.clone()))
+            .fold(Vec::new(), |mut all: Vec<String>, pod| {
+                if !all.contains(&pod) {
+                    all.push(pod);
+                }
+                all
+            });
         PodWrites {
-            demote: unbarred(&self.demote),
+            demote: unwritten(&self.demote),
             release: self.release.clone(),
             promote: self.promote.clone(),
             expected_leaders,
             raises_barrier,
-            mark_followers: unbarred(&self.mark_followers),
+            mark_followers: unwritten(&self.mark_followers),
             unmark: self.unmark.clone(),
+            deposed,
             barriers,
         }
     }
@@ -95,6 +127,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::election::Deposed;
 
     fn names(pods: &[&str]) -> Vec<String> {
         pods.iter().map(|p| p.to_string()).collect()
@@ -107,8 +140,17 @@ mod tests {
         }
     }
 
-    /// `old` leads and is demoted, `gone` left the selector and is released, `new` is promoted,
-    /// `c` is a candidate not yet marked, `d` is already a follower.
+    fn barrier(pod: &str, with_follower_marks: bool) -> Barrier {
+        Barrier {
+            pod: pod.to_string(),
+            epoch: 7,
+            with_follower_marks,
+        }
+    }
+
+    /// `old` led (the records name it) and is demoted, `gone` left the selector and is
+    /// released, `new` is promoted, `c` is a candidate not yet marked, `d` is already a
+    /// follower.
     fn handover() -> Plan {
         Plan {
             commit: None,
@@ -121,6 +163,11 @@ mod tests {
             }),
             transition: None,
             barrier_candidates: names(&["old", "gone", "c", "d"]),
+            deposed: vec![Deposed {
+                pod: "old".to_string(),
+                member: true,
+                epoch: 7,
+            }],
             mark_followers: names(&["c"]),
             unmark: vec![version("left")],
             requeue_after: Duration::from_secs(5),
@@ -132,22 +179,11 @@ mod tests {
         let w = handover().writes(false);
         assert!(w.raises_barrier);
         assert_eq!(
-            w.barriers,
-            vec![
-                Barrier {
-                    pod: "old".to_string(),
-                    with_follower_marks: true
-                },
-                Barrier {
-                    pod: "c".to_string(),
-                    with_follower_marks: true
-                },
-                Barrier {
-                    pod: "d".to_string(),
-                    with_follower_marks: false
-                },
-            ]
+            w.deposed,
+            vec![barrier("old", true)],
+            "off the critical path"
         );
+        assert_eq!(w.barriers, vec![barrier("c", true), barrier("d", false)]);
         assert!(w.demote.is_empty(), "old is demoted by its barrier");
         assert!(w.mark_followers.is_empty(), "c is marked by its barrier");
         assert_eq!(w.release, vec![version("gone")]);
@@ -156,26 +192,64 @@ mod tests {
     }
 
     #[test]
-    fn a_group_with_its_barrier_up_is_written_without_one() {
+    fn a_deposed_leader_is_barred_even_with_the_groups_barrier_up() {
         let w = handover().writes(true);
         assert!(!w.raises_barrier);
+        assert_eq!(w.deposed, vec![barrier("old", true)]);
         assert!(w.barriers.is_empty());
-        assert_eq!(w.demote, names(&["old"]));
+        assert!(w.demote.is_empty());
         assert_eq!(w.mark_followers, names(&["c"]));
         assert_eq!(w.promote.map(|p| p.pod), Some("new".to_string()));
     }
 
     #[test]
-    fn no_promotion_raises_no_barrier() {
+    fn a_deposed_leader_the_selector_dropped_is_barred_before_the_check() {
+        // The records name `a`, unmarked (its promotion never landed) and no longer selected:
+        // neither a candidate nor marked, it is barred only because it is named.
+        let plan = Plan {
+            demote: Vec::new(),
+            release: Vec::new(),
+            barrier_candidates: names(&["c", "d"]),
+            deposed: vec![Deposed {
+                pod: "a".to_string(),
+                member: false,
+                epoch: 7,
+            }],
+            ..handover()
+        };
+        for barrier_up in [false, true] {
+            let w = plan.writes(barrier_up);
+            assert!(w.deposed.is_empty(), "not the group's to mark follower");
+            assert_eq!(w.barriers.first(), Some(&barrier("a", false)), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn a_move_to_nobody_still_bars_the_deposed_leader() {
         let plan = Plan {
             promote: None,
             ..handover()
         };
         let w = plan.writes(false);
         assert!(!w.raises_barrier);
+        assert_eq!(w.deposed, vec![barrier("old", true)]);
         assert!(w.barriers.is_empty());
-        assert_eq!(w.demote, names(&["old"]));
         assert_eq!(w.expected_leaders, names(&["old", "gone"]));
+    }
+
+    #[test]
+    fn a_released_leader_needs_no_barrier() {
+        let plan = Plan {
+            deposed: vec![Deposed {
+                pod: "gone".to_string(),
+                member: false,
+                epoch: 7,
+            }],
+            ..handover()
+        };
+        let w = plan.writes(true);
+        assert!(w.deposed.is_empty() && w.barriers.is_empty(), "{w:?}");
+        assert_eq!(w.release, vec![version("gone")]);
     }
 
     #[test]
@@ -187,6 +261,7 @@ mod tests {
                 .iter()
                 .map(String::as_str)
                 .chain(w.release.iter().map(|r| r.name.as_str()))
+                .chain(w.deposed.iter().map(|b| b.pod.as_str()))
                 .chain(w.barriers.iter().map(|b| b.pod.as_str()))
                 .collect();
             let all = written.len();

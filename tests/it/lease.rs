@@ -275,3 +275,39 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     assert!(!pod.annotations().contains_key(EPOCH_ANNOTATION));
     watch.assert_held().await;
 }
+
+/// The group Lease's epoch forged to the largest there is: its holder keeps it, and when the
+/// holder turns NotReady nobody is handed the same token; the condition says why.
+#[tokio::test]
+async fn a_forged_epoch_at_the_top_of_the_range_is_never_handed_out_twice() {
+    let (w, _op, _watch, pods) = started("lease-top", 2).await;
+    let leases: Api<Lease> = w.ns.api();
+    let mut forged = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
+    forged
+        .annotations_mut()
+        .insert(EPOCH_ANNOTATION.into(), i64::MAX.to_string());
+    leases
+        .replace(&lease_name_for("pay"), &PostParams::default(), &forged)
+        .await
+        .unwrap();
+    w.wait_settled("pay", "app-0 keeps the forged epoch", |s| {
+        s.leader == pods[0] && s.epoch == i64::MAX
+    })
+    .await;
+
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    let status = w
+        .wait_status("pay", "the group says no token is left", |s| {
+            s.condition(LEADER_ELECTED)
+                .is_some_and(|c| c.reason == "TokensExhausted")
+        })
+        .await;
+    assert_eq!(status.leader.as_deref(), Some(pods[0].as_str()));
+    assert_eq!(
+        w.labeled_leaders("pay").await,
+        vec![(pods[0].clone(), Some(i64::MAX))],
+        "app-1 was handed app-0's token"
+    );
+    w.wait_event("pay", "TokensExhausted", "9223372036854775807")
+        .await;
+}
