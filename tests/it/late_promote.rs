@@ -149,5 +149,5 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
     signal(&first_op, "-CONT");
     first_op.kill().await;
     drop(hold);
-    watch.assert_held();
+    watch.assert_held().await;
 }
