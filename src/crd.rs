@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 // tests read too; re-exported here under the names the operator's modules use.
 pub use leadergroup_client::wire::{
     API_GROUP as GROUP, ARBITER_ANNOTATION, BARRIER_ANNOTATION, EPOCH_ANNOTATION, FINALIZER,
-    GROUP_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
-    RELEASED_BY_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER, lease_name_for,
+    GROUP_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
+    LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
+    lease_name_for,
 };
 
 /// Default for `spec.leaseDurationSeconds`.
@@ -209,6 +210,10 @@ pub struct LeaderGroupStatus {
     /// Name of the leader pod; absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// UID of the leader pod: leadership belongs to this incarnation of it. A pod created again
+    /// under the same name is another candidate, and never inherits its predecessor's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_uid: Option<String>,
     /// The leader's fencing token: grows by one at every change of leader and is never handed out
     /// twice. 0 until the first leader.
     #[serde(default)]
@@ -233,7 +238,8 @@ pub struct LeaderGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
     /// Why leadership last changed: Initial, LeaderDeleted, LeaderTerminating, LeaderNotReady,
-    /// LeaderLeftGroup, LeaderHeartbeatLost, Preferred or NoCandidates.
+    /// LeaderLeftGroup, LeaderHeartbeatLost, LeaderReplaced (the leader pod was created again
+    /// under its name), Preferred or NoCandidates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_reason: Option<String>,
     /// The `metadata.generation` of the spec this status reflects.

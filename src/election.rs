@@ -199,6 +199,13 @@ pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
             .is_some_and(|name| named_leaders(group, lease).any(|l| l == name))
 }
 
+/// The UID of the pod called `name`, if it is among `pods` and has one.
+fn pod_uid(pods: &[&Pod], name: &str) -> Option<String> {
+    pods.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .and_then(|p| p.metadata.uid.clone())
+}
+
 /// The pods the group's status and its Lease name as leader (one, both the same, or none).
 pub fn named_leaders<'a>(
     group: &'a LeaderGroup,

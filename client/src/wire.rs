@@ -36,6 +36,10 @@ pub const LIVENESS_HEARTBEAT: &str = "Heartbeat";
 /// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
 /// replica that takes over knows it stopped on purpose, and takes its groups over at once.
 pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
+/// Annotation on the group's Lease: the UID of the holder's pod. Leadership belongs to one pod
+/// incarnation: a pod created again under the same name (a StatefulSet's, or a force-deleted
+/// one) is another candidate, and never holds its predecessor's token.
+pub const HOLDER_UID_ANNOTATION: &str = "leadergroup.io/holder-uid";
 /// Annotation of the operator's barrier: written on a group's pods before a promotion while an
 /// earlier promotion may still be in flight, and on every leader it deposes, it changes their
 /// resourceVersion, which that promotion is conditional on. Its wire name predates the word
@@ -70,6 +74,7 @@ mod tests {
             ARBITER_ANNOTATION,
             LIVENESS_ANNOTATION,
             RELEASED_BY_ANNOTATION,
+            HOLDER_UID_ANNOTATION,
             BARRIER_ANNOTATION,
             FENCED_OBJECT_EPOCH_ANNOTATION,
             FINALIZER,
