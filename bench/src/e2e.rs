@@ -1,5 +1,5 @@
 //! `--only e2e`: what a user waits for, on the real cluster, from the fault until the new
-//! leader's application learned that it leads; ours against the peers, in one run (issue 14).
+//! leader's application learned that it leads; ours against the peers, in one run.
 //!
 //! The harness starts a real two-node cluster of its own (`controlplane/realcluster.sh up` in
 //! `target/bench-e2e-cluster`, as root) and always stops it again ([`RealCluster`]'s Drop, and on

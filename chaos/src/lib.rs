@@ -1,4 +1,4 @@
-//! `leadergroup-chaos`: a randomized fault run, seeded and repeatable (issue 13, item 8). Two
+//! `leadergroup-chaos`: a randomized fault run, seeded and repeatable. Two
 //! operator replicas with `--leader-elect` run several groups on a control plane of the run's own,
 //! while the plan's faults strike: replicas killed, paused, rolled, their requests held or cut;
 //! leaders and followers deleted or flapping NotReady; Leases deleted or rewritten by someone

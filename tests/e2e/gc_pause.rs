@@ -1,4 +1,4 @@
-//! The GC pause on the real cluster (issue 11, item 4): the ledger of
+//! The GC pause on the real cluster: the ledger of
 //! `examples/ledger/manifests/sidecar` (three pods, each the ledger plus the leadergroup-agent
 //! sidecar) writing to a private PostgreSQL on the host bridge, reachable from the pod network
 //! only. The leader's ledger container is frozen through the cgroup freezer (a stop-the-world GC

@@ -1,4 +1,4 @@
-//! A lost node (issue 12): node 1 cut like a machine that fell off the network
+//! A lost node: node 1 cut like a machine that fell off the network
 //! (`realcluster.sh cut-node`: its kubelet and containerd stop, and its pods lose every packet to
 //! and from the API server and the other node while their containers run on), and three
 //! failovers measured in that one cut, each from a leader on node 1 to its peer on node 2:

@@ -1,4 +1,4 @@
-//! How fast the application knows (issue 11, item 5), on the light cluster: a few handovers
+//! How fast the application knows, on the light cluster: a few handovers
 //! (deletion and NotReady, alternately), each candidate pod followed by an in-process
 //! `leadergroup-client` `Membership` and a real `leadergroup-agent` process, both authenticated as
 //! the pods' ServiceAccount with the documented Role. The measurement is

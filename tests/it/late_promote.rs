@@ -1,4 +1,4 @@
-//! Issue 13, item 2: a promotion that lands late cannot make a second leader. The operator that
+//! A promotion that lands late cannot make a second leader. The operator that
 //! sent it is paused (SIGSTOP) the moment testenv's admission webhook holds it inside the API
 //! server, so the request stays alive there, as one sent just before a process pause or held in a
 //! stuck connection would. Another operator takes the group over once its Lease runs out, and

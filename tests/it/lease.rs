@@ -231,7 +231,7 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
     assert_eq!(watch.assert_held().await, vec![(pods[0].clone(), 1)]);
 }
 
-/// Issue 13, item 4: a group whose Lease is replaced by one it does not own while it has a
+/// A group whose Lease is replaced by one it does not own while it has a
 /// leader (here while the operator was down) records no leader, and its leader loses the label:
 /// a Service must not route to a pod the status says does not lead.
 #[tokio::test]

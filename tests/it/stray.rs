@@ -1,4 +1,4 @@
-//! Issue 13, item 5: a pod outside the group's selector that carries the group's leader marks
+//! A pod outside the group's selector that carries the group's leader marks
 //! (what a late promotion lands as after the pod left the selector) loses them before the next
 //! leader is promoted, never after: at no instant are two pods labeled leader for the group.
 
