@@ -1,0 +1,88 @@
+//! Running the checker on a configuration, and its report.
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Model};
+
+use crate::display;
+use crate::model::{Config, LeaderGroupModel};
+use crate::properties;
+
+/// What one exhaustive run found.
+pub struct Report {
+    pub config: &'static str,
+    pub unique_states: usize,
+    pub states: usize,
+    pub max_depth: usize,
+    pub elapsed: Duration,
+    /// Each property with a discovery: its name and the path, printed.
+    pub discoveries: Vec<(&'static str, String)>,
+    /// Whether every reachable state was visited (false: it stopped at the first failures).
+    pub complete: bool,
+}
+
+impl Report {
+    pub fn found(&self, property: &str) -> Option<&str> {
+        self.discoveries
+            .iter()
+            .find(|(name, _)| *name == property)
+            .map(|(_, path)| path.as_str())
+    }
+}
+
+/// Explores every state of `config` breadth first (shortest counterexamples first) on `threads`.
+pub fn check(config: Config, threads: usize) -> Report {
+    let name = config.name;
+    let model = LeaderGroupModel::new(config);
+    let started = Instant::now();
+    let checker = model.clone().checker().threads(threads).spawn_bfs().join();
+    let elapsed = started.elapsed();
+    let mut discoveries = Vec::new();
+    for property in properties::all(&model.config) {
+        if let Some(path) = checker.discovery(property.name) {
+            let states = path.clone().into_states();
+            let actions = path.into_actions();
+            let text = display::path(&model, &states, &actions);
+            discoveries.push((property.name, text));
+        }
+    }
+    Report {
+        config: name,
+        unique_states: checker.unique_state_count(),
+        states: checker.state_count(),
+        max_depth: checker.max_depth(),
+        elapsed,
+        discoveries,
+        complete: checker.is_done(),
+    }
+}
+
+/// The report as text.
+pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
+    let mut out = format!(
+        "configuration {}: {} unique states ({} generated), depth {}, {:.1} s\n",
+        report.config,
+        report.unique_states,
+        report.states,
+        report.max_depth,
+        report.elapsed.as_secs_f64()
+    );
+    for property in properties::all(&model.config) {
+        let verdict = match (report.found(property.name), property.expectation) {
+            (Some(_), stateright::Expectation::Sometimes) => "example found",
+            (None, stateright::Expectation::Sometimes) => "NO EXAMPLE",
+            (Some(_), _) => "COUNTEREXAMPLE",
+            (None, _) => "holds",
+        };
+        out.push_str(&format!("  {verdict:>14}: {}\n", property.name));
+    }
+    for (name, path) in &report.discoveries {
+        let is_failure = properties::all(&model.config)
+            .iter()
+            .any(|p| p.name == *name && p.expectation.discovery_is_failure());
+        if is_failure {
+            out.push_str(&format!("\ncounterexample to \"{name}\":\n{path}"));
+        }
+    }
+    out
+}
