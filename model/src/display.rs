@@ -117,6 +117,40 @@ fn marks(s: &State) -> String {
         .join(" ")
 }
 
+/// The Lease, the status and the barrier flags.
+fn records(s: &State) -> String {
+    let lease = match &s.server.lease {
+        None => "no Lease".to_string(),
+        Some(l) => format!(
+            "Lease {}@{} by {} rv={}",
+            l.holder.map_or("nobody".to_string(), pod_name),
+            l.epoch,
+            replica_name(l.arbiter),
+            l.rv
+        ),
+    };
+    let status = match &s.server.group.status {
+        None => "no status".to_string(),
+        Some(st) => format!(
+            "status {}@{}",
+            st.leader.map_or("nobody".to_string(), pod_name),
+            st.epoch
+        ),
+    };
+    let flags: Vec<String> = s
+        .replicas
+        .iter()
+        .enumerate()
+        .map(|(r, rep)| {
+            let r = u8::try_from(r).unwrap_or(0);
+            let active = if s.active == Some(r) { " (active)" } else { "" };
+            let flag = if rep.barrier_up { "up" } else { "down" };
+            format!("{}{active} barrier {flag}", replica_name(r))
+        })
+        .collect();
+    format!("{lease}; {status}; {}", flags.join(", "))
+}
+
 /// What the step did, beyond its own description: the server's answer, the requests sent.
 fn effect(model: &LeaderGroupModel, before: &State, action: &Action, after: &State) -> Vec<String> {
     let mut notes = Vec::new();
@@ -162,7 +196,8 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
     };
     // Replay in API-server numbering: at each step, the raw action whose outcome is the checker's.
     let mut cur = first.clone();
-    out.push_str(&format!("   start: {}\n", marks(&cur)));
+    out.push_str(&format!("   start: {}\n", records(&cur)));
+    out.push_str(&format!("          pods: {}\n", marks(&cur)));
     for (i, (action, want)) in actions.iter().zip(states.iter().skip(1)).enumerate() {
         let mut options = Vec::new();
         raw.actions(&cur, &mut options);
@@ -182,7 +217,7 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
         for note in effect(&raw, &cur, &a, &next) {
             out.push_str(&format!("       {note}\n"));
         }
-        if next.server != cur.server {
+        if next.server.pods != cur.server.pods {
             out.push_str(&format!("       pods: {}\n", marks(&next)));
         }
         cur = next;

@@ -31,6 +31,9 @@ pub struct Config {
     pub pause_edits: u8,
     /// Also check, from every state, that once faults stop a leader is labeled.
     pub recovery: bool,
+    /// States whose Lease or status went past this epoch are not explored further: decisions
+    /// on stale caches may keep minting epochs, and the space must stay finite.
+    pub max_epoch: i64,
 }
 
 impl Config {
@@ -51,6 +54,7 @@ impl Config {
             preference_edits: 2,
             pause_edits: 0,
             recovery: false,
+            max_epoch: 4,
         }
     }
 
@@ -93,6 +97,7 @@ impl Config {
             preference_edits: 1,
             pause_edits: 1,
             recovery: false,
+            max_epoch: 5,
         }
     }
 
@@ -242,7 +247,9 @@ impl LeaderGroupModel {
             if replica::awaits_check(state, r) {
                 actions.push(Action::Check(r));
             }
-            if rep.cache != state.server {
+            // Only the active replica's caches move: a standby's are as old as when it last
+            // acted, which keeps the standby's view to the snapshots it actually decided on.
+            if state.active == Some(r) && rep.cache != state.server {
                 actions.push(Action::Sync(r));
             }
             if rep.pass.is_some() && s.deadlines < c.deadlines {
@@ -407,5 +414,11 @@ impl Model for LeaderGroupModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         properties::all(&self.config)
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        let lease = state.server.lease.as_ref().map_or(0, |l| l.epoch);
+        let status = state.server.group.status.as_ref().map_or(0, |s| s.epoch);
+        lease.max(status) <= self.config.max_epoch
     }
 }

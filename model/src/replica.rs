@@ -189,6 +189,7 @@ fn fan_out(state: &mut State, replica: ReplicaId) {
         pending: count(fanout.len()),
         barriers: count(barriers.len()),
         check: None,
+        failed: false,
     };
     for req in fanout {
         let slot = match &req {
@@ -227,6 +228,7 @@ pub fn awaits_check(state: &State, replica: ReplicaId) -> bool {
                     Phase::Fanout {
                         barriers: 0,
                         check: None,
+                        failed: false,
                         ..
                     }
                 )
@@ -274,8 +276,11 @@ pub fn answer(state: &mut State, replica: ReplicaId, slot: Slot, reply: Reply) {
             }
             return;
         }
-        (Slot::Record | Slot::Demote, Phase::Fanout { pending, .. }) if ok => {
-            *pending = pending.saturating_sub(1)
+        (Slot::Record | Slot::Demote, Phase::Fanout {
+            pending, failed, ..
+        }) => {
+            *pending = pending.saturating_sub(1);
+            *failed |= !ok;
         }
         (Slot::Barrier, Phase::Fanout { barriers, .. }) => *barriers = barriers.saturating_sub(1),
         (Slot::Stray, Phase::Strays { pending, .. }) => *pending = pending.saturating_sub(1),
@@ -313,7 +318,14 @@ pub fn advance(state: &mut State, replica: ReplicaId) {
         Phase::Fanout {
             pending: 0,
             barriers: 0,
+            failed: true,
+            ..
+        } => end(state, replica, End::Conflict),
+        Phase::Fanout {
+            pending: 0,
+            barriers: 0,
             check,
+            failed: false,
         } => match (pass.promote, check) {
             (None, _) => tidy(state, replica),
             (Some(_), Some(check)) => {

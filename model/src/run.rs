@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Model};
+use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::display;
 use crate::model::{Config, LeaderGroupModel};
@@ -30,16 +30,38 @@ impl Report {
     }
 }
 
-/// Explores every state of `config` breadth first (shortest counterexamples first) on `threads`.
-pub fn check(config: Config, threads: usize) -> Report {
+/// Explores every state of `config` breadth first (shortest counterexamples first) on `threads`;
+/// with `progress`, prints the count so far to stderr every few seconds.
+pub fn check(config: Config, threads: usize, progress: bool) -> Report {
     let name = config.name;
     let model = LeaderGroupModel::new(config);
     let started = Instant::now();
-    let checker = model.clone().checker().threads(threads).spawn_bfs().join();
+    let checker = model.clone().checker().threads(threads).spawn_bfs();
+    while progress && !checker.is_done() {
+        std::thread::sleep(Duration::from_secs(10));
+        eprintln!(
+            "  {:.0} s: {} unique states, depth {}",
+            started.elapsed().as_secs_f64(),
+            checker.unique_state_count(),
+            checker.max_depth()
+        );
+    }
+    let checker = checker.join();
     let elapsed = started.elapsed();
     let mut discoveries = Vec::new();
     for property in properties::all(&model.config) {
-        if let Some(path) = checker.discovery(property.name) {
+        if checker.discovery(property.name).is_none() {
+            continue;
+        }
+        // The exhaustive run keeps the last path it met, not the shortest: a second run,
+        // breadth first and stopping at the first, finds a shortest one.
+        let first = model
+            .clone()
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf([property.name].into()))
+            .spawn_bfs()
+            .join();
+        if let Some(path) = first.discovery(property.name) {
             let states = path.clone().into_states();
             let actions = path.into_actions();
             let text = display::path(&model, &states, &actions);

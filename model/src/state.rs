@@ -46,11 +46,14 @@ pub enum Phase {
     /// 1: awaiting the Lease compare-and-swap.
     Committing,
     /// 2, 3 and 4 together: awaiting `pending` answers of the status and the demotions and
-    /// releases, `barriers` of the barrier writes, then the check (a fresh list).
+    /// releases, `barriers` of the barrier writes, then the check (a fresh list). Each runs to
+    /// its end even when another fails (`futures::join!`): `failed` says one answered 409, and
+    /// the pass ends once all have answered.
     Fanout {
         pending: u8,
         barriers: u8,
         check: Option<Check>,
+        failed: bool,
     },
     /// 4, after the check: awaiting the demotions of the strays it found.
     Strays { pending: u8, target: Option<Rv> },
