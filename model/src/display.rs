@@ -78,20 +78,41 @@ impl fmt::Display for Msg {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::Reconcile(r) => write!(f, "{} observes its caches and decides", replica_name(*r)),
-            Action::Check(r) => write!(f, "{} lists the selected pods afresh (step 4's check)", replica_name(*r)),
+            Action::Reconcile(r) => {
+                write!(f, "{} observes its caches and decides", replica_name(*r))
+            }
+            Action::Check(r) => write!(
+                f,
+                "{} lists the selected pods afresh (step 4's check)",
+                replica_name(*r)
+            ),
             Action::Deliver(m) => write!(f, "API server applies {m}"),
-            Action::Fail(m) => write!(f, "{} gets a 5xx/reset for its {} (the server still holds it)", replica_name(m.from), m.req),
+            Action::Fail(m) => write!(
+                f,
+                "{} gets a 5xx/reset for its {} (the server still holds it)",
+                replica_name(m.from),
+                m.req
+            ),
             Action::Deadline(r) => write!(f, "{}'s reconcile hits its deadline", replica_name(*r)),
             Action::Crash(r) => write!(f, "{} crashes and restarts", replica_name(*r)),
-            Action::Failover(r) => write!(f, "HA Lease moves: {} is active (the other pauses, its requests in flight)", replica_name(*r)),
+            Action::Failover(r) => write!(
+                f,
+                "HA Lease moves: {} is active (the other pauses, its requests in flight)",
+                replica_name(*r)
+            ),
             Action::Sync(r) => write!(f, "{}'s watch caches catch up", replica_name(*r)),
             Action::Expire => write!(f, "time passes: the group Lease runs out"),
             Action::SetReady(p, true) => write!(f, "kubelet: {} Ready", pod_name(*p)),
             Action::SetReady(p, false) => write!(f, "kubelet: {} NotReady", pod_name(*p)),
             Action::DeletePod(p) => write!(f, "user deletes pod {}", pod_name(*p)),
-            Action::RecreatePod(p) => write!(f, "pod {} created again (new uid, no marks)", pod_name(*p)),
-            Action::ToggleSelected(p) => write!(f, "user edits spec.selector: toggles {} in or out", pod_name(*p)),
+            Action::RecreatePod(p) => {
+                write!(f, "pod {} created again (new uid, no marks)", pod_name(*p))
+            }
+            Action::ToggleSelected(p) => write!(
+                f,
+                "user edits spec.selector: toggles {} in or out",
+                pod_name(*p)
+            ),
             Action::Prefer(Some(p)) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
             Action::Prefer(None) => write!(f, "user clears spec.preferredLeader"),
             Action::Pause(p) => write!(f, "user sets spec.paused={p}"),
@@ -152,7 +173,7 @@ fn records(s: &State) -> String {
 }
 
 /// What the step did, beyond its own description: the server's answer, the requests sent.
-fn effect(model: &LeaderGroupModel, before: &State, action: &Action, after: &State) -> Vec<String> {
+fn effect(before: &State, action: &Action, after: &State) -> Vec<String> {
     let mut notes = Vec::new();
     if let Action::Deliver(m) = action {
         let mut world = before.server.clone();
@@ -179,11 +200,14 @@ fn effect(model: &LeaderGroupModel, before: &State, action: &Action, after: &Sta
             notes.push(format!(
                 "{}'s barrier flag {}",
                 replica_name(r),
-                if a.barrier_up { "goes up" } else { "comes down" }
+                if a.barrier_up {
+                    "goes up"
+                } else {
+                    "comes down"
+                }
             ));
         }
     }
-    let _ = model;
     notes
 }
 
@@ -203,7 +227,8 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
         raw.actions(&cur, &mut options);
         let found = options.into_iter().find_map(|a| {
             let next = raw.step(&cur, &a)?;
-            (model.canonical && next.clone().canonical() == *want || !model.canonical && next == *want)
+            (model.canonical && next.clone().canonical() == *want
+                || !model.canonical && next == *want)
                 .then_some((a, next))
         });
         let (a, next) = match found {
@@ -214,7 +239,7 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
             },
         };
         out.push_str(&format!("{:>3}. {a}\n", i + 1));
-        for note in effect(&raw, &cur, &a, &next) {
+        for note in effect(&cur, &a, &next) {
             out.push_str(&format!("       {note}\n"));
         }
         if next.server.pods != cur.server.pods {
@@ -228,7 +253,11 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
             .iter()
             .map(|(p, e)| format!("{}@{}", pod_name(*p), e.unwrap_or(0)))
             .collect();
-        out.push_str(&format!("   => {} pods labeled leader: {}\n", leaders.len(), names.join(", ")));
+        out.push_str(&format!(
+            "   => {} pods labeled leader: {}\n",
+            leaders.len(),
+            names.join(", ")
+        ));
     }
     out
 }

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let model = LeaderGroupModel::new(args.config.clone());
-    let report = run::check(args.config, args.threads, true);
+    let report = run::check(args.config, args.threads, true, true);
     print!("{}", run::render(&report, &model));
     ExitCode::SUCCESS
 }

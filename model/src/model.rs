@@ -80,24 +80,25 @@ impl Config {
         }
     }
 
-    /// The binary's larger run: three pods, more of everything.
+    /// The binary's larger run: both holes' ingredients together, with a deadline and a
+    /// readiness change besides.
     pub fn large() -> Self {
         Config {
             name: "large",
-            pods: 3,
+            pods: 2,
             from_settled: true,
             failures: 1,
             deadlines: 1,
-            crashes: 1,
+            crashes: 0,
             failovers: 1,
             expiries: 1,
             readiness: 1,
-            deletions: 1,
+            deletions: 0,
             selector_edits: 1,
             preference_edits: 1,
-            pause_edits: 1,
+            pause_edits: 0,
             recovery: false,
-            max_epoch: 5,
+            max_epoch: 4,
         }
     }
 
@@ -350,7 +351,8 @@ impl LeaderGroupModel {
             Action::Expire => {
                 s.spent.expiries += 1;
                 user::expire(
-                    std::iter::once(&mut s.server).chain(s.replicas.iter_mut().map(|r| &mut r.cache)),
+                    std::iter::once(&mut s.server)
+                        .chain(s.replicas.iter_mut().map(|r| &mut r.cache)),
                 );
             }
             Action::SetReady(p, ready) => {

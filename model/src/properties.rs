@@ -17,7 +17,8 @@ use crate::state::State;
 
 pub const I1: &str = "I1: at most one pod labeled leader";
 pub const I3: &str = "I3: epochs only grow, none handed to two pods";
-pub const ORDER: &str = "order: a pod carries epoch e only after the Lease and the status named it at e";
+pub const ORDER: &str =
+    "order: a pod carries epoch e only after the Lease and the status named it at e";
 pub const CONSISTENT: &str = "model consistent";
 pub const RECOVERS: &str = "recovers: once faults stop, one leader is labeled";
 pub const LEADS: &str = "sometimes a pod leads";
@@ -91,14 +92,19 @@ fn fair_step(model: &LeaderGroupModel, s: &State) -> Option<State> {
         candidates.push(Action::Check(r));
     }
     for r in 0..crate::model::REPLICAS {
-        if s.replicas.get(usize::from(r)).is_some_and(|x| x.cache != s.server) {
+        if s.replicas
+            .get(usize::from(r))
+            .is_some_and(|x| x.cache != s.server)
+        {
             candidates.push(Action::Sync(r));
         }
     }
-    if let Some(a) = s.active {
-        if s.replicas.get(usize::from(a)).is_some_and(|x| x.pass.is_none()) {
-            candidates.push(Action::Reconcile(a));
-        }
+    if let Some(a) = s.active
+        && s.replicas
+            .get(usize::from(a))
+            .is_some_and(|x| x.pass.is_none())
+    {
+        candidates.push(Action::Reconcile(a));
     }
     for action in candidates {
         let enabled = match &action {
@@ -108,10 +114,10 @@ fn fair_step(model: &LeaderGroupModel, s: &State) -> Option<State> {
         if !enabled {
             continue;
         }
-        if let Some(next) = model.next_state(s, action) {
-            if &next != s {
-                return Some(next);
-            }
+        if let Some(next) = model.next_state(s, action)
+            && &next != s
+        {
+            return Some(next);
         }
     }
     // Nothing else moves: time passes, so that a Lease another replica wrote runs out.

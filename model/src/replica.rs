@@ -72,7 +72,9 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
     let plan = match decision {
         Decision::Act(plan) => plan,
         Decision::Deferred { .. } => return Ok(false),
-        Decision::LeaseNotOwned { .. } => return Err(ModelError::UnexpectedDecision("LeaseNotOwned")),
+        Decision::LeaseNotOwned { .. } => {
+            return Err(ModelError::UnexpectedDecision("LeaseNotOwned"));
+        }
         Decision::InvalidSelector { .. } => {
             return Err(ModelError::UnexpectedDecision("InvalidSelector"));
         }
@@ -276,9 +278,12 @@ pub fn answer(state: &mut State, replica: ReplicaId, slot: Slot, reply: Reply) {
             }
             return;
         }
-        (Slot::Record | Slot::Demote, Phase::Fanout {
-            pending, failed, ..
-        }) => {
+        (
+            Slot::Record | Slot::Demote,
+            Phase::Fanout {
+                pending, failed, ..
+            },
+        ) => {
             *pending = pending.saturating_sub(1);
             *failed |= !ok;
         }
@@ -329,7 +334,8 @@ pub fn advance(state: &mut State, replica: ReplicaId) {
         } => match (pass.promote, check) {
             (None, _) => tidy(state, replica),
             (Some(_), Some(check)) => {
-                let strays: Vec<PodId> = (0..8u8).filter(|p| check.strays & (1 << p) != 0).collect();
+                let strays: Vec<PodId> =
+                    (0..8u8).filter(|p| check.strays & (1 << p) != 0).collect();
                 pass.phase = Phase::Strays {
                     pending: count(strays.len()),
                     target: check.target,

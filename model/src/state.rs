@@ -56,12 +56,19 @@ pub enum Phase {
         failed: bool,
     },
     /// 4, after the check: awaiting the demotions of the strays it found.
-    Strays { pending: u8, target: Option<Rv> },
+    Strays {
+        pending: u8,
+        target: Option<Rv>,
+    },
     /// 5: awaiting the promotion.
     Promoting,
     /// Tidy: awaiting the follower marks, then the removals of marks.
-    Followers { pending: u8 },
-    Unmarking { pending: u8 },
+    Followers {
+        pending: u8,
+    },
+    Unmarking {
+        pending: u8,
+    },
 }
 
 /// One pass of the protocol in progress: what is left of the plan's writes.
