@@ -13,7 +13,11 @@ enum UsageError {
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
     Threads(String),
-    #[error("unknown argument {0:?}; usage: [--config NAME] [--threads N] [--replay]")]
+    #[error("--timeout wants seconds, not {0:?}")]
+    Timeout(String),
+    #[error(
+        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--replay]"
+    )]
     Argument(String),
 }
 
@@ -21,6 +25,7 @@ struct Args {
     config: Config,
     threads: usize,
     replay: bool,
+    timeout: Option<std::time::Duration>,
 }
 
 fn args() -> Result<Args, UsageError> {
@@ -28,6 +33,7 @@ fn args() -> Result<Args, UsageError> {
         config: Config::large(),
         threads: 2,
         replay: false,
+        timeout: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -41,6 +47,11 @@ fn args() -> Result<Args, UsageError> {
                 out.threads = n.parse().map_err(|_| UsageError::Threads(n))?;
             }
             "--replay" => out.replay = true,
+            "--timeout" => {
+                let n = it.next().unwrap_or_default();
+                let secs: u64 = n.parse().map_err(|_| UsageError::Timeout(n))?;
+                out.timeout = Some(std::time::Duration::from_secs(secs));
+            }
             other => return Err(UsageError::Argument(other.to_string())),
         }
     }
@@ -63,7 +74,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let model = LeaderGroupModel::new(args.config.clone());
-    let report = run::check(args.config, args.threads, true, true);
+    let report = run::check(args.config, args.threads, true, true, args.timeout);
     print!("{}", run::render(&report, &model));
     ExitCode::SUCCESS
 }
