@@ -1,0 +1,80 @@
+//! `cargo run -p leadergroup-model --release -- --config large`: explores a configuration
+//! exhaustively and prints what it found, counterexamples as numbered API calls.
+//! `--replay` prints the two known holes' interleavings instead.
+
+use std::process::ExitCode;
+
+use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+enum UsageError {
+    #[error("unknown configuration {0:?} (small, selector, unknown-outcome, large)")]
+    Config(String),
+    #[error("--threads wants a number, not {0:?}")]
+    Threads(String),
+    #[error("--timeout wants seconds, not {0:?}")]
+    Timeout(String),
+    #[error(
+        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--replay]"
+    )]
+    Argument(String),
+}
+
+struct Args {
+    config: Config,
+    threads: usize,
+    replay: bool,
+    timeout: Option<std::time::Duration>,
+}
+
+fn args() -> Result<Args, UsageError> {
+    let mut out = Args {
+        config: Config::large(),
+        threads: 2,
+        replay: false,
+        timeout: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--config" => {
+                let name = it.next().unwrap_or_default();
+                out.config = Config::named(&name).ok_or(UsageError::Config(name))?;
+            }
+            "--threads" => {
+                let n = it.next().unwrap_or_default();
+                out.threads = n.parse().map_err(|_| UsageError::Threads(n))?;
+            }
+            "--replay" => out.replay = true,
+            "--timeout" => {
+                let n = it.next().unwrap_or_default();
+                let secs: u64 = n.parse().map_err(|_| UsageError::Timeout(n))?;
+                out.timeout = Some(std::time::Duration::from_secs(secs));
+            }
+            other => return Err(UsageError::Argument(other.to_string())),
+        }
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.replay {
+        let (outcome, text) = regressions::replay_late_promotion_after_selector_edit();
+        println!("hole 1, late promotion after a selector edit: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_barrier_flag_survives_unknown_outcome();
+        println!("hole 2, barrier flag survives an unknown outcome: {outcome:?}\n{text}");
+        return ExitCode::SUCCESS;
+    }
+    let model = LeaderGroupModel::new(args.config.clone());
+    let report = run::check(args.config, args.threads, true, true, args.timeout);
+    print!("{}", run::render(&report, &model));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,476 @@
+//! An operator replica's pass over one group, as `controller::converge` runs it: observe (the
+//! watch caches), decide with the operator's own [`election::decide`], choose the pod writes
+//! with the operator's own [`Plan::writes`], then the protocol's steps as a small state machine,
+//! each step sending its requests and waiting for their answers:
+//! 1 commit; 2 record, 3 demote and release, 4 barrier then check, together; the strays; 5
+//! promote (only while active, conditional on the version the check read); then the follower
+//! marks and the removals of marks. The barrier flag is `Barriers`: set when a promotion that
+//! raised it lands, removed when a reconcile hits its deadline, cleared when the replica turns
+//! active.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_operator::election::{self, Decision, Observation, Plan};
+
+use crate::api::{PodId, PodPatch, ReplicaId, Reply, Request, World};
+use crate::error::ModelError;
+use crate::objects::{self, pod_id};
+use crate::state::{Check, Pass, Phase, Slot, State};
+
+/// How a pass ended before its last step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// A 409 (or the pod to promote gone): `converge` reads the group and the Lease afresh.
+    Conflict,
+    /// Any other error (a 5xx, a reset, a stale decision): the error policy requeues; the barrier
+    /// flag stays as it is.
+    Error,
+    /// The reconcile's deadline: its requests are abandoned, and the barrier flag removed.
+    Deadline,
+}
+
+/// What the decision observes: the group and the Lease from the cache (from the API server
+/// after a 409), the pods from the cache.
+fn observed(state: &State, replica: ReplicaId) -> Option<World> {
+    let r = state.replicas.get(usize::from(replica))?;
+    let mut world = r.cache.clone();
+    if r.fresh {
+        world.group = state.server.group.clone();
+        world.lease = state.server.lease.clone();
+    }
+    Some(world)
+}
+
+/// Observe and decide; sends the pass's first requests. `Ok(false)`: nothing to do (the decision
+/// defers to another replica, or the group is as it should be).
+pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<bool, ModelError> {
+    let Some(world) = observed(state, replica) else {
+        return Ok(false);
+    };
+    let group = objects::group(&world.group, pods)?;
+    let lease = world.lease.as_ref().map(objects::lease);
+    let all: Vec<Pod> = world.pods().map(|(id, p)| objects::pod(id, p)).collect();
+    let concerned: Vec<&Pod> = all
+        .iter()
+        .filter(|p| election::concerns(&group, lease.as_ref(), p))
+        .collect();
+    let identity = objects::replica_name(replica);
+    let groups: Vec<&LeaderGroup> = vec![&group];
+    let retired = BTreeSet::new();
+    let decision = election::decide(&Observation {
+        group: &group,
+        groups: &groups,
+        pods: &concerned,
+        lease: lease.as_ref(),
+        lease_seen: None,
+        retired: &retired,
+        identity: &identity,
+        now: objects::now(),
+    });
+    let plan = match decision {
+        Decision::Act(plan) => plan,
+        Decision::Deferred { .. } => return Ok(false),
+        Decision::LeaseNotOwned { .. } => {
+            return Err(ModelError::UnexpectedDecision("LeaseNotOwned"));
+        }
+        Decision::InvalidSelector { .. } => {
+            return Err(ModelError::UnexpectedDecision("InvalidSelector"));
+        }
+    };
+    let Some(r) = state.replicas.get(usize::from(replica)) else {
+        return Ok(false);
+    };
+    let pass = pass(&plan, &world, r.barrier_up)?;
+    let commit = match &plan.commit {
+        Some(record) => Some(Request::LeaseCas {
+            expected: world.lease.as_ref().map(|l| l.rv),
+            holder: record.holder.as_deref().map(pod_id).transpose()?,
+            epoch: record.epoch,
+            arbiter: replica,
+        }),
+        None => None,
+    };
+    let idle = commit.is_none()
+        && pass.fanout.is_empty()
+        && pass.barriers.is_empty()
+        && pass.promote.is_none()
+        && pass.mark_followers.is_empty()
+        && pass.unmark.is_empty();
+    if idle {
+        return Ok(false);
+    }
+    if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+        r.fresh = false;
+        r.pass = Some(pass);
+    }
+    match commit {
+        Some(req) => {
+            state.send(replica, Slot::Commit, req);
+        }
+        None => fan_out(state, replica),
+    }
+    Ok(true)
+}
+
+/// The pass's writes, from the operator's own [`Plan::writes`].
+fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError> {
+    let writes = plan.writes(barrier_up);
+    let mut fanout = Vec::new();
+    if let Some(status) = &plan.status {
+        fanout.push(Request::Status {
+            expected: world.group.rv,
+            status: objects::status(status)?,
+        });
+    }
+    for pod in &writes.demote {
+        fanout.push(Request::Patch {
+            pod: pod_id(pod)?,
+            patch: PodPatch::Follower,
+            precondition: None,
+        });
+    }
+    for pod in &writes.release {
+        fanout.push(Request::Patch {
+            pod: pod_id(&pod.name)?,
+            patch: PodPatch::Unmark,
+            precondition: Some(objects::parse_rv(&pod.resource_version)?),
+        });
+    }
+    let promote = match &writes.promote {
+        Some(p) => Some((pod_id(&p.pod)?, p.epoch)),
+        None => None,
+    };
+    let mut barriers = Vec::new();
+    if let Some((_, epoch)) = promote {
+        for b in &writes.barriers {
+            barriers.push(Request::Patch {
+                pod: pod_id(&b.pod)?,
+                patch: PodPatch::Barrier {
+                    epoch,
+                    follower: b.with_follower_marks,
+                },
+                precondition: None,
+            });
+        }
+    }
+    let mut expected_leaders = 0u8;
+    for pod in &writes.expected_leaders {
+        expected_leaders |= 1 << pod_id(pod)?;
+    }
+    Ok(Pass {
+        phase: Phase::Committing,
+        fanout,
+        barriers,
+        promote,
+        raises_barrier: writes.raises_barrier,
+        expected_leaders,
+        selector: world.group.spec.clone(),
+        mark_followers: writes
+            .mark_followers
+            .iter()
+            .map(|p| pod_id(p))
+            .collect::<Result<_, _>>()?,
+        unmark: writes
+            .unmark
+            .iter()
+            .map(|p| Ok((pod_id(&p.name)?, objects::parse_rv(&p.resource_version)?)))
+            .collect::<Result<_, ModelError>>()?,
+    })
+}
+
+/// Steps 2, 3 and 4 go out together once the commit landed.
+fn fan_out(state: &mut State, replica: ReplicaId) {
+    let Some(pass) = pass_mut(state, replica) else {
+        return;
+    };
+    let fanout = std::mem::take(&mut pass.fanout);
+    let barriers = std::mem::take(&mut pass.barriers);
+    pass.phase = Phase::Fanout {
+        pending: count(fanout.len()),
+        barriers: count(barriers.len()),
+        check: None,
+        failed: false,
+    };
+    for req in fanout {
+        let slot = match &req {
+            Request::Status { .. } => Slot::Record,
+            _ => Slot::Demote,
+        };
+        state.send(replica, slot, req);
+    }
+    for req in barriers {
+        state.send(replica, Slot::Barrier, req);
+    }
+    advance(state, replica);
+}
+
+fn count(n: usize) -> u8 {
+    u8::try_from(n).unwrap_or(u8::MAX)
+}
+
+fn pass_mut(state: &mut State, replica: ReplicaId) -> Option<&mut Pass> {
+    state
+        .replicas
+        .get_mut(usize::from(replica))
+        .and_then(|r| r.pass.as_mut())
+}
+
+/// Whether the pass waits for its check: the barrier writes landed, the list not taken yet.
+pub fn awaits_check(state: &State, replica: ReplicaId) -> bool {
+    state
+        .replicas
+        .get(usize::from(replica))
+        .and_then(|r| r.pass.as_ref())
+        .is_some_and(|p| {
+            p.promote.is_some()
+                && matches!(
+                    p.phase,
+                    Phase::Fanout {
+                        barriers: 0,
+                        check: None,
+                        failed: false,
+                        ..
+                    }
+                )
+        })
+}
+
+/// Step 4's fresh list (`actions::pods::check`): the pods the observed selector matches, of
+/// them those carrying the group's leader marks, and the pod to promote.
+pub fn check(state: &mut State, replica: ReplicaId) {
+    let server = state.server.clone();
+    let Some(pass) = pass_mut(state, replica) else {
+        return;
+    };
+    let Some((target, _)) = pass.promote else {
+        return;
+    };
+    let mut strays = 0u8;
+    for (id, pod) in server.pods() {
+        if pass.selector.selects(id) && pod.is_leader() && pass.expected_leaders & (1 << id) == 0 {
+            strays |= 1 << id;
+        }
+    }
+    let target = server
+        .pod(target)
+        .filter(|_| pass.selector.selects(target))
+        .map(|p| p.rv);
+    if let Phase::Fanout { check, .. } = &mut pass.phase {
+        *check = Some(Check { strays, target });
+    }
+    advance(state, replica);
+}
+
+/// An answer reached its sender.
+pub fn answer(state: &mut State, replica: ReplicaId, slot: Slot, reply: Reply) {
+    let Some(pass) = pass_mut(state, replica) else {
+        return;
+    };
+    let ok = reply == Reply::Ok;
+    match (slot, &mut pass.phase) {
+        (Slot::Commit, Phase::Committing) => {
+            if ok {
+                fan_out(state, replica);
+            } else {
+                end(state, replica, End::Conflict);
+            }
+            return;
+        }
+        (
+            Slot::Record | Slot::Demote,
+            Phase::Fanout {
+                pending, failed, ..
+            },
+        ) => {
+            *pending = pending.saturating_sub(1);
+            *failed |= !ok;
+        }
+        (Slot::Barrier, Phase::Fanout { barriers, .. }) => *barriers = barriers.saturating_sub(1),
+        (Slot::Stray, Phase::Strays { pending, .. }) => *pending = pending.saturating_sub(1),
+        (Slot::Promote, Phase::Promoting) => {
+            if !ok {
+                end(state, replica, End::Conflict);
+                return;
+            }
+            if pass.raises_barrier
+                && let Some(r) = state.replicas.get_mut(usize::from(replica))
+            {
+                r.barrier_up = true;
+            }
+            tidy(state, replica);
+            return;
+        }
+        (Slot::Follower, Phase::Followers { pending }) => *pending = pending.saturating_sub(1),
+        // A 409 on the removal of a pod's marks waits for the next pass.
+        (Slot::Unmark, Phase::Unmarking { pending }) => *pending = pending.saturating_sub(1),
+        _ => {
+            end(state, replica, End::Conflict);
+            return;
+        }
+    }
+    advance(state, replica);
+}
+
+/// Moves the pass on while nothing is awaited.
+pub fn advance(state: &mut State, replica: ReplicaId) {
+    let active = state.active == Some(replica);
+    let Some(pass) = pass_mut(state, replica) else {
+        return;
+    };
+    match pass.phase.clone() {
+        Phase::Fanout {
+            pending: 0,
+            barriers: 0,
+            failed: true,
+            ..
+        } => end(state, replica, End::Conflict),
+        Phase::Fanout {
+            pending: 0,
+            barriers: 0,
+            check,
+            failed: false,
+        } => match (pass.promote, check) {
+            (None, _) => tidy(state, replica),
+            (Some(_), Some(check)) => {
+                let strays: Vec<PodId> =
+                    (0..8u8).filter(|p| check.strays & (1 << p) != 0).collect();
+                pass.phase = Phase::Strays {
+                    pending: count(strays.len()),
+                    target: check.target,
+                };
+                for pod in strays {
+                    state.send(
+                        replica,
+                        Slot::Stray,
+                        Request::Patch {
+                            pod,
+                            patch: PodPatch::Follower,
+                            precondition: None,
+                        },
+                    );
+                }
+                advance(state, replica);
+            }
+            (Some(_), None) => {}
+        },
+        Phase::Strays { pending: 0, target } => {
+            let Some((pod, epoch)) = pass.promote else {
+                return;
+            };
+            let Some(version) = target else {
+                end(state, replica, End::Conflict);
+                return;
+            };
+            // still_current: never promote once another replica may be active.
+            if !active {
+                end(state, replica, End::Error);
+                return;
+            }
+            pass.phase = Phase::Promoting;
+            state.send(
+                replica,
+                Slot::Promote,
+                Request::Patch {
+                    pod,
+                    patch: PodPatch::Promote { epoch },
+                    precondition: Some(version),
+                },
+            );
+        }
+        Phase::Followers { pending: 0 } => {
+            let unmark = std::mem::take(&mut pass.unmark);
+            pass.phase = Phase::Unmarking {
+                pending: count(unmark.len()),
+            };
+            for (pod, rv) in unmark {
+                state.send(
+                    replica,
+                    Slot::Unmark,
+                    Request::Patch {
+                        pod,
+                        patch: PodPatch::Unmark,
+                        precondition: Some(rv),
+                    },
+                );
+            }
+            advance(state, replica);
+        }
+        Phase::Unmarking { pending: 0 } => {
+            if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+                r.pass = None;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Off the critical path: the follower marks, then the removals of marks.
+fn tidy(state: &mut State, replica: ReplicaId) {
+    let Some(pass) = pass_mut(state, replica) else {
+        return;
+    };
+    let followers = std::mem::take(&mut pass.mark_followers);
+    pass.phase = Phase::Followers {
+        pending: count(followers.len()),
+    };
+    for pod in followers {
+        state.send(
+            replica,
+            Slot::Follower,
+            Request::Patch {
+                pod,
+                patch: PodPatch::Follower,
+                precondition: None,
+            },
+        );
+    }
+    advance(state, replica);
+}
+
+/// The pass ends early: whatever it still awaits is abandoned, and may still land.
+pub fn end(state: &mut State, replica: ReplicaId, how: End) {
+    for m in &mut state.inflight {
+        if m.from == replica {
+            m.awaited = None;
+        }
+    }
+    if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+        r.pass = None;
+        match how {
+            End::Conflict => r.fresh = true,
+            End::Error => {}
+            End::Deadline => r.barrier_up = false,
+        }
+    }
+}
+
+/// The process crashed and started again: no pass, no barrier flag, its caches listed afresh.
+/// What it had sent is still in flight.
+pub fn restart(state: &mut State, replica: ReplicaId) {
+    end(state, replica, End::Error);
+    let world = state.server.clone();
+    if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+        r.barrier_up = false;
+        r.fresh = false;
+        r.cache = world;
+    }
+}
+
+/// The HA Lease moves to `replica`: the other one stops being active at once (its requests in
+/// flight still land), and `replica` clears its barrier flags (another may have acted meanwhile).
+pub fn turn_active(state: &mut State, replica: ReplicaId) {
+    state.active = Some(replica);
+    if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+        r.barrier_up = false;
+    }
+}
+
+/// The replica's watches catch up with the API server.
+pub fn sync(state: &mut State, replica: ReplicaId) {
+    let world = state.server.clone();
+    if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
+        r.cache = world;
+    }
+}
