@@ -145,6 +145,8 @@ pub struct Deposed {
     pub member: bool,
     /// The epoch the group has after this decision: the barrier's value.
     pub epoch: i64,
+    /// It carries another group's marks, which are never written.
+    pub foreign: bool,
 }
 
 /// The steps of one reconcile, in the order of the transition protocol.

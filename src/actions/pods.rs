@@ -51,6 +51,15 @@ pub async fn raise_barrier(api: &Api<Pod>, barrier: &Barrier, group: &str) -> Re
                 GROUP_ANNOTATION: group,
             },
         }})
+    } else if barrier.clears_marks {
+        json!({"metadata": {
+            "labels": {ROLE_LABEL: Value::Null},
+            "annotations": {
+                BARRIER_ANNOTATION: value,
+                EPOCH_ANNOTATION: Value::Null,
+                GROUP_ANNOTATION: Value::Null,
+            },
+        }})
     } else {
         json!({"metadata": {"annotations": {BARRIER_ANNOTATION: value}}})
     };

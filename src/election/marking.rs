@@ -47,7 +47,7 @@ impl Marking {
             .chain(release.iter().map(|r| r.name.as_str()))
             .collect();
         let promote = promote(&group, obs.pods, leader, token.epoch);
-        let deposed = deposed(obs.pods, members, named, leader, token.epoch);
+        let deposed = deposed(&group, obs.pods, members, named, leader, token.epoch);
         Marking {
             deposed,
             barrier_candidates: promote
@@ -103,6 +103,7 @@ fn demote(
 
 /// The pods the records name as leader, other than `leader`, that still exist, each once.
 fn deposed(
+    group: &str,
     pods: &[&Pod],
     candidates: &Candidates<'_>,
     named: [Option<&str>; 2],
@@ -111,14 +112,17 @@ fn deposed(
 ) -> Vec<Deposed> {
     let mut deposed: Vec<Deposed> = Vec::new();
     for name in named.into_iter().flatten() {
-        let exists = pods.iter().any(|p| p.name_any() == name);
-        if leader == Some(name) || !exists || deposed.iter().any(|d| d.pod == name) {
+        let Some(pod) = pods.iter().find(|p| p.name_any() == name) else {
+            continue;
+        };
+        if leader == Some(name) || deposed.iter().any(|d| d.pod == name) {
             continue;
         }
         deposed.push(Deposed {
             pod: name.to_string(),
             member: candidates.owns(name),
             epoch,
+            foreign: marks::marked_group(pod).is_some_and(|g| g != group),
         });
     }
     deposed

@@ -16,6 +16,9 @@ pub struct Barrier {
     /// The same write also gives it the group's follower marks: a candidate about to be demoted
     /// or marked follower anyway is written once, not twice.
     pub with_follower_marks: bool,
+    /// The same write also removes the operator's marks (a deposed leader the group no longer
+    /// holds, seen carrying no other group's marks).
+    pub clears_marks: bool,
 }
 
 /// The pod writes of one pass, by protocol step.
@@ -27,12 +30,16 @@ pub struct PodWrites {
     /// Step 3: all of the group's marks off the old leaders it no longer holds, only if
     /// unchanged since seen.
     pub release: Vec<PodVersion>,
-    /// Step 3: the deposed leaders the group still holds, barred with their follower marks.
-    /// Such a write removes any leader label whenever it lands, so it need not precede the
-    /// check: a late promotion that lands before it is undone by it, one after it fails.
+    /// Step 3: the deposed leaders. Those the group still holds are barred with their follower
+    /// marks, those it no longer holds with all of the operator's marks removed (unless seen
+    /// carrying another group's). Either write removes any leader label of the group whenever
+    /// it lands, so a late promotion that lands before it is undone by it, and one after it
+    /// fails: none of them needs to precede the check (whose list, by the selector, would not
+    /// show a pod the group no longer holds anyway). The write is unconditional: one
+    /// conditional on the pod as seen would fail exactly when a late promotion had landed, and
+    /// the decision taken again no longer names the pod.
     pub deposed: Vec<Barrier>,
-    /// Step 4, before the check: the group's barrier, and the deposed leaders it no longer holds
-    /// (a barrier alone leaves a label that landed before it, which the check then finds).
+    /// Step 4, before the check: the group's barrier.
     pub barriers: Vec<Barrier>,
     /// Step 5: the leader's marks, conditional on a fresh read of the pod.
     pub promote: Option<Promotion>,
@@ -64,19 +71,18 @@ impl Plan {
         let released = |pod: &str| self.release.iter().any(|r| r.name == pod);
         let follower_marks =
             |pod: &String| self.demote.contains(pod) || self.mark_followers.contains(pod);
-        let (mut deposed, mut barriers) = (Vec::new(), Vec::new());
-        for d in self.deposed.iter().filter(|d| !released(&d.pod)) {
-            let barrier = Barrier {
+        let deposed: Vec<Barrier> = self
+            .deposed
+            .iter()
+            .filter(|d| !released(&d.pod))
+            .map(|d| Barrier {
                 pod: d.pod.clone(),
                 epoch: d.epoch,
                 with_follower_marks: d.member,
-            };
-            if d.member {
-                deposed.push(barrier);
-            } else {
-                barriers.push(barrier);
-            }
-        }
+                clears_marks: !d.member && !d.foreign,
+            })
+            .collect();
+        let mut barriers = Vec::new();
         let raises_barrier = self.promote.is_some() && !barrier_up;
         if let Some(promotion) = self.promote.as_ref().filter(|_| raises_barrier) {
             let barred = |pod: &String| self.deposed.iter().any(|d| d.pod == *pod);
@@ -88,6 +94,7 @@ impl Plan {
                         pod: pod.clone(),
                         epoch: promotion.epoch,
                         with_follower_marks: follower_marks(pod),
+                        clears_marks: false,
                     }),
             );
         }
@@ -145,6 +152,16 @@ mod tests {
             pod: pod.to_string(),
             epoch: 7,
             with_follower_marks,
+            clears_marks: false,
+        }
+    }
+
+    fn deposed(pod: &str, member: bool) -> Deposed {
+        Deposed {
+            pod: pod.to_string(),
+            member,
+            epoch: 7,
+            foreign: false,
         }
     }
 
@@ -163,11 +180,7 @@ mod tests {
             }),
             transition: None,
             barrier_candidates: names(&["old", "gone", "c", "d"]),
-            deposed: vec![Deposed {
-                pod: "old".to_string(),
-                member: true,
-                epoch: 7,
-            }],
+            deposed: vec![deposed("old", true)],
             mark_followers: names(&["c"]),
             unmark: vec![version("left")],
             requeue_after: Duration::from_secs(5),
@@ -203,24 +216,25 @@ mod tests {
     }
 
     #[test]
-    fn a_deposed_leader_the_selector_dropped_is_barred_before_the_check() {
-        // The records name `a`, unmarked (its promotion never landed) and no longer selected:
-        // neither a candidate nor marked, it is barred only because it is named.
+    fn a_deposed_leader_the_selector_dropped_is_barred_and_cleared() {
+        // The records name `a`, seen unmarked (its promotion had not landed) and no longer
+        // selected: neither a candidate nor marked, it is barred only because it is named, and
+        // its marks go with the barrier, should the promotion have landed meanwhile.
         let plan = Plan {
             demote: Vec::new(),
             release: Vec::new(),
             barrier_candidates: names(&["c", "d"]),
-            deposed: vec![Deposed {
-                pod: "a".to_string(),
-                member: false,
-                epoch: 7,
-            }],
+            deposed: vec![deposed("a", false)],
             ..handover()
         };
         for barrier_up in [false, true] {
             let w = plan.writes(barrier_up);
-            assert!(w.deposed.is_empty(), "not the group's to mark follower");
-            assert_eq!(w.barriers.first(), Some(&barrier("a", false)), "{w:?}");
+            let expected = Barrier {
+                clears_marks: true,
+                ..barrier("a", false)
+            };
+            assert_eq!(w.deposed, vec![expected], "{w:?}");
+            assert!(w.barriers.iter().all(|b| b.pod != "a"));
         }
     }
 
@@ -240,11 +254,7 @@ mod tests {
     #[test]
     fn a_released_leader_needs_no_barrier() {
         let plan = Plan {
-            deposed: vec![Deposed {
-                pod: "gone".to_string(),
-                member: false,
-                epoch: 7,
-            }],
+            deposed: vec![deposed("gone", false)],
             ..handover()
         };
         let w = plan.writes(true);
