@@ -384,7 +384,18 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
     .await
     {
         Ok(l) => l,
-        Err(e) => panic!("{e}\n{}", summary().await),
+        Err(e) => {
+            let lines: Vec<String> = events(&pods, &old)
+                .await
+                .into_iter()
+                .filter(|l| l.at >= frozen_at)
+                .map(|l| l.text)
+                .collect();
+            panic!(
+                "{e}\n{}\nthe thawed writer's lines since the freeze: {lines:#?}",
+                summary().await
+            )
+        }
     };
     println!("gc-pause: PostgreSQL refused it: {}", refusal.text);
     // A few more writes of the new leader, then the writers stop before the table is read.
