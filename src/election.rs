@@ -172,7 +172,7 @@ pub struct Plan {
     ///    could have been for (all but the leader), written once so that it cannot land
     ///    ([`Plan::writes`] decides whether it is needed).
     pub barrier_candidates: Vec<String>,
-    /// 3 and 4. The named leaders this decision moves away from, barred in any case.
+    /// 3. The named leaders this decision moves away from, barred in any case.
     pub deposed: Vec<Deposed>,
     /// Candidates to mark follower (label and group annotation), off the critical path.
     pub mark_followers: Vec<String>,
