@@ -1,4 +1,4 @@
-//! The transition protocol (DESIGN.md, "The transition protocol"), run for one group: observe
+//! The transition protocol (docs/protocol.md), run for one group: observe
 //! (the group, its namespace's groups, the pods that concern it and its Lease), decide
 //! ([`election::decide`], pure), then act on the plan in protocol order:
 //! 1. commit the Lease;
