@@ -35,7 +35,7 @@ use crate::election::{
 };
 use crate::error::{ConflictOn, ReconcileError, Result};
 use crate::lease_record::LeaseRecord;
-use crate::lease_sightings::LeaseSeen;
+use crate::lease_sightings::{LeaseSeen, Now};
 
 /// How many times one reconcile may decide: after as many 409s, the last one goes to the error
 /// policy.
@@ -124,7 +124,7 @@ impl Snapshot {
 /// The observe step: the group and its Lease as given, with the rest of what the decision reads
 /// from the watch caches, and when this replica saw the Lease reach that state.
 fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) -> Snapshot {
-    let now = Timestamp::now();
+    let now = Now::now();
     let lease_seen = ctx
         .lease_sightings
         .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
@@ -140,7 +140,7 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         pods,
         lease,
         lease_seen,
-        now,
+        now: now.wall,
         retired: ctx.retired.snapshot(),
     }
 }
