@@ -41,7 +41,7 @@ pub struct Now {
 }
 
 impl Now {
-    pub fn now() -> Now {
+    pub fn read() -> Now {
         Now {
             wall: Timestamp::now(),
             monotonic: Instant::now(),

@@ -124,7 +124,7 @@ impl Snapshot {
 /// The observe step: the group and its Lease as given, with the rest of what the decision reads
 /// from the watch caches, and when this replica saw the Lease reach that state.
 fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) -> Snapshot {
-    let now = Now::now();
+    let now = Now::read();
     let lease_seen = ctx
         .lease_sightings
         .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
