@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
-use crate::wire::HOLDER_UID_ANNOTATION;
+use crate::wire::{HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL};
 use crate::{
     EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
 };
@@ -92,6 +92,8 @@ impl PodMarks {
 /// What the group's Lease says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseMarks {
+    /// Label `leadergroup.io/group`: the group whose Lease this is.
+    pub group: Option<String>,
     /// `spec.holderIdentity`: the leader pod's name.
     pub holder: Option<String>,
     /// Annotation `leadergroup.io/holder-uid`: the UID of the holder's pod, when the operator
@@ -113,6 +115,13 @@ impl LeaseMarks {
         let spec = lease.spec.as_ref();
         let annotations = lease.metadata.annotations.as_ref();
         LeaseMarks {
+            group: lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LEASE_GROUP_LABEL))
+                .filter(|g| !g.is_empty())
+                .cloned(),
             holder: spec
                 .and_then(|s| s.holder_identity.clone())
                 .filter(|h| !h.is_empty()),
@@ -251,7 +260,9 @@ impl Observation {
 ///   confirmations.
 /// - [`Role::Leader`] at epoch `e` only while the pod carries `leadergroup.io/role=leader` and
 ///   epoch annotation `e` AND the Lease names `pod_name` as holder at epoch `e` (and, when it
-///   records one, this pod's UID: a pod created again under the name is not its predecessor).
+///   records one, this pod's UID: a pod created again under the name is not its predecessor;
+///   and the pod's group annotation names the Lease's group: marks another group put on the pod
+///   lead that group, not this one).
 /// - In Heartbeat mode (the Lease says so), [`Role::Unknown`] instead of leader when no renewal
 ///   of this pod's at `e` has landed within two thirds of the Lease duration: the operator hands
 ///   over once a whole duration passes without one.
@@ -281,6 +292,10 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
                     .holder_uid
                     .as_ref()
                     .is_none_or(|uid| pod.uid.as_ref() == Some(uid))
+                && lease
+                    .group
+                    .as_ref()
+                    .is_none_or(|group| pod.group.as_ref() == Some(group))
                 && lease.epoch == Some(epoch) =>
         {
             if lease.heartbeat && !observation.renewed_recently(epoch, now) {

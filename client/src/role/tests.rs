@@ -28,6 +28,7 @@ fn follower_pod() -> PodMarks {
 
 fn lease(holder: &str, n: u32) -> LeaseMarks {
     LeaseMarks {
+        group: Some("g".to_owned()),
         holder: Some(holder.to_owned()),
         holder_uid: None,
         epoch: Some(epoch(n)),
@@ -101,6 +102,14 @@ fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
                 ..lease(ME, 4)
             }),
             "Lease without epoch annotation",
+        ),
+        (
+            Some(PodMarks {
+                group: Some("other".to_owned()),
+                ..leader_pod(4)
+            }),
+            Some(lease(ME, 4)),
+            "pod marked by another group",
         ),
         (Some(leader_pod(4)), None, "no Lease"),
         (None, Some(lease(ME, 4)), "pod gone"),
@@ -222,6 +231,7 @@ fn marks_are_read_from_the_objects() {
     assert_eq!(
         LeaseMarks::of(&lease),
         LeaseMarks {
+            group: None,
             holder: Some(ME.to_owned()),
             holder_uid: None,
             epoch: Some(epoch(12)),
