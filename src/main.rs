@@ -156,6 +156,9 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     });
 
     let retired = Retired::default();
+    // The operator Lease is released only once the controller has finished its last reconcile:
+    // a standby that took over earlier would act on groups this replica is still writing to.
+    let (ha_stop_tx, ha_stop_rx) = watch::channel(false);
     let ha = cli.leader_elect.then(|| {
         let lease = OperatorLease {
             api: Api::<Lease>::namespaced(client.clone(), &cli.leader_elect_namespace),
@@ -164,7 +167,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
             duration_seconds: cli.leader_elect_lease_duration,
             retired: retired.clone(),
         };
-        tokio::spawn(lease.run(active_tx, stop_rx.clone()))
+        tokio::spawn(lease.run(active_tx, ha_stop_rx))
     });
 
     let mut controller_stop = stop_rx.clone();
@@ -188,11 +191,13 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
         signal = shutdown_signal() => { signal?; info!("shutting down"); }
         served = http => {
             let _ = stop_tx.send(true);
+            let _ = ha_stop_tx.send(true);
             return match served { Ok(r) => r, Err(e) => Err(StartupError::HttpTask(e)) };
         }
     }
     let _ = stop_tx.send(true);
     let _ = controller.await;
+    let _ = ha_stop_tx.send(true);
     if let Some(ha) = ha {
         let _ = ha.await;
     }

@@ -81,6 +81,13 @@ impl Operator {
         self.process.pid().expect("operator still running")
     }
 
+    /// Sends it `signal` (`kill` syntax: "-STOP", "-CONT", "-TERM") and returns at once.
+    pub fn signal(&self, signal: &str) {
+        self.process
+            .signal(signal)
+            .unwrap_or_else(|e| panic!("signalling {}: {e}", self.identity));
+    }
+
     /// Kills it with SIGKILL: no cleanup, no release, as a crash or an OOM kill would.
     pub async fn kill(&mut self) {
         self.process.kill().await.expect("SIGKILL operator");

@@ -14,14 +14,6 @@ use crate::common::{InvariantWatcher, Operator, World, group};
 use leadergroup_operator::crd::{ROLE_LABEL, ROLE_LEADER};
 use leadergroup_testenv::{HeldRequests, HoldRule, control_plane};
 
-fn signal(op: &Operator, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &op.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig}");
-}
-
 #[tokio::test]
 async fn a_promotion_held_past_the_lease_cannot_land() {
     let cp = control_plane().await.unwrap();
@@ -52,7 +44,7 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     .unwrap();
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
-    signal(&first_op, "-STOP");
+    first_op.signal("-STOP");
 
     // Another operator takes over once the paused one's Lease runs out, and leadership moves to
     // app-2 (preferred), leaving app-1 as it was.
@@ -81,7 +73,7 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
         "late promote: {} promotion(s) of app-1 held past the Lease, none landed",
         hold.held()
     );
-    signal(&first_op, "-CONT");
+    first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
     watch.assert_held().await;
@@ -124,7 +116,7 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
     g.spec.lease_duration_seconds = 3;
     w.groups.create(&PostParams::default(), &g).await.unwrap();
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
-    signal(&first_op, "-STOP");
+    first_op.signal("-STOP");
 
     let narrowed = serde_json::json!({"spec": {"selector": {"matchLabels": {"slot": "b"}}}});
     w.groups
@@ -146,7 +138,7 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
         "the late promotion of app-0 landed after the selector edit\n{}",
         second_op.logs()
     );
-    signal(&first_op, "-CONT");
+    first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
     watch.assert_held().await;

@@ -5,10 +5,15 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use kube::api::PostParams;
 
 use crate::common::{InvariantWatcher, Operator, World, group};
-use leadergroup_testenv::{control_plane, wait_until};
+use leadergroup_operator::crd::{ROLE_LABEL, ROLE_LEADER};
+use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
+use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_testenv::{HeldRequests, HoldRule, control_plane, wait_until};
 
 /// Far below the group Lease (15 s): only a takeover that does not wait it out passes.
 const BOUND: Duration = Duration::from_secs(5);
@@ -76,4 +81,61 @@ async fn an_operator_rollout_delays_no_handover() {
         took.last().unwrap()
     );
     invariants.assert_held().await;
+}
+
+/// A replica stopped while a reconcile is still in flight (its promotion held inside the API
+/// server) keeps the operator Lease until that reconcile has ended: a standby that took over
+/// earlier would act on the group beside it.
+#[tokio::test]
+async fn a_stopping_replica_releases_the_operator_lease_after_its_last_reconcile() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("drain").await;
+    let pods = w.ordered_ready_pods("app", 2, "drain").await;
+    let args = ["--leader-elect", "--leader-elect-namespace", &w.ns.name];
+    let mut op = Operator::start(cp, &w.ns.name, "op-0", &args).await;
+    op.wait_role("active").await;
+    w.groups
+        .create(&PostParams::default(), &group("drain", "drain"))
+        .await
+        .unwrap();
+    w.wait_settled("drain", "app-0 leads", |s| s.leader == pods[0])
+        .await;
+
+    // The handover's promotion of app-1 is held: the reconcile waits on it.
+    let hold = HeldRequests::start(
+        cp,
+        w.ns.client.clone(),
+        &w.ns.name,
+        HoldRule {
+            pod: Some(pods[1].clone()),
+            label: ROLE_LABEL.into(),
+            value: ROLE_LEADER.into(),
+        },
+        &pods[1],
+    )
+    .await
+    .unwrap();
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    hold.first_hold(Duration::from_secs(20)).await.unwrap();
+    op.signal("-TERM");
+    let holder = || async {
+        Api::<Lease>::namespaced(w.ns.client.clone(), &w.ns.name)
+            .get(DEFAULT_LEASE_NAME)
+            .await
+            .map(|l| LeaseRecord::from_lease(&l).holder)
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        assert_eq!(
+            holder().await.as_deref(),
+            Some("op-0"),
+            "the operator Lease was released while a reconcile still ran\n{}",
+            op.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hold.release();
+    assert!(op.terminate().await, "{}", op.logs());
+    assert_eq!(holder().await, None, "released on the way out");
 }
