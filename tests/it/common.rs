@@ -76,11 +76,6 @@ impl Operator {
         }
     }
 
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.process.pid().expect("operator still running")
-    }
-
     /// Sends it `signal` (`kill` syntax: "-STOP", "-CONT", "-TERM") and returns at once.
     pub fn signal(&self, signal: &str) {
         self.process
