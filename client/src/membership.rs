@@ -256,6 +256,9 @@ struct Core {
     lease_object: Option<Lease>,
     renewals: Renewals,
     renewal_error: Option<Arc<MembershipError>>,
+    /// The epoch at which the Lease was last seen asking this pod to renew it: the role's renewal
+    /// clock for it has been anchored.
+    anchored: Option<Epoch>,
 }
 
 impl Core {
@@ -288,6 +291,7 @@ impl Core {
                 lease_object: None,
                 renewals: Renewals::default(),
                 renewal_error: None,
+                anchored: None,
             },
             rx,
         )
@@ -375,6 +379,7 @@ impl Core {
                         self.lease_task = None;
                         self.lease_object = None;
                         self.observation.renewed = None;
+                        self.anchored = None;
                         self.lease_error = None;
                         self.observation.lease = match group {
                             Some(group) => {
@@ -429,13 +434,23 @@ impl Core {
     }
 
     /// In Heartbeat mode, the role's clock starts when the Lease is first seen naming this pod at
-    /// an epoch (the operator gives a new leader a whole duration to renew); it stops when the
-    /// Lease no longer asks this pod to renew.
+    /// an epoch, if nobody has renewed it yet (the operator gives a new leader a whole duration
+    /// to renew, from its own write). A Lease already renewed at that epoch was renewed by an
+    /// earlier process of this pod (this one restarted), and the operator counts the silence from
+    /// that renewal: the clock then starts only when a renewal of this process lands. It stops
+    /// when the Lease no longer asks this pod to renew.
     fn anchor_renewals(&mut self, lease: Option<&LeaseMarks>, at: Instant) {
-        match lease.and_then(|l| l.renewal_asked_of(&self.pod)) {
-            Some(epoch) if self.observation.renewed.is_some_and(|r| r.epoch == epoch) => {}
-            Some(epoch) => self.observation.renewed = Some(Renewed { epoch, at }),
-            None => self.observation.renewed = None,
+        match lease.and_then(|l| l.renewal_asked_of(&self.pod).map(|e| (e, l))) {
+            Some((epoch, _)) if self.anchored == Some(epoch) => {}
+            Some((epoch, lease)) => {
+                self.anchored = Some(epoch);
+                self.observation.renewed =
+                    (!lease.renewed_since_acquired).then_some(Renewed { epoch, at });
+            }
+            None => {
+                self.anchored = None;
+                self.observation.renewed = None;
+            }
         }
     }
 
@@ -513,10 +528,16 @@ impl Core {
                 self.renewals.landed = Some(landed);
                 self.renewals.retry_at = None;
                 self.renewals.backoff = None;
-                if let Some(r) = self.observation.renewed.as_mut()
-                    && r.epoch == outcome.epoch
-                {
-                    r.at = r.at.max(outcome.sent);
+                if self.anchored == Some(outcome.epoch) {
+                    let at = self
+                        .observation
+                        .renewed
+                        .filter(|r| r.epoch == outcome.epoch)
+                        .map_or(outcome.sent, |r| r.at.max(outcome.sent));
+                    self.observation.renewed = Some(Renewed {
+                        epoch: outcome.epoch,
+                        at,
+                    });
                 }
                 // The next renewal is conditional on this write, unless the watch already showed
                 // a newer one.

@@ -107,6 +107,9 @@ pub struct LeaseMarks {
     /// Annotation `leadergroup.io/liveness: Heartbeat`: the group is in Heartbeat mode, and its
     /// leader renews the Lease itself.
     pub heartbeat: bool,
+    /// `spec.renewTime` differs from `spec.acquireTime`: the Lease was renewed since its holder
+    /// acquired it (the operator writes both alike when it hands the Lease over).
+    pub renewed_since_acquired: bool,
 }
 
 impl LeaseMarks {
@@ -139,6 +142,8 @@ impl LeaseMarks {
             heartbeat: annotations
                 .and_then(|a| a.get(LIVENESS_ANNOTATION))
                 .is_some_and(|v| v == HEARTBEAT),
+            renewed_since_acquired: spec
+                .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time),
         }
     }
 

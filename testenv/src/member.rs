@@ -23,8 +23,10 @@ use crate::{Error, Kubelet, Marks, Result, TestNamespace, namespace};
 pub struct MemberRules {
     /// Pods: get, watch.
     pub pods: bool,
-    /// The group's Lease, by name: get, watch, update (renewals in Heartbeat mode).
+    /// The group's Lease, by name: get, watch.
     pub lease: bool,
+    /// With `lease`: update too (renewals in Heartbeat mode).
+    pub renew: bool,
 }
 
 impl MemberRules {
@@ -32,16 +34,25 @@ impl MemberRules {
     pub const DOCUMENTED: MemberRules = MemberRules {
         pods: true,
         lease: true,
+        renew: true,
+    };
+    /// Both rules, but the Lease may not be updated: the member reads, and cannot renew.
+    pub const NO_RENEWAL: MemberRules = MemberRules {
+        pods: true,
+        lease: true,
+        renew: false,
     };
     /// The pods rule only: the group's Lease cannot be read.
     pub const PODS_ONLY: MemberRules = MemberRules {
         pods: true,
         lease: false,
+        renew: false,
     };
     /// No rule at all.
     pub const NONE: MemberRules = MemberRules {
         pods: false,
         lease: false,
+        renew: false,
     };
 
     fn policy(self, group: &str) -> Vec<PolicyRule> {
@@ -59,7 +70,11 @@ impl MemberRules {
                 api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
                 resources: Some(vec!["leases".to_owned()]),
                 resource_names: Some(vec![leadergroup_client::wire::lease_name_for(group)]),
-                verbs: vec!["get".to_owned(), "watch".to_owned(), "update".to_owned()],
+                verbs: ["get", "watch"]
+                    .into_iter()
+                    .chain(self.renew.then_some("update"))
+                    .map(str::to_owned)
+                    .collect(),
                 ..PolicyRule::default()
             });
         }

@@ -377,3 +377,72 @@ async fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
         Some("LeaderNotReady")
     );
 }
+
+/// A leader's member restarts (its process, or its agent's): the Lease already names its pod,
+/// renewed by the previous process, and the operator counts the silence from that renewal. The
+/// new process must not report `Leader` on its first look: only once a renewal of its own has
+/// landed. Here the first restart cannot renew at all (no `update` on the Lease), and must never
+/// report `Leader`; the second can, and does.
+#[tokio::test]
+async fn a_restarted_member_reports_leader_only_after_its_own_renewal() {
+    let w = World::new("hb-restart").await;
+    let pods = w.ordered_ready_pods("app", 2, "hbr").await;
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", "hbr", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let reader = member_account(&w.ns, "reader", "hbr", MemberRules::NO_RENEWAL)
+        .await
+        .unwrap();
+    let member = |token: String| {
+        let ns = w.ns.name.clone();
+        let pod = pods[0].clone();
+        async move {
+            let client = cp.client_with_token(&token).await.unwrap();
+            Membership::start(client, &ns, &pod, Some("hbr".into()))
+        }
+    };
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut g = heartbeat_group("hbr", "hbr");
+    // Long enough for two restarts without a handover.
+    g.spec.lease_duration_seconds = 12;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+    let first = member(token.clone()).await;
+    let leader = Role::Leader {
+        epoch: Epoch::from(1u32),
+    };
+    wait_role(&mut first.subscribe(), leader, "the first process").await;
+    let leases: Api<Lease> = w.ns.api();
+    let renewed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let l = LeaseRecord::from_lease(&leases.get(&lease_name_for("hbr")).await.unwrap());
+            if l.renew_time != l.acquire_time {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(renewed.is_ok(), "the first process renewed the Lease");
+    drop(first);
+
+    // Restarted without the right to renew: it reads everything, and never leads.
+    let blind = member(reader).await;
+    let mut roles = blind.subscribe();
+    let mut seen = vec![*roles.borrow_and_update()];
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        while roles.changed().await.is_ok() {
+            seen.push(*roles.borrow_and_update());
+        }
+    })
+    .await;
+    assert!(
+        !seen.iter().any(|r| matches!(r, Role::Leader { .. })),
+        "a restarted member reported Leader before any renewal of its own landed: {seen:?}"
+    );
+    drop(blind);
+
+    // Restarted with it: leads again once its renewal lands.
+    let again = member(token).await;
+    wait_role(&mut again.subscribe(), leader, "the restarted process").await;
+}

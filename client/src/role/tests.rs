@@ -34,6 +34,7 @@ fn lease(holder: &str, n: u32) -> LeaseMarks {
         epoch: Some(epoch(n)),
         duration: Some(Duration::from_secs(3)),
         heartbeat: false,
+        renewed_since_acquired: false,
     }
 }
 
@@ -237,6 +238,7 @@ fn marks_are_read_from_the_objects() {
             epoch: Some(epoch(12)),
             duration: Some(Duration::from_secs(6)),
             heartbeat: false,
+            renewed_since_acquired: false,
         }
     );
     let mut heartbeat = lease.clone();
