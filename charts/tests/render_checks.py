@@ -227,22 +227,31 @@ def check_default(objs):
               "CRD must carry helm.sh/resource-policy: keep by default (crds.keep)")
 
 
+def denying_policy(objs, name):
+    """The policy called `name` and its binding of the same name: bound to it, denying, failing
+    closed, without parameters. Their specs, or None when either is missing."""
+    policy = one(objs, "ValidatingAdmissionPolicy", name=name)
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", name=name)
+    if not (policy and binding):
+        return None
+    spec, bspec = policy["spec"], binding["spec"]
+    check(bspec.get("policyName") == name, f"binding policyName {bspec.get('policyName')}, want {name}")
+    check(bspec.get("validationActions") == ["Deny"], f"{name}: validationActions {bspec.get('validationActions')}")
+    check("paramRef" not in bspec and "paramKind" not in spec, f"{name} takes no parameters")
+    check(spec.get("failurePolicy") == "Fail", f"{name}: failurePolicy {spec.get('failurePolicy')}, want Fail")
+    return spec, bspec
+
+
 def check_guard(objs, sa_name, namespace_selector):
     """The admission guard: one policy and its binding, named after the release and its namespace,
     denying; every pod write and workload kind judged; the operator's ServiceAccount exempt on pods
     only; two validations per mark (pods, templates), each naming it; the namespaces selected."""
     check(len(find(objs, "ValidatingAdmissionPolicy")) == 2, "two policies: the marks' and the Leases'")
     check_lease_guard(objs, sa_name, namespace_selector)
-    name = f"{RELEASE}-leadergroup-operator-marks.{NAMESPACE}"
-    policy = one(objs, "ValidatingAdmissionPolicy", name=name)
-    binding = one(objs, "ValidatingAdmissionPolicyBinding", name=name)
-    if not (policy and binding):
+    found = denying_policy(objs, f"{RELEASE}-leadergroup-operator-marks.{NAMESPACE}")
+    if not found:
         return
-    spec, bspec = policy["spec"], binding["spec"]
-    check(bspec.get("policyName") == name, f"binding policyName {bspec.get('policyName')}, want {name}")
-    check(bspec.get("validationActions") == ["Deny"], f"validationActions {bspec.get('validationActions')}")
-    check("paramRef" not in bspec and "paramKind" not in spec, "the guard takes no parameters")
-    check(spec.get("failurePolicy") == "Fail", f"failurePolicy {spec.get('failurePolicy')}, want Fail")
+    spec, bspec = found
     got = set()
     for r in spec["matchConstraints"]["resourceRules"]:
         check(sorted(r.get("operations", [])) == ["CREATE", "UPDATE"], f"rule {r}: operations, want CREATE and UPDATE")
@@ -274,15 +283,10 @@ def check_lease_guard(objs, sa_name, namespace_selector):
     """The guard of the groups' Leases: its own policy and binding, denying; CREATE, UPDATE and
     DELETE of leases; the operator exempt; one validation per field, each naming it; the renewal
     judged by the pod name in the request's user info; the same namespaces as the marks' guard."""
-    name = f"{RELEASE}-leadergroup-operator-leases.{NAMESPACE}"
-    policy = one(objs, "ValidatingAdmissionPolicy", name=name)
-    binding = one(objs, "ValidatingAdmissionPolicyBinding", name=name)
-    if not (policy and binding):
+    found = denying_policy(objs, f"{RELEASE}-leadergroup-operator-leases.{NAMESPACE}")
+    if not found:
         return
-    spec, bspec = policy["spec"], binding["spec"]
-    check(bspec.get("policyName") == name, f"lease guard binding policyName {bspec.get('policyName')}")
-    check(bspec.get("validationActions") == ["Deny"], f"lease guard validationActions {bspec.get('validationActions')}")
-    check(spec.get("failurePolicy") == "Fail", f"lease guard failurePolicy {spec.get('failurePolicy')}")
+    spec, bspec = found
     rules = spec["matchConstraints"]["resourceRules"]
     check(rules == [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
                      "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["leases"]}],

@@ -84,13 +84,7 @@ fn invalid_selector(obs: &Observation<'_>, records: &Records) -> Option<Decision
             .to_string()
     };
     let message = format!("spec.selector is invalid: {problem}");
-    let status = status::refused(
-        obs.group,
-        records.status.clone(),
-        "InvalidSelector",
-        &message,
-        obs.now,
-    );
+    let status = refused_keeping_the_records(obs, records, "InvalidSelector", &message);
     Some(Decision::InvalidSelector { message, status })
 }
 
@@ -110,13 +104,7 @@ fn implausible_epoch(obs: &Observation<'_>, records: &Records) -> Option<Decisio
          --subresource=status --type=merge -p '{{\"status\":{{\"epoch\":{lease}}}}}'",
         obs.group.lease_name()
     );
-    let status = status::refused(
-        obs.group,
-        records.status.clone(),
-        "ImplausibleEpoch",
-        &message,
-        obs.now,
-    );
+    let status = refused_keeping_the_records(obs, records, "ImplausibleEpoch", &message);
     Some(Decision::ImplausibleEpoch { message, status })
 }
 
@@ -133,12 +121,17 @@ pub(super) fn tokens_exhausted(
          another name, whose epochs start anew, and reset the fences that accepted this one's",
         exhausted.highest
     );
-    let status = status::refused(
-        obs.group,
-        records.status.clone(),
-        "TokensExhausted",
-        &message,
-        obs.now,
-    );
+    let status = refused_keeping_the_records(obs, records, "TokensExhausted", &message);
     Decision::TokensExhausted { message, status }
+}
+
+/// The status of a refusal that keeps the recorded leader and epoch: condition `LeaderElected`
+/// False for `reason`, saying `message`.
+fn refused_keeping_the_records(
+    obs: &Observation<'_>,
+    records: &Records,
+    reason: &str,
+    message: &str,
+) -> crate::crd::LeaderGroupStatus {
+    status::refused(obs.group, records.status.clone(), reason, message, obs.now)
 }

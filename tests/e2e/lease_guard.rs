@@ -16,27 +16,11 @@ use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::{TestNamespace, wait_for_object, wait_settled, wait_until};
 use serde_json::{Value, json};
 
-use crate::cluster::{CONVERGE, Cluster, PODS, is_ready};
+use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
 
 const GROUP: &str = "lg";
 const MEMBER: &str = "member";
 const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
-
-async fn create<K>(ns: &TestNamespace, object: Value) -> K
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
-    <K as kube::Resource>::DynamicType: Default,
-{
-    let object: K = serde_json::from_value(object).unwrap();
-    ns.api::<K>()
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap()
-}
 
 /// A pod of the group whose only container is the agent, as the example's sidecar.
 fn agent_pod(name: &str) -> Value {
