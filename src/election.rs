@@ -103,6 +103,14 @@ pub enum Decision {
         /// The status to record.
         status: LeaderGroupStatus,
     },
+    /// The Lease's epoch is further above the recorded tokens than the operator ever writes it:
+    /// nobody new is elected, nothing is written but the status, until it is resolved.
+    ImplausibleEpoch {
+        /// What the condition says: the Lease field, both values, and the ways out.
+        message: String,
+        /// The status to record.
+        status: LeaderGroupStatus,
+    },
     /// The leader would change, and no token can be minted for the next one: nobody new is
     /// elected, nothing is written but the status.
     TokensExhausted {

@@ -46,9 +46,14 @@ pub enum Fault {
     },
     /// The group's Lease is deleted by hand.
     DeleteLease { group: usize },
-    /// Someone else rewrites the group's Lease (its own compare-and-swap): another holder, an
-    /// epoch up to 3 above or below.
-    ForgeLease { group: usize, epoch_offset: i64 },
+    /// Someone else rewrites the group's Lease (its own compare-and-swap): another holder and a
+    /// forged epoch, as an admin or as a member of the group (its ServiceAccount, whose Role may
+    /// update the group's Lease so that the leader can renew it).
+    ForgeLease {
+        group: usize,
+        epoch: ForgedEpoch,
+        by: Forger,
+    },
     /// Every promotion (a pod's label set to leader) is held inside the API server for `held`
     /// (an admission webhook), then lands late.
     HoldPromotions { held: Duration },
@@ -102,6 +107,41 @@ pub const KINDS: [&str; 11] = [
     "kube-apiserver killed and restarted",
 ];
 
+/// The epoch annotation a foreign Lease write leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ForgedEpoch {
+    /// The Lease's epoch moved by this much (up to 3 above or below; never below 0).
+    Offset(i64),
+    /// The largest epoch there is: never adopted, and the run then deletes the Lease as
+    /// docs/protocol.md says to recover from a forgery.
+    Top,
+    /// A negative epoch, which no token ever is.
+    Negative(i64),
+    /// Not a number at all.
+    NotANumber,
+}
+
+impl ForgedEpoch {
+    /// The annotation's value, given the Lease's epoch before the write.
+    pub fn value(self, current: i64) -> String {
+        match self {
+            ForgedEpoch::Offset(offset) => current.saturating_add(offset).max(0).to_string(),
+            ForgedEpoch::Top => i64::MAX.to_string(),
+            ForgedEpoch::Negative(value) => value.to_string(),
+            ForgedEpoch::NotANumber => "forged".to_owned(),
+        }
+    }
+}
+
+/// Who writes a foreign Lease write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Forger {
+    /// The run's admin.
+    Admin,
+    /// The group's members' ServiceAccount, with the documented member Role.
+    Member,
+}
+
 /// A fault and the pause before it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Step {
@@ -151,7 +191,17 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
         },
         116..132 => Fault::ForgeLease {
             group,
-            epoch_offset: rng.i64(-3..=3),
+            epoch: match rng.u8(0..8) {
+                0 => ForgedEpoch::Top,
+                1 => ForgedEpoch::Negative(-rng.i64(1..=i64::MAX)),
+                2 => ForgedEpoch::NotANumber,
+                _ => ForgedEpoch::Offset(rng.i64(-3..=3)),
+            },
+            by: if rng.bool() {
+                Forger::Member
+            } else {
+                Forger::Admin
+            },
         },
         132..142 => Fault::DeleteLease { group },
         142..144 => Fault::KillReplica {
@@ -214,6 +264,26 @@ mod tests {
             assert!(group < 5, "{s:?}");
             assert!(s.before <= Duration::from_millis(150), "{s:?}");
         }
+        let forged: Vec<(ForgedEpoch, Forger)> = steps
+            .iter()
+            .filter_map(|s| match s.fault {
+                Fault::ForgeLease { epoch, by, .. } => Some((epoch, by)),
+                _ => None,
+            })
+            .collect();
+        for absurd in [ForgedEpoch::Top, ForgedEpoch::NotANumber] {
+            assert!(
+                forged.iter().any(|(e, _)| *e == absurd),
+                "{absurd:?} never drawn"
+            );
+        }
+        assert!(
+            forged
+                .iter()
+                .any(|(e, _)| matches!(e, ForgedEpoch::Negative(v) if *v < 0))
+        );
+        assert!(forged.iter().any(|(_, by)| *by == Forger::Member));
+        assert!(forged.iter().any(|(_, by)| *by == Forger::Admin));
         let restarts = steps
             .iter()
             .filter(|s| s.fault == Fault::RestartApiServer)

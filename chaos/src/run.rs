@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_testenv::wire::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER, lease_name_for};
@@ -15,7 +16,7 @@ use leadergroup_testenv::{
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use crate::plan::{Fault, Replica, Step, Target};
+use crate::plan::{Fault, ForgedEpoch, Forger, Replica, Step, Target};
 use crate::replica::{Launch, OperatorReplica};
 use crate::report::{Injected, Report, Round};
 use crate::world::World;
@@ -26,6 +27,12 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// How long an undo (a pod Ready again, a replica started) keeps retrying through API errors
 /// (a kube-apiserver restart among them).
 const RETRY_FOR: Duration = Duration::from_secs(60);
+/// How long after a forged top-of-the-range epoch the run deletes the Lease, as a person who saw
+/// the group's condition would, and how often it looks again.
+const RECOVER_AFTER: Duration = Duration::from_millis(1500);
+const RECOVER_TRIES: usize = 40;
+/// A Lease epoch this high was forged: a run hands out a few thousand tokens at most.
+const FORGED_NEAR_THE_TOP: i64 = i64::MAX / 2;
 
 /// What the faults' own tasks share.
 struct Shared {
@@ -41,7 +48,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     let client = cluster.client().await?;
     let ns = namespace_in(client.clone(), "chaos").await?;
     let namespace = ns.name.clone();
-    let world = World::new(ns, config.groups).await?;
+    let world = World::new(ns, &cluster, config.groups).await?;
     let watch =
         InvariantWatcher::start_with_candidates(&client, &namespace, crate::world::APP_LABEL).await;
     let hold = HeldRequests::start(
@@ -239,10 +246,9 @@ async fn inject(
                 Err(e) => Err(Error::kube(format!("deleting Lease {name}"))(e)),
             }
         }
-        Fault::ForgeLease {
-            group,
-            epoch_offset,
-        } => forge_lease(&world.leases, *group, *epoch_offset, index).await,
+        Fault::ForgeLease { group, epoch, by } => {
+            forge_lease(world, *group, *epoch, *by, index).await
+        }
         Fault::HoldPromotions { held } => {
             shared.hold.hold();
             let (shared, held) = (Arc::clone(shared), *held);
@@ -354,13 +360,18 @@ async fn strike_replica(
 /// One write of the group's Lease by someone else, with its own compare-and-swap: another holder,
 /// the epoch annotation moved by `offset`.
 async fn forge_lease(
-    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    world: &World,
     group: usize,
-    offset: i64,
+    forged: ForgedEpoch,
+    by: Forger,
     index: usize,
 ) -> Result<Launched, Error> {
     let name = lease_name_for(&World::group(group));
-    let Some(mut lease) = leases
+    let writer = match by {
+        Forger::Admin => &world.leases,
+        Forger::Member => world.member_leases(group)?,
+    };
+    let Some(mut lease) = writer
         .get_opt(&name)
         .await
         .map_err(Error::kube(format!("reading Lease {name}")))?
@@ -372,19 +383,51 @@ async fn forge_lease(
         .get(EPOCH_ANNOTATION)
         .and_then(|e| e.parse().ok())
         .unwrap_or(0);
+    let value = forged.value(epoch);
     lease
         .annotations_mut()
-        .insert(EPOCH_ANNOTATION.into(), (epoch + offset).max(0).to_string());
+        .insert(EPOCH_ANNOTATION.into(), value);
     lease
         .spec
         .get_or_insert_with(Default::default)
         .holder_identity = Some(format!("intruder-{index}"));
-    match leases.replace(&name, &PostParams::default(), &lease).await {
+    match writer.replace(&name, &PostParams::default(), &lease).await {
+        Ok(_) if forged == ForgedEpoch::Top => {
+            let leases = world.leases.clone();
+            Ok(Launched::Task(tokio::spawn(recover_from_forgery(
+                leases, name,
+            ))))
+        }
         Ok(_) => Ok(Launched::Done),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Launched::Skipped(
             "the operator wrote the Lease in between (409)".into(),
         )),
         Err(e) => Err(Error::kube(format!("forging Lease {name}"))(e)),
+    }
+}
+
+/// What docs/protocol.md tells a user to do about a forged epoch the group refuses to adopt:
+/// delete the Lease (the operator writes it again from its records). Done a moment later, as a
+/// person would, and again while the Lease still carries an epoch near the top (a later foreign
+/// write may move the forgery by a few before it is deleted, and a deletion may miss a Lease the
+/// operator is writing again).
+async fn recover_from_forgery(leases: Api<Lease>, name: String) {
+    for _ in 0..RECOVER_TRIES {
+        tokio::time::sleep(RECOVER_AFTER).await;
+        let forged = match leases.get_opt(&name).await {
+            Ok(Some(lease)) => lease
+                .annotations()
+                .get(EPOCH_ANNOTATION)
+                .and_then(|e| e.parse::<i64>().ok())
+                .is_some_and(|e| e >= FORGED_NEAR_THE_TOP),
+            Ok(None) => false,
+            // The API server restarting: look again.
+            Err(_) => true,
+        };
+        if !forged {
+            return;
+        }
+        let _ = leases.delete(&name, &DeleteParams::default()).await;
     }
 }
 

@@ -10,7 +10,9 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups, shipped_crd};
 use leadergroup_testenv::pods::{is_leader, ready};
-use leadergroup_testenv::{Kubelet, Settled, TestNamespace, install_crd};
+use leadergroup_testenv::{
+    ControlPlane, Kubelet, MemberRules, Settled, TestNamespace, install_crd, member_account,
+};
 
 use crate::Error;
 
@@ -25,6 +27,9 @@ pub struct World {
     pub groups: usize,
     pub pods: Api<Pod>,
     pub leases: Api<Lease>,
+    /// The Leases as each group's members see them: group `g`'s through its ServiceAccount
+    /// `member-g<g>`, whose Role (the documented one) may update that group's Lease.
+    member_leases: Vec<Api<Lease>>,
     leader_groups: Api<DynamicObject>,
     client: Client,
     namespace: String,
@@ -34,13 +39,27 @@ pub struct World {
 
 impl World {
     /// The CRD installed, `groups` groups' pods created Ready (not the groups themselves yet).
-    pub async fn new(ns: TestNamespace, groups: usize) -> Result<World, Error> {
+    pub async fn new(ns: TestNamespace, cp: &ControlPlane, groups: usize) -> Result<World, Error> {
         let client = ns.client.clone();
         install_crd(&client, &shipped_crd()?).await?;
+        let mut member_leases = Vec::new();
+        for g in 0..groups {
+            let group = Self::group(g);
+            let token = member_account(
+                &ns,
+                &format!("member-{group}"),
+                &group,
+                MemberRules::DOCUMENTED,
+            )
+            .await?;
+            let member = cp.client_with_token(&token).await?;
+            member_leases.push(Api::namespaced(member, &ns.name));
+        }
         let world = World {
             kubelet: Kubelet::new(client.clone(), &ns.name),
             pods: Api::namespaced(client.clone(), &ns.name),
             leases: Api::namespaced(client.clone(), &ns.name),
+            member_leases,
             leader_groups: leader_groups(&client, &ns.name),
             client,
             namespace: ns.name.clone(),
@@ -71,6 +90,13 @@ impl World {
                 .map_err(Error::kube(format!("creating LeaderGroup {name}")))?;
         }
         Ok(())
+    }
+
+    /// Group `g`'s Lease through its members' ServiceAccount.
+    pub fn member_leases(&self, g: usize) -> Result<&Api<Lease>, Error> {
+        self.member_leases
+            .get(g)
+            .ok_or_else(|| Error::Setup(format!("no group {g}")))
     }
 
     /// A new Ready pod for group `g`: `g<g>-<n>`.

@@ -150,7 +150,7 @@ def check_default(objs):
     check_common(objs)
     kinds = sorted(o["kind"] for o in objs)
     want = sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", *GUARD_KINDS])
+                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", *GUARD_KINDS, *GUARD_KINDS])
     check(kinds == want, f"objects {kinds}, want {want}")
     sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
     sa_name = sa["metadata"]["name"] if sa else None
@@ -227,22 +227,31 @@ def check_default(objs):
               "CRD must carry helm.sh/resource-policy: keep by default (crds.keep)")
 
 
+def denying_policy(objs, name):
+    """The policy called `name` and its binding of the same name: bound to it, denying, failing
+    closed, without parameters. Their specs, or None when either is missing."""
+    policy = one(objs, "ValidatingAdmissionPolicy", name=name)
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", name=name)
+    if not (policy and binding):
+        return None
+    spec, bspec = policy["spec"], binding["spec"]
+    check(bspec.get("policyName") == name, f"binding policyName {bspec.get('policyName')}, want {name}")
+    check(bspec.get("validationActions") == ["Deny"], f"{name}: validationActions {bspec.get('validationActions')}")
+    check("paramRef" not in bspec and "paramKind" not in spec, f"{name} takes no parameters")
+    check(spec.get("failurePolicy") == "Fail", f"{name}: failurePolicy {spec.get('failurePolicy')}, want Fail")
+    return spec, bspec
+
+
 def check_guard(objs, sa_name, namespace_selector):
     """The admission guard: one policy and its binding, named after the release and its namespace,
     denying; every pod write and workload kind judged; the operator's ServiceAccount exempt on pods
     only; two validations per mark (pods, templates), each naming it; the namespaces selected."""
-    policy = one(objs, "ValidatingAdmissionPolicy")
-    binding = one(objs, "ValidatingAdmissionPolicyBinding")
-    if not (policy and binding):
+    check(len(find(objs, "ValidatingAdmissionPolicy")) == 2, "two policies: the marks' and the Leases'")
+    check_lease_guard(objs, sa_name, namespace_selector)
+    found = denying_policy(objs, f"{RELEASE}-leadergroup-operator-marks.{NAMESPACE}")
+    if not found:
         return
-    name = f"{RELEASE}-leadergroup-operator-marks.{NAMESPACE}"
-    check(policy["metadata"]["name"] == name, f"policy name {policy['metadata']['name']}, want {name}")
-    check(binding["metadata"]["name"] == name, f"binding name {binding['metadata']['name']}, want {name}")
-    spec, bspec = policy["spec"], binding["spec"]
-    check(bspec.get("policyName") == name, f"binding policyName {bspec.get('policyName')}, want {name}")
-    check(bspec.get("validationActions") == ["Deny"], f"validationActions {bspec.get('validationActions')}")
-    check("paramRef" not in bspec and "paramKind" not in spec, "the guard takes no parameters")
-    check(spec.get("failurePolicy") == "Fail", f"failurePolicy {spec.get('failurePolicy')}, want Fail")
+    spec, bspec = found
     got = set()
     for r in spec["matchConstraints"]["resourceRules"]:
         check(sorted(r.get("operations", [])) == ["CREATE", "UPDATE"], f"rule {r}: operations, want CREATE and UPDATE")
@@ -261,6 +270,41 @@ def check_guard(objs, sa_name, namespace_selector):
     check(len(texts) == 2 * len(MARKS), f"{len(texts)} validations, want {2 * len(MARKS)}")
     check(bspec.get("matchResources", {}).get("namespaceSelector") == namespace_selector,
           f"binding namespaceSelector {bspec.get('matchResources', {}).get('namespaceSelector')}, want {namespace_selector}")
+
+
+# What only the operator may change on a group's Lease (client/src/wire.rs), as the refusals
+# name it; a member changes spec.renewTime alone.
+LEASE_FIELDS = ["spec.holderIdentity", "spec.acquireTime", "spec.leaseDurationSeconds", "spec.leaseTransitions",
+                "metadata.ownerReferences", "label leadergroup.io/group",
+                *(f"annotation leadergroup.io/{a}" for a in ["epoch", "arbiter", "liveness", "holder-uid"])]
+
+
+def check_lease_guard(objs, sa_name, namespace_selector):
+    """The guard of the groups' Leases: its own policy and binding, denying; CREATE, UPDATE and
+    DELETE of leases; the operator exempt; one validation per field, each naming it; the renewal
+    judged by the pod name in the request's user info; the same namespaces as the marks' guard."""
+    found = denying_policy(objs, f"{RELEASE}-leadergroup-operator-leases.{NAMESPACE}")
+    if not found:
+        return
+    spec, bspec = found
+    rules = spec["matchConstraints"]["resourceRules"]
+    check(rules == [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                     "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["leases"]}],
+          f"lease guard rules {rules}")
+    conditions = " ".join(c["expression"] for c in spec.get("matchConditions", []))
+    check("startsWith('leadergroup-')" in conditions, "the lease guard judges the group Leases only")
+    user = f"system:serviceaccount:{NAMESPACE}:{sa_name}"
+    check(f"!= '{user}'" in conditions, f"the lease guard must exempt {user}")
+    texts = [v.get("message", "") + v.get("messageExpression", "") for v in spec["validations"]]
+    for field in LEASE_FIELDS:
+        check(any(t.startswith(f"'only the leadergroup-operator ServiceAccount ({user}) may") and field in t
+                  for t in texts), f"lease guard: a validation must keep {field} to {user}")
+    for verb in ["create", "delete"]:
+        check(any(f"may {verb} " in t for t in texts), f"lease guard: a validation must refuse {verb}")
+    check(any("spec.renewTime" in t and "authentication.kubernetes.io/pod-name" in t for t in texts),
+          "lease guard: the renewal's refusal must name spec.renewTime and the pod name it lacks")
+    check(bspec.get("matchResources", {}).get("namespaceSelector") == namespace_selector,
+          f"lease guard namespaceSelector {bspec.get('matchResources', {}).get('namespaceSelector')}")
 
 
 def check_no_guard(objs, default_path):

@@ -78,6 +78,9 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         Decision::InvalidSelector { .. } => {
             return Err(ModelError::UnexpectedDecision("InvalidSelector"));
         }
+        Decision::ImplausibleEpoch { .. } => {
+            return Err(ModelError::UnexpectedDecision("ImplausibleEpoch"));
+        }
         Decision::TokensExhausted { .. } => {
             return Err(ModelError::UnexpectedDecision("TokensExhausted"));
         }

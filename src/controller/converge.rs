@@ -213,6 +213,11 @@ async fn act(
                 .await
                 .map(|()| Action::await_change())
         }
+        Decision::ImplausibleEpoch { status, .. } => {
+            refuse(ctx, ns, group, status, "ImplausibleEpoch")
+                .await
+                .map(|()| Action::await_change())
+        }
         Decision::TokensExhausted { status, .. } => {
             refuse(ctx, ns, group, status, "TokensExhausted")
                 .await

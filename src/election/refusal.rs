@@ -1,5 +1,6 @@
 //! The decisions that elect nobody: a Lease of the group's name it does not own, another operator
-//! replica arbitrating the group, or a selector that cannot be evaluated.
+//! replica arbitrating the group, a selector that cannot be evaluated, a Lease epoch the operator
+//! never wrote, or no token left to mint.
 
 use jiff::SignedDuration;
 use kube::ResourceExt;
@@ -7,8 +8,9 @@ use kube::core::Selector;
 
 use super::marking::carries_leader_marks;
 use super::records::Records;
-use super::token::Exhausted;
+use super::token::{Exhausted, ImplausibleEpoch, MAX_UNRECORDED_EPOCHS};
 use super::{Decision, Observation, status};
+use crate::crd::EPOCH_ANNOTATION;
 use crate::marks;
 
 /// The refusal that applies, if any, in this order.
@@ -16,6 +18,7 @@ pub(super) fn refusal(obs: &Observation<'_>, records: &Records) -> Option<Decisi
     lease_not_owned(obs, records)
         .or_else(|| deferred(obs, records))
         .or_else(|| invalid_selector(obs, records))
+        .or_else(|| implausible_epoch(obs, records))
 }
 
 /// A Lease of the group's name that the group does not own is never overwritten.
@@ -81,14 +84,28 @@ fn invalid_selector(obs: &Observation<'_>, records: &Records) -> Option<Decision
             .to_string()
     };
     let message = format!("spec.selector is invalid: {problem}");
-    let status = status::refused(
-        obs.group,
-        records.status.clone(),
-        "InvalidSelector",
-        &message,
-        obs.now,
-    );
+    let status = refused_keeping_the_records(obs, records, "InvalidSelector", &message);
     Some(Decision::InvalidSelector { message, status })
+}
+
+/// The Lease's epoch jumped above every token the group recorded or handed out, further than the
+/// operator ever writes it: not adopted (a forged `i64::MAX` would exhaust the range) and not
+/// overwritten (if it was real, going back below it could repeat a token). The group holds: its
+/// leader keeps its marks, nobody new is elected, and the condition says how to resolve it.
+fn implausible_epoch(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
+    let ImplausibleEpoch { lease, floor } = records.issued().implausible_lease_epoch()?;
+    let group = obs.group.name_any();
+    let message = format!(
+        "Lease {} metadata.annotations[{EPOCH_ANNOTATION}] is {lease}, but the highest token \
+         this group recorded or handed out is {floor}: more than {MAX_UNRECORDED_EPOCHS} above, \
+         which the operator never writes, so it is not adopted and nobody new is elected. If it \
+         was forged, delete the Lease (the operator writes it again from the status, at {floor}); \
+         if tokens up to {lease} were handed out, record it: kubectl patch leadergroup {group} \
+         --subresource=status --type=merge -p '{{\"status\":{{\"epoch\":{lease}}}}}'",
+        obs.group.lease_name()
+    );
+    let status = refused_keeping_the_records(obs, records, "ImplausibleEpoch", &message);
+    Some(Decision::ImplausibleEpoch { message, status })
 }
 
 /// The leader would change and the next epoch cannot be minted: the group keeps what it has
@@ -104,12 +121,17 @@ pub(super) fn tokens_exhausted(
          another name, whose epochs start anew, and reset the fences that accepted this one's",
         exhausted.highest
     );
-    let status = status::refused(
-        obs.group,
-        records.status.clone(),
-        "TokensExhausted",
-        &message,
-        obs.now,
-    );
+    let status = refused_keeping_the_records(obs, records, "TokensExhausted", &message);
     Decision::TokensExhausted { message, status }
+}
+
+/// The status of a refusal that keeps the recorded leader and epoch: condition `LeaderElected`
+/// False for `reason`, saying `message`.
+fn refused_keeping_the_records(
+    obs: &Observation<'_>,
+    records: &Records,
+    reason: &str,
+    message: &str,
+) -> crate::crd::LeaderGroupStatus {
+    status::refused(obs.group, records.status.clone(), reason, message, obs.now)
 }

@@ -1127,3 +1127,75 @@ fn the_same_incarnation_keeps_its_token() {
     assert!(p.transition.is_none(), "{p:?}");
     assert!(p.promote.is_none());
 }
+
+#[test]
+fn a_lease_epoch_far_above_the_records_is_neither_adopted_nor_overwritten() {
+    let g = with_status(group(), Some("a"), 1);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(1).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    match decide_with(&g, &pods, Some(&lease(Some("a"), i64::MAX, 999, ME))) {
+        Decision::ImplausibleEpoch { message, status } => {
+            for named in [
+                "Lease leadergroup-pay",
+                "metadata.annotations[leadergroup.io/epoch]",
+                "is 9223372036854775807",
+                "is 1:",
+                "delete the Lease",
+            ] {
+                assert!(message.contains(named), "{named:?} in {message}");
+            }
+            assert_eq!(status.leader.as_deref(), Some("a"), "the leader is kept");
+            assert_eq!(status.epoch, 1, "the recorded token is kept");
+            let c = status.condition(LEADER_ELECTED).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "ImplausibleEpoch")
+            );
+        }
+        other => panic!("the forged epoch was acted on: {other:?}"),
+    }
+}
+
+#[test]
+fn a_lease_epoch_within_the_unrecorded_commits_is_adopted() {
+    // Committed for a at 3 by a pass that crashed before recording it: a keeps that token.
+    let g = with_status(group(), Some("a"), 1);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(1),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("a"), 3, 999, ME))));
+    assert_eq!(p.status.map(|s| s.epoch), Some(3));
+    assert_eq!(
+        p.promote.map(|p| (p.pod, p.epoch)),
+        Some(("a".to_string(), 3))
+    );
+}
+
+#[test]
+fn a_lease_epoch_below_the_records_is_written_back_up() {
+    let g = with_status(group(), Some("a"), 4);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(4),
+        PodFixture::new("b", 2).follower(),
+    ];
+    for forged in [-1, 0, 2] {
+        let p = plan(decide_with(
+            &g,
+            &pods,
+            Some(&lease(Some("a"), forged, 999, ME)),
+        ));
+        assert_eq!(
+            p.commit.map(|c| (c.holder, c.epoch)),
+            Some((Some("a".to_string()), 4)),
+            "the Lease at {forged} is written back to the recorded token"
+        );
+        assert!(
+            p.transition.is_none() && p.promote.is_none(),
+            "{forged}: {:?}",
+            p.promote
+        );
+    }
+}

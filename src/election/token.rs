@@ -17,6 +17,43 @@ pub(super) struct Issued<'a> {
     pub highest_pod_epoch: i64,
 }
 
+/// How far the Lease's epoch may run ahead of every token the group recorded or handed out. The
+/// operator's own writes put it one ahead per commit that a crash kept from being recorded (between
+/// steps 1 and 2), and each such crash is followed by a pass that records it; a gap wider than
+/// this was written by someone else.
+pub(super) const MAX_UNRECORDED_EPOCHS: i64 = 1000;
+
+impl Issued<'_> {
+    /// The highest token the status records or a pod carries. Every token the operator handed
+    /// out is at most this: it records a token (step 2) before any pod carries it (step 5).
+    pub fn floor(&self) -> i64 {
+        self.status_epoch.max(self.highest_pod_epoch)
+    }
+
+    /// The Lease's epoch, when it is further above [`Issued::floor`] than the operator's own
+    /// writes can put it ([`MAX_UNRECORDED_EPOCHS`]). Adopting it could exhaust the range (a
+    /// forged `i64::MAX`), and going back below it could repeat a token if it was real: it is
+    /// neither adopted nor overwritten.
+    pub fn implausible_lease_epoch(&self) -> Option<ImplausibleEpoch> {
+        let floor = self.floor();
+        (self.lease_epoch.saturating_sub(floor) > MAX_UNRECORDED_EPOCHS).then_some(
+            ImplausibleEpoch {
+                lease: self.lease_epoch,
+                floor,
+            },
+        )
+    }
+}
+
+/// The Lease's epoch jumped above the records further than the operator ever writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ImplausibleEpoch {
+    /// The Lease's epoch.
+    pub lease: i64,
+    /// The highest token the status records or a pod carries.
+    pub floor: i64,
+}
+
 /// A fencing token for the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Token {
@@ -271,6 +308,71 @@ mod tests {
                 Ok(row.token),
                 "{}",
                 row.case
+            );
+        }
+    }
+
+    #[test]
+    fn a_lease_epoch_is_implausible_beyond_the_records_plus_the_unrecorded_commits() {
+        let at = |status_epoch, lease_epoch, pods| {
+            status(Some("a"), status_epoch)
+                .lease(Some("a"), lease_epoch)
+                .pods(pods)
+                .implausible_lease_epoch()
+        };
+        let jump = MAX_UNRECORDED_EPOCHS;
+        assert_eq!(at(4, 4, 4), None, "converged");
+        assert_eq!(at(4, 5, 4), None, "committed, not recorded yet");
+        assert_eq!(
+            at(4, 4 + jump, 4),
+            None,
+            "the widest gap the operator leaves"
+        );
+        assert_eq!(
+            at(4, 5 + jump, 4),
+            Some(ImplausibleEpoch {
+                lease: 5 + jump,
+                floor: 4
+            })
+        );
+        assert_eq!(
+            at(1, i64::MAX, 1),
+            Some(ImplausibleEpoch {
+                lease: i64::MAX,
+                floor: 1
+            }),
+            "a forged top of the range"
+        );
+        assert_eq!(
+            at(1, 1 + jump * 3, 1 + jump * 2),
+            None,
+            "a pod's token raises the floor"
+        );
+        assert_eq!(at(i64::MAX - 1, i64::MAX, 0), None, "recorded near the top");
+        assert_eq!(
+            at(-5, i64::MAX, 0),
+            Some(ImplausibleEpoch {
+                lease: i64::MAX,
+                floor: 0
+            }),
+            "no overflow below zero"
+        );
+        assert_eq!(at(9, -3, 9), None, "a Lease behind the records is no jump");
+    }
+
+    #[test]
+    fn a_lease_epoch_behind_the_records_never_repeats_a_token() {
+        for forged in [i64::MIN, -1, 0, 3] {
+            let issued = status(Some("a"), 4).lease(Some("a"), forged).pods(4);
+            assert_eq!(
+                Token::for_leader(Some("a"), false, &issued),
+                Ok(Token::kept(4)),
+                "the leader keeps its recorded token over a Lease at {forged}"
+            );
+            assert_eq!(
+                Token::for_leader(Some("b"), false, &issued),
+                Ok(minted(5)),
+                "the next leader gets the next token over a Lease at {forged}"
             );
         }
     }

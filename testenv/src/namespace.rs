@@ -1,8 +1,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
-    core::v1::{Namespace, ServiceAccount},
+    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+    core::v1::{Namespace, Pod, ServiceAccount},
 };
 use kube::{
     Api, Client,
@@ -157,11 +157,40 @@ impl TestNamespace {
     /// A token for ServiceAccount `name` from the TokenRequest API, valid for an hour. It
     /// authenticates as `system:serviceaccount:<namespace>:<name>`.
     pub async fn service_account_token(&self, name: &str) -> Result<String> {
+        self.token_request(name, None).await
+    }
+
+    /// A token for ServiceAccount `name` bound to pod `pod` (which runs as it), as the kubelet
+    /// mounts into a pod: it authenticates as the ServiceAccount, with the pod's name and UID in
+    /// the user info (extra `authentication.kubernetes.io/pod-name` and `pod-uid`).
+    pub async fn pod_token(&self, name: &str, pod: &str) -> Result<String> {
+        let uid = self
+            .api::<Pod>()
+            .get(pod)
+            .await
+            .map_err(Error::kube(format!("reading pod {}/{pod}", self.name)))?
+            .metadata
+            .uid;
+        let bound = BoundObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: Some(pod.to_owned()),
+            uid,
+        };
+        self.token_request(name, Some(bound)).await
+    }
+
+    async fn token_request(
+        &self,
+        name: &str,
+        bound: Option<BoundObjectReference>,
+    ) -> Result<String> {
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 // No audiences: the server's default (its issuer), so the token authenticates to it.
                 audiences: None,
                 expiration_seconds: Some(3600),
+                bound_object_ref: bound,
                 ..TokenRequestSpec::default()
             }),
             ..TokenRequest::default()

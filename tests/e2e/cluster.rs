@@ -747,3 +747,20 @@ impl Drop for PodLog {
         self.task.abort();
     }
 }
+
+/// Creates `object` (JSON of a `K`) in `ns`.
+pub async fn create<K>(ns: &TestNamespace, object: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    ns.api::<K>()
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap()
+}

@@ -22,6 +22,7 @@ mod downward;
 mod faults;
 mod gc_pause;
 mod incarnation;
+mod lease_guard;
 mod node_loss;
 mod operator_ha;
 mod service;

@@ -39,7 +39,8 @@ use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_obje
 use serde_json::json;
 
 use crate::cluster::{
-    APP, CONVERGE, Cluster, PODS, PodLog, is_ready, pod_summary, repo_root, webapp_container,
+    APP, CONVERGE, Cluster, PODS, PodLog, create, is_ready, pod_summary, repo_root,
+    webapp_container,
 };
 
 /// The node lost, where every leader sits, and the one its peers run on.
@@ -82,22 +83,6 @@ fn since(a: SystemTime, b: SystemTime) -> Duration {
 /// The instant of wall-clock time `t` (in the past), for comparing it with the watches' instants.
 fn instant_of(t: SystemTime) -> Instant {
     Instant::now() - since(t, SystemTime::now())
-}
-
-async fn create<K>(ns: &TestNamespace, object: serde_json::Value) -> K
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let object: K = serde_json::from_value(object).unwrap();
-    ns.api::<K>()
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap()
 }
 
 /// The example's Deployment's pod template (`examples/ledger/manifests/sidecar`).

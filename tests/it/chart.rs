@@ -13,6 +13,7 @@
 //!   on a private API server of its own, where the release is the CRD's only owner.
 
 mod guard;
+mod lease_guard;
 
 use std::path::Path;
 

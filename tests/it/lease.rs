@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, ROLE_FOLLOWER, lease_name_for};
+use leadergroup_operator::crd::{
+    EPOCH_ANNOTATION, LeaderGroupStatus, ROLE_FOLLOWER, lease_name_for,
+};
 use leadergroup_operator::election::LEADER_ELECTED;
 use leadergroup_testenv::control_plane;
+use serde_json::json;
 
 async fn started(prefix: &str, pods: usize) -> (World, Operator, InvariantWatcher, Vec<String>) {
     let w = World::new(prefix).await;
@@ -276,32 +279,105 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     watch.assert_held().await;
 }
 
-/// The group Lease's epoch forged to the largest there is: its holder keeps it, and when the
-/// holder turns NotReady nobody is handed the same token; the condition says why.
-#[tokio::test]
-async fn a_forged_epoch_at_the_top_of_the_range_is_never_handed_out_twice() {
-    let (w, _op, _watch, pods) = started("lease-top", 2).await;
+/// Forges the group Lease's epoch annotation to `epoch`, as an admin (no guard here).
+async fn forge_lease_epoch(w: &World, epoch: i64) {
     let leases: Api<Lease> = w.ns.api();
     let mut forged = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
     forged
         .annotations_mut()
-        .insert(EPOCH_ANNOTATION.into(), i64::MAX.to_string());
+        .insert(EPOCH_ANNOTATION.into(), epoch.to_string());
     leases
         .replace(&lease_name_for("pay"), &PostParams::default(), &forged)
         .await
         .unwrap();
-    w.wait_settled("pay", "app-0 keeps the forged epoch", |s| {
+}
+
+/// Waits until condition `LeaderElected` says `reason`; returns the status.
+async fn refused_for(w: &World, reason: &str) -> LeaderGroupStatus {
+    w.wait_status("pay", reason, |s| {
+        s.condition(LEADER_ELECTED)
+            .is_some_and(|c| c.reason == reason)
+    })
+    .await
+}
+
+/// The group Lease's epoch forged to the largest there is, far above the token the group
+/// recorded: neither adopted (the range would be exhausted) nor overwritten; the group holds its
+/// leader at its recorded token and says so, naming the field and both values, until the Lease is
+/// deleted, after which the next leader gets the next token.
+#[tokio::test]
+async fn a_forged_lease_epoch_far_above_the_records_is_reported_and_never_adopted() {
+    let (w, _op, watch, pods) = started("lease-forged", 2).await;
+    forge_lease_epoch(&w, i64::MAX).await;
+    let status = refused_for(&w, "ImplausibleEpoch").await;
+    assert_eq!(
+        (status.leader.as_deref(), status.epoch),
+        (Some(pods[0].as_str()), 1),
+        "the recorded token is kept"
+    );
+    let note = w
+        .wait_event("pay", "ImplausibleEpoch", "9223372036854775807")
+        .await;
+    assert!(
+        note.contains(&format!("metadata.annotations[{EPOCH_ANNOTATION}]"))
+            && note.contains("is 1:"),
+        "the Event names the field and both values: {note}"
+    );
+
+    // Held: the leader keeps its token, nobody new is elected, the Lease is left as it is.
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        w.labeled_leaders("pay").await,
+        vec![(pods[0].clone(), Some(1))],
+        "a pod was handed the forged token"
+    );
+    let held = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
+    assert_eq!(
+        held.annotations().get(EPOCH_ANNOTATION).map(String::as_str),
+        Some("9223372036854775807"),
+        "the forged Lease was overwritten"
+    );
+
+    // The way out the condition gives for a forgery: delete the Lease.
+    let leases: Api<Lease> = w.ns.api();
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let s = w
+        .wait_settled("pay", "app-1 leads at epoch 2", |s| s.epoch == 2)
+        .await;
+    assert_eq!(s.leader, pods[1]);
+    assert_eq!(
+        watch.assert_held().await,
+        vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
+    );
+}
+
+/// The group Lease's epoch forged to the largest there is, and recorded as real (the way out the
+/// condition gives when tokens up to it were handed out): its holder keeps it, and when the
+/// holder turns NotReady nobody is handed the same token; the condition says why.
+#[tokio::test]
+async fn a_forged_epoch_at_the_top_of_the_range_is_never_handed_out_twice() {
+    let (w, _op, _watch, pods) = started("lease-top", 2).await;
+    forge_lease_epoch(&w, i64::MAX).await;
+    refused_for(&w, "ImplausibleEpoch").await;
+    w.groups
+        .patch_status(
+            "pay",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"epoch": i64::MAX}})),
+        )
+        .await
+        .unwrap();
+    w.wait_settled("pay", "app-0 keeps the recorded top epoch", |s| {
         s.leader == pods[0] && s.epoch == i64::MAX
     })
     .await;
 
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
-    let status = w
-        .wait_status("pay", "the group says no token is left", |s| {
-            s.condition(LEADER_ELECTED)
-                .is_some_and(|c| c.reason == "TokensExhausted")
-        })
-        .await;
+    let status = refused_for(&w, "TokensExhausted").await;
     assert_eq!(status.leader.as_deref(), Some(pods[0].as_str()));
     assert_eq!(
         w.labeled_leaders("pay").await,

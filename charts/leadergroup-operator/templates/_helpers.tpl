@@ -135,6 +135,16 @@ never map to one name.
 {{- printf "%s-marks.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* Name of the guard of the groups' Leases (lease-guard.yaml): as the marks' guard, per release. */}}
+{{- define "leadergroup-operator.leaseGuardName" -}}
+{{- printf "%s-leases.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The name of every group's Lease starts with this (LEASE_PREFIX in client/src/wire.rs). */}}
+{{- define "leadergroup-operator.groupLeasePrefix" -}}
+leadergroup-
+{{- end -}}
+
 {{/*
 The namespaces the guard covers: admissionGuard.namespaceSelector when set; else the watched
 namespace alone when there is one (another release's operator marks the pods of other

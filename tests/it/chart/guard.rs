@@ -22,14 +22,16 @@ use kube::{Api, Client};
 use leadergroup_operator::crd::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
 };
-use leadergroup_testenv::{ControlPlane, NODE_NAME, control_plane, namespace, wait_until};
+use leadergroup_testenv::{
+    ControlPlane, NODE_NAME, TestNamespace, control_plane, namespace, wait_until,
+};
 use serde_json::{Value, json};
 
 use super::{not_found, release_operator};
 use crate::common::{CONVERGE, World, group, run_ok, run_tool};
 
 /// The guard's answer to a pod write that touches a mark (reason Forbidden).
-const FORBIDDEN: u16 = 403;
+pub(super) const FORBIDDEN: u16 = 403;
 /// Its answer to a workload whose pod template carries one (reason Invalid).
 pub(super) const INVALID: u16 = 422;
 
@@ -134,7 +136,7 @@ async fn merge(api: &Api<Pod>, name: &str, patch: Value) -> Result<Pod, kube::Er
 
 /// `helm uninstall` of the release when dropped, if the test did not get there: the policy and
 /// binding are cluster-scoped and would outlive the test.
-struct Release {
+pub(super) struct Release {
     cp: &'static ControlPlane,
     name: &'static str,
     namespace: String,
@@ -142,13 +144,35 @@ struct Release {
 }
 
 impl Release {
+    /// `helm install lgo` into `rel` watching `watched`, the guards binding `watched` alone.
+    pub(super) async fn install(
+        cp: &'static ControlPlane,
+        rel: &TestNamespace,
+        watched: &str,
+    ) -> Release {
+        let mut install = super::install_watching(cp, &rel.name, watched);
+        install.args([
+            "--set",
+            &format!(
+                "admissionGuard.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={watched}"
+            ),
+        ]);
+        run_ok(install).await;
+        Release {
+            cp,
+            name: "lgo",
+            namespace: rel.name.clone(),
+            installed: true,
+        }
+    }
+
     fn uninstall_command(&self) -> std::process::Command {
         let mut cmd = self.cp.helm();
         cmd.args(["uninstall", self.name, "--namespace", &self.namespace]);
         cmd
     }
 
-    async fn uninstall(mut self) {
+    pub(super) async fn uninstall(mut self) {
         run_ok(self.uninstall_command()).await;
         self.installed = false;
     }
@@ -178,21 +202,7 @@ async fn only_the_charts_service_account_sets_the_marks_and_no_template_carries_
     let fullname = "lgo-leadergroup-operator";
     let guard_name = format!("{fullname}-marks.{}", rel.name);
 
-    let mut install = super::install_watching(cp, &rel.name, &w.ns.name);
-    install.args([
-        "--set",
-        &format!(
-            "admissionGuard.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={}",
-            w.ns.name
-        ),
-    ]);
-    run_ok(install).await;
-    let release = Release {
-        cp,
-        name: "lgo",
-        namespace: rel.name.clone(),
-        installed: true,
-    };
+    let release = Release::install(cp, &rel, &w.ns.name).await;
     let policy = Api::<ValidatingAdmissionPolicy>::all(admin.clone())
         .get(&guard_name)
         .await
