@@ -74,6 +74,7 @@ impl Observation<'_> {
         self.lease_seen.unwrap_or(LeaseSeen {
             written_at: self.now,
             renewed_at: None,
+            not_before: None,
         })
     }
 }

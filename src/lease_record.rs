@@ -52,6 +52,20 @@ pub struct Written {
     duration_seconds: i32,
 }
 
+impl Written {
+    /// The same holder (and incarnation) at the same epoch: a rewrite of its tenure, not a new one.
+    pub fn same_tenure(&self, other: &Written) -> bool {
+        self.holder.is_some()
+            && self.holder == other.holder
+            && self.holder_uid == other.holder_uid
+            && self.epoch == other.epoch
+    }
+
+    pub fn duration_seconds(&self) -> i32 {
+        self.duration_seconds
+    }
+}
+
 impl LeaseRecord {
     /// Reads a Lease. The epoch comes from the annotation; a Lease without one (written by hand or by
     /// another tool) falls back to `leaseTransitions`, so that a token is never lowered.

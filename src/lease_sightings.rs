@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,6 +30,12 @@ pub struct LeaseSeen {
     /// When it last saw the holder renew the Lease at this epoch; `None` while it has seen no
     /// renewal (nor, at the first sighting, any sign in the Lease of an earlier one).
     pub renewed_at: Option<Timestamp>,
+    /// No earlier than this may the holder be taken for silent: when the operator rewrote the
+    /// Lease of a holder (a new `leaseDurationSeconds`, arbiter or mode), the holder may not have
+    /// seen the rewrite (cut off), and keeps timing itself by the Lease it last renewed. So the
+    /// deadline that Lease gave it stands, until a renewal shows the holder read the new one (a
+    /// renewal is conditional on the version it read).
+    pub not_before: Option<Timestamp>,
 }
 
 /// The moment of a sighting on both clocks: the wall clock for the decision (which writes it into
@@ -48,10 +54,19 @@ impl Now {
         }
     }
 
-    /// `then`, a moment of the monotonic clock, on the wall clock as it reads now.
+    /// `then`, a moment of the monotonic clock (past or future), on the wall clock as it reads
+    /// now.
     fn wall_of(&self, then: Instant) -> Timestamp {
-        let ago = self.monotonic.saturating_duration_since(then);
-        self.wall.checked_sub(ago).unwrap_or(Timestamp::MIN)
+        let moved = if then >= self.monotonic {
+            self.wall.checked_add(then - self.monotonic)
+        } else {
+            self.wall.checked_sub(self.monotonic - then)
+        };
+        moved.unwrap_or(if then >= self.monotonic {
+            Timestamp::MAX
+        } else {
+            Timestamp::MIN
+        })
     }
 }
 
@@ -62,6 +77,8 @@ struct Sighting {
     renew_time: Option<Timestamp>,
     written_at: Instant,
     renewed_at: Option<Instant>,
+    /// See [`LeaseSeen::not_before`].
+    not_before: Option<Instant>,
 }
 
 impl Sighting {
@@ -71,17 +88,32 @@ impl Sighting {
             renew_time: record.renew_time,
             written_at: now,
             renewed_at: record.renewed_by_holder().then_some(now),
+            not_before: None,
         }
+    }
+
+    /// The deadline this sighting gives the holder: a Lease duration after its last renewal seen
+    /// (or the write, before any), or `not_before` if later.
+    fn holders_deadline(&self) -> Instant {
+        let duration =
+            Duration::from_secs(u64::try_from(self.written.duration_seconds()).unwrap_or(0));
+        let deadline = self.renewed_at.unwrap_or(self.written_at) + duration;
+        self.not_before.map_or(deadline, |n| n.max(deadline))
     }
 
     /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
     /// renewal by the holder.
     fn update(&mut self, record: &LeaseRecord, now: Instant) {
-        if self.written != record.written() {
+        let written = record.written();
+        if self.written != written {
+            let same_tenure = self.written.same_tenure(&written);
+            let not_before = same_tenure.then(|| self.holders_deadline());
             *self = Sighting::first(record, now);
+            self.not_before = not_before;
         } else if self.renew_time != record.renew_time {
             self.renew_time = record.renew_time;
             self.renewed_at = Some(now);
+            self.not_before = None;
         }
     }
 
@@ -89,6 +121,7 @@ impl Sighting {
         LeaseSeen {
             written_at: now.wall_of(self.written_at),
             renewed_at: self.renewed_at.map(|r| now.wall_of(r)),
+            not_before: self.not_before.map(|n| now.wall_of(n)),
         }
     }
 }
@@ -235,6 +268,40 @@ mod tests {
             sight(&s, &record("a", 1, -3595), 111),
             (t(100), Some(t(111)))
         );
+    }
+
+    #[test]
+    fn a_rewrite_of_the_holders_tenure_keeps_its_deadline_until_it_renews() {
+        let s = LeaseSightings::default();
+        let group = ObjectRef::new("pay").within("ns");
+        let observe = |record: &LeaseRecord, now: i64| {
+            let lease = record.apply_to(None, "leadergroup-pay", "ns", None, None);
+            s.observe(&group, Some(&lease), at(now))
+                .expect("a Lease is seen")
+        };
+        observe(&record("a", 1, 0), 100);
+        observe(&record("a", 1, 4), 104);
+        // The operator shortens the Lease to 3 s at 106: the holder, perhaps cut off, still
+        // times itself by the 15 s Lease it renewed at 104.
+        let shorter = LeaseRecord {
+            duration_seconds: 3,
+            ..record("a", 1, 4)
+        };
+        let seen = observe(&shorter, 106);
+        assert_eq!(seen.not_before, Some(t(104 + 15)));
+        // A renewal of the new Lease shows the holder read it: the new duration alone counts.
+        let renewed = LeaseRecord {
+            renew_time: Some(t(108)),
+            ..shorter.clone()
+        };
+        assert_eq!(observe(&renewed, 108).not_before, None);
+        // A new holder is a new tenure: nothing carries over.
+        let moved = LeaseRecord {
+            holder: Some("b".into()),
+            epoch: 2,
+            ..shorter
+        };
+        assert_eq!(observe(&moved, 109).not_before, None);
     }
 
     #[test]

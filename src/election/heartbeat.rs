@@ -44,7 +44,12 @@ impl Heartbeat {
         }
         let seen = obs.seen();
         let duration = SignedDuration::from_secs(i64::from(lease.duration_seconds.max(1)));
-        let after = |t: Timestamp| t.checked_add(duration).unwrap_or(Timestamp::MAX);
+        // A rewrite of this holder's Lease (see `LeaseSeen::not_before`) never brings its
+        // deadline forward.
+        let after = |t: Timestamp| {
+            let deadline = t.checked_add(duration).unwrap_or(Timestamp::MAX);
+            seen.not_before.map_or(deadline, |n| n.max(deadline))
+        };
         match seen.renewed_at {
             Some(renewed) => {
                 let deadline = after(renewed);

@@ -23,6 +23,7 @@ fn seen(written: i64, renewed: Option<i64>) -> Option<LeaseSeen> {
     Some(LeaseSeen {
         written_at: t(written),
         renewed_at: renewed.map(t),
+        not_before: None,
     })
 }
 
@@ -233,4 +234,35 @@ fn a_paused_group_keeps_a_silent_leader() {
     ));
     assert!(p.transition.is_none() && p.promote.is_none());
     assert!(p.requeue_after >= Duration::from_millis(100));
+}
+
+#[test]
+fn a_rewrite_of_the_holders_lease_never_brings_its_deadline_forward() {
+    // The Lease was shortened to 3 s (and so rewritten) at 995, after the holder's last renewal
+    // seen at 986: by the new duration the holder is silent since 998, but the deadline its old
+    // 15 s Lease gave it, 1001, is not yet past.
+    let l = owned(&LeaseRecord {
+        heartbeat: true,
+        duration_seconds: 3,
+        ..record(Some("a"), 4, 980, ME)
+    });
+    let rewritten = Some(LeaseSeen {
+        not_before: Some(t(1001)),
+        ..seen(995, Some(995)).unwrap()
+    });
+    let g = with_status(heartbeat_group(), Some("a"), 4);
+    let p = plan(decide_seen(&g, &[], &pods(4), Some(&l), rewritten, ME));
+    assert!(
+        p.transition.is_none(),
+        "the holder keeps its old deadline, whatever the new duration says"
+    );
+    let past = Some(LeaseSeen {
+        not_before: Some(t(999)),
+        ..seen(980, Some(985)).unwrap()
+    });
+    let p = plan(decide_seen(&g, &[], &pods(4), Some(&l), past, ME));
+    assert_eq!(
+        p.transition.map(|t| t.reason),
+        Some(Reason::LeaderHeartbeatLost)
+    );
 }
