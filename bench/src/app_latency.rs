@@ -178,7 +178,7 @@ async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
         ns: &ns,
         kubeconfig: light.kubeconfig(),
         cp: light.cp,
-        operator_bin: light.operator.binary.clone(),
+        operator_bin: light.operator.clone(),
         agent_bin: crate::ours::release_binary("leadergroup-agent")?,
         log_dir: ctx.log_dir.join("app-latency"),
         handovers,

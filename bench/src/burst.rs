@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, ms_between};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::results::{Results, Run};
 use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
@@ -88,8 +88,9 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
     tracing::info!("burst: {count} groups, {rounds} bursts");
     let groups = Groups::create("bench-burst", count).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let log = ctx.log_dir.join("operator-burst.log");
-    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&groups.namespace), "operator-burst.log")
+        .await?;
     groups.wait_all_led(&watch).await?;
     tokio::time::sleep(ctx.settle()).await;
     let mut bursts = Vec::new();
@@ -98,7 +99,7 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         tokio::time::sleep(ctx.settle()).await;
     }
     light.add_double_leaders(watch.double_leaders());
-    op.stop().await;
+    drop(op);
     let per: Vec<f64> = bursts
         .iter()
         .flat_map(|b| b.per_group_ms.iter().copied())

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
 use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
@@ -130,8 +130,9 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let baseline = ctx.baseline().await?;
     let groups = Groups::create("bench-ours", 1).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let log = ctx.log_dir.join("operator-single.log");
-    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&groups.namespace), "operator-single.log")
+        .await?;
     groups.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reps = ctx.pick(100, 5);
@@ -144,7 +145,7 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let graceful = ours.measure(SCENARIOS[0], reps).await?;
     let crash = ours.measure(SCENARIOS[1], reps).await?;
     light.add_double_leaders(watch.double_leaders());
-    op.stop().await;
+    drop(op);
     Ok(Measured { graceful, crash })
 }
 
@@ -234,7 +235,7 @@ impl Outcome for Measured {
                 let peer = task
                     .await
                     .map_err(|e| Error::Other(format!("peer task: {e}")))??;
-                let name = peer.kind.name.to_string();
+                let name = peer.kind.peer.name.to_string();
                 light.record(|run| {
                     run.peer_split_brains
                         .insert(name.clone(), peer.split_brains);
@@ -244,12 +245,18 @@ impl Outcome for Measured {
                 });
                 let kind = &peer.kind;
                 let [soft, hard] = peer.samples;
-                self.graceful
-                    .systems
-                    .push(Handover::new(kind.name, kind.settings, soft, None));
-                self.crash
-                    .systems
-                    .push(Handover::new(kind.name, kind.settings, hard, None));
+                self.graceful.systems.push(Handover::new(
+                    kind.peer.name,
+                    kind.peer.settings,
+                    soft,
+                    None,
+                ));
+                self.crash.systems.push(Handover::new(
+                    kind.peer.name,
+                    kind.peer.settings,
+                    hard,
+                    None,
+                ));
             }
             Ok(())
         })
@@ -282,7 +289,7 @@ async fn peer_handovers(
     reps: (usize, usize),
 ) -> Result<PeerHandovers> {
     group
-        .wait_all_led(kind.lease * 3 + Duration::from_secs(30))
+        .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
     let mut samples = [Vec::new(), Vec::new()];
     let mut failures = Vec::new();
@@ -291,7 +298,7 @@ async fn peer_handovers(
             match group.handover(kill).await {
                 Ok(ms) => samples[out].push(ms),
                 Err(e) => {
-                    tracing::warn!("peers: {}: {e}", kind.name);
+                    tracing::warn!("peers: {}: {e}", kind.peer.name);
                     failures.push(e.to_string());
                     break 'scenarios;
                 }
@@ -301,7 +308,7 @@ async fn peer_handovers(
     }
     let split_brains = group.overlaps();
     group.stop().await;
-    tracing::info!("peers: {} done", kind.name);
+    tracing::info!("peers: {} done", kind.peer.name);
     Ok(PeerHandovers {
         kind,
         samples,

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::results::{Results, Run};
 use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 
@@ -107,8 +107,9 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .requests;
     let set = Groups::create("bench-hb", GROUPS).await?;
     let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-    let log = ctx.log_dir.join("operator-heartbeat-writes.log");
-    let op = OperatorProcess::start(&light.operator, Some(&set.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&set.namespace), "operator-heartbeat-writes.log")
+        .await?;
     set.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
@@ -147,7 +148,7 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
-    op.stop().await;
+    drop(op);
     let result = HeartbeatWritesResult {
         run: Run::default(),
         groups: GROUPS,

@@ -366,15 +366,6 @@ impl LeaderState {
     }
 }
 
-/// A free loopback port for a child's HTTP endpoint.
-pub fn free_port() -> Result<std::net::SocketAddr> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
-    listener
-        .local_addr()
-        .map_err(Error::io("reading a bound port"))
-}
-
 /// Milliseconds from `from` to `to` (negative when `to` is earlier).
 pub fn ms_between(from: SystemTime, to: SystemTime) -> f64 {
     match to.duration_since(from) {

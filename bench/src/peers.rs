@@ -16,17 +16,95 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::observe::{ProcSample, proc_sample};
 
-/// One peer system and its settings.
-#[derive(Clone, Debug)]
-pub struct PeerKind {
+/// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
+/// pods on the real one (the end-to-end run).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Peer {
     /// Name in the tables.
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
+    /// Its pods' label and Lease prefix in the end-to-end run.
+    pub label: &'static str,
+    /// client-go's candidate, or the Rust crates' one.
+    pub go: bool,
+    /// The candidate's arguments.
+    pub args: &'static [&'static str],
+    /// Lease duration, s: the bound on detecting a crash.
+    pub lease_seconds: u64,
+}
+
+/// The four peer configurations.
+pub const PEERS: [Peer; 4] = [
+    Peer {
+        name: "client-go (defaults)",
+        settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
+        label: "cgd",
+        go: true,
+        args: &[
+            "--lease-duration=15s",
+            "--renew-deadline=10s",
+            "--retry-period=2s",
+        ],
+        lease_seconds: 15,
+    },
+    Peer {
+        name: "client-go (tuned)",
+        settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
+        label: "cgt",
+        go: true,
+        args: &[
+            "--lease-duration=4s",
+            "--renew-deadline=2s",
+            "--retry-period=1s",
+        ],
+        lease_seconds: 4,
+    },
+    Peer {
+        name: "kube-leader-election 0.44",
+        settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
+        label: "kle",
+        go: false,
+        args: &[
+            "--lib",
+            "kle",
+            "--lease-seconds",
+            "15",
+            "--renew-seconds",
+            "5",
+        ],
+        lease_seconds: 15,
+    },
+    Peer {
+        name: "kube-lease-manager 0.13.1",
+        settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
+        label: "klm",
+        go: false,
+        args: &[
+            "--lib",
+            "klm",
+            "--lease-seconds",
+            "15",
+            "--renew-seconds",
+            "5",
+        ],
+        lease_seconds: 15,
+    },
+];
+
+/// A peer configuration with its candidate binary on this machine.
+#[derive(Clone, Debug)]
+pub struct PeerKind {
+    /// The configuration.
+    pub peer: &'static Peer,
     program: PathBuf,
-    args: Vec<String>,
-    /// Lease duration: the bound on detecting a crash.
-    pub lease: Duration,
+}
+
+impl PeerKind {
+    /// Its Lease duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.peer.lease_seconds)
+    }
 }
 
 /// The four peer configurations, client-go's candidate built (its build.sh prints the binary)
@@ -53,68 +131,13 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
             rust_peer.display()
         )));
     }
-    Ok(kinds(&client_go, &rust_peer))
-}
-
-/// The four peer configurations.
-fn kinds(client_go: &Path, rust_peer: &Path) -> Vec<PeerKind> {
-    let go = |name, settings, d: &str, r: &str, p: &str, lease| PeerKind {
-        name,
-        settings,
-        program: client_go.to_path_buf(),
-        args: vec![
-            format!("--lease-duration={d}"),
-            format!("--renew-deadline={r}"),
-            format!("--retry-period={p}"),
-        ],
-        lease: Duration::from_secs(lease),
-    };
-    let rust = |name, settings, lib: &str, renew: &str| PeerKind {
-        name,
-        settings,
-        program: rust_peer.to_path_buf(),
-        args: [
-            "--lib",
-            lib,
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            renew,
-        ]
-        .map(String::from)
-        .to_vec(),
-        lease: Duration::from_secs(15),
-    };
-    vec![
-        go(
-            "client-go (defaults)",
-            "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
-            "15s",
-            "10s",
-            "2s",
-            15,
-        ),
-        go(
-            "client-go (tuned)",
-            "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
-            "4s",
-            "2s",
-            "1s",
-            4,
-        ),
-        rust(
-            "kube-leader-election 0.44",
-            "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
-            "kle",
-            "5",
-        ),
-        rust(
-            "kube-lease-manager 0.13.1",
-            "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
-            "klm",
-            "5",
-        ),
-    ]
+    Ok(PEERS
+        .iter()
+        .map(|peer| PeerKind {
+            peer,
+            program: if peer.go { &client_go } else { &rust_peer }.clone(),
+        })
+        .collect())
 }
 
 /// A leadership event a candidate printed.
@@ -193,7 +216,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(&self.kind.args)
+        cmd.args(self.kind.peer.args)
             .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
             .args([
                 "--groups",
@@ -205,7 +228,7 @@ impl PeerGroup {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true);
-        if self.kind.program.ends_with("leadergroup-bench-client-go") {
+        if self.kind.peer.go {
             // One client per process for all its electors: lift client-go's 5 QPS default so
             // a many-group process is not throttled where one-group replicas would not be.
             cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
@@ -272,7 +295,7 @@ impl PeerGroup {
     /// OnStartedLeading (it never stopped leading), and no handover could be timed.
     async fn holder(&self, lease: &str) -> Result<Started> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = tokio::time::Instant::now() + self.kind.lease * 3;
+        let deadline = tokio::time::Instant::now() + self.kind.lease() * 3;
         loop {
             let holder = api
                 .get_opt(lease)
@@ -287,7 +310,7 @@ impl PeerGroup {
             if tokio::time::Instant::now() > deadline {
                 return Err(Error::Other(format!(
                     "{}: the holder of Lease {lease} ({holder:?}) is not the one candidate that believes it leads",
-                    self.kind.name
+                    self.kind.peer.name
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -303,7 +326,7 @@ impl PeerGroup {
         crate::observe::wait_for_change(&self.changed, timeout, check, || {
             (
                 format!("peer output ended: {what}"),
-                format!("{} {what}", self.kind.name),
+                format!("{} {what}", self.kind.peer.name),
             )
         })
         .await
@@ -356,7 +379,7 @@ impl PeerGroup {
                 .status()
                 .map_err(Error::io("kill -TERM"))?;
         }
-        let bound = self.kind.lease * 3 + Duration::from_secs(10);
+        let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let new = self
             .wait("a new leader of Lease 0", bound, || {
                 self.believers(&lease)
