@@ -15,6 +15,9 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::observe::{ProcSample, proc_sample};
+use crate::timeline::{
+    Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
+};
 
 /// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
 /// pods on the real one (the end-to-end run).
@@ -140,24 +143,8 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
         .collect())
 }
 
-/// A leadership event a candidate printed.
-#[derive(Clone, Debug)]
-struct Started {
-    identity: String,
-    at: SystemTime,
-}
-
-#[derive(Default)]
-struct State {
-    /// lease -> the candidates that printed "started" and not "stopped" since: those that
-    /// believe they lead. More than one is a split brain (a library that writes the Lease
-    /// without a resourceVersion precondition lets two candidates both acquire it).
-    believers: HashMap<String, Vec<Started>>,
-    /// How often a candidate started leading while another still believed it led.
-    overlaps: u64,
-}
-
-/// Three (or more, over time) candidate processes of one peer kind for `groups` Leases.
+/// Three (or more, over time) candidate processes of one peer kind for `groups` Leases, and
+/// every change of belief they printed, per Lease.
 pub struct PeerGroup {
     kind: PeerKind,
     /// Reads the Leases: the holder they name is the leader to stop.
@@ -168,7 +155,11 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
-    state: Arc<Mutex<State>>,
+    events: Arc<Mutex<HashMap<String, Vec<Event>>>>,
+    /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
+    /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
+    /// it prints nothing more), so only two live candidates make a split brain.
+    stopped: Vec<Exclusion>,
     changed: watch::Sender<u64>,
 }
 
@@ -193,7 +184,8 @@ impl PeerGroup {
             log_dir: log_dir.to_path_buf(),
             candidates: HashMap::new(),
             next: 0,
-            state: Arc::new(Mutex::new(State::default())),
+            events: Arc::default(),
+            stopped: Vec::new(),
             changed,
         };
         for _ in 0..3 {
@@ -242,30 +234,15 @@ impl PeerGroup {
             .stdout
             .take()
             .ok_or_else(|| Error::Other("peer without stdout".into()))?;
-        let (state, changed) = (self.state.clone(), self.changed.clone());
+        let (events, changed) = (self.events.clone(), self.changed.clone());
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let parts: Vec<&str> = line.split_whitespace().collect();
-                let [ts, event, lease, identity] = parts.as_slice() else {
+                let Some((lease, event)) = parse_peer_line(&line) else {
                     continue;
                 };
-                let Ok(nanos) = ts.parse::<u64>() else {
-                    continue;
-                };
-                let at = UNIX_EPOCH + Duration::from_nanos(nanos);
-                if let Ok(mut s) = state.lock() {
-                    let believers = s.believers.entry((*lease).to_owned()).or_default();
-                    believers.retain(|b| b.identity != *identity);
-                    if *event == "started" {
-                        believers.push(Started {
-                            identity: (*identity).to_owned(),
-                            at,
-                        });
-                        if believers.len() > 1 {
-                            s.overlaps += 1;
-                        }
-                    }
+                if let Ok(mut all) = events.lock() {
+                    all.entry(lease).or_default().push(event);
                 }
                 changed.send_modify(|n| *n += 1);
             }
@@ -274,18 +251,25 @@ impl PeerGroup {
         Ok(())
     }
 
-    /// The candidates that believe they lead `lease`.
-    fn believers(&self, lease: &str) -> Vec<Started> {
-        self.state
+    /// Every change of belief printed for `lease`.
+    fn events(&self, lease: &str) -> Vec<Event> {
+        self.events
             .lock()
             .ok()
-            .and_then(|s| s.believers.get(lease).cloned())
+            .and_then(|all| all.get(lease).cloned())
             .unwrap_or_default()
     }
 
-    /// How often two candidates believed they led one Lease at the same time.
+    /// How often a candidate started leading a Lease while another still believed it led (a
+    /// library that writes the Lease without a resourceVersion precondition lets two candidates
+    /// both acquire it).
     pub fn overlaps(&self) -> u64 {
-        self.state.lock().map_or(0, |s| s.overlaps)
+        (0..self.groups)
+            .map(|i| {
+                let events = self.events(&Self::lease(i));
+                split_brains(&events, UNIX_EPOCH, SystemTime::now(), &self.stopped)
+            })
+            .sum()
     }
 
     /// The candidate the Lease names as its holder, once it is the only one that believes it
@@ -293,7 +277,7 @@ impl PeerGroup {
     /// at once; the loser believes it leads until its next renewal shows it the holder. Were the
     /// holder stopped meanwhile, the loser would take the released Lease over without a new
     /// OnStartedLeading (it never stopped leading), and no handover could be timed.
-    async fn holder(&self, lease: &str) -> Result<Started> {
+    async fn holder(&self, lease: &str) -> Result<String> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let deadline = tokio::time::Instant::now() + self.kind.lease() * 3;
         loop {
@@ -302,8 +286,9 @@ impl PeerGroup {
                 .await?
                 .and_then(|l| l.spec)
                 .and_then(|s| s.holder_identity);
-            if let [sole] = self.believers(lease).as_slice()
-                && Some(&sole.identity) == holder.as_ref()
+            let events = self.events(lease);
+            if let [sole] = believers_at(&events, SystemTime::now(), &self.stopped).as_slice()
+                && Some(sole) == holder.as_ref()
             {
                 return Ok(sole.clone());
             }
@@ -335,18 +320,12 @@ impl PeerGroup {
     /// Waits until every Lease has a leader; returns when the last one started.
     pub async fn wait_all_led(&self, timeout: Duration) -> Result<SystemTime> {
         self.wait("every Lease led", timeout, || {
-            let s = self.state.lock().ok()?;
-            let mut last = UNIX_EPOCH;
-            for i in 0..self.groups {
-                let first = s
-                    .believers
-                    .get(&Self::lease(i))?
-                    .iter()
-                    .map(|b| b.at)
-                    .min()?;
-                last = last.max(first);
-            }
-            Some(last)
+            let all = self.events.lock().ok()?;
+            (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
+                let events = all.get(&Self::lease(i))?;
+                let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
+                Some(last.max(first))
+            })
         })
         .await
     }
@@ -360,17 +339,14 @@ impl PeerGroup {
         let old = self.holder(&lease).await?;
         let mut child = self
             .candidates
-            .remove(&old.identity)
-            .ok_or_else(|| Error::Other(format!("no process for {}", old.identity)))?;
-        // From the signal on, the old leader is going (SIGTERM: it releases, and may print
-        // "stopped" only after a successor started) or gone (SIGKILL: it prints nothing more):
-        // its belief no longer counts, so only two live candidates make a split brain.
-        if let Ok(mut s) = self.state.lock()
-            && let Some(believers) = s.believers.get_mut(&lease)
-        {
-            believers.retain(|b| b.identity != old.identity);
-        }
+            .remove(&old)
+            .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
         let t0 = SystemTime::now();
+        self.stopped.push(Exclusion {
+            identity: old.clone(),
+            from: t0,
+            until: None,
+        });
         if kill {
             let _ = child.start_kill();
         } else if let Some(pid) = child.id() {
@@ -382,9 +358,7 @@ impl PeerGroup {
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let new = self
             .wait("a new leader of Lease 0", bound, || {
-                self.believers(&lease)
-                    .into_iter()
-                    .find(|b| b.identity != old.identity && b.at >= t0)
+                first_new_leader(&self.events(&lease), &old, t0)
             })
             .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
