@@ -127,10 +127,13 @@ impl Groups {
     ) -> Result<SystemTime> {
         watch
             .wait("every group led", bound, || {
-                self.names
+                // When the last leader label was seen.
+                let seen: Option<Vec<SystemTime>> = self
+                    .names
                     .iter()
-                    .all(|g| watch.leader(g).is_some())
-                    .then(SystemTime::now)
+                    .map(|g| Some(watch.leader(g)?.at))
+                    .collect();
+                seen?.into_iter().max()
             })
             .await
     }

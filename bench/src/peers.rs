@@ -11,7 +11,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::observe::{ProcSample, proc_sample};
@@ -160,7 +159,6 @@ pub struct PeerGroup {
     /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
     /// it prints nothing more), so only two live candidates make a split brain.
     stopped: Vec<Exclusion>,
-    changed: watch::Sender<u64>,
 }
 
 impl PeerGroup {
@@ -174,7 +172,6 @@ impl PeerGroup {
         groups: usize,
         log_dir: &Path,
     ) -> Result<PeerGroup> {
-        let (changed, _) = watch::channel(0);
         let mut group = PeerGroup {
             kind: kind.clone(),
             client: client.clone(),
@@ -186,7 +183,6 @@ impl PeerGroup {
             next: 0,
             events: Arc::default(),
             stopped: Vec::new(),
-            changed,
         };
         for _ in 0..3 {
             group.spawn()?;
@@ -234,7 +230,7 @@ impl PeerGroup {
             .stdout
             .take()
             .ok_or_else(|| Error::Other("peer without stdout".into()))?;
-        let (events, changed) = (self.events.clone(), self.changed.clone());
+        let events = self.events.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
@@ -244,7 +240,6 @@ impl PeerGroup {
                 if let Ok(mut all) = events.lock() {
                     all.entry(lease).or_default().push(event);
                 }
-                changed.send_modify(|n| *n += 1);
             }
         });
         self.candidates.insert(identity, child);
@@ -308,13 +303,8 @@ impl PeerGroup {
         timeout: Duration,
         check: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        crate::observe::wait_for_change(&self.changed, timeout, check, || {
-            (
-                format!("peer output ended: {what}"),
-                format!("{} {what}", self.kind.peer.name),
-            )
-        })
-        .await
+        let what = format!("{} {what}", self.kind.peer.name);
+        crate::observe::recheck(&what, timeout, check).await
     }
 
     /// Waits until every Lease has a leader; returns when the last one started.
