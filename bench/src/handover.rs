@@ -14,7 +14,7 @@ use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
 use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// The scenario.
@@ -136,14 +136,9 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     groups.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reps = ctx.pick(100, 5);
-    let ours = Ours {
-        admin: &light.admin,
-        baseline,
-        groups: &groups,
-        watch: &watch,
-    };
-    let graceful = ours.measure(SCENARIOS[0], reps).await?;
-    let crash = ours.measure(SCENARIOS[1], reps).await?;
+    let on = (&groups, &watch);
+    let graceful = ours(light, baseline, on, SCENARIOS[0], reps).await?;
+    let crash = ours(light, baseline, on, SCENARIOS[1], reps).await?;
     light.add_double_leaders(watch.double_leaders());
     drop(op);
     Ok(Measured { graceful, crash })
@@ -317,41 +312,6 @@ async fn peer_handovers(
     })
 }
 
-/// Ours on one group, alone on the server.
-struct Ours<'a> {
-    admin: &'a kube::Client,
-    baseline: &'a RequestCounts,
-    groups: &'a Groups,
-    watch: &'a LeaderWatch,
-}
-
-impl Ours<'_> {
-    /// `reps` handovers of `scenario` (name, settings).
-    async fn measure(
-        &self,
-        (scenario, settings): (&str, &str),
-        reps: usize,
-    ) -> Result<HandoverResult> {
-        tracing::info!("ours: {reps} {scenario} handovers");
-        let (samples, calls) = repeat_counting(self.admin, self.baseline, reps, || async {
-            let ms = if scenario == "graceful" {
-                self.groups.deletion_handover(self.watch, "g-0").await?
-            } else {
-                self.groups.not_ready_handover(self.watch, "g-0").await?
-            };
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            Ok(ms)
-        })
-        .await?;
-        let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
-        Ok(HandoverResult {
-            run: Run::default(),
-            scenario: scenario.into(),
-            systems: vec![ours],
-        })
-    }
-}
-
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
 /// stand-in ReplicaSet): left out of the operator's API calls per handover.
 fn harness_request(key: &str) -> bool {
@@ -361,32 +321,40 @@ fn harness_request(key: &str) -> bool {
     )
 }
 
-/// Runs `rep` `n` times; returns the samples and the operator's API requests per repetition, by
-/// verb and resource, from the API server's counters (less the idle baseline and the harness's
-/// own requests).
-async fn repeat_counting<F, Fut>(
-    admin: &kube::Client,
+/// `reps` of our handovers of `scenario` (name, settings) of group `g-0`, with the operator's API
+/// requests per repetition, by verb and resource, from the API server's counters (less the idle
+/// baseline and the harness's own requests).
+async fn ours(
+    light: &Light,
     baseline: &RequestCounts,
-    n: usize,
-    mut rep: F,
-) -> Result<(Vec<f64>, RequestCounts)>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<f64>>,
-{
-    let before = api_requests(admin).await?;
+    (groups, watch): (&Groups, &LeaderWatch),
+    (scenario, settings): (&str, &str),
+    reps: usize,
+) -> Result<HandoverResult> {
+    tracing::info!("ours: {reps} {scenario} handovers");
+    let before = api_requests(&light.admin).await?;
     let t0 = Instant::now();
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        samples.push(rep().await?);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        samples.push(if scenario == "graceful" {
+            groups.deletion_handover(watch, "g-0").await?
+        } else {
+            groups.not_ready_handover(watch, "g-0").await?
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let after = api_requests(admin).await?;
-    let per_rep = rates(&before, &after, seconds, Some(baseline))
+    let after = api_requests(&light.admin).await?;
+    let calls = rates(&before, &after, seconds, Some(baseline))
         .into_iter()
         .filter(|(k, _)| !harness_request(k))
-        .map(|(k, per_s)| (k, per_s * seconds / n.max(1) as f64))
+        .map(|(k, per_s)| (k, per_s * seconds / reps.max(1) as f64))
         .filter(|(_, v)| *v >= 0.05)
         .collect();
-    Ok((samples, per_rep))
+    let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
+    Ok(HandoverResult {
+        run: Run::default(),
+        scenario: scenario.into(),
+        systems: vec![ours],
+    })
 }
