@@ -45,7 +45,7 @@ use crate::markdown::Block;
 use crate::observe::ms_between;
 use crate::peers::{PEERS, Peer};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
+use crate::scenario::{About, Context, Outcome, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -631,26 +631,21 @@ async fn node_loss(
 }
 
 /// The scenario.
-pub struct E2e;
+pub const E2E: BenchScenario = BenchScenario {
+    about: About::alone(
+        "e2e",
+        "The end-to-end scenarios on a real cluster of their own (as root)",
+    ),
+    measure: |ctx| measuring(run_e2e(ctx)),
+    render: blocks,
+};
 
-impl BenchScenario for E2e {
-    fn about(&self) -> About {
-        About::alone(
-            "e2e",
-            "The end-to-end scenarios on a real cluster of their own (as root)",
-        )
-    }
-
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(run_e2e(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        Ok(results
-            .read_opt::<E2eResult>("e2e")?
-            .map(|r| render(&r))
-            .unwrap_or_default())
-    }
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    Ok(results
+        .read_opt::<E2eResult>("e2e")?
+        .map(|r| render(&r))
+        .unwrap_or_default())
 }
 
 async fn run_e2e(ctx: &Context) -> Result<E2eResult> {

@@ -14,11 +14,8 @@ use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
 use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
-
-/// The scenario.
-pub struct Handovers;
 
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -86,43 +83,40 @@ const SCENARIOS: [(&str, &str); 2] = [
     ),
 ];
 
-impl Scenario for Handovers {
-    fn about(&self) -> About {
-        About::full_run(
-            "handover",
-            "Graceful and crash handovers: ours on one group, then the peers",
+/// The scenario.
+pub const HANDOVERS: Scenario = Scenario {
+    about: About::full_run(
+        "handover",
+        "Graceful and crash handovers: ours on one group, then the peers",
+    ),
+    measure: |ctx| measuring(measure_ours(ctx)),
+    render: blocks,
+};
+
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let graceful: HandoverResult = results.read("graceful")?;
+    let crash: HandoverResult = results.read("crash")?;
+    let floor: crate::floor::FloorResult = results.read("floor")?;
+    let run = &graceful.run;
+    let mut blocks = vec![
+        Block::tables(
+            "run",
+            [Table::new(&["command", "started", "took"]).with([
+                format!("`{}`", run.command),
+                run.started_at.clone(),
+                format!("{:.0} s", run.duration_s),
+            ])],
         )
+        .notes(run.quick.then(|| {
+            "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
+        })),
+        Block::tables("machine", [machine(run)]),
+    ];
+    for result in [&graceful, &crash] {
+        blocks.push(handover_block(result, floor.median_ms()));
     }
-
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure_ours(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let graceful: HandoverResult = results.read("graceful")?;
-        let crash: HandoverResult = results.read("crash")?;
-        let floor: crate::floor::FloorResult = results.read("floor")?;
-        let run = &graceful.run;
-        let mut blocks = vec![
-            Block::tables(
-                "run",
-                [Table::new(&["command", "started", "took"]).with([
-                    format!("`{}`", run.command),
-                    run.started_at.clone(),
-                    format!("{:.0} s", run.duration_s),
-                ])],
-            )
-            .notes(run.quick.then(|| {
-                "**This is a `--quick` smoke run: too few repetitions to mean anything.**"
-                    .to_owned()
-            })),
-            Block::tables("machine", [machine(run)]),
-        ];
-        for result in [&graceful, &crash] {
-            blocks.push(handover_block(result, floor.median_ms()));
-        }
-        Ok(blocks)
-    }
+    Ok(blocks)
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {

@@ -20,10 +20,7 @@ use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
 use crate::ours::Groups;
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
-
-/// The scenario.
-pub struct HeartbeatWrites;
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 
 /// Groups measured.
 const GROUPS: usize = 100;
@@ -56,46 +53,44 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-impl Scenario for HeartbeatWrites {
-    fn about(&self) -> About {
-        About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes")
-    }
+/// The scenario.
+pub const HEARTBEAT_WRITES: Scenario = Scenario {
+    about: About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
-        let setup = Table::new(&["groups", "Lease duration"]).with([
-            result.groups.to_string(),
-            format!("{} s", result.lease_duration_seconds),
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
+    let setup = Table::new(&["groups", "Lease duration"]).with([
+        result.groups.to_string(),
+        format!("{} s", result.lease_duration_seconds),
+    ]);
+    let mut table = Table::new(&[
+        "mode",
+        "window s",
+        "writes/s (all groups)",
+        "writes per group per s",
+        "by verb and resource",
+    ]);
+    for w in &result.windows {
+        let detail = w
+            .requests_per_s
+            .iter()
+            .filter(|(k, v)| **v >= 0.005 && is_write(k))
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        table.row([
+            w.mode.clone(),
+            format!("{:.0}", w.seconds),
+            format!("{:.2}", w.writes_per_s),
+            format!("{:.3}", w.writes_per_group_per_s),
+            detail,
         ]);
-        let mut table = Table::new(&[
-            "mode",
-            "window s",
-            "writes/s (all groups)",
-            "writes per group per s",
-            "by verb and resource",
-        ]);
-        for w in &result.windows {
-            let detail = w
-                .requests_per_s
-                .iter()
-                .filter(|(k, v)| **v >= 0.005 && is_write(k))
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            table.row([
-                w.mode.clone(),
-                format!("{:.0}", w.seconds),
-                format!("{:.2}", w.writes_per_s),
-                format!("{:.3}", w.writes_per_group_per_s),
-                detail,
-            ]);
-        }
-        Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
     }
+    Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
 }
 
 async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {

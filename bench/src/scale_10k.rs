@@ -21,11 +21,8 @@ use crate::observe::{LeaderWatch, ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::{Results, Run};
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
-
-/// The scenario.
-pub struct Scale10k;
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -86,24 +83,22 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-impl Scenario for Scale10k {
-    fn about(&self) -> About {
-        About::alone(
-            "scale-10k",
-            "10,000 groups (or the first value of `--scale`), then an operator restart",
-        )
-    }
+/// The scenario.
+pub const SCALE_10K: Scenario = Scenario {
+    about: About::alone(
+        "scale-10k",
+        "10,000 groups (or the first value of `--scale`), then an operator restart",
+    ),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
-            return Ok(Vec::new());
-        };
-        Ok(render(&r))
-    }
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
+        return Ok(Vec::new());
+    };
+    Ok(render(&r))
 }
 
 /// `groups` groups (the first value of `--scale`) over `groups / 1000` namespaces (at least

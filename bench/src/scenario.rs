@@ -20,14 +20,14 @@ use crate::results::{Results, Run};
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
-pub trait Scenario: Sync {
+pub struct Scenario {
     /// Its name, its help, and whether the full run measures it.
-    fn about(&self) -> About;
+    pub about: About,
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a>;
+    pub measure: fn(&Context) -> Measuring<'_>,
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
-    fn render(&self, results: &Results) -> Result<Vec<Block>>;
+    pub render: fn(&Results) -> Result<Vec<Block>>,
 }
 
 /// What the command line knows of a scenario.
