@@ -13,6 +13,7 @@ use kube::api::{Patch, PatchParams};
 use leadergroup_client::Membership;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_operator::election::HEARTBEAT;
+use leadergroup_testenv::wait_until_every;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -162,32 +163,21 @@ impl Outcome for HeartbeatWritesResult {
 
 /// Waits until every group's Heartbeat condition says its leader renews.
 async fn wait_renewing(api: &Api<LeaderGroup>, names: &[String]) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("all {} groups to report their leader renewing", names.len());
+    let every = Duration::from_millis(500);
+    let renewing = wait_until_every(&what, Duration::from_secs(60), every, || async {
         let list = api.list(&Default::default()).await?;
-        let renewing = list
-            .items
-            .iter()
-            .filter(|g| names.contains(&kube::ResourceExt::name_any(*g)))
-            .filter(|g| {
-                g.status.as_ref().is_some_and(|s| {
+        let renewing = list.items.iter().filter(|g| {
+            names.contains(&kube::ResourceExt::name_any(*g))
+                && g.status.as_ref().is_some_and(|s| {
                     s.conditions
                         .iter()
                         .any(|c| c.type_ == HEARTBEAT && c.reason == "Renewing")
                 })
-            })
-            .count();
-        if renewing == names.len() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(Error::Other(format!(
-                "only {renewing} of {} groups report their leader renewing after 60 s",
-                names.len()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        });
+        Ok::<_, kube::Error>((renewing.count() == names.len()).then_some(()))
+    });
+    Ok(renewing.await?)
 }
 
 /// One mode's steady window over every group.

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
+use leadergroup_testenv::wait_until_every;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -274,27 +275,22 @@ impl PeerGroup {
     /// OnStartedLeading (it never stopped leading), and no handover could be timed.
     async fn holder(&self, lease: &str) -> Result<String> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = tokio::time::Instant::now() + self.kind.lease() * 3;
-        loop {
+        let what = format!(
+            "{}: the holder of Lease {lease} to be the one candidate that believes it leads",
+            self.kind.peer.name
+        );
+        let within = self.kind.lease() * 3;
+        let every = Duration::from_millis(100);
+        let holder = wait_until_every(&what, within, every, || async {
             let holder = api
                 .get_opt(lease)
                 .await?
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity);
+                .and_then(|l| l.spec?.holder_identity);
             let events = self.events(lease);
-            if let [sole] = believers_at(&events, SystemTime::now(), &self.stopped).as_slice()
-                && Some(sole) == holder.as_ref()
-            {
-                return Ok(sole.clone());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "{}: the holder of Lease {lease} ({holder:?}) is not the one candidate that believes it leads",
-                    self.kind.peer.name
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            let believers = believers_at(&events, SystemTime::now(), &self.stopped);
+            Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
+        });
+        Ok(holder.await?)
     }
 
     async fn wait<T>(
