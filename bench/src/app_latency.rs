@@ -10,11 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
-
-/// The scenario.
-pub struct AppLatency;
 
 /// Where each clock starts.
 pub const START: &str = "the Lease's `acquireTime`, written by the operator in step 1 of the transition (the Lease CAS) and set to the `now` of the decision that picked the new leader";
@@ -100,73 +97,70 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-impl Scenario for AppLatency {
-    fn about(&self) -> About {
-        About::full_run(
-            "app-latency",
-            "How fast the application learns its role (crate and agent)",
-        )
-    }
+/// The scenario.
+pub const APP_LATENCY: Scenario = Scenario {
+    about: About::full_run(
+        "app-latency",
+        "How fast the application learns its role (crate and agent)",
+    ),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let app: AppLatencyResult = results.read("app-latency")?;
+    let deletions = app
+        .handovers
+        .iter()
+        .filter(|h| h.trigger == "deletion")
+        .count();
+    let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"]).with([
+        app.handovers.len().to_string(),
+        deletions.to_string(),
+        (app.handovers.len() - deletions).to_string(),
+        format!("{} s", measure::LEASE_SECONDS),
+    ]);
+    let mut clocks = spread_table(&["clock", "trigger"]);
+    for c in &app.clocks {
+        clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
     }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let app: AppLatencyResult = results.read("app-latency")?;
-        let deletions = app
-            .handovers
-            .iter()
-            .filter(|h| h.trigger == "deletion")
-            .count();
-        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"])
-            .with([
-                app.handovers.len().to_string(),
-                deletions.to_string(),
-                (app.handovers.len() - deletions).to_string(),
-                format!("{} s", measure::LEASE_SECONDS),
-            ]);
-        let mut clocks = spread_table(&["clock", "trigger"]);
-        for c in &app.clocks {
-            clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
-        }
-        clocks.row([
-            "downward API file changes",
-            "label PATCH",
-            "see `make e2e`",
-            "see `make e2e`",
-            "–",
-            "–",
-        ]);
-        let before: Vec<f64> = app
-            .handovers
-            .iter()
-            .map(|h| h.trigger_to_decision_ms)
-            .collect();
-        let before = summarize(&before);
-        let overlaps = app
-            .handovers
-            .iter()
-            .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
-            .count();
-        let checks = Table::new(&[
-            "before the decision: median",
-            "p99",
-            "new leader's `Leader` before the old one stopped",
-            "checks over every report",
-        ])
-        .with([
-            before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
-            before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
-            format!("{overlaps} of {} handovers", app.handovers.len()),
-            if app.violations.is_empty() {
-                "all held".to_owned()
-            } else {
-                format!("**{}**", app.violations.join("; "))
-            },
-        ]);
-        Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
-    }
+    clocks.row([
+        "downward API file changes",
+        "label PATCH",
+        "see `make e2e`",
+        "see `make e2e`",
+        "–",
+        "–",
+    ]);
+    let before: Vec<f64> = app
+        .handovers
+        .iter()
+        .map(|h| h.trigger_to_decision_ms)
+        .collect();
+    let before = summarize(&before);
+    let overlaps = app
+        .handovers
+        .iter()
+        .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
+        .count();
+    let checks = Table::new(&[
+        "before the decision: median",
+        "p99",
+        "new leader's `Leader` before the old one stopped",
+        "checks over every report",
+    ])
+    .with([
+        before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
+        before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
+        format!("{overlaps} of {} handovers", app.handovers.len()),
+        if app.violations.is_empty() {
+            "all held".to_owned()
+        } else {
+            format!("**{}**", app.violations.join("; "))
+        },
+    ]);
+    Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
 }
 
 async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
@@ -178,7 +172,7 @@ async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
         ns: &ns,
         kubeconfig: light.kubeconfig(),
         cp: light.cp,
-        operator_bin: light.operator.binary.clone(),
+        operator_bin: light.operator.clone(),
         agent_bin: crate::ours::release_binary("leadergroup-agent")?,
         log_dir: ctx.log_dir.join("app-latency"),
         handovers,

@@ -8,13 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, ms_between};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
-
-/// The scenario.
-pub struct Burst;
 
 /// One burst.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -42,44 +39,42 @@ pub struct BurstResult {
     pub all_re_led: Option<Summary>,
 }
 
-impl Scenario for Burst {
-    fn about(&self) -> About {
-        About::full_run("burst", "The burst of failed leaders")
-    }
+/// The scenario.
+pub const BURST: Scenario = Scenario {
+    about: About::full_run("burst", "The burst of failed leaders"),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let burst: BurstResult = results.read("burst")?;
-        let run = &burst.run;
-        let setup = Table::new(&["groups", "run"]).with([
-            burst.groups.to_string(),
-            format!("{} (`{}`)", run.started_at, run.command),
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let burst: BurstResult = results.read("burst")?;
+    let run = &burst.run;
+    let setup = Table::new(&["groups", "run"]).with([
+        burst.groups.to_string(),
+        format!("{} (`{}`)", run.started_at, run.command),
+    ]);
+    let latencies = spread_table(&["measure"])
+        .with(spread_row(
+            &["all re-led (per burst)"],
+            burst.all_re_led.as_ref(),
+        ))
+        .with(spread_row(&["per group"], burst.per_group.as_ref()));
+    let sweeps: Vec<String> = burst.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
+    let sweeps =
+        Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
+    let mut targets = Table::new(&["target", "measured", "met"]);
+    if let Some(s) = &burst.all_re_led {
+        targets.row([
+            format!("burst of {}: all re-led within 1 s", burst.groups),
+            format!("max {}", ms(s.max_ms)),
+            met(s.max_ms < 1000.0).to_owned(),
         ]);
-        let latencies = spread_table(&["measure"])
-            .with(spread_row(
-                &["all re-led (per burst)"],
-                burst.all_re_led.as_ref(),
-            ))
-            .with(spread_row(&["per group"], burst.per_group.as_ref()));
-        let sweeps: Vec<String> = burst.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
-        let sweeps =
-            Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
-        let mut targets = Table::new(&["target", "measured", "met"]);
-        if let Some(s) = &burst.all_re_led {
-            targets.row([
-                format!("burst of {}: all re-led within 1 s", burst.groups),
-                format!("max {}", ms(s.max_ms)),
-                met(s.max_ms < 1000.0).to_owned(),
-            ]);
-        }
-        Ok(vec![
-            Block::tables("burst", [setup, latencies, sweeps]),
-            Block::tables("burst-targets", [targets]),
-        ])
     }
+    Ok(vec![
+        Block::tables("burst", [setup, latencies, sweeps]),
+        Block::tables("burst-targets", [targets]),
+    ])
 }
 
 async fn measure(ctx: &Context) -> Result<BurstResult> {
@@ -88,8 +83,9 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
     tracing::info!("burst: {count} groups, {rounds} bursts");
     let groups = Groups::create("bench-burst", count).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let log = ctx.log_dir.join("operator-burst.log");
-    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&groups.namespace), "operator-burst.log")
+        .await?;
     groups.wait_all_led(&watch).await?;
     tokio::time::sleep(ctx.settle()).await;
     let mut bursts = Vec::new();
@@ -98,7 +94,7 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         tokio::time::sleep(ctx.settle()).await;
     }
     light.add_double_leaders(watch.double_leaders());
-    op.stop().await;
+    drop(op);
     let per: Vec<f64> = bursts
         .iter()
         .flat_map(|b| b.per_group_ms.iter().copied())

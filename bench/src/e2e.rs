@@ -20,26 +20,32 @@
 //! so there is one clock. The scenarios, and where each clock starts, are in [`Scenario`].
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
 use kube::{Api, Client, ResourceExt};
-use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::crd::{leader_group, leader_groups};
+use leadergroup_testenv::pods::{container_id, eligible, node_of};
+use leadergroup_testenv::{
+    Frozen, RealCluster, kill_container, node_ready, settled, wait_until, wait_until_every,
+};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
 use crate::error::{Error, Result};
 use crate::markdown::Block;
+use crate::observe::ms_between;
+use crate::peers::{PEERS, Peer};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
+use crate::scenario::{About, Context, Outcome, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -49,15 +55,20 @@ use crate::timeline::{
 const CUT_NODE: &str = "lg-node-1";
 const OTHER_NODE: &str = "lg-node-2";
 
-/// The operator's release, as `make e2e`'s tests install it.
-const RELEASE: &str = "leadergroup-operator";
-const RELEASE_NS: &str = "leadergroup-system";
-
 /// Candidates per system.
 const CANDIDATES: usize = 3;
 
+/// How long a system may take to be at rest again after a handover.
+const AT_REST: Duration = Duration::from_secs(180);
+
 /// The web app's readiness probe in our pods (what the frozen scenario waits on).
 const PROBE: &str = "HTTP GET every 1 s, timeout 1 s, failureThreshold 1";
+
+/// The Heartbeat group's Lease.
+const HEARTBEAT_LEASE_SECONDS: u32 = 5;
+
+/// The scenarios that run system by system (node loss runs every system in one cut).
+const HANDOVERS: [Scenario; 3] = [Scenario::Graceful, Scenario::Crash, Scenario::Frozen];
 
 /// Repetitions of one run.
 #[derive(Clone, Debug)]
@@ -70,55 +81,36 @@ struct Plan {
     grace: u32,
 }
 
-/// The systems measured.
+/// A system measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum System {
+enum System {
     /// Ours, Readiness liveness (the default).
     Ours,
     /// Ours, Heartbeat liveness, `leaseDurationSeconds: 5` (node loss only).
     OursHeartbeat,
-    ClientGoDefaults,
-    ClientGoTuned,
-    KubeLeaderElection,
-    KubeLeaseManager,
+    Peer(&'static Peer),
 }
 
-const PEERS: [System; 4] = [
-    System::ClientGoDefaults,
-    System::ClientGoTuned,
-    System::KubeLeaderElection,
-    System::KubeLeaseManager,
-];
-
-/// The Heartbeat group's Lease.
-const HEARTBEAT_LEASE_SECONDS: u64 = 5;
-
 impl System {
-    /// The pods' label value, and the prefix of the peer's Lease and of the pod names.
-    pub fn label(self) -> &'static str {
+    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
+    fn label(self) -> &'static str {
         match self {
             System::Ours => "ours",
             System::OursHeartbeat => "ours-hb",
-            System::ClientGoDefaults => "cgd",
-            System::ClientGoTuned => "cgt",
-            System::KubeLeaderElection => "kle",
-            System::KubeLeaseManager => "klm",
+            System::Peer(peer) => peer.label,
         }
     }
 
     fn is_ours(label: &str) -> bool {
-        label == "ours" || label == "ours-hb"
+        label.starts_with("ours")
     }
 
     /// The name in the tables.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             System::Ours => "leadergroup-operator (Readiness)",
             System::OursHeartbeat => "leadergroup-operator (Heartbeat)",
-            System::ClientGoDefaults => "client-go (defaults)",
-            System::ClientGoTuned => "client-go (tuned)",
-            System::KubeLeaderElection => "kube-leader-election 0.44",
-            System::KubeLeaseManager => "kube-lease-manager 0.13.1",
+            System::Peer(peer) => peer.name,
         }
     }
 
@@ -130,72 +122,22 @@ impl System {
             System::OursHeartbeat => format!(
                 "LeaderGroup leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}, liveness Heartbeat (the leader's agent renews every third); agent sidecar"
             ),
-            System::ClientGoDefaults => {
-                "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel".into()
-            }
-            System::ClientGoTuned => {
-                "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel".into()
-            }
-            System::KubeLeaderElection => {
-                "lease_ttl 15 s, try_acquire_or_renew every 5 s, step_down on SIGTERM".into()
-            }
-            System::KubeLeaseManager => {
-                "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)".into()
-            }
+            System::Peer(peer) => peer.settings.to_owned(),
         }
-    }
-
-    /// The peer's Lease (the bench's candidates name it `<prefix>-0`).
-    fn peer_lease(self) -> String {
-        format!("{}-0", self.label())
     }
 
     /// How long a handover may take before the repetition counts as failed.
     fn bound(self) -> Duration {
         match self {
-            System::Ours | System::OursHeartbeat => Duration::from_secs(60),
-            _ => Duration::from_secs(15 * 3 + 30),
+            System::Peer(_) => Duration::from_secs(15 * 3 + 30),
+            _ => Duration::from_secs(60),
         }
     }
+}
 
-    /// The container a crash kills and a freeze stops.
-    fn app_container(self) -> &'static str {
-        if Self::is_ours(self.label()) {
-            "web"
-        } else {
-            "candidate"
-        }
-    }
-
-    fn peer_args(self) -> Vec<&'static str> {
-        let go = |d, r, p| {
-            vec![
-                "--lease-duration",
-                d,
-                "--renew-deadline",
-                r,
-                "--retry-period",
-                p,
-            ]
-        };
-        let rust = |lib| {
-            vec![
-                "--lib",
-                lib,
-                "--lease-seconds",
-                "15",
-                "--renew-seconds",
-                "5",
-            ]
-        };
-        match self {
-            System::ClientGoDefaults => go("15s", "10s", "2s"),
-            System::ClientGoTuned => go("4s", "2s", "1s"),
-            System::KubeLeaderElection => rust("kle"),
-            System::KubeLeaseManager => rust("klm"),
-            System::Ours | System::OursHeartbeat => Vec::new(),
-        }
-    }
+/// The four peers.
+fn peers() -> impl Iterator<Item = System> {
+    PEERS.iter().map(System::Peer)
 }
 
 /// The scenarios.
@@ -245,72 +187,6 @@ impl Scenario {
 
     fn stop(self) -> &'static str {
         "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity"
-    }
-}
-
-/// The real cluster of this run: stopped (`realcluster.sh down`) when dropped, however the run
-/// ends.
-struct RealCluster {
-    script: PathBuf,
-    dir: PathBuf,
-}
-
-impl RealCluster {
-    /// `realcluster.sh up`; the guard exists before the command runs, so a half-started cluster
-    /// is stopped too.
-    async fn up(repo: &Path, dir: PathBuf, grace: u32) -> Result<RealCluster> {
-        let cluster = RealCluster {
-            script: repo.join("controlplane/realcluster.sh"),
-            dir,
-        };
-        let grace = grace.to_string();
-        cluster
-            .run(&["up", "--node-monitor-grace-period", &grace])
-            .await?;
-        Ok(cluster)
-    }
-
-    /// `realcluster.sh ARGS --dir DIR`; its stdout.
-    async fn run(&self, args: &[&str]) -> Result<String> {
-        let out = tokio::process::Command::new(&self.script)
-            .args(args)
-            .arg("--dir")
-            .arg(&self.dir)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .await
-            .map_err(Error::io(format!("running {}", self.script.display())))?;
-        if !out.status.success() {
-            return Err(Error::Other(format!(
-                "realcluster.sh {} failed: {}",
-                args.join(" "),
-                out.status
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    }
-
-    fn socket(&self, node: &str) -> PathBuf {
-        let n = node.strip_prefix("lg-node-").unwrap_or(node);
-        self.dir.join(format!("node{n}/containerd.sock"))
-    }
-}
-
-impl Drop for RealCluster {
-    fn drop(&mut self) {
-        tracing::info!("e2e: stopping the real cluster in {}", self.dir.display());
-        let status = std::process::Command::new(&self.script)
-            .arg("down")
-            .arg("--dir")
-            .arg(&self.dir)
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            other => tracing::warn!(
-                "e2e: realcluster.sh down failed ({other:?}): run `controlplane/realcluster.sh down --dir {}`",
-                self.dir.display()
-            ),
-        }
     }
 }
 
@@ -372,30 +248,23 @@ impl<'a> World<'a> {
     ) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
-        let groups: Api<LeaderGroup> = ns.api();
         let mut wanted = vec![(System::Ours, 15, "Readiness")];
         if heartbeat {
             wanted.push((System::OursHeartbeat, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
         }
         for (system, lease, liveness) in wanted {
-            let group: LeaderGroup = serde_json::from_value(json!({
-                "apiVersion": "leadergroup.io/v1alpha1",
-                "kind": "LeaderGroup",
-                "metadata": {"name": system.label()},
-                "spec": {
-                    "selector": {"matchLabels": {SYSTEM_LABEL: system.label()}},
-                    "leaseDurationSeconds": lease,
-                    "liveness": liveness,
-                },
-            }))?;
-            groups.create(&PostParams::default(), &group).await?;
+            let mut group = leader_group(system.label(), SYSTEM_LABEL, system.label(), lease)?;
+            group.data["spec"]["liveness"] = json!(liveness);
+            leader_groups(&ns.client, &ns.name)
+                .create(&PostParams::default(), &group)
+                .await?;
         }
         let pods: Api<Pod> = ns.api();
-        let tracker = Tracker::start(pods.clone(), cluster.dir.clone(), System::is_ours);
+        let tracker = Tracker::start(pods.clone(), cluster.dir().to_owned(), System::is_ours);
         Ok(World {
             cluster,
             images,
-            client: ns.client.clone(),
+            client: ns.client,
             ns: ns.name,
             pods,
             tracker,
@@ -405,44 +274,36 @@ impl<'a> World<'a> {
     }
 
     /// Creates a candidate of `system` on `node`.
-    async fn add_pod(&self, system: System, node: &str) -> Result<String> {
-        let name = format!(
-            "{}-{}",
-            system.label(),
-            self.next_pod.fetch_add(1, Ordering::Relaxed)
-        );
-        let pod = self.pod(system, &name, node)?;
+    async fn add_pod(&self, system: System, node: &str) -> Result<()> {
+        let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
+        let pod = self.pod(system, &format!("{}-{n}", system.label()), node)?;
         self.pods.create(&PostParams::default(), &pod).await?;
-        Ok(name)
+        Ok(())
     }
 
     /// The pod of a candidate of `system`, from bench/manifests.
     fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
         let common = [("NAME", name), ("SYSTEM", system.label()), ("NODE", node)];
-        if System::is_ours(system.label()) {
+        let System::Peer(peer) = system else {
             let images = [
                 ("AGENT_IMAGE", self.images.agent.as_str()),
                 ("WEBAPP_IMAGE", &self.images.webapp),
             ];
             return manifest(OURS_POD, &[&common[..], &images].concat());
-        }
-        let (image, binary) = match system {
-            System::ClientGoDefaults | System::ClientGoTuned => (
-                &self.images.client_go,
-                "/usr/local/bin/leadergroup-bench-client-go",
-            ),
-            _ => (
-                &self.images.rust_peer,
-                "/usr/local/bin/leadergroup-bench-rust-peer",
-            ),
         };
-        let binary = [("IMAGE", image.as_str()), ("BINARY", binary)];
-        let mut pod: Pod = manifest(PEER_POD, &[&common[..], &binary].concat())?;
+        let (image, binary) = if peer.go {
+            (&self.images.client_go, "leadergroup-bench-client-go")
+        } else {
+            (&self.images.rust_peer, "leadergroup-bench-rust-peer")
+        };
+        let binary = format!("/usr/local/bin/{binary}");
+        let values = [("IMAGE", image.as_str()), ("BINARY", &binary)];
+        let mut pod: Pod = manifest(PEER_POD, &[&common[..], &values].concat())?;
         let prefix = [
             "--namespace",
             "$(POD_NAMESPACE)",
             "--lease-prefix",
-            system.label(),
+            peer.label,
         ];
         if let Some(command) = pod
             .spec
@@ -450,13 +311,7 @@ impl<'a> World<'a> {
             .and_then(|s| s.containers.first_mut())
             .and_then(|c| c.command.as_mut())
         {
-            command.extend(
-                system
-                    .peer_args()
-                    .into_iter()
-                    .chain(prefix)
-                    .map(str::to_owned),
-            );
+            command.extend(peer.args.iter().chain(&prefix).map(|a| (*a).to_owned()));
         }
         Ok(pod)
     }
@@ -469,6 +324,7 @@ impl<'a> World<'a> {
             .unwrap_or_default()
     }
 
+    /// From `from` on, `identity` does not count as believing it leads (see [`Exclusion`]).
     fn exclude(&self, system: System, identity: &str, from: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock() {
             x.entry(system.label()).or_default().push(Exclusion {
@@ -479,38 +335,28 @@ impl<'a> World<'a> {
         }
     }
 
+    /// From `until` on, `identity` counts again (a frozen process thawed).
     fn end_exclusion(&self, system: System, identity: &str, until: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock()
             && let Some(list) = x.get_mut(system.label())
         {
-            for e in list
-                .iter_mut()
-                .filter(|e| e.identity == identity && e.until.is_none())
-            {
-                e.until = Some(until);
+            for e in list.iter_mut().filter(|e| e.identity == identity) {
+                e.until.get_or_insert(until);
             }
         }
     }
 
-    /// The system's live candidate pods (no deletionTimestamp).
-    async fn live_pods(&self, system: System) -> Result<Vec<Pod>> {
-        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label()));
-        Ok(self
-            .pods
-            .list(&params)
-            .await?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect())
-    }
-
-    /// The leader, when the system is at rest: `pods` candidates Running and Ready, exactly one
-    /// believer, and the API agreeing (ours: the group's status names its pod; a peer: its
-    /// Lease's holder is that identity).
+    /// The leader, when the system is at rest: `pods` candidates eligible (Running, Ready, not
+    /// terminating), exactly one believer, and the API agreeing (ours: the group settled on its
+    /// pod, I2; a peer: its Lease's holder is that identity).
     async fn at_rest(&self, system: System, pods: usize) -> Result<Option<Leader>> {
-        let live = self.live_pods(system).await?;
-        if live.len() != pods || !live.iter().all(ready) {
+        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label()));
+        let listed = self.pods.list(&params).await?.items;
+        let live: Vec<&Pod> = listed
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
         let events = self.tracker.events(system.label());
@@ -522,22 +368,15 @@ impl<'a> World<'a> {
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
-        let agrees = if System::is_ours(system.label()) {
-            let groups: Api<LeaderGroup> = Api::namespaced(self.client.clone(), &self.ns);
-            groups
-                .get_opt(system.label())
+        let agrees = match system {
+            System::Peer(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
+                .get_opt(&format!("{}-0", peer.label))
                 .await?
-                .and_then(|g| g.status)
-                .and_then(|s| s.leader)
-                .is_some_and(|l| l == pod)
-        } else {
-            let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
-            leases
-                .get_opt(&system.peer_lease())
+                .and_then(|l| l.spec?.holder_identity)
+                .is_some_and(|h| h == *sole),
+            _ => settled(&self.client, &self.ns, system.label())
                 .await?
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity)
-                .is_some_and(|h| h == *sole)
+                .is_ok_and(|s| s.leader == pod),
         };
         Ok(agrees.then(|| Leader {
             identity: sole.clone(),
@@ -546,20 +385,17 @@ impl<'a> World<'a> {
     }
 
     async fn wait_at_rest(&self, system: System, pods: usize) -> Result<Leader> {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(l) = self.at_rest(system, pods).await? {
-                return Ok(l);
-            }
-            if Instant::now() > deadline {
+        let what = format!(
+            "{} at rest with {pods} Ready candidates and one leader",
+            system.name()
+        );
+        let every = Duration::from_millis(200);
+        wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
+            .await
+            .map_err(|e| {
                 let events = self.tracker.events(system.label());
-                return Err(Error::Timeout(format!(
-                    "{} at rest with {pods} Ready candidates and one leader (events: {events:?})",
-                    system.name()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+                Error::Other(format!("{e} (events: {events:?})"))
+            })
     }
 
     /// Waits for the first candidate other than `old` to start leading at or after `t0`.
@@ -570,79 +406,39 @@ impl<'a> World<'a> {
         t0: SystemTime,
         bound: Duration,
     ) -> Result<SystemTime> {
-        let deadline = Instant::now() + bound;
-        loop {
+        let what = format!("{}: a leader other than {old}", system.name());
+        let every = Duration::from_millis(20);
+        Ok(wait_until_every(&what, bound, every, || async {
             let events = self.tracker.events(system.label());
-            if let Some(e) = first_new_leader(&events, old, t0) {
-                return Ok(e.at);
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout(format!(
-                    "{}: a leader other than {old} within {} s",
-                    system.name(),
-                    bound.as_secs()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The pod's `container`'s containerd id and its node.
-    async fn container(&self, pod: &str, container: &str) -> Result<(String, String)> {
-        let p = self.pods.get(pod).await?;
-        let node = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .ok_or_else(|| Error::Other(format!("{pod} is on no node")))?;
-        let id = p
-            .status
-            .and_then(|s| s.container_statuses)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.name == container)
-            .and_then(|c| c.container_id)
-            .ok_or_else(|| Error::Other(format!("{pod}: no started container {container}")))?;
-        let id = id
-            .strip_prefix("containerd://")
-            .map_or(id.clone(), str::to_owned);
-        Ok((node, id))
+            Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
+        })
+        .await?)
     }
 
     /// One repetition of `scenario` (not node loss) on `system`: milliseconds from the fault to
-    /// the new leader's application acting.
+    /// the new leader's application acting. The fault strikes the pod's app container, its only
+    /// one (ours: the web app, the agent being a native sidecar; a peer: its candidate).
     async fn repetition(&self, system: System, scenario: Scenario) -> Result<f64> {
         let old = self.wait_at_rest(system, CANDIDATES).await?;
-        let old_node = self
-            .pods
-            .get(&old.pod)
-            .await?
-            .spec
-            .and_then(|s| s.node_name)
-            .ok_or_else(|| Error::Other(format!("{} is on no node", old.pod)))?;
-        let t0;
-        let mut frozen: Option<PathBuf> = None;
-        match scenario {
-            Scenario::Graceful => {
-                t0 = SystemTime::now();
-                self.exclude(system, &old.identity, t0);
+        let pod = self.pods.get(&old.pod).await?;
+        let (Some(node), Some(id)) = (node_of(&pod), container_id(&pod)) else {
+            return Err(Error::Other(format!("{}: no started container", old.pod)));
+        };
+        let frozen = match scenario {
+            Scenario::Frozen => Some(Frozen::locate(node, &id)?),
+            _ => None,
+        };
+        let t0 = SystemTime::now();
+        self.exclude(system, &old.identity, t0);
+        match (scenario, &frozen) {
+            (Scenario::Graceful, _) => {
                 self.pods.delete(&old.pod, &DeleteParams::default()).await?;
             }
-            Scenario::Crash => {
-                let (node, id) = self.container(&old.pod, system.app_container()).await?;
-                t0 = SystemTime::now();
-                self.exclude(system, &old.identity, t0);
-                leadergroup_testenv::kill_container(&self.cluster.socket(&node), &id).await?;
+            (Scenario::Crash, _) => {
+                kill_container(&self.cluster.containerd_socket(node)?, &id).await?;
             }
-            Scenario::Frozen => {
-                let (node, id) = self.container(&old.pod, system.app_container()).await?;
-                let state = leadergroup_testenv::freezer_state(&node, &id)?;
-                t0 = SystemTime::now();
-                self.exclude(system, &old.identity, t0);
-                std::fs::write(&state, "FROZEN").map_err(Error::io("freezing a container"))?;
-                frozen = Some(state);
-            }
-            Scenario::NodeLoss => {
+            (_, Some(frozen)) => frozen.freeze()?,
+            _ => {
                 return Err(Error::Other(
                     "node loss runs for all systems at once".into(),
                 ));
@@ -651,11 +447,11 @@ impl<'a> World<'a> {
         let new = self
             .wait_new_leader(system, &old.identity, t0, system.bound())
             .await;
-        if let Some(state) = frozen {
+        if let Some(frozen) = frozen {
             if new.is_ok() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            std::fs::write(&state, "THAWED").map_err(Error::io("thawing a container"))?;
+            frozen.thaw()?;
             self.end_exclusion(system, &old.identity, SystemTime::now());
         }
         if scenario != Scenario::Graceful {
@@ -664,16 +460,9 @@ impl<'a> World<'a> {
             // restart, which over the repetitions would only lengthen the waits between them.
             self.pods.delete(&old.pod, &DeleteParams::default()).await?;
         }
-        self.add_pod(system, &old_node).await?;
-        let new = new?;
-        Ok(crate::observe::ms_between(t0, new))
+        self.add_pod(system, node).await?;
+        Ok(ms_between(t0, new?))
     }
-}
-
-/// A pod Running with Ready=True.
-fn ready(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        && leadergroup_testenv::invariants::ready(pod)
 }
 
 /// The candidates' pods and RBAC (bench/manifests).
@@ -703,21 +492,24 @@ async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Node `node`'s Ready condition is True.
-async fn node_ready(client: &Client, node: &str) -> Result<bool> {
-    let n = Api::<Node>::all(client.clone()).get(node).await?;
-    Ok(n.status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Deletes a namespace, not waiting.
 async fn delete_namespace(client: &Client, ns: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(ns, &DeleteParams::background())
         .await;
+}
+
+/// Runs a command that must succeed (its output passed through).
+async fn run_command(command: std::process::Command) -> Result<()> {
+    let shown = format!("{command:?}");
+    let status = tokio::process::Command::from(command)
+        .status()
+        .await
+        .map_err(Error::io(format!("running {shown}")))?;
+    if !status.success() {
+        return Err(Error::Other(format!("{shown}: {status}")));
+    }
+    Ok(())
 }
 
 /// Collects one system's samples of one scenario.
@@ -728,25 +520,34 @@ struct Collected {
     split_brains: u64,
 }
 
-/// Graceful, crash and frozen on one system, `reps` times each; per scenario.
-async fn handovers(world: &World<'_>, system: System, reps: usize) -> Vec<Collected> {
-    let mut out = Vec::new();
-    for scenario in [Scenario::Graceful, Scenario::Crash, Scenario::Frozen] {
+impl Collected {
+    fn result(self, system: System) -> SystemResult {
+        SystemResult {
+            system: system.name().into(),
+            settings: system.settings(),
+            summary: summarize(&self.samples),
+            samples_ms: self.samples,
+            split_brains: self.split_brains,
+            failures: self.failures,
+        }
+    }
+}
+
+/// Graceful, crash and frozen on one system, `reps` times each; per scenario of [`HANDOVERS`].
+async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected; 3] {
+    let mut out: [Collected; 3] = Default::default();
+    for (scenario, c) in HANDOVERS.into_iter().zip(&mut out) {
         let from = SystemTime::now();
-        let mut c = Collected::default();
-        for i in 0..reps {
-            match world.repetition(system, scenario).await {
+        for i in 1..=reps {
+            let rep = world.repetition(system, scenario).await;
+            let (name, key) = (system.name(), scenario.key());
+            match rep {
                 Ok(ms) => {
-                    tracing::info!(
-                        "e2e: {} {} #{}: {ms:.0} ms",
-                        system.name(),
-                        scenario.key(),
-                        i + 1
-                    );
+                    tracing::info!("e2e: {name} {key} #{i}: {ms:.0} ms");
                     c.samples.push(ms);
                 }
                 Err(e) => {
-                    tracing::info!("e2e: {} {} #{}: {e}", system.name(), scenario.key(), i + 1);
+                    tracing::info!("e2e: {name} {key} #{i}: {e}");
                     c.failures.push(e.to_string());
                     break;
                 }
@@ -755,19 +556,16 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> Vec<Collec
         }
         // The last handover's other candidates have settled once the system is at rest again.
         let _ = world.wait_at_rest(system, CANDIDATES).await;
-        c.split_brains = split_brains(
-            &world.tracker.events(system.label()),
-            from,
-            SystemTime::now(),
-            &world.exclusions(system),
-        );
-        out.push(c);
+        let events = world.tracker.events(system.label());
+        let exclusions = world.exclusions(system);
+        c.split_brains = split_brains(&events, from, SystemTime::now(), &exclusions);
     }
     out
 }
 
 /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
-/// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back.
+/// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Per system:
+/// the milliseconds (or why not) and the split brains.
 async fn node_loss(
     cluster: &RealCluster,
     images: &Images,
@@ -789,40 +587,39 @@ async fn node_loss(
     }
     let mut old = BTreeMap::new();
     for &s in systems {
-        let leader = world.wait_at_rest(s, CANDIDATES).await?;
-        old.insert(s.label(), leader);
+        old.insert(s.label(), world.wait_at_rest(s, CANDIDATES).await?.identity);
     }
     // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let from = SystemTime::now();
-    let printed = cluster.run(&["cut-node", "1"]).await?;
-    let secs: f64 = printed
-        .parse()
-        .map_err(|e| Error::Other(format!("cut-node printed {printed:?}: {e}")))?;
-    let t0 = UNIX_EPOCH + Duration::from_secs_f64(secs);
+    let (uncut, t0) = cluster.cut_node(CUT_NODE).await?;
     tracing::info!("e2e: node loss: {CUT_NODE} cut");
-    let bound = Duration::from_secs(u64::from(grace)) + Duration::from_secs(90);
-    let waits = systems.iter().map(|&s| {
-        let world = &world;
-        let old = old
-            .get(s.label())
-            .map(|l| l.identity.clone())
-            .unwrap_or_default();
+    let bound = Duration::from_secs(u64::from(grace) + 90);
+    let moved = futures::future::join_all(systems.iter().map(|&s| {
+        let (world, old) = (&world, old.get(s.label()).cloned().unwrap_or_default());
         async move { (s, world.wait_new_leader(s, &old, t0, bound).await) }
-    });
-    let moved = futures::future::join_all(waits).await;
+    }))
+    .await;
     // The node back, whatever happened: its cut-off candidates then say what they believed.
-    let uncut = cluster.run(&["uncut-node", "1"]).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !node_ready(client, CUT_NODE).await.unwrap_or(false) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(uncut);
+    let back = wait_until(
+        "lg-node-1 Ready again",
+        Duration::from_secs(120),
+        || async {
+            Ok::<_, leadergroup_testenv::Error>(
+                (node_ready(client, CUT_NODE).await? == "True").then_some(()),
+            )
+        },
+    );
+    if let Err(e) = back.await {
+        tracing::warn!("e2e: node loss: {e}");
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut out = BTreeMap::new();
     for (s, r) in moved {
         let events = world.tracker.events(s.label());
         let brains = split_brains(&events, from, SystemTime::now(), &[]);
-        let ms = r.map(|at| crate::observe::ms_between(t0, at));
+        let ms = r.map(|at| ms_between(t0, at));
         match &ms {
             Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name()),
             Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name()),
@@ -830,58 +627,25 @@ async fn node_loss(
         out.insert(s.label(), (ms, brains));
     }
     delete_namespace(client, &world.ns).await;
-    uncut?;
     Ok(out)
 }
 
-/// Installs the chart (one replica, on node 2) and waits until its operator is Ready.
-async fn install_operator(cp: &leadergroup_testenv::ControlPlane, repo: &Path) -> Result<()> {
-    let mut helm = tokio::process::Command::from(cp.helm());
-    helm.args(["install", RELEASE])
-        .arg(repo.join("charts/leadergroup-operator"))
-        .args([
-            "--namespace",
-            RELEASE_NS,
-            "--create-namespace",
-            "--set",
-            "replicas=1",
-            "--set",
-            &format!("nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"),
-            "--wait",
-            "--timeout",
-            "180s",
-        ]);
-    let status = helm
-        .status()
-        .await
-        .map_err(Error::io("running helm install"))?;
-    if !status.success() {
-        return Err(Error::Other(format!("helm install: {status}")));
-    }
-    Ok(())
-}
-
 /// The scenario.
-pub struct E2e;
+pub const E2E: BenchScenario = BenchScenario {
+    about: About::alone(
+        "e2e",
+        "The end-to-end scenarios on a real cluster of their own (as root)",
+    ),
+    measure: |ctx| measuring(run_e2e(ctx)),
+    render: blocks,
+};
 
-impl BenchScenario for E2e {
-    fn about(&self) -> About {
-        About::alone(
-            "e2e",
-            "The end-to-end scenarios on a real cluster of their own (as root)",
-        )
-    }
-
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(run_e2e(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        Ok(results
-            .read_opt::<E2eResult>("e2e")?
-            .map(|r| render(&r))
-            .unwrap_or_default())
-    }
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    Ok(results
+        .read_opt::<E2eResult>("e2e")?
+        .map(|r| render(&r))
+        .unwrap_or_default())
 }
 
 async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
@@ -901,8 +665,7 @@ async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
         .map_err(Error::io("installing a SIGTERM handler"))?;
     // The cluster guard lives in this block: stopped on return, on error, and when a
     // signal ends the run (the measuring future is dropped first).
-    let dir = repo.join("target/bench-e2e-cluster");
-    let cluster = RealCluster::up(repo, dir, plan.grace).await?;
+    let cluster = RealCluster::up(repo.join("target/bench-e2e-cluster"), plan.grace).await?;
     let mut result = tokio::select! {
         r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
         _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
@@ -928,8 +691,8 @@ async fn measure(
     quick: bool,
 ) -> Result<E2eResult> {
     let t = Instant::now();
-    let mut import = tokio::process::Command::new(repo.join("images/build.sh"));
-    import.arg("--import").arg(&cluster.dir).args([
+    let mut import = std::process::Command::new(repo.join("images/build.sh"));
+    import.arg("--import").arg(cluster.dir()).args([
         "--no-build",
         "webapp",
         "operator",
@@ -937,18 +700,20 @@ async fn measure(
         "client-go",
         "rust-peer",
     ]);
-    let status = import
-        .status()
-        .await
-        .map_err(Error::io("running images/build.sh --import"))?;
-    if !status.success() {
-        return Err(Error::Other(format!("images/build.sh --import: {status}")));
-    }
+    run_command(import).await?;
     tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
-    let cp = leadergroup_testenv::attach(cluster.dir.join("kubeconfig")).await?;
+    let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
     let client = cp.client().await?;
-    install_operator(&cp, repo).await?;
-    tracing::info!("e2e: operator installed (one replica, on lg-node-2)");
+    // The chart with one replica on node 2: losing node 1 measures the groups' failover, not the
+    // operator's own.
+    let mut helm = RealCluster::helm_install(&cp);
+    helm.args(["--set", "replicas=1", "--set"])
+        .arg(format!(
+            "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
+        ))
+        .args(["--wait", "--timeout", "180s"]);
+    run_command(helm).await?;
+    tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
     let mut run = Run::describe(&client, repo, &cp, quick).await?;
     run.command = format!(
         "make bench-e2e (leadergroup-bench --only e2e{})",
@@ -957,67 +722,26 @@ async fn measure(
     run.control_plane = format!(
         "the real cluster: controlplane/realcluster.sh up --node-monitor-grace-period {} in {} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets with containerd 1.6 and runc, kube-proxy; all on this machine)",
         plan.grace,
-        cluster.dir.display()
+        cluster.dir().display()
     );
 
     // Graceful, crash and frozen: ours alone first (its figures are the small ones), then the
     // four peers side by side.
-    let world = World::create(cluster, images, &client, "e2e-bench", false).await?;
-    let mut all = vec![System::Ours];
-    all.extend(PEERS);
-    for &s in &all {
-        world.add_pod(s, CUT_NODE).await?;
-        for _ in 1..CANDIDATES {
-            world.add_pod(s, OTHER_NODE).await?;
-        }
-    }
-    for &s in &all {
-        world.wait_at_rest(s, CANDIDATES).await?;
-    }
-    tracing::info!(
-        "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
-        plan.reps
-    );
-    let mut per_system: Vec<(System, Vec<Collected>)> = Vec::new();
-    per_system.push((
-        System::Ours,
-        handovers(&world, System::Ours, plan.reps).await,
-    ));
-    let peers = futures::future::join_all(PEERS.iter().map(|&s| {
-        let world = &world;
-        async move { (s, handovers(world, s, plan.reps).await) }
-    }))
-    .await;
-    per_system.extend(peers);
-    delete_namespace(&client, &world.ns).await;
-    drop(world);
-
+    let mut per_system = handover_runs(plan, cluster, images, &client).await?;
     let mut scenarios: Vec<ScenarioResult> = Vec::new();
-    for (i, scenario) in [Scenario::Graceful, Scenario::Crash, Scenario::Frozen]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, scenario) in HANDOVERS.into_iter().enumerate() {
         let systems = per_system
-            .iter()
-            .map(|(s, collected)| {
-                let c = collected.get(i);
-                let samples = c.map(|c| c.samples.clone()).unwrap_or_default();
-                SystemResult {
-                    system: s.name().into(),
-                    settings: s.settings(),
-                    summary: summarize(&samples),
-                    samples_ms: samples,
-                    split_brains: c.map_or(0, |c| c.split_brains),
-                    failures: c.map(|c| c.failures.clone()).unwrap_or_default(),
-                }
-            })
+            .iter_mut()
+            .map(|(s, collected)| std::mem::take(&mut collected[i]).result(*s))
             .collect();
         scenarios.push(scenario_result(scenario, systems));
     }
 
     // Node loss: every system in each cut.
-    let mut losses = vec![System::Ours, System::OursHeartbeat];
-    losses.extend(PEERS);
+    let losses: Vec<System> = [System::Ours, System::OursHeartbeat]
+        .into_iter()
+        .chain(peers())
+        .collect();
     let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
     for i in 0..plan.node_losses {
         tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
@@ -1033,17 +757,7 @@ async fn measure(
     }
     let systems = losses
         .iter()
-        .map(|s| {
-            let c = collected.remove(s.label()).unwrap_or_default();
-            SystemResult {
-                system: s.name().into(),
-                settings: s.settings(),
-                summary: summarize(&c.samples),
-                samples_ms: c.samples,
-                split_brains: c.split_brains,
-                failures: c.failures,
-            }
-        })
+        .map(|s| collected.remove(s.label()).unwrap_or_default().result(*s))
         .collect();
     scenarios.push(scenario_result(Scenario::NodeLoss, systems));
 
@@ -1056,6 +770,44 @@ async fn measure(
         ),
         scenarios,
     })
+}
+
+/// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
+/// (deleted, its tracker stopped, before the node losses).
+async fn handover_runs(
+    plan: &Plan,
+    cluster: &RealCluster,
+    images: &Images,
+    client: &Client,
+) -> Result<Vec<(System, [Collected; 3])>> {
+    let world = World::create(cluster, images, client, "e2e-bench", false).await?;
+    let all: Vec<System> = std::iter::once(System::Ours).chain(peers()).collect();
+    for &s in &all {
+        world.add_pod(s, CUT_NODE).await?;
+        for _ in 1..CANDIDATES {
+            world.add_pod(s, OTHER_NODE).await?;
+        }
+    }
+    for &s in &all {
+        world.wait_at_rest(s, CANDIDATES).await?;
+    }
+    tracing::info!(
+        "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
+        plan.reps
+    );
+    let mut per_system = vec![(
+        System::Ours,
+        handovers(&world, System::Ours, plan.reps).await,
+    )];
+    let world = &world;
+    per_system.extend(
+        futures::future::join_all(
+            peers().map(|s| async move { (s, handovers(world, s, plan.reps).await) }),
+        )
+        .await,
+    );
+    delete_namespace(client, &world.ns).await;
+    Ok(per_system)
 }
 
 fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioResult {

@@ -11,11 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
-
-/// The scenario.
-pub struct Floor;
 
 /// `floor.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -35,24 +32,22 @@ impl FloorResult {
     }
 }
 
-impl Scenario for Floor {
-    fn about(&self) -> About {
-        About::full_run(
-            "floor",
-            "Lease updates back to back: the floor of any handover",
-        )
-    }
+/// The scenario.
+pub const FLOOR: Scenario = Scenario {
+    about: About::full_run(
+        "floor",
+        "Lease updates back to back: the floor of any handover",
+    ),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let floor: FloorResult = results.read("floor")?;
-        let table = spread_table(&["operation"])
-            .with(spread_row(&["Lease CAS update"], floor.summary.as_ref()));
-        Ok(vec![Block::tables("floor", [table])])
-    }
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let floor: FloorResult = results.read("floor")?;
+    let table = spread_table(&["operation"])
+        .with(spread_row(&["Lease CAS update"], floor.summary.as_ref()));
+    Ok(vec![Block::tables("floor", [table])])
 }
 
 async fn measure(ctx: &Context) -> Result<FloorResult> {

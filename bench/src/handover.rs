@@ -11,14 +11,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
-
-/// The scenario.
-pub struct Handovers;
 
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -86,43 +83,40 @@ const SCENARIOS: [(&str, &str); 2] = [
     ),
 ];
 
-impl Scenario for Handovers {
-    fn about(&self) -> About {
-        About::full_run(
-            "handover",
-            "Graceful and crash handovers: ours on one group, then the peers",
+/// The scenario.
+pub const HANDOVERS: Scenario = Scenario {
+    about: About::full_run(
+        "handover",
+        "Graceful and crash handovers: ours on one group, then the peers",
+    ),
+    measure: |ctx| measuring(measure_ours(ctx)),
+    render: blocks,
+};
+
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let graceful: HandoverResult = results.read("graceful")?;
+    let crash: HandoverResult = results.read("crash")?;
+    let floor: crate::floor::FloorResult = results.read("floor")?;
+    let run = &graceful.run;
+    let mut blocks = vec![
+        Block::tables(
+            "run",
+            [Table::new(&["command", "started", "took"]).with([
+                format!("`{}`", run.command),
+                run.started_at.clone(),
+                format!("{:.0} s", run.duration_s),
+            ])],
         )
+        .notes(run.quick.then(|| {
+            "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
+        })),
+        Block::tables("machine", [machine(run)]),
+    ];
+    for result in [&graceful, &crash] {
+        blocks.push(handover_block(result, floor.median_ms()));
     }
-
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure_ours(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let graceful: HandoverResult = results.read("graceful")?;
-        let crash: HandoverResult = results.read("crash")?;
-        let floor: crate::floor::FloorResult = results.read("floor")?;
-        let run = &graceful.run;
-        let mut blocks = vec![
-            Block::tables(
-                "run",
-                [Table::new(&["command", "started", "took"]).with([
-                    format!("`{}`", run.command),
-                    run.started_at.clone(),
-                    format!("{:.0} s", run.duration_s),
-                ])],
-            )
-            .notes(run.quick.then(|| {
-                "**This is a `--quick` smoke run: too few repetitions to mean anything.**"
-                    .to_owned()
-            })),
-            Block::tables("machine", [machine(run)]),
-        ];
-        for result in [&graceful, &crash] {
-            blocks.push(handover_block(result, floor.median_ms()));
-        }
-        Ok(blocks)
-    }
+    Ok(blocks)
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
@@ -130,21 +124,17 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let baseline = ctx.baseline().await?;
     let groups = Groups::create("bench-ours", 1).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let log = ctx.log_dir.join("operator-single.log");
-    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&groups.namespace), "operator-single.log")
+        .await?;
     groups.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reps = ctx.pick(100, 5);
-    let ours = Ours {
-        admin: &light.admin,
-        baseline,
-        groups: &groups,
-        watch: &watch,
-    };
-    let graceful = ours.measure(SCENARIOS[0], reps).await?;
-    let crash = ours.measure(SCENARIOS[1], reps).await?;
+    let on = (&groups, &watch);
+    let graceful = ours(light, baseline, on, SCENARIOS[0], reps).await?;
+    let crash = ours(light, baseline, on, SCENARIOS[1], reps).await?;
     light.add_double_leaders(watch.double_leaders());
-    op.stop().await;
+    drop(op);
     Ok(Measured { graceful, crash })
 }
 
@@ -234,7 +224,7 @@ impl Outcome for Measured {
                 let peer = task
                     .await
                     .map_err(|e| Error::Other(format!("peer task: {e}")))??;
-                let name = peer.kind.name.to_string();
+                let name = peer.kind.peer.name.to_string();
                 light.record(|run| {
                     run.peer_split_brains
                         .insert(name.clone(), peer.split_brains);
@@ -244,12 +234,18 @@ impl Outcome for Measured {
                 });
                 let kind = &peer.kind;
                 let [soft, hard] = peer.samples;
-                self.graceful
-                    .systems
-                    .push(Handover::new(kind.name, kind.settings, soft, None));
-                self.crash
-                    .systems
-                    .push(Handover::new(kind.name, kind.settings, hard, None));
+                self.graceful.systems.push(Handover::new(
+                    kind.peer.name,
+                    kind.peer.settings,
+                    soft,
+                    None,
+                ));
+                self.crash.systems.push(Handover::new(
+                    kind.peer.name,
+                    kind.peer.settings,
+                    hard,
+                    None,
+                ));
             }
             Ok(())
         })
@@ -282,7 +278,7 @@ async fn peer_handovers(
     reps: (usize, usize),
 ) -> Result<PeerHandovers> {
     group
-        .wait_all_led(kind.lease * 3 + Duration::from_secs(30))
+        .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
     let mut samples = [Vec::new(), Vec::new()];
     let mut failures = Vec::new();
@@ -291,7 +287,7 @@ async fn peer_handovers(
             match group.handover(kill).await {
                 Ok(ms) => samples[out].push(ms),
                 Err(e) => {
-                    tracing::warn!("peers: {}: {e}", kind.name);
+                    tracing::warn!("peers: {}: {e}", kind.peer.name);
                     failures.push(e.to_string());
                     break 'scenarios;
                 }
@@ -301,48 +297,13 @@ async fn peer_handovers(
     }
     let split_brains = group.overlaps();
     group.stop().await;
-    tracing::info!("peers: {} done", kind.name);
+    tracing::info!("peers: {} done", kind.peer.name);
     Ok(PeerHandovers {
         kind,
         samples,
         split_brains,
         failures,
     })
-}
-
-/// Ours on one group, alone on the server.
-struct Ours<'a> {
-    admin: &'a kube::Client,
-    baseline: &'a RequestCounts,
-    groups: &'a Groups,
-    watch: &'a LeaderWatch,
-}
-
-impl Ours<'_> {
-    /// `reps` handovers of `scenario` (name, settings).
-    async fn measure(
-        &self,
-        (scenario, settings): (&str, &str),
-        reps: usize,
-    ) -> Result<HandoverResult> {
-        tracing::info!("ours: {reps} {scenario} handovers");
-        let (samples, calls) = repeat_counting(self.admin, self.baseline, reps, || async {
-            let ms = if scenario == "graceful" {
-                self.groups.deletion_handover(self.watch, "g-0").await?
-            } else {
-                self.groups.not_ready_handover(self.watch, "g-0").await?
-            };
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            Ok(ms)
-        })
-        .await?;
-        let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
-        Ok(HandoverResult {
-            run: Run::default(),
-            scenario: scenario.into(),
-            systems: vec![ours],
-        })
-    }
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
@@ -354,32 +315,40 @@ fn harness_request(key: &str) -> bool {
     )
 }
 
-/// Runs `rep` `n` times; returns the samples and the operator's API requests per repetition, by
-/// verb and resource, from the API server's counters (less the idle baseline and the harness's
-/// own requests).
-async fn repeat_counting<F, Fut>(
-    admin: &kube::Client,
+/// `reps` of our handovers of `scenario` (name, settings) of group `g-0`, with the operator's API
+/// requests per repetition, by verb and resource, from the API server's counters (less the idle
+/// baseline and the harness's own requests).
+async fn ours(
+    light: &Light,
     baseline: &RequestCounts,
-    n: usize,
-    mut rep: F,
-) -> Result<(Vec<f64>, RequestCounts)>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<f64>>,
-{
-    let before = api_requests(admin).await?;
+    (groups, watch): (&Groups, &LeaderWatch),
+    (scenario, settings): (&str, &str),
+    reps: usize,
+) -> Result<HandoverResult> {
+    tracing::info!("ours: {reps} {scenario} handovers");
+    let before = api_requests(&light.admin).await?;
     let t0 = Instant::now();
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        samples.push(rep().await?);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        samples.push(if scenario == "graceful" {
+            groups.deletion_handover(watch, "g-0").await?
+        } else {
+            groups.not_ready_handover(watch, "g-0").await?
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let after = api_requests(admin).await?;
-    let per_rep = rates(&before, &after, seconds, Some(baseline))
+    let after = api_requests(&light.admin).await?;
+    let calls = rates(&before, &after, seconds, Some(baseline))
         .into_iter()
         .filter(|(k, _)| !harness_request(k))
-        .map(|(k, per_s)| (k, per_s * seconds / n.max(1) as f64))
+        .map(|(k, per_s)| (k, per_s * seconds / reps.max(1) as f64))
         .filter(|(_, v)| *v >= 0.05)
         .collect();
-    Ok((samples, per_rep))
+    let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
+    Ok(HandoverResult {
+        run: Run::default(),
+        scenario: scenario.into(),
+        systems: vec![ours],
+    })
 }

@@ -13,17 +13,15 @@ use kube::api::{Patch, PatchParams};
 use leadergroup_client::Membership;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_operator::election::HEARTBEAT;
+use leadergroup_testenv::wait_until_every;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
-use crate::ours::{Groups, OperatorProcess};
+use crate::ours::Groups;
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
-
-/// The scenario.
-pub struct HeartbeatWrites;
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 
 /// Groups measured.
 const GROUPS: usize = 100;
@@ -56,46 +54,44 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-impl Scenario for HeartbeatWrites {
-    fn about(&self) -> About {
-        About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes")
-    }
+/// The scenario.
+pub const HEARTBEAT_WRITES: Scenario = Scenario {
+    about: About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
-        let setup = Table::new(&["groups", "Lease duration"]).with([
-            result.groups.to_string(),
-            format!("{} s", result.lease_duration_seconds),
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
+    let setup = Table::new(&["groups", "Lease duration"]).with([
+        result.groups.to_string(),
+        format!("{} s", result.lease_duration_seconds),
+    ]);
+    let mut table = Table::new(&[
+        "mode",
+        "window s",
+        "writes/s (all groups)",
+        "writes per group per s",
+        "by verb and resource",
+    ]);
+    for w in &result.windows {
+        let detail = w
+            .requests_per_s
+            .iter()
+            .filter(|(k, v)| **v >= 0.005 && is_write(k))
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        table.row([
+            w.mode.clone(),
+            format!("{:.0}", w.seconds),
+            format!("{:.2}", w.writes_per_s),
+            format!("{:.3}", w.writes_per_group_per_s),
+            detail,
         ]);
-        let mut table = Table::new(&[
-            "mode",
-            "window s",
-            "writes/s (all groups)",
-            "writes per group per s",
-            "by verb and resource",
-        ]);
-        for w in &result.windows {
-            let detail = w
-                .requests_per_s
-                .iter()
-                .filter(|(k, v)| **v >= 0.005 && is_write(k))
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            table.row([
-                w.mode.clone(),
-                format!("{:.0}", w.seconds),
-                format!("{:.2}", w.writes_per_s),
-                format!("{:.3}", w.writes_per_group_per_s),
-                detail,
-            ]);
-        }
-        Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
     }
+    Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
 }
 
 async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
@@ -107,8 +103,9 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .requests;
     let set = Groups::create("bench-hb", GROUPS).await?;
     let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-    let log = ctx.log_dir.join("operator-heartbeat-writes.log");
-    let op = OperatorProcess::start(&light.operator, Some(&set.namespace), &log).await?;
+    let op = ctx
+        .start_operator(Some(&set.namespace), "operator-heartbeat-writes.log")
+        .await?;
     set.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
@@ -147,7 +144,7 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
-    op.stop().await;
+    drop(op);
     let result = HeartbeatWritesResult {
         run: Run::default(),
         groups: GROUPS,
@@ -166,32 +163,21 @@ impl Outcome for HeartbeatWritesResult {
 
 /// Waits until every group's Heartbeat condition says its leader renews.
 async fn wait_renewing(api: &Api<LeaderGroup>, names: &[String]) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("all {} groups to report their leader renewing", names.len());
+    let every = Duration::from_millis(500);
+    let renewing = wait_until_every(&what, Duration::from_secs(60), every, || async {
         let list = api.list(&Default::default()).await?;
-        let renewing = list
-            .items
-            .iter()
-            .filter(|g| names.contains(&kube::ResourceExt::name_any(*g)))
-            .filter(|g| {
-                g.status.as_ref().is_some_and(|s| {
+        let renewing = list.items.iter().filter(|g| {
+            names.contains(&kube::ResourceExt::name_any(*g))
+                && g.status.as_ref().is_some_and(|s| {
                     s.conditions
                         .iter()
                         .any(|c| c.type_ == HEARTBEAT && c.reason == "Renewing")
                 })
-            })
-            .count();
-        if renewing == names.len() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(Error::Other(format!(
-                "only {renewing} of {} groups report their leader renewing after 60 s",
-                names.len()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        });
+        Ok::<_, kube::Error>((renewing.count() == names.len()).then_some(()))
+    });
+    Ok(renewing.await?)
 }
 
 /// One mode's steady window over every group.

@@ -35,15 +35,15 @@ use crate::results::Results;
 use crate::scenario::{Context, Options, Scenario};
 
 /// Every scenario, in the order of the full run. A new scenario is a file and a line here.
-const SCENARIOS: &[&dyn Scenario] = &[
-    &floor::Floor,
-    &handover::Handovers,
-    &burst::Burst,
-    &app_latency::AppLatency,
-    &heartbeat_writes::HeartbeatWrites,
-    &scale::Scale,
-    &scale_10k::Scale10k,
-    &e2e::E2e,
+const SCENARIOS: &[&Scenario] = &[
+    &floor::FLOOR,
+    &handover::HANDOVERS,
+    &burst::BURST,
+    &app_latency::APP_LATENCY,
+    &heartbeat_writes::HEARTBEAT_WRITES,
+    &scale::SCALE,
+    &scale_10k::SCALE_10K,
+    &e2e::E2E,
 ];
 
 /// `--only` values that measure nothing: the page's tables again from bench/results.
@@ -87,7 +87,7 @@ fn only_values() -> PossibleValuesParser {
         .help("Rewrite the tables of docs/benchmarks.md from bench/results (no measurement)");
     let scenarios = SCENARIOS
         .iter()
-        .map(|s| PossibleValue::new(s.about().name).help(s.about().help));
+        .map(|s| PossibleValue::new(s.about.name).help(s.about.help));
     PossibleValuesParser::new(scenarios.chain([page]))
 }
 
@@ -121,16 +121,16 @@ async fn run(cli: Cli) -> Result<()> {
     if only.is_some_and(|o| PAGE.contains(&o)) {
         return page::rewrite(&repo, SCENARIOS);
     }
-    let scenarios: Vec<&dyn Scenario> = match only {
+    let scenarios: Vec<&Scenario> = match only {
         Some(name) => SCENARIOS
             .iter()
             .copied()
-            .filter(|s| s.about().name == name)
+            .filter(|s| s.about.name == name)
             .collect(),
         None => SCENARIOS
             .iter()
             .copied()
-            .filter(|s| s.about().in_full_run)
+            .filter(|s| s.about.in_full_run)
             .collect(),
     };
     let options = Options {
@@ -148,7 +148,7 @@ async fn run(cli: Cli) -> Result<()> {
     }
     let mut outcomes = Vec::new();
     for scenario in &scenarios {
-        outcomes.push(scenario.measure(&ctx).await?);
+        outcomes.push((scenario.measure)(&ctx).await?);
     }
     for outcome in &mut outcomes {
         outcome.measure_peers(&ctx).await?;

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::{GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
-use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 
@@ -200,7 +199,6 @@ struct LeaderState {
 /// label was first seen: the clock the operator's handovers are measured with.
 pub struct LeaderWatch {
     state: Arc<Mutex<LeaderState>>,
-    changed: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -209,9 +207,8 @@ impl LeaderWatch {
     pub async fn start(client: &Client, namespace: &str) -> Result<LeaderWatch> {
         let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let state = Arc::new(Mutex::new(LeaderState::default()));
-        let (changed, _) = watch::channel(0u64);
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let (st, tx) = (state.clone(), changed.clone());
+        let st = state.clone();
         let task = tokio::spawn(async move {
             let mut synced = Some(synced_tx);
             let config = watcher::Config::default().labels(ROLE_LABEL);
@@ -233,18 +230,13 @@ impl LeaderWatch {
                         }
                     }
                 }
-                tx.send_modify(|n| *n += 1);
             }
         });
         tokio::time::timeout(Duration::from_secs(60), synced_rx)
             .await
             .map_err(|_| Error::Timeout("the leader watch's first list".into()))?
             .map_err(|_| Error::Other("the leader watch ended".into()))?;
-        Ok(LeaderWatch {
-            state,
-            changed,
-            task,
-        })
+        Ok(LeaderWatch { state, task })
     }
 
     /// The current leader of `group`.
@@ -279,40 +271,29 @@ impl LeaderWatch {
         .await
     }
 
-    /// Waits until `check` returns something, re-checking at every watch event.
+    /// Waits until `check` returns something.
     pub async fn wait<T>(
         &self,
         what: &str,
         timeout: Duration,
         check: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        wait_for_change(&self.changed, timeout, check, || {
-            (format!("watch ended waiting for {what}"), what.to_owned())
-        })
-        .await
+        recheck(what, timeout, check).await
     }
 }
 
-/// Waits until `check` returns something, re-checking it whenever `changed` is bumped. `errors`
-/// gives the messages for a closed channel and for the timeout.
-pub async fn wait_for_change<T>(
-    changed: &watch::Sender<u64>,
+/// How often a wait on what a watch recorded re-checks it: what the wait returns carries the
+/// watch's own time stamps, not the check's.
+const RECHECK: Duration = Duration::from_millis(5);
+
+/// Waits until `check` returns something, re-checking it every [`RECHECK`].
+pub async fn recheck<T>(
+    what: &str,
     timeout: Duration,
     mut check: impl FnMut() -> Option<T>,
-    errors: impl FnOnce() -> (String, String),
 ) -> Result<T> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut rx = changed.subscribe();
-    loop {
-        if let Some(v) = check() {
-            return Ok(v);
-        }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err(Error::Other(errors().0)),
-            Err(_) => return Err(Error::Timeout(errors().1)),
-        }
-    }
+    let poll = || std::future::ready(Ok::<_, Error>(check()));
+    Ok(leadergroup_testenv::wait_until_every(what, timeout, RECHECK, poll).await?)
 }
 
 impl Drop for LeaderWatch {
@@ -364,15 +345,6 @@ impl LeaderState {
             _ => self.double_leaders += 1,
         }
     }
-}
-
-/// A free loopback port for a child's HTTP endpoint.
-pub fn free_port() -> Result<std::net::SocketAddr> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
-    listener
-        .local_addr()
-        .map_err(Error::io("reading a bound port"))
 }
 
 /// Milliseconds from `from` to `to` (negative when `to` is earlier).

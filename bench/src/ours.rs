@@ -1,17 +1,14 @@
-//! The operator under test: its release binary as a child process, groups of simulated pods, and
-//! the scenarios measured on it.
+//! The operator under test (its release binary, started through leadergroup-testenv) and the
+//! groups of simulated pods it is measured on.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector};
-use leadergroup_testenv::Kubelet;
-use tokio::process::{Child, Command};
+use kube::Client;
+use kube::api::PostParams;
+use leadergroup_testenv::crd::{leader_group, leader_groups};
+use leadergroup_testenv::{Kubelet, OperatorProcess};
 
 use crate::error::{Error, Result};
 use crate::observe::{LeaderWatch, ProcSample, ms_between, proc_sample};
@@ -28,128 +25,6 @@ pub const LEASE_SECONDS: i32 = 15;
 /// exits on SIGTERM at once; the grace period is an upper bound, not a wait).
 const KUBELET_FINISH_AFTER: Duration = Duration::from_millis(300);
 
-/// Installs the LeaderGroup CRD with server-side apply and waits until it is served.
-pub async fn install_crd(client: &Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = LeaderGroup::crd();
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("leadergroup-bench").force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    let groups: Api<LeaderGroup> = Api::all(client.clone());
-    let deadline = Instant::now() + BOUND;
-    // Established is not enough: the first requests for a new resource can 404 for a moment.
-    while groups.list(&Default::default()).await.is_err() {
-        if Instant::now() > deadline {
-            return Err(Error::Timeout("LeaderGroups to be served".into()));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
-/// The operator binary measured, and the kubeconfig of the control plane it runs against.
-pub struct Operator {
-    /// The release binary.
-    pub binary: PathBuf,
-    /// The admin kubeconfig.
-    pub kubeconfig: PathBuf,
-}
-
-/// The operator's release binary, running as a child process watching one namespace.
-pub struct OperatorProcess {
-    child: Child,
-    /// Its process id.
-    pub pid: u32,
-    /// When it was spawned.
-    pub started: Instant,
-    /// Where it serves /readyz and /metrics.
-    pub http: std::net::SocketAddr,
-}
-
-impl OperatorProcess {
-    /// Starts `operator`, watching `namespace`, or every namespace when None; its log goes to
-    /// `log`.
-    pub async fn start(
-        operator: &Operator,
-        namespace: Option<&str>,
-        log: &Path,
-    ) -> Result<OperatorProcess> {
-        let binary = &operator.binary;
-        let http = crate::observe::free_port()?;
-        let file =
-            std::fs::File::create(log).map_err(Error::io(format!("creating {}", log.display())))?;
-        let started = Instant::now();
-        let mut command = Command::new(binary);
-        command.arg("--kubeconfig").arg(&operator.kubeconfig);
-        if let Some(namespace) = namespace {
-            command.args(["--namespace", namespace]);
-        }
-        let child = command
-            .args(["--identity", "bench-operator"])
-            .args(["--http-addr", &http.to_string()])
-            // BENCH_OPERATOR_LOG=info: each handover's step timings in target/bench-logs.
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            // The operator logs to stdout.
-            .stdout(
-                file.try_clone()
-                    .map_err(Error::io(format!("opening {}", log.display())))?,
-            )
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(Error::io(format!("starting {}", binary.display())))?;
-        let pid = child
-            .id()
-            .ok_or_else(|| Error::Other("the operator exited at once".into()))?;
-        Ok(OperatorProcess {
-            child,
-            pid,
-            started,
-            http,
-        })
-    }
-
-    /// GET `path` of its HTTP endpoint: the status code and the body (None while it does not
-    /// answer yet).
-    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.http).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http);
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let (head, body) = response.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_owned()))
-    }
-
-    /// Its reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does not
-    /// answer.
-    pub async fn reconciles(&self) -> Option<u64> {
-        let (_, body) = self.get("/metrics").await?;
-        body.lines()
-            .find_map(|l| l.strip_prefix("leadergroup_reconcile_seconds_count "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|v| v as u64)
-    }
-
-    /// Its CPU time and memory now.
-    pub fn sample(&self, ticks: f64) -> ProcSample {
-        proc_sample(self.pid, ticks).unwrap_or_default()
-    }
-
-    /// SIGKILL and reap (the bench has what it needs; nothing to release).
-    pub async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
 /// The release binary `name` (its package's name too), next to the bench's own.
 pub fn release_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().map_err(Error::io("locating the bench binary"))?;
@@ -164,6 +39,13 @@ pub fn release_binary(name: &str) -> Result<PathBuf> {
         )));
     }
     Ok(path)
+}
+
+/// The operator process's CPU time and memory now.
+pub fn sample(op: &OperatorProcess, ticks: f64) -> ProcSample {
+    op.pid()
+        .and_then(|pid| proc_sample(pid, ticks))
+        .unwrap_or_default()
 }
 
 /// Groups `g-<i>` of three pods each (`g-<i>-<j>`, label `app=g-<i>`) in one namespace.
@@ -197,7 +79,7 @@ impl Groups {
         let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
         kubelet.ensure_node().await?;
         let names: Vec<String> = (0..count).map(|i| format!("g-{i}")).collect();
-        let api: Api<LeaderGroup> = Api::namespaced(ns.client.clone(), &ns.name);
+        let api = leader_groups(&ns.client, &ns.name);
         futures::stream::iter(names.iter().flat_map(|g| (0..3).map(move |j| (g, j))))
             .map(|(g, j)| {
                 let kubelet = kubelet.clone();
@@ -215,19 +97,9 @@ impl Groups {
             .map(|g| {
                 let api = api.clone();
                 async move {
-                    let spec = LeaderGroupSpec {
-                        selector: PodSelector {
-                            match_labels: BTreeMap::from([("app".to_owned(), g.clone())]),
-                            match_expressions: Vec::new(),
-                        },
-                        lease_duration_seconds: lease_seconds,
-                        preferred_leader: None,
-                        paused: false,
-                        liveness: Default::default(),
-                    };
-                    api.create(&PostParams::default(), &LeaderGroup::new(g, spec))
-                        .await
-                        .map(|_| ())
+                    let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
+                    api.create(&PostParams::default(), &group).await?;
+                    Ok::<_, Error>(())
                 }
             })
             .buffer_unordered(concurrency)
@@ -255,10 +127,13 @@ impl Groups {
     ) -> Result<SystemTime> {
         watch
             .wait("every group led", bound, || {
-                self.names
+                // When the last leader label was seen.
+                let seen: Option<Vec<SystemTime>> = self
+                    .names
                     .iter()
-                    .all(|g| watch.leader(g).is_some())
-                    .then(SystemTime::now)
+                    .map(|g| Some(watch.leader(g)?.at))
+                    .collect();
+                seen?.into_iter().max()
             })
             .await
     }

@@ -9,16 +9,16 @@ use crate::results::Results;
 use crate::scenario::Scenario;
 
 /// Every block of `scenarios` from `results`.
-fn blocks(scenarios: &[&dyn Scenario], results: &Results) -> Result<Vec<Block>> {
+fn blocks(scenarios: &[&Scenario], results: &Results) -> Result<Vec<Block>> {
     let mut all = Vec::new();
     for scenario in scenarios {
-        all.extend(scenario.render(results)?);
+        all.extend((scenario.render)(results)?);
     }
     Ok(all)
 }
 
 /// Rewrites the tables of `<repo>/docs/benchmarks.md` from `<repo>/bench/results`.
-pub fn rewrite(repo: &Path, scenarios: &[&dyn Scenario]) -> Result<()> {
+pub fn rewrite(repo: &Path, scenarios: &[&Scenario]) -> Result<()> {
     let path = repo.join("docs/benchmarks.md");
     let page =
         std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
@@ -29,7 +29,7 @@ pub fn rewrite(repo: &Path, scenarios: &[&dyn Scenario]) -> Result<()> {
 }
 
 /// The blocks of `scenarios`, as the page holds them.
-pub fn excerpt(scenarios: &[&dyn Scenario], results: &Results) -> Result<String> {
+pub fn excerpt(scenarios: &[&Scenario], results: &Results) -> Result<String> {
     Ok(blocks_excerpt(&blocks(scenarios, results)?))
 }
 

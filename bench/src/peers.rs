@@ -9,24 +9,105 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
+use leadergroup_testenv::wait_until_every;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::observe::{ProcSample, proc_sample};
+use crate::timeline::{
+    Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
+};
 
-/// One peer system and its settings.
-#[derive(Clone, Debug)]
-pub struct PeerKind {
+/// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
+/// pods on the real one (the end-to-end run).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Peer {
     /// Name in the tables.
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
+    /// Its pods' label and Lease prefix in the end-to-end run.
+    pub label: &'static str,
+    /// client-go's candidate, or the Rust crates' one.
+    pub go: bool,
+    /// The candidate's arguments.
+    pub args: &'static [&'static str],
+    /// Lease duration, s: the bound on detecting a crash.
+    pub lease_seconds: u64,
+}
+
+/// The four peer configurations.
+pub const PEERS: [Peer; 4] = [
+    Peer {
+        name: "client-go (defaults)",
+        settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
+        label: "cgd",
+        go: true,
+        args: &[
+            "--lease-duration=15s",
+            "--renew-deadline=10s",
+            "--retry-period=2s",
+        ],
+        lease_seconds: 15,
+    },
+    Peer {
+        name: "client-go (tuned)",
+        settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
+        label: "cgt",
+        go: true,
+        args: &[
+            "--lease-duration=4s",
+            "--renew-deadline=2s",
+            "--retry-period=1s",
+        ],
+        lease_seconds: 4,
+    },
+    Peer {
+        name: "kube-leader-election 0.44",
+        settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
+        label: "kle",
+        go: false,
+        args: &[
+            "--lib",
+            "kle",
+            "--lease-seconds",
+            "15",
+            "--renew-seconds",
+            "5",
+        ],
+        lease_seconds: 15,
+    },
+    Peer {
+        name: "kube-lease-manager 0.13.1",
+        settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
+        label: "klm",
+        go: false,
+        args: &[
+            "--lib",
+            "klm",
+            "--lease-seconds",
+            "15",
+            "--renew-seconds",
+            "5",
+        ],
+        lease_seconds: 15,
+    },
+];
+
+/// A peer configuration with its candidate binary on this machine.
+#[derive(Clone, Debug)]
+pub struct PeerKind {
+    /// The configuration.
+    pub peer: &'static Peer,
     program: PathBuf,
-    args: Vec<String>,
-    /// Lease duration: the bound on detecting a crash.
-    pub lease: Duration,
+}
+
+impl PeerKind {
+    /// Its Lease duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.peer.lease_seconds)
+    }
 }
 
 /// The four peer configurations, client-go's candidate built (its build.sh prints the binary)
@@ -53,88 +134,17 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
             rust_peer.display()
         )));
     }
-    Ok(kinds(&client_go, &rust_peer))
+    Ok(PEERS
+        .iter()
+        .map(|peer| PeerKind {
+            peer,
+            program: if peer.go { &client_go } else { &rust_peer }.clone(),
+        })
+        .collect())
 }
 
-/// The four peer configurations.
-fn kinds(client_go: &Path, rust_peer: &Path) -> Vec<PeerKind> {
-    let go = |name, settings, d: &str, r: &str, p: &str, lease| PeerKind {
-        name,
-        settings,
-        program: client_go.to_path_buf(),
-        args: vec![
-            format!("--lease-duration={d}"),
-            format!("--renew-deadline={r}"),
-            format!("--retry-period={p}"),
-        ],
-        lease: Duration::from_secs(lease),
-    };
-    let rust = |name, settings, lib: &str, renew: &str| PeerKind {
-        name,
-        settings,
-        program: rust_peer.to_path_buf(),
-        args: [
-            "--lib",
-            lib,
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            renew,
-        ]
-        .map(String::from)
-        .to_vec(),
-        lease: Duration::from_secs(15),
-    };
-    vec![
-        go(
-            "client-go (defaults)",
-            "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
-            "15s",
-            "10s",
-            "2s",
-            15,
-        ),
-        go(
-            "client-go (tuned)",
-            "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
-            "4s",
-            "2s",
-            "1s",
-            4,
-        ),
-        rust(
-            "kube-leader-election 0.44",
-            "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
-            "kle",
-            "5",
-        ),
-        rust(
-            "kube-lease-manager 0.13.1",
-            "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
-            "klm",
-            "5",
-        ),
-    ]
-}
-
-/// A leadership event a candidate printed.
-#[derive(Clone, Debug)]
-struct Started {
-    identity: String,
-    at: SystemTime,
-}
-
-#[derive(Default)]
-struct State {
-    /// lease -> the candidates that printed "started" and not "stopped" since: those that
-    /// believe they lead. More than one is a split brain (a library that writes the Lease
-    /// without a resourceVersion precondition lets two candidates both acquire it).
-    believers: HashMap<String, Vec<Started>>,
-    /// How often a candidate started leading while another still believed it led.
-    overlaps: u64,
-}
-
-/// Three (or more, over time) candidate processes of one peer kind for `groups` Leases.
+/// Three (or more, over time) candidate processes of one peer kind for `groups` Leases, and
+/// every change of belief they printed, per Lease.
 pub struct PeerGroup {
     kind: PeerKind,
     /// Reads the Leases: the holder they name is the leader to stop.
@@ -145,8 +155,11 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
-    state: Arc<Mutex<State>>,
-    changed: watch::Sender<u64>,
+    events: Arc<Mutex<HashMap<String, Vec<Event>>>>,
+    /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
+    /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
+    /// it prints nothing more), so only two live candidates make a split brain.
+    stopped: Vec<Exclusion>,
 }
 
 impl PeerGroup {
@@ -160,7 +173,6 @@ impl PeerGroup {
         groups: usize,
         log_dir: &Path,
     ) -> Result<PeerGroup> {
-        let (changed, _) = watch::channel(0);
         let mut group = PeerGroup {
             kind: kind.clone(),
             client: client.clone(),
@@ -170,8 +182,8 @@ impl PeerGroup {
             log_dir: log_dir.to_path_buf(),
             candidates: HashMap::new(),
             next: 0,
-            state: Arc::new(Mutex::new(State::default())),
-            changed,
+            events: Arc::default(),
+            stopped: Vec::new(),
         };
         for _ in 0..3 {
             group.spawn()?;
@@ -193,7 +205,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(&self.kind.args)
+        cmd.args(self.kind.peer.args)
             .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
             .args([
                 "--groups",
@@ -205,7 +217,7 @@ impl PeerGroup {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true);
-        if self.kind.program.ends_with("leadergroup-bench-client-go") {
+        if self.kind.peer.go {
             // One client per process for all its electors: lift client-go's 5 QPS default so
             // a many-group process is not throttled where one-group replicas would not be.
             cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
@@ -219,50 +231,41 @@ impl PeerGroup {
             .stdout
             .take()
             .ok_or_else(|| Error::Other("peer without stdout".into()))?;
-        let (state, changed) = (self.state.clone(), self.changed.clone());
+        let events = self.events.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let parts: Vec<&str> = line.split_whitespace().collect();
-                let [ts, event, lease, identity] = parts.as_slice() else {
+                let Some((lease, event)) = parse_peer_line(&line) else {
                     continue;
                 };
-                let Ok(nanos) = ts.parse::<u64>() else {
-                    continue;
-                };
-                let at = UNIX_EPOCH + Duration::from_nanos(nanos);
-                if let Ok(mut s) = state.lock() {
-                    let believers = s.believers.entry((*lease).to_owned()).or_default();
-                    believers.retain(|b| b.identity != *identity);
-                    if *event == "started" {
-                        believers.push(Started {
-                            identity: (*identity).to_owned(),
-                            at,
-                        });
-                        if believers.len() > 1 {
-                            s.overlaps += 1;
-                        }
-                    }
+                if let Ok(mut all) = events.lock() {
+                    all.entry(lease).or_default().push(event);
                 }
-                changed.send_modify(|n| *n += 1);
             }
         });
         self.candidates.insert(identity, child);
         Ok(())
     }
 
-    /// The candidates that believe they lead `lease`.
-    fn believers(&self, lease: &str) -> Vec<Started> {
-        self.state
+    /// Every change of belief printed for `lease`.
+    fn events(&self, lease: &str) -> Vec<Event> {
+        self.events
             .lock()
             .ok()
-            .and_then(|s| s.believers.get(lease).cloned())
+            .and_then(|all| all.get(lease).cloned())
             .unwrap_or_default()
     }
 
-    /// How often two candidates believed they led one Lease at the same time.
+    /// How often a candidate started leading a Lease while another still believed it led (a
+    /// library that writes the Lease without a resourceVersion precondition lets two candidates
+    /// both acquire it).
     pub fn overlaps(&self) -> u64 {
-        self.state.lock().map_or(0, |s| s.overlaps)
+        (0..self.groups)
+            .map(|i| {
+                let events = self.events(&Self::lease(i));
+                split_brains(&events, UNIX_EPOCH, SystemTime::now(), &self.stopped)
+            })
+            .sum()
     }
 
     /// The candidate the Lease names as its holder, once it is the only one that believes it
@@ -270,28 +273,24 @@ impl PeerGroup {
     /// at once; the loser believes it leads until its next renewal shows it the holder. Were the
     /// holder stopped meanwhile, the loser would take the released Lease over without a new
     /// OnStartedLeading (it never stopped leading), and no handover could be timed.
-    async fn holder(&self, lease: &str) -> Result<Started> {
+    async fn holder(&self, lease: &str) -> Result<String> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = tokio::time::Instant::now() + self.kind.lease * 3;
-        loop {
+        let what = format!(
+            "{}: the holder of Lease {lease} to be the one candidate that believes it leads",
+            self.kind.peer.name
+        );
+        let within = self.kind.lease() * 3;
+        let every = Duration::from_millis(100);
+        let holder = wait_until_every(&what, within, every, || async {
             let holder = api
                 .get_opt(lease)
                 .await?
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity);
-            if let [sole] = self.believers(lease).as_slice()
-                && Some(&sole.identity) == holder.as_ref()
-            {
-                return Ok(sole.clone());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "{}: the holder of Lease {lease} ({holder:?}) is not the one candidate that believes it leads",
-                    self.kind.name
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .and_then(|l| l.spec?.holder_identity);
+            let events = self.events(lease);
+            let believers = believers_at(&events, SystemTime::now(), &self.stopped);
+            Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
+        });
+        Ok(holder.await?)
     }
 
     async fn wait<T>(
@@ -300,30 +299,19 @@ impl PeerGroup {
         timeout: Duration,
         check: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        crate::observe::wait_for_change(&self.changed, timeout, check, || {
-            (
-                format!("peer output ended: {what}"),
-                format!("{} {what}", self.kind.name),
-            )
-        })
-        .await
+        let what = format!("{} {what}", self.kind.peer.name);
+        crate::observe::recheck(&what, timeout, check).await
     }
 
     /// Waits until every Lease has a leader; returns when the last one started.
     pub async fn wait_all_led(&self, timeout: Duration) -> Result<SystemTime> {
         self.wait("every Lease led", timeout, || {
-            let s = self.state.lock().ok()?;
-            let mut last = UNIX_EPOCH;
-            for i in 0..self.groups {
-                let first = s
-                    .believers
-                    .get(&Self::lease(i))?
-                    .iter()
-                    .map(|b| b.at)
-                    .min()?;
-                last = last.max(first);
-            }
-            Some(last)
+            let all = self.events.lock().ok()?;
+            (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
+                let events = all.get(&Self::lease(i))?;
+                let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
+                Some(last.max(first))
+            })
         })
         .await
     }
@@ -337,17 +325,14 @@ impl PeerGroup {
         let old = self.holder(&lease).await?;
         let mut child = self
             .candidates
-            .remove(&old.identity)
-            .ok_or_else(|| Error::Other(format!("no process for {}", old.identity)))?;
-        // From the signal on, the old leader is going (SIGTERM: it releases, and may print
-        // "stopped" only after a successor started) or gone (SIGKILL: it prints nothing more):
-        // its belief no longer counts, so only two live candidates make a split brain.
-        if let Ok(mut s) = self.state.lock()
-            && let Some(believers) = s.believers.get_mut(&lease)
-        {
-            believers.retain(|b| b.identity != old.identity);
-        }
+            .remove(&old)
+            .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
         let t0 = SystemTime::now();
+        self.stopped.push(Exclusion {
+            identity: old.clone(),
+            from: t0,
+            until: None,
+        });
         if kill {
             let _ = child.start_kill();
         } else if let Some(pid) = child.id() {
@@ -356,12 +341,10 @@ impl PeerGroup {
                 .status()
                 .map_err(Error::io("kill -TERM"))?;
         }
-        let bound = self.kind.lease * 3 + Duration::from_secs(10);
+        let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let new = self
             .wait("a new leader of Lease 0", bound, || {
-                self.believers(&lease)
-                    .into_iter()
-                    .find(|b| b.identity != old.identity && b.at >= t0)
+                first_new_leader(&self.events(&lease), &old, t0)
             })
             .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;

@@ -12,13 +12,10 @@ use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
+use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
-
-/// The scenario.
-pub struct Scale;
+use crate::scenario::{About, Context, Outcome, Scenario, measuring};
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -126,69 +123,67 @@ struct Measured {
     alone: bool,
 }
 
-impl Scenario for Scale {
-    fn about(&self) -> About {
-        About::full_run(
-            "scale",
-            "Ours, then the peers (not alone), at the sizes of `--scale`",
-        )
-    }
+/// The scenario.
+pub const SCALE: Scenario = Scenario {
+    about: About::full_run(
+        "scale",
+        "Ours, then the peers (not alone), at the sizes of `--scale`",
+    ),
+    measure: |ctx| measuring(measure_ours(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure_ours(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let scale: ScaleResult = results.read("scale")?;
-        let mut table = Table::new(&[
-            "system",
-            "groups",
-            "to all led",
-            "requests/s per group (by verb, resource)",
-            "writes per group per 5 s",
-            "polling reads/s per group",
-            "CPU s/min",
-            "RSS (peak)",
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let scale: ScaleResult = results.read("scale")?;
+    let mut table = Table::new(&[
+        "system",
+        "groups",
+        "to all led",
+        "requests/s per group (by verb, resource)",
+        "writes per group per 5 s",
+        "polling reads/s per group",
+        "CPU s/min",
+        "RSS (peak)",
+    ]);
+    let mut handovers = spread_table(&["groups", "trigger"]);
+    let mut notes = Vec::new();
+    for e in &scale.entries {
+        table.row([
+            e.system.clone(),
+            e.groups.to_string(),
+            ms(e.time_to_all_led_ms),
+            counts(&e.requests_per_s_per_group),
+            format!("{:.2}", e.writes_per_group_per_third),
+            format!("{:.3}", e.polling_reads_per_s_per_group),
+            format!("{:.2}", e.cpu_s_per_min),
+            format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
         ]);
-        let mut handovers = spread_table(&["groups", "trigger"]);
-        let mut notes = Vec::new();
-        for e in &scale.entries {
-            table.row([
-                e.system.clone(),
-                e.groups.to_string(),
-                ms(e.time_to_all_led_ms),
-                counts(&e.requests_per_s_per_group),
-                format!("{:.2}", e.writes_per_group_per_third),
-                format!("{:.3}", e.polling_reads_per_s_per_group),
-                format!("{:.2}", e.cpu_s_per_min),
-                format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
-            ]);
-            for (trigger, h) in [
-                ("NotReady", &e.handover_notready),
-                ("deletion", &e.handover_deleted),
-            ] {
-                if let Some(h) = h {
-                    let groups = e.groups.to_string();
-                    handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
-                }
-            }
-            if let Some(run) = &e.measured_in {
-                notes.push(format!(
-                    "{} at {} groups: measured alone, in the run of {run}.",
-                    e.system, e.groups
-                ));
+        for (trigger, h) in [
+            ("NotReady", &e.handover_notready),
+            ("deletion", &e.handover_deleted),
+        ] {
+            if let Some(h) = h {
+                let groups = e.groups.to_string();
+                handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
             }
         }
-        notes.extend(scale.entries.iter().filter_map(|e| {
-            let note = e.note.as_ref()?;
-            Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
-        }));
-        Ok(vec![
-            Block::tables("scale", [table]).notes(notes),
-            Block::tables("scale-handovers", [handovers]),
-            Block::tables("scale-targets", [targets(&scale)]),
-        ])
+        if let Some(run) = &e.measured_in {
+            notes.push(format!(
+                "{} at {} groups: measured alone, in the run of {run}.",
+                e.system, e.groups
+            ));
+        }
     }
+    notes.extend(scale.entries.iter().filter_map(|e| {
+        let note = e.note.as_ref()?;
+        Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
+    }));
+    Ok(vec![
+        Block::tables("scale", [table]).notes(notes),
+        Block::tables("scale-handovers", [handovers]),
+        Block::tables("scale-targets", [targets(&scale)]),
+    ])
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
@@ -291,12 +286,12 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let baseline = ctx.baseline().await?;
     let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
     let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let log = ctx.log_dir.join(format!("operator-scale-{size}.log"));
-    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    let log = format!("operator-scale-{size}.log");
+    let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let window = || {
         steady_window(&groups.client, ctx.window(), Some(baseline), || {
-            op.sample(light.ticks)
+            sample(&op, light.ticks)
         })
     };
     let led = match groups.wait_all_led(&watch).await {
@@ -310,7 +305,7 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
                 .count();
             tracing::warn!("scale {size}: {e}; {count} of {size} groups led");
             let steady = window().await?;
-            op.stop().await;
+            drop(op);
             let mut entry = ScaleEntry::new(OURS, size, f64::NAN, &steady, LEASE_SECONDS);
             entry.note = Some(format!(
                 "not every group was led within {} s: {count} of {size} were; the window was measured while it still converged",
@@ -338,8 +333,8 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     light.add_double_leaders(watch.double_leaders());
-    entry.peak_rss_mib = op.sample(light.ticks).peak_rss_mib;
-    op.stop().await;
+    entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
+    drop(op);
     entry.handover_notready = Some(Handover::new(OURS, "NotReady at this size", notready, None));
     entry.handover_deleted = Some(Handover::new(OURS, "deletion at this size", deleted, None));
     Ok(entry)
@@ -361,7 +356,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     )
     .await?;
     let led = group
-        .wait_all_led(kind.lease * 4 + Duration::from_secs(60))
+        .wait_all_led(kind.lease() * 4 + Duration::from_secs(60))
         .await?;
     tokio::time::sleep(ctx.settle().min(Duration::from_secs(5))).await;
     let window = ctx.pick(Duration::from_secs(20), Duration::from_secs(5));
@@ -371,7 +366,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     .await?;
     group.stop().await;
     Ok(ScaleEntry::new(
-        kind.name,
+        kind.peer.name,
         size,
         ms_between(t0, led),
         &steady,
@@ -387,7 +382,7 @@ impl Outcome for Measured {
             }
             for kind in ctx.peers().await? {
                 for size in ctx.pick(vec![1, 100], vec![2]) {
-                    tracing::info!("scale: {}, {size} groups", kind.name);
+                    tracing::info!("scale: {}, {size} groups", kind.peer.name);
                     self.entries.push(peer_at(ctx, kind, size).await?);
                 }
             }

@@ -17,14 +17,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, met};
-use crate::observe::{LeaderWatch, ms_between, proc_sample, steady_window};
-use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
+use crate::observe::{LeaderWatch, ms_between, steady_window};
+use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::{Results, Run};
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
-
-/// The scenario.
-pub struct Scale10k;
+use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
+use leadergroup_testenv::OperatorProcess;
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -85,24 +83,22 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-impl Scenario for Scale10k {
-    fn about(&self) -> About {
-        About::alone(
-            "scale-10k",
-            "10,000 groups (or the first value of `--scale`), then an operator restart",
-        )
-    }
+/// The scenario.
+pub const SCALE_10K: Scenario = Scenario {
+    about: About::alone(
+        "scale-10k",
+        "10,000 groups (or the first value of `--scale`), then an operator restart",
+    ),
+    measure: |ctx| measuring(measure(ctx)),
+    render: blocks,
+};
 
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
-        measuring(measure(ctx))
-    }
-
-    fn render(&self, results: &Results) -> Result<Vec<Block>> {
-        let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
-            return Ok(Vec::new());
-        };
-        Ok(render(&r))
-    }
+/// Its blocks of the page.
+fn blocks(results: &Results) -> Result<Vec<Block>> {
+    let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
+        return Ok(Vec::new());
+    };
+    Ok(render(&r))
 }
 
 /// `groups` groups (the first value of `--scale`) over `groups / 1000` namespaces (at least
@@ -140,8 +136,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     )
     .await?;
 
-    let log = ctx.log_dir.join("operator-scale-10k.log");
-    let op = OperatorProcess::start(&light.operator, None, &log).await?;
+    let op = ctx.start_operator(None, "operator-scale-10k.log").await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let mut led = Some(t0);
     for (set, watch) in sets.iter().zip(&watches) {
@@ -161,13 +156,13 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         .map(|(s, w)| s.names.iter().filter(|g| w.leader(g).is_some()).count())
         .sum();
     let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
-    let converge_cpu_s = op.sample(light.ticks).cpu_seconds;
+    let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
     tracing::info!(
         "scale-10k: {led_count} of {groups} groups led {:.1} s after the start ({converge_cpu_s:.1} CPU s)",
         op.started.elapsed().as_secs_f64()
     );
     tokio::time::sleep(ctx.settle()).await;
-    let sample = || op.sample(light.ticks);
+    let sample = || sample(&op, light.ticks);
     let steady = steady_window(&light.admin, ctx.window(), Some(baseline), sample).await?;
     let mut entry = ScaleEntry::new(OURS, groups, to_all_led, &steady, lease_seconds);
     let led_at_bound = led.is_none().then_some(led_count);
@@ -191,8 +186,8 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         (op, None)
     } else {
         let restarting = Restarting {
+            ctx,
             light,
-            log_dir: &ctx.log_dir,
             sets: &sets,
             watches: &watches,
             groups,
@@ -201,7 +196,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         let (op, restart) = restarting.measure(op).await?;
         (op, Some(restart))
     };
-    op.stop().await;
+    drop(op);
     light.add_double_leaders(watches.iter().map(LeaderWatch::double_leaders).sum::<u64>());
     Ok(ScaleBigResult {
         run: Run::default(),
@@ -219,8 +214,8 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
 
 /// What an operator restart at this size works on.
 struct Restarting<'a> {
+    ctx: &'a Context,
     light: &'a Light,
-    log_dir: &'a std::path::Path,
     sets: &'a [Groups],
     watches: &'a [LeaderWatch],
     groups: usize,
@@ -238,9 +233,12 @@ impl Restarting<'_> {
         let before = statuses(self.sets).await?;
         let flaps = || -> u64 { self.watches.iter().map(LeaderWatch::leader_changes).sum() };
         let flaps_before = flaps();
-        op.stop().await;
-        let log = self.log_dir.join("operator-scale-10k-restarted.log");
-        let op = OperatorProcess::start(&self.light.operator, None, &log).await?;
+        let mut op = op;
+        let _ = op.kill().await;
+        let op = self
+            .ctx
+            .start_operator(None, "operator-scale-10k-restarted.log")
+            .await?;
         let mut to_ready = None;
         let to_all_reconciled = loop {
             if op.started.elapsed() > BOUND {
@@ -252,8 +250,7 @@ impl Restarting<'_> {
             if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
                 to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
             }
-            if op
-                .reconciles()
+            if reconciles(&op)
                 .await
                 .is_some_and(|n| n >= self.groups as u64)
             {
@@ -274,7 +271,7 @@ impl Restarting<'_> {
                 .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
                 .count()
         };
-        let last = proc_sample(op.pid, self.light.ticks).unwrap_or_default();
+        let last = sample(&op, self.light.ticks);
         let restart = Restart {
             to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
             to_all_reconciled_ms: to_all_reconciled,
@@ -287,6 +284,16 @@ impl Restarting<'_> {
         };
         Ok((op, restart))
     }
+}
+
+/// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does
+/// not answer.
+async fn reconciles(op: &OperatorProcess) -> Option<u64> {
+    let (_, body) = op.get("/metrics").await?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("leadergroup_reconcile_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 /// A group's epoch and leader.

@@ -7,25 +7,27 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
+use kube::CustomResourceExt;
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::{OperatorLaunch, OperatorProcess};
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
-use crate::ours::Operator;
 use crate::peers::PeerKind;
 use crate::results::{Results, Run};
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
-pub trait Scenario: Sync {
+pub struct Scenario {
     /// Its name, its help, and whether the full run measures it.
-    fn about(&self) -> About;
+    pub about: About,
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
-    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a>;
+    pub measure: fn(&Context) -> Measuring<'_>,
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
-    fn render(&self, results: &Results) -> Result<Vec<Block>>;
+    pub render: fn(&Results) -> Result<Vec<Block>>,
 }
 
 /// What the command line knows of a scenario.
@@ -105,8 +107,8 @@ pub struct Light {
     pub cp: &'static leadergroup_testenv::ControlPlane,
     /// Its admin client.
     pub admin: kube::Client,
-    /// The operator measured on it.
-    pub operator: Operator,
+    /// The operator binary measured on it.
+    pub operator: PathBuf,
     /// The kernel's clock ticks per second, for /proc's CPU times.
     pub ticks: f64,
     run: Mutex<Run>,
@@ -115,7 +117,7 @@ pub struct Light {
 impl Light {
     /// The kubeconfig of the control plane.
     pub fn kubeconfig(&self) -> &Path {
-        &self.operator.kubeconfig
+        self.cp.kubeconfig_path()
     }
 
     /// Counts what the independent watch saw: two pods of one group labeled leader.
@@ -185,22 +187,45 @@ impl Context {
     pub async fn light(&self) -> Result<&Light> {
         self.light
             .get_or_try_init(|| async {
-                let binary = crate::ours::release_binary("leadergroup-operator")?;
+                let operator = crate::ours::release_binary("leadergroup-operator")?;
                 tracing::info!("control plane");
                 let cp = leadergroup_testenv::control_plane().await?;
                 let admin = cp.client().await?;
-                crate::ours::install_crd(&admin).await?;
+                leadergroup_testenv::install_crd(&admin, &LeaderGroup::crd()).await?;
                 let run = Run::describe(&admin, &self.repo, cp, self.options.quick).await?;
-                let kubeconfig = cp.kubeconfig_path().to_path_buf();
                 Ok(Light {
                     cp,
                     admin,
-                    operator: Operator { binary, kubeconfig },
+                    operator,
                     ticks: crate::observe::ticks_per_second(),
                     run: Mutex::new(run),
                 })
             })
             .await
+    }
+
+    /// Starts the operator on the light control plane, watching `namespace` (every namespace
+    /// when None), logging to `<log_dir>/<log>` (`BENCH_OPERATOR_LOG=info`: each handover's step
+    /// timings).
+    pub async fn start_operator(
+        &self,
+        namespace: Option<&str>,
+        log: &str,
+    ) -> Result<OperatorProcess> {
+        let light = self.light().await?;
+        let log = self.log_dir.join(log);
+        // A fresh log per run: the launch appends.
+        let _ = std::fs::remove_file(&log);
+        let level = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+        let launch = OperatorLaunch::new(
+            &light.operator,
+            light.kubeconfig(),
+            namespace,
+            "bench-operator",
+            log,
+        )
+        .rust_log(&level);
+        Ok(OperatorProcess::start(&launch).await?)
     }
 
     /// The idle API server's own requests per second, measured on the first call.

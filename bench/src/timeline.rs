@@ -2,7 +2,9 @@
 //! node: ours from the agent's `role` file (its mtime: the moment the agent wrote the new role),
 //! a peer from the lines it appends to its events file (`<unix ns> started|stopped <lease>
 //! <identity>`, stamped by the candidate when its library called back). All nodes of the real
-//! cluster run on this machine, so the node files and the harness share one clock.
+//! cluster run on this machine, so the node files and the harness share one clock. The peers'
+//! candidate processes on the light cluster print the same lines ([`crate::peers`]), judged by the
+//! same rules.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -149,16 +151,20 @@ impl Source {
                 };
                 let complete = &fresh[..=end];
                 self.consumed += complete.len();
-                complete.lines().filter_map(parse_peer_line).collect()
+                complete
+                    .lines()
+                    .filter_map(|l| Some(parse_peer_line(l)?.1))
+                    .collect()
             }
         }
     }
 }
 
-/// `<unix nanoseconds> started|stopped <lease> <identity>`.
-fn parse_peer_line(line: &str) -> Option<Event> {
+/// A peer candidate's line, `<unix nanoseconds> started|stopped <lease> <identity>`: the Lease
+/// and the event.
+pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
     let parts: Vec<&str> = line.split_whitespace().collect();
-    let [ts, event, _lease, identity] = parts.as_slice() else {
+    let [ts, event, lease, identity] = parts.as_slice() else {
         return None;
     };
     let nanos = ts.parse::<u64>().ok()?;
@@ -167,11 +173,12 @@ fn parse_peer_line(line: &str) -> Option<Event> {
         "stopped" => false,
         _ => return None,
     };
-    Some(Event {
+    let event = Event {
         at: UNIX_EPOCH + Duration::from_nanos(nanos),
         identity: (*identity).to_owned(),
         leading,
-    })
+    };
+    Some(((*lease).to_owned(), event))
 }
 
 fn read_with_mtime(path: &Path) -> std::io::Result<(SystemTime, String)> {
@@ -319,7 +326,9 @@ mod tests {
 
     #[test]
     fn a_peer_line_is_parsed() {
-        let e = parse_peer_line("1700000000000000000 started cgd-0 cgd-1_ab12cd34").unwrap();
+        let (lease, e) =
+            parse_peer_line("1700000000000000000 started cgd-0 cgd-1_ab12cd34").unwrap();
+        assert_eq!(lease, "cgd-0");
         assert!(e.leading);
         assert_eq!(pod_of(&e.identity), "cgd-1");
         assert!(parse_peer_line("garbage").is_none());

@@ -49,6 +49,48 @@ pub fn freezer_state(node: &str, id: &str) -> Result<PathBuf> {
         })
 }
 
+/// The cgroup freezer of one container: thawed when dropped, whatever the caller did in
+/// between.
+#[derive(Debug)]
+pub struct Frozen {
+    state: PathBuf,
+}
+
+impl Frozen {
+    /// The freezer of container `id` on node `node`, found but not frozen yet (finding it walks
+    /// the node's cgroups: a caller that times the freeze finds it first).
+    pub fn locate(node: &str, id: &str) -> Result<Frozen> {
+        freezer_state(node, id).map(|state| Frozen { state })
+    }
+
+    /// Freezes container `id` on node `node`.
+    pub fn freeze_now(node: &str, id: &str) -> Result<Frozen> {
+        let frozen = Frozen::locate(node, id)?;
+        frozen.freeze()?;
+        Ok(frozen)
+    }
+
+    /// Freezes it now.
+    pub fn freeze(&self) -> Result<()> {
+        std::fs::write(&self.state, "FROZEN")
+            .map_err(Error::io(format!("freezing {}", self.state.display())))
+    }
+
+    /// Thaws it now.
+    pub fn thaw(&self) -> Result<()> {
+        std::fs::write(&self.state, "THAWED")
+            .map_err(Error::io(format!("thawing {}", self.state.display())))
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Err(e) = self.thaw() {
+            eprintln!("testenv: {e}");
+        }
+    }
+}
+
 /// The folder called `name` under `root`, at most `depth` levels further down.
 fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
     for entry in std::fs::read_dir(root).ok()?.flatten() {

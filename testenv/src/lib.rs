@@ -43,7 +43,7 @@ mod tools;
 mod wait;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
-pub use containers::{freezer_state, kill_container};
+pub use containers::{Frozen, freezer_state, kill_container};
 pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
@@ -61,10 +61,10 @@ pub use operator::{OperatorLaunch, OperatorProcess, free_port};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use private::PrivateCluster;
 pub use proxy::{Proxy, api_server_addr};
-pub use realcluster::{RealCluster, Undo};
+pub use realcluster::{OPERATOR_NAMESPACE, OPERATOR_RELEASE, RealCluster, Undo, node_ready};
 pub use settled::{Settled, judge_settled, settled, wait_settled};
 pub use tools::{http_get, run_ok, run_tool};
-pub use wait::{wait_for_object, wait_until};
+pub use wait::{wait_for_object, wait_until, wait_until_every};
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
@@ -93,6 +93,8 @@ pub struct OperatorProcess {
     pub identity: String,
     /// Where it serves /healthz, /readyz and /metrics.
     pub http: SocketAddr,
+    /// When this process was spawned (the start that kept its port).
+    pub started: Instant,
     log: PathBuf,
 }
 
@@ -128,6 +130,7 @@ impl OperatorProcess {
                 .open(&launch.log)
                 .map_err(Error::io(format!("opening {}", launch.log.display())))
         };
+        let started = Instant::now();
         let mut command = Command::new(&launch.binary);
         command.arg("--kubeconfig").arg(&launch.kubeconfig);
         if let Some(namespace) = &launch.namespace {
@@ -148,6 +151,7 @@ impl OperatorProcess {
             child,
             identity: launch.identity.clone(),
             http,
+            started,
             log: launch.log.clone(),
         })
     }

@@ -14,6 +14,10 @@ use crate::{Error, Result};
 const DEFAULT_NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
 /// The nodes' name prefix: `lg-node-<N>`.
 const NODE_PREFIX: &str = "lg-node-";
+/// The chart's release of the operator, as a user installs it.
+pub const OPERATOR_RELEASE: &str = "leadergroup-operator";
+/// The namespace it is installed in.
+pub const OPERATOR_NAMESPACE: &str = "leadergroup-system";
 
 /// A real cluster in its folder (`realcluster.sh --dir`).
 #[derive(Debug)]
@@ -48,6 +52,17 @@ impl RealCluster {
             .run(&["up", "--node-monitor-grace-period", &grace])
             .await?;
         Ok(cluster)
+    }
+
+    /// `helm install` of the chart (`charts/leadergroup-operator`) as [`OPERATOR_RELEASE`] into
+    /// [`OPERATOR_NAMESPACE`], with `cp`'s helm; further values are the caller's.
+    pub fn helm_install(cp: &crate::ControlPlane) -> std::process::Command {
+        let mut install = cp.helm();
+        install
+            .args(["install", OPERATOR_RELEASE])
+            .arg(repo_root().join("charts/leadergroup-operator"))
+            .args(["--namespace", OPERATOR_NAMESPACE, "--create-namespace"]);
+        install
     }
 
     /// The cluster's folder.
@@ -137,6 +152,21 @@ impl RealCluster {
                 .map_err(|e| Error::Unexpected(format!("{}: GRACE={g}: {e}", path.display()))),
         }
     }
+}
+
+/// Node `node`'s Ready condition status ("True", "False", "Unknown"; empty before it reported).
+pub async fn node_ready(client: &kube::Client, node: &str) -> Result<String> {
+    let n = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .map_err(Error::kube(format!("reading node {node}")))?;
+    Ok(n.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status)
+        .unwrap_or_default())
 }
 
 impl Drop for RealCluster {

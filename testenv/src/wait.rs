@@ -13,7 +13,22 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 ///
 /// `Ok(None)` means "not yet"; `Err(e)` is remembered and retried (an object that does not exist
 /// yet is the usual case). On timeout the error names `what` and the last error seen.
-pub async fn wait_until<T, E, F, Fut>(what: &str, timeout: Duration, mut poll: F) -> Result<T>
+pub async fn wait_until<T, E, F, Fut>(what: &str, timeout: Duration, poll: F) -> Result<T>
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<Option<T>, E>>,
+{
+    wait_until_every(what, timeout, POLL_INTERVAL, poll).await
+}
+
+/// [`wait_until`], polling every `interval`.
+pub async fn wait_until_every<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut poll: F,
+) -> Result<T>
 where
     E: Display,
     F: FnMut() -> Fut,
@@ -34,7 +49,7 @@ where
                 last,
             });
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

@@ -25,7 +25,7 @@ pub use leadergroup_testenv::Settled;
 use leadergroup_testenv::pods::{container_id, is_leader};
 pub use leadergroup_testenv::pods::{container_running, ready as is_ready, restarts, role};
 use leadergroup_testenv::{
-    ControlPlane, InvariantWatcher, RealCluster, TestNamespace, Undo, e2e_cluster, run_ok,
+    ControlPlane, Frozen, InvariantWatcher, RealCluster, TestNamespace, Undo, e2e_cluster, run_ok,
     wait_until,
 };
 use serde_json::json;
@@ -36,8 +36,7 @@ pub const CONVERGE: Duration = Duration::from_secs(60);
 pub const PODS: Duration = Duration::from_secs(120);
 
 /// The chart's release, as a user installs it with the default values.
-pub const RELEASE: &str = "leadergroup-operator";
-pub const RELEASE_NS: &str = "leadergroup-system";
+pub use leadergroup_testenv::{OPERATOR_NAMESPACE as RELEASE_NS, OPERATOR_RELEASE as RELEASE};
 /// The operator's own Lease (`operator-<fullname>`; the fullname is the release name here).
 pub const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
 /// The chart's selector label on the operator's pods.
@@ -91,12 +90,7 @@ impl Cluster {
 
     /// `helm install` of the chart with the default values into [`RELEASE_NS`].
     pub fn helm_install(&self) -> std::process::Command {
-        let mut install = self.cp.helm();
-        install
-            .args(["install", RELEASE])
-            .arg(repo_root().join("charts/leadergroup-operator"))
-            .args(["--namespace", RELEASE_NS, "--create-namespace"]);
-        install
+        RealCluster::helm_install(self.cp)
     }
 
     /// The running operator pods.
@@ -194,46 +188,14 @@ impl Cluster {
     /// stops, as in a long GC pause or a stuck disk); thawed when the guard drops.
     pub fn freeze_container(&self, pod: &Pod) -> Frozen {
         let (node, id) = container_of(pod);
-        let frozen = Frozen {
-            state: leadergroup_testenv::freezer_state(&node, &id).unwrap(),
-        };
-        std::fs::write(&frozen.state, "FROZEN").unwrap();
-        frozen
+        Frozen::freeze_now(&node, &id).unwrap()
     }
 
     /// The node's Ready condition status ("True", "False", "Unknown").
     pub async fn node_ready(&self, node: &str) -> String {
-        let n = Api::<Node>::all(self.client.clone())
-            .get(node)
+        leadergroup_testenv::node_ready(&self.client, node)
             .await
-            .unwrap();
-        n.status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status)
-            .unwrap_or_default()
-    }
-}
-
-/// The cgroup freezer of one container: thawed on drop, whatever the test did in between.
-pub struct Frozen {
-    state: PathBuf,
-}
-
-impl Frozen {
-    /// Thaws it now.
-    pub fn thaw(&self) {
-        std::fs::write(&self.state, "THAWED").unwrap();
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(&self.state, "THAWED") {
-            eprintln!("could not thaw {}: {e}", self.state.display());
-        }
+            .unwrap()
     }
 }
 

@@ -63,7 +63,7 @@ async fn the_leaders_container_frozen_hands_over_and_thawed_it_stays_follower() 
         "the frozen pod is NotReady"
     );
 
-    frozen.thaw();
+    frozen.thaw().unwrap();
     wait_until("the thawed pod Ready again", PODS, || async {
         Ok::<_, String>(is_ready(&w.app.pod(&w.first.leader).await).then_some(()))
     })

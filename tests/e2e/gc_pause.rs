@@ -365,7 +365,7 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
     );
 
     // The thaw: the old writer completes the write it checked before the pause.
-    frozen.thaw();
+    frozen.thaw().unwrap();
     let thawed_at = SystemTime::now();
     let frozen_for = since(frozen_at, thawed_at);
     drop(frozen);
