@@ -117,7 +117,8 @@ pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
             (Some(_), stateright::Expectation::Sometimes) => "example found",
             (None, stateright::Expectation::Sometimes) => "NO EXAMPLE",
             (Some(_), _) => "COUNTEREXAMPLE",
-            (None, _) => "holds",
+            (None, _) if report.complete => "holds",
+            (None, _) => "none found yet",
         };
         out.push_str(&format!("  {verdict:>14}: {}\n", property.name));
     }
