@@ -9,7 +9,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 enum UsageError {
-    #[error("unknown configuration {0:?} (small, selector, unknown-outcome, large)")]
+    #[error("unknown configuration {0:?} (combined, selector, unknown-outcome, large)")]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
     Threads(String),

@@ -37,10 +37,11 @@ pub struct Config {
 }
 
 impl Config {
-    /// The unit-test configuration: every kind of fault and edit once, two pods.
-    pub fn small() -> Self {
+    /// Both holes' ingredients on two pods, from the group's creation and from a settled group
+    /// (too large to exhaust breadth first in memory: the base of the two below).
+    pub fn combined() -> Self {
         Config {
-            name: "small",
+            name: "combined",
             pods: 2,
             from_settled: true,
             failures: 1,
@@ -65,7 +66,7 @@ impl Config {
             failures: 0,
             preference_edits: 0,
             from_settled: false,
-            ..Config::small()
+            ..Config::combined()
         }
     }
 
@@ -76,7 +77,7 @@ impl Config {
             selector_edits: 0,
             failovers: 0,
             expiries: 0,
-            ..Config::small()
+            ..Config::combined()
         }
     }
 
@@ -104,7 +105,7 @@ impl Config {
 
     pub fn named(name: &str) -> Option<Self> {
         [
-            Config::small(),
+            Config::combined(),
             Config::selector(),
             Config::unknown_outcome(),
             Config::large(),
