@@ -1,14 +1,10 @@
-# Entry points. `make test` is what CI runs (.ci/run); `make cluster-up` starts a real two-node
-# cluster, `make light-cluster-up` a local control plane (etcd + kube-apiserver) for the fast tests.
+# Entry points. `make test` is what CI runs (.ci/run): the three layers of tests, each needing more
+# than the one before: `make check` no cluster, `make it` the light cluster (a local control plane,
+# etcd + kube-apiserver), `make e2e` the real one (root). `make cluster-up` starts a real two-node
+# cluster, `make light-cluster-up` a light one.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
-
-# The pinned control-plane binaries. build.sh prints the cached bin folder (building it first on a
-# fresh machine, ~14 minutes); evaluated once, and only by targets that use it.
-BIN_DIR = $(eval BIN_DIR := $(or $(shell controlplane/build.sh),$(error controlplane/build.sh failed)))$(BIN_DIR)
-HELM = $(BIN_DIR)/helm
-KUBECTL = $(BIN_DIR)/kubectl
 
 # Integration tests mostly wait on the API server, so more threads than cores pay off.
 TEST_THREADS ?= 6
@@ -16,12 +12,15 @@ TEST_THREADS ?= 6
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
 .PHONY: help demo light-demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
+.PHONY: check unit it clippy shellcheck check-deps
 .PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
 	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
-	@echo "make test              fmt check, clippy, CRD drift, helm lint, unit + integration tests, then make e2e"
+	@echo "make test              make check, make it, then make e2e (what CI runs)"
+	@echo "make check             no cluster: fmt check, clippy, shellcheck, CRD drift, the chart's static checks, unit tests"
+	@echo "make it                the integration tests on a light cluster it starts and always stops"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
@@ -30,7 +29,9 @@ help:
 	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
 	@echo "make bench             (root for the first part) bench-e2e, then bench-api: docs/benchmarks.md, bench/results/*.json, plots"
 	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build)"
-	@echo "make fmt | lint        rustfmt | clippy -D warnings"
+	@echo "make fmt | lint        rustfmt | clippy -D warnings and shellcheck on every shell script"
+	@echo "make unit              the unit tests (make check runs them): libraries, binaries, doc tests, the ledger example"
+	@echo "make check-deps        install what make check needs beyond Rust (shellcheck, PyYAML; root or sudo)"
 
 controlplane:
 	controlplane/build.sh
@@ -91,8 +92,21 @@ fmt:
 fmt-check:
 	cargo fmt --all -- --check
 
-lint:
+lint: clippy shellcheck
+
+clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# Every shell script of the repository (tracked or new, not ignored) and .ci/run. -x -P SCRIPTDIR:
+# follow `source` into lib.sh, pki.sh and versions.env, found beside the script.
+SHELL_SCRIPTS = $(or $(shell git ls-files --cached --others --exclude-standard '*.sh'),\
+  $(error no *.sh found by git ls-files: make lint needs the git checkout)) .ci/run
+shellcheck:
+	@command -v shellcheck >/dev/null || { echo "shellcheck missing: run make check-deps (Debian's shellcheck)"; exit 1; }
+	shellcheck -x -P SCRIPTDIR $(SHELL_SCRIPTS)
+
+check-deps:
+	controlplane/check-deps.sh
 
 crd-check:
 	cargo run -q -- crd | diff -u crds/leadergroup.yaml - || { echo "crds/leadergroup.yaml is stale: run make crds"; exit 1; }
@@ -105,20 +119,44 @@ chart-static:
 	charts/tests/static.sh
 helm-lint: chart-static
 
-test: fmt-check lint crd-check chart-static cargo-test e2e
+test: check it e2e
 
-# Compiles first (so the cluster does not idle through a build), then starts one control plane
-# for all test binaries. The trap stops it when the tests end; the watchdog (--watch-pid: this
-# recipe's shell) when make is killed instead.
-cargo-test:
-	cargo test --workspace --no-run
-	# The ledger example's unit tests (cargo only builds examples; the GC-pause test runs its binary).
+# Layer 1, no cluster: what a change must pass before any cluster is started.
+check: fmt-check lint crd-check chart-static unit
+
+# The tests that need no cluster: every crate's library and binary unit tests, the doc tests (all
+# no_run: compiled, not run) and the ledger example's unit tests (cargo only builds examples
+# unless named).
+unit:
+	cargo test --workspace --lib --bins
+	cargo test --workspace --doc
 	cargo test --example ledger
-	@trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
-	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$(BIN_DIR)"; \
+
+# The integration test targets: every [[test]] cargo runs by default (tests/it, testenv's,
+# client's, agent's), named one by one so that neither the unit tests run again nor tests/e2e
+# (test = false) runs here: a `--test '*'` glob would take it too. From cargo metadata, so a new
+# integration target is never left out.
+IT_TESTS = $(eval IT_TESTS := $(or $(shell cargo metadata --no-deps --format-version 1 | python3 -c \
+  'import json, sys; m = json.load(sys.stdin); print(" ".join(sorted({"--test " + t["name"] for p in m["packages"] for t in p["targets"] if "test" in t["kind"] and t.get("test", True)})))'),\
+  $(error no integration test targets found in cargo metadata)))$(IT_TESTS)
+
+# Layer 2, the light cluster. Compiles first (so the cluster does not idle through a build; the
+# whole workspace, as `cargo test` would: the GC-pause test runs the ledger example's binary), then
+# starts one control plane for all test binaries. The trap stops it when the tests end; the
+# watchdog (--watch-pid: this recipe's shell) when make is killed instead. build.sh prints the
+# pinned control plane's cached bin folder (building it first on a fresh machine); called in the
+# recipe, not by make, so that `make -n` builds nothing.
+it:
+	cargo test --workspace --no-run
+	@bin=$$(controlplane/build.sh); \
+	trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
+	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$$bin"; \
 	start=$$SECONDS; \
-	LEADERGROUP_KUBECONFIG="$(TEST_CLUSTER)/kubeconfig" cargo test --workspace -- --test-threads=$(TEST_THREADS); \
-	echo "cargo-test: tests ran in $$((SECONDS - start)) s"
+	LEADERGROUP_KUBECONFIG="$(TEST_CLUSTER)/kubeconfig" cargo test --workspace $(IT_TESTS) -- --test-threads=$(TEST_THREADS); \
+	echo "it: tests ran in $$((SECONDS - start)) s"
+
+# Every cargo test but the end-to-end ones (what this target ran before the layers had names).
+cargo-test: unit it
 
 # Benchmarks (issue 5; not part of `make test`): bench-e2e first (as root: the end-to-end scenarios
 # on a real cluster of their own, about 8 minutes plus the release build), then bench-api (every API-to-API scenario

@@ -7,12 +7,14 @@
 # The CRD is not round-tripped through Helm's fromYaml/toYaml: that would reorder keys, round
 # integers above 2^53 and turn YAML 1.1 words such as `y` or `on` into booleans.
 set -euo pipefail
+prefix='crd-template.sh'
+# shellcheck source=../controlplane/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../controlplane/lib.sh"
 crd=$(cat)
-fail() { echo "crd-template.sh: $*" >&2; exit 1; }
-[[ $crd == *'{{'* ]] && fail "the CRD contains '{{', which Helm would read as a template action"
-[[ $(grep -c '^metadata:$' <<<"$crd") == 1 ]] || fail "the CRD must have exactly one top-level 'metadata:' line"
-grep -q '^  name: leadergroups.leadergroup.io$' <<<"$crd" || fail "the CRD is not leadergroups.leadergroup.io"
-grep -qE '^  (labels|annotations):' <<<"$crd" && fail "the CRD already has labels or annotations; the chart adds its own"
+[[ $crd == *'{{'* ]] && die "the CRD contains '{{', which Helm would read as a template action"
+[[ $(grep -c '^metadata:$' <<<"$crd") == 1 ]] || die "the CRD must have exactly one top-level 'metadata:' line"
+grep -q '^  name: leadergroups.leadergroup.io$' <<<"$crd" || die "the CRD is not leadergroups.leadergroup.io"
+grep -qE '^  (labels|annotations):' <<<"$crd" && die "the CRD already has labels or annotations; the chart adds its own"
 
 cat <<'HEAD'
 {{- /*

@@ -16,9 +16,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
-say() { echo "cluster: $*" >&2; }
-die() { say "error: $*"; exit 1; }
-usage() { sed -n '5,7p' "$0" | sed 's/^# *//' >&2; }
+prefix=cluster
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 cmd=${1:-}
 [[ $cmd == up || $cmd == down || $cmd == restart ]] || { usage; exit 2; }
@@ -37,13 +37,13 @@ dir=$repo/.cluster watch_pid="" bin="" address=127.0.0.1 service_cidr=10.0.0.0/2
 while (($#)); do
   case $1 in
     --kill) kill_at_once=1; shift ;;
-    --dir) dir=${2:?--dir needs a value}; shift 2 ;;
-    --watch-pid) watch_pid=${2:?--watch-pid needs a value}; shift 2 ;;
-    --bin-dir) bin=${2:?--bin-dir needs a value}; shift 2 ;;
-    --address) address=${2:?--address needs a value}; shift 2 ;;
-    --service-cidr) service_cidr=${2:?--service-cidr needs a value}; shift 2 ;;
+    --dir) need_value "$@"; dir=$2; shift 2 ;;
+    --watch-pid) need_value "$@"; watch_pid=$2; shift 2 ;;
+    --bin-dir) need_value "$@"; bin=$2; shift 2 ;;
+    --address) need_value "$@"; address=$2; shift 2 ;;
+    --service-cidr) need_value "$@"; service_cidr=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
-    *) usage; die "unknown argument $1" ;;
+    *) bad_arg "$1" ;;
   esac
 done
 [[ -z $watch_pid || $watch_pid =~ ^[0-9]+$ ]] || die "--watch-pid wants a number, got $watch_pid"
@@ -54,17 +54,7 @@ service_ip=${BASH_REMATCH[1]}.1 # the `kubernetes` Service's ClusterIP
 # The marker guards `rm -rf`: only a folder this script created is ever removed.
 marker=.leadergroup-cluster
 
-# running PID: the process exists and is not a zombie (an orphan's exit may be reaped late by
-# pid 1, and kill -0 succeeds on a zombie).
-running() { kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
-
-# alive NAME: the process in NAME.pid runs and is ours (its command line names DIR, so a recycled
-# pid of an unrelated process is never taken for it, nor killed).
-alive() {
-  local pid
-  pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
-  [[ -n $pid ]] && running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$dir/" >/dev/null
-}
+# running, alive, spawn and lock (lib.sh) keep one pid file per process in DIR.
 
 # stop NAME: SIGTERM, then SIGKILL after 15 s; returns once the process is gone.
 stop() {
@@ -87,17 +77,18 @@ stop_all() {
   stop etcd
   # Watchdogs, except the one running this very `down`.
   local pid
-  for pid in $(cat "$dir/watchdog.pids" 2>/dev/null); do
+  [[ -f $dir/watchdog.pids ]] || return 0
+  while read -r pid; do
     [[ $pid == "$$" ]] && continue
     if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$dir" >/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
-  done
+  done <"$dir/watchdog.pids"
 }
 
 wipe() { # removes DIR, refusing folders this script did not create
   [[ -d $dir ]] || return 0
   if [[ -e $dir/$marker ]]; then
     rm -rf "$dir"
-  elif [[ -z $(ls -A "$dir" | grep -vx '.lock') ]]; then
+  elif only_lock_left; then
     rm -f "$dir/.lock"
     rmdir "$dir"
   else
@@ -105,9 +96,7 @@ wipe() { # removes DIR, refusing folders this script did not create
   fi
 }
 
-# The lock serialises concurrent `up`/`down` on one DIR. Children must not inherit fd 9, or etcd
-# would hold the lock for its whole life.
-lock() { exec 9>"$dir/.lock"; flock 9; }
+# lock (lib.sh) serialises concurrent `up`/`down` on one DIR.
 
 if [[ $cmd == down ]]; then
   [[ -d $dir ]] || { say "nothing to stop in $dir"; exit 0; }
@@ -151,6 +140,7 @@ start_watchdog() {
   # (Ctrl-C, a harness killing the test) must not take the watchdog with it.
   local started
   started=$(awk '{print $22}' "/proc/$watch_pid/stat")
+  # shellcheck disable=SC2016 # the watchdog's shell expands these, from its own arguments
   setsid bash -c '
     while [[ -r /proc/$1/stat ]] && read -r -a st </proc/$1/stat && [[ ${st[21]} == "$2" && ${st[2]} != Z ]]; do
       sleep 1
@@ -200,8 +190,7 @@ else
   wipe
   mkdir -p "$dir/pki"
   touch "$dir/$marker"
-  exec 9>"$dir/.lock"
-  flock 9
+  lock
 
   # ---- certificates (EC P-256: generated in milliseconds; RSA only where Kubernetes expects it) ----
   pki=$dir/pki
@@ -235,17 +224,6 @@ pick_port() {
   done
 }
 
-# spawn NAME ARGS...: detached (own session, stdin closed, output to DIR/NAME.log); the pid file is
-# written by the process itself before exec, so it is right whether or not setsid forks.
-spawn() {
-  local name=$1
-  shift
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' spawn "$dir/$name.pid" "$@" </dev/null >"$dir/$name.log" 2>&1 9>&- &
-  local i
-  for ((i = 0; i < 50; i++)); do [[ -s $dir/$name.pid ]] && return; sleep 0.02; done
-  die "$name did not start"
-}
-
 # wait_for NAME SECONDS CHECK...: polls CHECK until it succeeds; fails early if NAME died.
 wait_for() {
   local name=$1 limit=$2 i
@@ -261,6 +239,7 @@ wait_for() {
 # Plain HTTP through bash's /dev/tcp: no curl needed.
 etcd_healthy() {
   local answer
+  # shellcheck disable=SC2016 # the inner shell expands $1: the port, its own argument
   answer=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && cat <&3' _ "$etcd_port" 2>/dev/null) || return 1
   [[ $answer == *'"health":"true"'* ]]
 }
@@ -282,7 +261,7 @@ spawn_apiserver() {
   real=()
   # The kubelets are reached at their node IPs (exec, logs), not by node names no DNS knows.
   [[ $address == 127.0.0.1 ]] || real=(--kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key"
-    --kubelet-preferred-address-types=InternalIP,Hostname)
+    "--kubelet-preferred-address-types=InternalIP,Hostname")
   # --profiling=false and --enable-logs-handler=false: fewer handlers nobody here uses.
   # The watch cache stays on: the operator's watches should see what a real cluster serves.
   spawn kube-apiserver "$bin/kube-apiserver" \

@@ -22,6 +22,7 @@ gen_node() {
     k8s.io/kubernetes/cmd/kube-scheduler@"$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-controller-manager@"$KUBERNETES_VERSION"
   # The node commands may add modules but must not move one go.mod already pins.
   local moved
+  # shellcheck disable=SC2016 # an awk program: awk expands $0, $1 and $2, not the shell
   local pins='$0 !~ /=>/ && $2 ~ /^v[0-9]/ {print $1, $2}'
   moved=$(join <(awk "$pins" go.mod | sort) <(awk "$pins" node.mod | sort) | awk '$2 != $3')
   [[ -z $moved ]] || { echo "node.mod moved modules go.mod pins (module go.mod node.mod):" >&2; echo "$moved" >&2; exit 1; }

@@ -7,9 +7,9 @@
 # config, root, state and socket (controlplane/realcluster.sh).
 # Idempotent: with everything present it changes nothing and says so.
 set -euo pipefail
-
-say() { echo "node-deps: $*" >&2; }
-die() { say "error: $*"; exit 1; }
+prefix=node-deps
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(containerd runc containernetworking-plugins iptables nftables conntrack busybox-static)
 

@@ -2,6 +2,9 @@
 # first). EC P-256 keys: generated in milliseconds.
 # shellcheck shell=bash
 
+# Fails at once, not halfway through a certificate, when the caller forgot to set it.
+pki=${pki:?set pki=DIR before sourcing pki.sh}
+
 gen_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
 
 # new_ca SUBJECT: $pki/ca.key and ca.crt.

@@ -5,14 +5,20 @@
 # install (nothing on this machine should listen on 5432 because of the tests), and the tests
 # never use it.
 set -euo pipefail
+# Progress on stdout, errors on stderr.
+prefix=postgres-deps say_fd=1
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 have() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
+# The last bin folder in glob order (only called once have() found one).
+bin_dir() { compgen -G '/usr/lib/postgresql/*/bin' | tail -n1; }
 
 if have; then
-  echo "postgres-deps: $(ls -d /usr/lib/postgresql/*/bin | tail -n1) present"
+  say "$(bin_dir) present"
   exit 0
 fi
-command -v apt-get >/dev/null || { echo "postgres-deps: no apt-get; install PostgreSQL's server (initdb, postgres) and set LEADERGROUP_POSTGRES_BIN" >&2; exit 1; }
+command -v apt-get >/dev/null || die "no apt-get; install PostgreSQL's server (initdb, postgres) and set LEADERGROUP_POSTGRES_BIN"
 
 sudo=()
 [[ $(id -u) == 0 ]] || sudo=(sudo)
@@ -30,5 +36,5 @@ trap cleanup EXIT
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq postgresql >/dev/null
-have || { echo "postgres-deps: postgresql installed, but no /usr/lib/postgresql/*/bin/initdb" >&2; exit 1; }
-echo "postgres-deps: installed $(ls -d /usr/lib/postgresql/*/bin | tail -n1)"
+have || die "postgresql installed, but no /usr/lib/postgresql/*/bin/initdb"
+say "installed $(bin_dir)"

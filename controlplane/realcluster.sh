@@ -37,9 +37,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
-say() { echo "realcluster: $*" >&2; }
-die() { say "error: $*"; exit 1; }
-usage() { sed -n '7,10p' "$0" | sed 's/^# *//' >&2; }
+prefix=realcluster
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 cmd=${1:-}
 case $cmd in up | down | stop-node | start-node | cut-node | uncut-node) ;; *) usage; exit 2 ;; esac
@@ -54,14 +54,15 @@ dir=$repo/.realcluster
 grace=""
 while (($#)); do
   case $1 in
-    --dir) dir=${2:?--dir needs a value}; shift 2 ;;
+    --dir) need_value "$@"; dir=$2; shift 2 ;;
     --node-monitor-grace-period)
-      grace=${2:?--node-monitor-grace-period needs seconds}
+      need_value "$@"
+      grace=$2
       [[ $grace =~ ^[0-9]+$ && $grace -ge 6 ]] || die "--node-monitor-grace-period: whole seconds, at least 6 (got $grace)"
       shift 2
       ;;
     -h | --help) usage; exit 0 ;;
-    *) usage; die "unknown argument $1" ;;
+    *) bad_arg "$1" ;;
   esac
 done
 
@@ -86,13 +87,7 @@ host_paths=(/var/lib/kubelet /var/lib/cni /var/log/containers /run/containerd /u
 now() { date +%s.%N; }
 since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
-# ---- processes (as in cluster.sh: a pid file per process, the command line must name DIR) ----
-running() { kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
-alive() {
-  local pid
-  pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
-  [[ -n $pid ]] && running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$dir/" >/dev/null
-}
+# ---- processes (running, alive, spawn, lock: lib.sh, as in cluster.sh) ----
 stop_pid() { # stop_pid NAME PID: SIGTERM, SIGKILL after 15 s
   local i
   kill -TERM "$2" 2>/dev/null || true
@@ -106,13 +101,6 @@ stop_pid() { # stop_pid NAME PID: SIGTERM, SIGKILL after 15 s
   say "$1 (pid $2) survives SIGKILL"
 }
 stop() { alive "$1" || return 0; stop_pid "$1" "$(cat "$dir/$1.pid")"; }
-spawn() { # spawn NAME ARGS...: detached, output to DIR/NAME.log, pid in DIR/NAME.pid
-  local name=$1 i
-  shift
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' spawn "$dir/$name.pid" "$@" </dev/null >"$dir/$name.log" 2>&1 9>&- &
-  for ((i = 0; i < 50; i++)); do [[ -s $dir/$name.pid ]] && return; sleep 0.02; done
-  die "$name did not start"
-}
 wait_for() { # wait_for NAME SECONDS CHECK...: polls CHECK; fails at the limit or when NAME died
   local name=$1 limit=$2 i
   shift 2
@@ -224,12 +212,12 @@ teardown() {
     while $c -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
     for t in mangle nat filter; do
       for k in KUBE-FIREWALL KUBE-IPTABLES-HINT KUBE-KUBELET-CANARY; do
-        $c -t $t -F $k 2>/dev/null && $c -t $t -X $k 2>/dev/null || true
+        if "$c" -t "$t" -F "$k" 2>/dev/null; then "$c" -t "$t" -X "$k" 2>/dev/null || true; fi
       done
     done
   done
   while iptables -D FORWARD -j "$chain" 2>/dev/null; do :; done
-  iptables -F "$chain" 2>/dev/null && iptables -X "$chain" 2>/dev/null || true
+  if iptables -F "$chain" 2>/dev/null; then iptables -X "$chain" 2>/dev/null || true; fi
   for i in 1 2; do nft delete table ip "$(cut_table "$i")" 2>/dev/null || true; done
   # Tables iptables-nft created for the rules above (none existed before `up`) and that hold no rule
   # now: gone, so the ruleset is as it was.
@@ -266,9 +254,11 @@ teardown() {
     [[ -L $m && $(readlink "$m") == "$dir/"* ]] && rm -f "$m"
   done
   rm -f /var/lib/kubelet/device-plugins/kubelet.sock
-  for m in $(cat "$dir/host-paths.created" 2>/dev/null); do
-    [[ " ${host_paths[*]} " == *" $m "* ]] && rm -rf "$m"
-  done
+  if [[ -f $dir/host-paths.created ]]; then
+    while read -r m; do
+      [[ " ${host_paths[*]} " == *" $m "* ]] && rm -rf "$m"
+    done <"$dir/host-paths.created"
+  fi
   return 0
 }
 
@@ -277,14 +267,13 @@ wipe() {
   if [[ -e $dir/$marker ]]; then
     [[ -z $(mounts_under "$dir") ]] || die "mounts left under $dir; not removing it: $(mounts_under "$dir" | head -3)"
     rm -rf "$dir"
-  elif [[ -z $(ls -A "$dir" | grep -vx '.lock') ]]; then
+  elif only_lock_left; then
     rm -f "$dir/.lock"
     rmdir "$dir"
   else
     die "$dir is not empty and was not created by realcluster.sh; refusing to remove it"
   fi
 }
-lock() { exec 9>"$dir/.lock"; flock 9; }
 
 # Node N's pod CIDR (its CNI bridge's range).
 node_cidr() { echo "10.244.$1.0/24"; }
@@ -317,6 +306,7 @@ EOF
 
 # A node's two processes, with the configuration `up` wrote into DIR/nodeN (start-node reuses it).
 spawn_containerd() { spawn "containerd-$1" containerd --config "$dir/node$1/containerd.toml"; }
+ctr_up() { timeout 5 ctr --address "$dir/node$1/containerd.sock" version >/dev/null; } # ctr_up N
 spawn_kubelet() { # spawn_kubelet N
   local nd=$dir/node$1 i=$(($1 - 1))
   spawn "kubelet-$1" "$node_bin/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$nd/kubelet.kubeconfig" \
@@ -333,7 +323,6 @@ resume_node() { # resume_node N: with the configuration `up` wrote
   local t
   t=$(now)
   alive "containerd-$1" || spawn_containerd "$1"
-  ctr_up() { timeout 5 ctr --address "$dir/node$1/containerd.sock" version >/dev/null; }
   wait_for "containerd-$1" 30 ctr_up "$1" || fail "containerd-$1" "containerd of ${nodes[$(($1 - 1))]} did not answer within 30 s"
   # The kubelet exits at once when containerd's CRI is still recovering the containers that ran
   # on ("server is not initialized yet", though containerd answers): started again until it
@@ -595,8 +584,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     max_conf_num = 1
 EOF
   spawn_containerd "$n"
-  ctr_ok() { timeout 5 ctr --address "$nd/containerd.sock" version >/dev/null; }
-  wait_for "containerd-$n" 30 ctr_ok || fail "containerd-$n" "containerd of $name did not answer within 30 s"
+  wait_for "containerd-$n" 30 ctr_up "$n" || fail "containerd-$n" "containerd of $name did not answer within 30 s"
   local tc
   tc=$(since "$t")
   for img in pause busybox; do
@@ -661,12 +649,12 @@ spawn kube-proxy "$node_bin/kube-proxy" --config="$dir/kube-proxy.yaml"
 
 wait_ready() { nodes_ready; }
 for n in 1 2; do alive "kubelet-$n" || fail "kubelet-$n" "kubelet of ${nodes[$((n - 1))]} exited"; done
-wait_for kubelet-1 120 wait_ready && alive kubelet-2 || {
+if ! { wait_for kubelet-1 120 wait_ready && alive kubelet-2; }; then
   "$bin/kubectl" --kubeconfig="$kubeconfig" get nodes >&2 || true
   alive kubelet-1 || fail kubelet-1 "kubelet of ${nodes[0]} exited"
   alive kubelet-2 || fail kubelet-2 "kubelet of ${nodes[1]} exited"
   fail kubelet-1 "the nodes were not Ready within 120 s"
-}
+fi
 say "two nodes Ready $(since "$t") s after the first containerd started"
 healthz_proxy() { [[ $(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "http://$api_ip:10256/healthz") == 200 ]]; }
 wait_for kube-proxy 60 healthz_proxy || fail kube-proxy "kube-proxy did not answer /healthz within 60 s"

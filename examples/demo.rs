@@ -11,21 +11,20 @@
 //! thawed and writing with its old epoch, and PostgreSQL refusing it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/it/gc_pause/scenario.rs"]
-mod gc_pause;
-
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, CustomResourceExt, ResourceExt};
-use leadergroup_operator::crd::{
-    LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
+use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL};
+use leadergroup_testenv::gc_pause;
+use leadergroup_testenv::pods::{epoch, is_leader};
+use leadergroup_testenv::{
+    Kubelet, OperatorLaunch, OperatorProcess, control_plane, install_crd, namespace,
+    wait_for_object, wait_until,
 };
-use leadergroup_testenv::{Kubelet, control_plane, namespace, wait_for_object, wait_until};
 
 const HANDOVERS: usize = 7;
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,21 +46,7 @@ async fn main() {
 
     step("installing the LeaderGroup CRD (crds/leadergroup.yaml)");
     let client = cp.client().await.unwrap();
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
-    crds.patch(
-        "leadergroups.leadergroup.io",
-        &PatchParams::apply("leadergroup-demo").force(),
-        &Patch::Apply(LeaderGroup::crd()),
-    )
-    .await
-    .unwrap();
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/leadergroups.leadergroup.io",
-        "--timeout=30s",
-    ]);
+    install_crd(&client, &LeaderGroup::crd()).await.unwrap();
 
     let ns = namespace("demo").await.unwrap();
     step(&format!(
@@ -77,28 +62,23 @@ async fn main() {
     }
 
     step("starting the operator (watching that namespace; log in .cluster/demo-operator.log)");
-    let log = std::fs::File::create(".cluster/demo-operator.log").unwrap();
-    // Left running on purpose when the demo exits (`make light-cluster-down` stops it), so never waited on.
-    #[allow(clippy::zombie_processes)]
-    let operator = std::process::Command::new("target/debug/leadergroup-operator")
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig_path())
-        .args([
-            "--namespace",
-            &ns.name,
-            "--identity",
-            "demo-operator",
-            "--http-addr",
-            "127.0.0.1:18080",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
+    // Left running on purpose when the demo exits (`make light-cluster-down` stops it).
+    let launch = OperatorLaunch::new(
+        "target/debug/leadergroup-operator",
+        cp.kubeconfig_path(),
+        Some(&ns.name),
+        "demo-operator",
+        ".cluster/demo-operator.log",
+    )
+    .keep_running();
+    let operator = OperatorProcess::start(&launch)
+        .await
         .expect("start target/debug/leadergroup-operator (built by make demo)");
-    std::fs::write(".cluster/demo-operator.pid", operator.id().to_string()).unwrap();
+    let pid = operator.pid().expect("the operator runs");
+    std::fs::write(".cluster/demo-operator.pid", pid.to_string()).unwrap();
     println!(
-        "operator pid {} (metrics: curl http://127.0.0.1:18080/metrics)",
-        operator.id()
+        "operator pid {pid} (metrics: curl http://{}/metrics)",
+        operator.http
     );
 
     step("kubectl apply: LeaderGroup payments");
@@ -143,19 +123,13 @@ async fn main() {
                 .expect("handover within 30 s")
                 .unwrap()
                 .unwrap();
-            if pod.name_any() != leader
-                && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER)
-            {
+            if pod.name_any() != leader && is_leader(&pod) {
                 break pod;
             }
         };
         let took = started.elapsed();
         times.push(took);
-        let epoch = new_leader
-            .annotations()
-            .get("leadergroup.io/epoch")
-            .cloned()
-            .unwrap_or_default();
+        let epoch = epoch(&new_leader).map_or_else(String::new, |e| e.to_string());
         println!(
             "  handover {}: {leader} deleted -> {} leads at epoch {epoch} after {:.1} ms",
             round + 1,

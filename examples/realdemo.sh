@@ -28,13 +28,16 @@ ns=ledger-demo
 release=leadergroup-operator
 release_ns=leadergroup-system
 
-say() { echo "demo: $*"; }
-die() { echo "demo: error: $*" >&2; exit 1; }
+# The demo narrates on stdout; errors go to stderr.
+prefix=demo say_fd=1
+# shellcheck source=../controlplane/lib.sh
+source "$repo/controlplane/lib.sh"
 step() { echo; echo "==> $*"; t_step=$(date +%s%N); }
 took() { echo "    ($(ms_since "$t_step") ms)"; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
-pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1; }
+# The newest installed PostgreSQL's bin folder; empty when none is (stop-db then has nothing to stop).
+pg_bin() { compgen -G '/usr/lib/postgresql/*/bin' | sort -V | tail -n1 || true; }
 as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
 
 stop_db() {

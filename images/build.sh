@@ -37,18 +37,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
-say() { echo "images: $*" >&2; }
-die() { say "error: $*"; exit 1; }
-usage() { sed -n '5,5p' "$0" | sed 's/^# *//' >&2; }
+prefix=images
+# shellcheck source=../controlplane/lib.sh
+source "$repo/controlplane/lib.sh"
 
 import_dir="" names=() build=1
 while (($#)); do
   case $1 in
-    --import) import_dir=${2:?--import needs a cluster folder}; shift 2 ;;
+    --import) need_value "$@"; import_dir=$2; shift 2 ;;
     --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
     pause | busybox | webapp | operator | agent | ledger | client-go | rust-peer) names+=("$1"); shift ;;
-    *) usage; die "unknown argument $1 (images: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer)" ;;
+    *) bad_arg "$1 (images: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer)" ;;
   esac
 done
 ((${#names[@]})) || names=(pause busybox webapp operator agent ledger client-go)
@@ -60,8 +60,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/leadergroup-images.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 busybox=/bin/busybox
-[[ -x $busybox ]] && file_static=$(LC_ALL=C ldd "$busybox" 2>&1 || true) && [[ $file_static == *"not a dynamic executable"* ]] ||
-  die "$busybox missing or not static: run controlplane/node-deps.sh (installs busybox-static)"
+static_busybox() { [[ -x $busybox && $(LC_ALL=C ldd "$busybox" 2>&1 || true) == *"not a dynamic executable"* ]]; }
+static_busybox || die "$busybox missing or not static: run controlplane/node-deps.sh (installs busybox-static)"
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }

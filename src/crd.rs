@@ -11,35 +11,14 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// API group of every object and label this operator owns.
-pub const GROUP: &str = "leadergroup.io";
-/// Label on every candidate pod: `leader` on the one leader, `follower` on the others.
-pub const ROLE_LABEL: &str = "leadergroup.io/role";
-/// Value of [`ROLE_LABEL`] on the leader.
-pub const ROLE_LEADER: &str = "leader";
-/// Value of [`ROLE_LABEL`] on every other candidate.
-pub const ROLE_FOLLOWER: &str = "follower";
-/// Annotation holding a fencing token (the epoch) as a decimal string, on the leader pod and the Lease.
-pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
-/// Annotation naming the group on every pod the operator labeled.
-pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
-/// Label naming the group on its Lease: the operator watches only the Leases that carry it.
-pub const LEASE_GROUP_LABEL: &str = "leadergroup.io/group";
-/// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
-pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
-/// Annotation on the group's Lease in `Heartbeat` mode (value `Heartbeat`): it tells the leader's
-/// agent or client to renew the Lease itself.
-pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
-/// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
-/// replica that takes over knows it stopped on purpose, and takes its groups over at once.
-pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
-/// Annotation of the barrier: the operator writes it on a group's other pods before a promotion
-/// while an earlier promotion may still be in flight (the epoch about to be handed out), which
-/// changes their resourceVersion, the precondition of that promotion (see `crate::barrier`). Its
-/// wire name predates the word barrier, and pods of running groups carry it.
-pub const BARRIER_ANNOTATION: &str = "leadergroup.io/fence";
-/// Finalizer that removes the operator's marks from pods and deletes the Lease.
-pub const FINALIZER: &str = "leadergroup.io/cleanup";
+// The names on the wire live in the client crate, which the agent, the applications and the
+// tests read too; re-exported here under the names the operator's modules use.
+pub use leadergroup_client::wire::{
+    API_GROUP as GROUP, ARBITER_ANNOTATION, BARRIER_ANNOTATION, EPOCH_ANNOTATION, FINALIZER,
+    GROUP_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
+    LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER,
+    lease_name_for,
+};
 
 /// Default for `spec.leaseDurationSeconds`.
 pub const DEFAULT_LEASE_DURATION_SECONDS: i32 = 15;
@@ -60,7 +39,7 @@ const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0
     shortname = "lg",
     namespaced,
     status = "LeaderGroupStatus",
-    validation = Rule::new("size(self.metadata.name) <= 241").message("metadata.name must be at most 241 characters, so that the Lease name leadergroup-<name> is valid"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is the value of the label leadergroup.io/group on the group's Lease"),
     doc = "A group of pods of which exactly one Ready pod leads, fenced by a monotonic epoch.",
     printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader", description = "The pod that leads"),
     printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch", description = "Fencing token of the current leader"),
@@ -121,6 +100,13 @@ fn default_lease_duration_seconds() -> i32 {
     DEFAULT_LEASE_DURATION_SECONDS
 }
 
+/// The operator's own keys may not select: one group's marks would feed another group's
+/// selection (a leader labeled by one group falls to a group that selects `role=leader`, which
+/// takes it, and the first elects again, without end).
+const OWN_KEYS_RULE_LABELS: &str = "self.all(k, !k.startsWith('leadergroup.io/'))";
+const OWN_KEYS_RULE_EXPRESSIONS: &str = "self.all(e, !e.key.startsWith('leadergroup.io/'))";
+const OWN_KEYS_MESSAGE: &str = "the operator's own leadergroup.io/ label keys may not be selected on: they are the marks the operator writes";
+
 /// A label selector, as in a Deployment, validated by the API server.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -130,11 +116,13 @@ pub struct PodSelector {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}))]
     #[x_kube(validation = Rule::new(LABEL_KEY_RULE).message("matchLabels keys must be valid label keys ([prefix/]name, name at most 63 characters)"))]
+    #[x_kube(validation = Rule::new(OWN_KEYS_RULE_LABELS).message(OWN_KEYS_MESSAGE))]
     pub match_labels: BTreeMap<String, String>,
 
     /// Pods whose labels satisfy every one of these requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(OWN_KEYS_RULE_EXPRESSIONS).message(OWN_KEYS_MESSAGE))]
     pub match_expressions: Vec<SelectorRequirement>,
 }
 
@@ -222,6 +210,10 @@ pub struct LeaderGroupStatus {
     /// Name of the leader pod; absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// UID of the leader pod: leadership belongs to this incarnation of it. A pod created again
+    /// under the same name is another candidate, and never inherits its predecessor's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_uid: Option<String>,
     /// The leader's fencing token: grows by one at every change of leader and is never handed out
     /// twice. 0 until the first leader.
     #[serde(default)]
@@ -246,7 +238,8 @@ pub struct LeaderGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
     /// Why leadership last changed: Initial, LeaderDeleted, LeaderTerminating, LeaderNotReady,
-    /// LeaderLeftGroup, LeaderHeartbeatLost, Preferred or NoCandidates.
+    /// LeaderLeftGroup, LeaderHeartbeatLost, LeaderReplaced (the leader pod was created again
+    /// under its name), Preferred or NoCandidates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_reason: Option<String>,
     /// The `metadata.generation` of the spec this status reflects.
@@ -290,16 +283,22 @@ impl LeaderGroup {
     }
 }
 
-/// Name of the Lease of the group called `group`.
-pub fn lease_name_for(group: &str) -> String {
-    format!("leadergroup-{group}")
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     use super::*;
+
+    /// The `#[kube(...)]` attribute needs literals: they must be the names on the wire.
+    #[test]
+    fn the_resource_is_named_as_on_the_wire() {
+        use kube::Resource;
+        use leadergroup_client::wire;
+        assert_eq!(LeaderGroup::group(&()), wire::API_GROUP);
+        assert_eq!(LeaderGroup::version(&()), wire::API_VERSION);
+        assert_eq!(LeaderGroup::kind(&()), wire::KIND);
+        assert_eq!(LeaderGroup::plural(&()), wire::PLURAL);
+    }
 
     fn lease_owned_by(kind: &str, uid: &str) -> Lease {
         Lease {

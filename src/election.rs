@@ -102,6 +102,14 @@ pub enum Decision {
         /// The status to record.
         status: LeaderGroupStatus,
     },
+    /// The leader would change, and no token can be minted for the next one: nobody new is
+    /// elected, nothing is written but the status.
+    TokensExhausted {
+        /// What the condition says.
+        message: String,
+        /// The status to record.
+        status: LeaderGroupStatus,
+    },
     /// The steps to take, in protocol order.
     Act(Box<Plan>),
 }
@@ -123,6 +131,22 @@ pub struct PodVersion {
     pub name: String,
     /// Its resourceVersion when it was seen.
     pub resource_version: String,
+}
+
+/// A pod that the records (the status or the Lease) name as leader, and that this decision moves
+/// leadership away from: a promotion of it may still be in flight, whatever the selector now
+/// selects and whatever the process remembers, so it is barred with a write that always
+/// changes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deposed {
+    /// The pod.
+    pub pod: String,
+    /// The group still holds it: the barrier also gives it the follower marks.
+    pub member: bool,
+    /// The epoch the group has after this decision: the barrier's value.
+    pub epoch: i64,
+    /// It carries another group's marks, which are never written.
+    pub foreign: bool,
 }
 
 /// The steps of one reconcile, in the order of the transition protocol.
@@ -148,6 +172,8 @@ pub struct Plan {
     ///    could have been for (all but the leader), written once so that it cannot land
     ///    ([`Plan::writes`] decides whether it is needed).
     pub barrier_candidates: Vec<String>,
+    /// 3. The named leaders this decision moves away from, barred in any case.
+    pub deposed: Vec<Deposed>,
     /// Candidates to mark follower (label and group annotation), off the critical path.
     pub mark_followers: Vec<String>,
     /// Pods that carry this group's marks but are no longer its candidates, with the
@@ -175,6 +201,13 @@ pub fn concerns(group: &LeaderGroup, lease: Option<&Lease>, pod: &Pod) -> bool {
             .is_some_and(|name| named_leaders(group, lease).any(|l| l == name))
 }
 
+/// The UID of the pod called `name`, if it is among `pods` and has one.
+fn pod_uid(pods: &[&Pod], name: &str) -> Option<String> {
+    pods.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .and_then(|p| p.metadata.uid.clone())
+}
+
 /// The pods the group's status and its Lease name as leader (one, both the same, or none).
 pub fn named_leaders<'a>(
     group: &'a LeaderGroup,
@@ -197,7 +230,11 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let heartbeat = Heartbeat::judge(obs, &records);
     let members = Candidates::of(obs, heartbeat.lapsed());
     let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
-    let token = Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued());
+    let token = match Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued())
+    {
+        Ok(token) => token,
+        Err(exhausted) => return refusal::tokens_exhausted(obs, &records, exhausted),
+    };
     let commit = commit::commit(obs, &records, &leader, token);
     let transition = Transition::between(obs, &members, &records, &leader, token);
     let status = status::change(
@@ -216,6 +253,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         mark_followers,
         unmark,
         barrier_candidates,
+        deposed,
     } = Marking::plan(obs, &members, &records, &leader, token);
     let requeue_after =
         commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
@@ -227,6 +265,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         promote,
         transition,
         barrier_candidates,
+        deposed,
         mark_followers,
         unmark,
         requeue_after,

@@ -183,6 +183,7 @@ impl OperatorLease {
             .and_then(|r| r.released_by.clone());
         let next = LeaseRecord {
             holder: Some(self.identity.clone()),
+            holder_uid: None,
             epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
             duration_seconds: self.duration_seconds,
             acquire_time: if mine {
@@ -214,6 +215,7 @@ impl OperatorLease {
         }
         let released = LeaseRecord {
             holder: None,
+            holder_uid: None,
             acquire_time: None,
             released_by: Some(self.identity.clone()),
             ..record

@@ -10,18 +10,17 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
 use crate::crd::{
-    ARBITER_ANNOTATION, EPOCH_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
-    RELEASED_BY_ANNOTATION,
+    ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
+    LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION,
 };
-
-/// Value of [`LIVENESS_ANNOTATION`] on a Lease its holder renews itself.
-const HEARTBEAT: &str = "Heartbeat";
 
 /// The content of a Lease that the operator writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseRecord {
     /// Who holds it: the leader pod (groups) or the active operator replica (HA).
     pub holder: Option<String>,
+    /// The UID of the holder's pod (group Leases): the incarnation that holds it.
+    pub holder_uid: Option<String>,
     /// The fencing token of the holder; grows by one at every change of holder.
     pub epoch: i64,
     /// Validity without renewal.
@@ -46,6 +45,7 @@ pub struct LeaseRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Written {
     holder: Option<String>,
+    holder_uid: Option<String>,
     epoch: i64,
     arbiter: Option<String>,
     heartbeat: bool,
@@ -64,6 +64,9 @@ impl LeaseRecord {
         let transitions = i64::from(spec.lease_transitions.unwrap_or(0));
         LeaseRecord {
             holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            holder_uid: annotations
+                .and_then(|a| a.get(HOLDER_UID_ANNOTATION))
+                .cloned(),
             epoch: annotated_epoch.unwrap_or(0).max(transitions),
             duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
             acquire_time: spec.acquire_time.map(|t| t.0),
@@ -71,7 +74,7 @@ impl LeaseRecord {
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
             heartbeat: annotations
                 .and_then(|a| a.get(LIVENESS_ANNOTATION))
-                .is_some_and(|v| v == HEARTBEAT),
+                .is_some_and(|v| v == LIVENESS_HEARTBEAT),
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
@@ -90,6 +93,7 @@ impl LeaseRecord {
     pub fn written(&self) -> Written {
         Written {
             holder: self.holder.clone(),
+            holder_uid: self.holder_uid.clone(),
             epoch: self.epoch,
             arbiter: self.arbiter.clone(),
             heartbeat: self.heartbeat,
@@ -149,10 +153,17 @@ impl LeaseRecord {
             None => annotations.remove(ARBITER_ANNOTATION),
         };
         if self.heartbeat {
-            annotations.insert(LIVENESS_ANNOTATION.to_string(), HEARTBEAT.to_string());
+            annotations.insert(
+                LIVENESS_ANNOTATION.to_string(),
+                LIVENESS_HEARTBEAT.to_string(),
+            );
         } else {
             annotations.remove(LIVENESS_ANNOTATION);
         }
+        match &self.holder_uid {
+            Some(uid) => annotations.insert(HOLDER_UID_ANNOTATION.to_string(), uid.clone()),
+            None => annotations.remove(HOLDER_UID_ANNOTATION),
+        };
         match &self.released_by {
             Some(replica) => {
                 annotations.insert(RELEASED_BY_ANNOTATION.to_string(), replica.clone())
@@ -184,6 +195,7 @@ mod tests {
     fn record(epoch: i64) -> LeaseRecord {
         LeaseRecord {
             holder: Some("pod-a".into()),
+            holder_uid: None,
             epoch,
             duration_seconds: 15,
             acquire_time: Some(Timestamp::UNIX_EPOCH),

@@ -107,6 +107,7 @@ mod tests {
     fn record(holder: &str, epoch: i64, renewed: i64) -> LeaseRecord {
         LeaseRecord {
             holder: Some(holder.into()),
+            holder_uid: None,
             epoch,
             duration_seconds: 15,
             acquire_time: Some(t(0)),

@@ -1,20 +1,20 @@
-//! Scenario `app-latency` (issue 11, item 5): how fast the application knows. Handovers of one
-//! group of three pods, alternately by deletion and by NotReady; every candidate pod followed by
-//! an in-process `leadergroup-client` `Membership` and a real `leadergroup-agent` process. The
-//! measurement itself is the integration test's (`tests/it/app_latency/measure.rs`), so the test
-//! and the benchmark time the same thing.
+//! Scenario `app-latency`: how fast the application knows. Handovers of one group of three pods,
+//! alternately by deletion and by NotReady; every candidate pod followed by an in-process
+//! `leadergroup-client` `Membership` and a real `leadergroup-agent` process. The measurement is
+//! the integration test's ([`leadergroup_testenv::app_latency`]), so the test and the benchmark
+//! time the same thing.
 
-#[path = "../../tests/it/app_latency/measure.rs"]
-#[allow(dead_code)]
-mod measure;
-
-use std::path::{Path, PathBuf};
-
+use leadergroup_testenv::app_latency as measure;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::report::Run;
+use crate::error::Result;
+use crate::markdown::{Block, Table, ms, spread_row, spread_table};
+use crate::results::{Results, Run};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 use crate::stats::{Summary, summarize};
+
+/// The scenario.
+pub struct AppLatency;
 
 /// Where each clock starts.
 pub const START: &str = "the Lease's `acquireTime`, written by the operator in step 1 of the transition (the Lease CAS) and set to the `now` of the decision that picked the new leader";
@@ -100,64 +100,115 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-/// The agent's release binary, next to the bench's own.
-fn agent_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(Error::io("locating the bench binary"))?;
-    let path = exe
-        .parent()
-        .map(|d| d.join("leadergroup-agent"))
-        .ok_or_else(|| Error::Other("the bench binary has no folder".into()))?;
-    if !path.is_file() {
-        return Err(Error::Other(format!(
-            "{} is missing: run `cargo build --release -p leadergroup-agent` (make bench does)",
-            path.display()
-        )));
+impl Scenario for AppLatency {
+    fn about(&self) -> About {
+        About::full_run(
+            "app-latency",
+            "How fast the application learns its role (crate and agent)",
+        )
     }
-    Ok(path)
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        let app: AppLatencyResult = results.read("app-latency")?;
+        let deletions = app
+            .handovers
+            .iter()
+            .filter(|h| h.trigger == "deletion")
+            .count();
+        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"])
+            .with([
+                app.handovers.len().to_string(),
+                deletions.to_string(),
+                (app.handovers.len() - deletions).to_string(),
+                format!("{} s", measure::LEASE_SECONDS),
+            ]);
+        let mut clocks = spread_table(&["clock", "trigger"]);
+        for c in &app.clocks {
+            clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
+        }
+        clocks.row([
+            "downward API file changes",
+            "label PATCH",
+            "see `make e2e`",
+            "see `make e2e`",
+            "–",
+            "–",
+        ]);
+        let before: Vec<f64> = app
+            .handovers
+            .iter()
+            .map(|h| h.trigger_to_decision_ms)
+            .collect();
+        let before = summarize(&before);
+        let overlaps = app
+            .handovers
+            .iter()
+            .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
+            .count();
+        let checks = Table::new(&[
+            "before the decision: median",
+            "p99",
+            "new leader's `Leader` before the old one stopped",
+            "checks over every report",
+        ])
+        .with([
+            before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
+            before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
+            format!("{overlaps} of {} handovers", app.handovers.len()),
+            if app.violations.is_empty() {
+                "all held".to_owned()
+            } else {
+                format!("**{}**", app.violations.join("; "))
+            },
+        ]);
+        Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
+    }
 }
 
-/// Runs `handovers` handovers on a fresh namespace of the control plane `cp`.
-pub async fn run(
-    cp: &leadergroup_testenv::ControlPlane,
-    operator: &Path,
-    log_dir: &Path,
-    handovers: usize,
-) -> Result<AppLatencyResult> {
+async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
+    let light = ctx.light().await?;
+    let handovers = ctx.pick(50, 4);
+    tracing::info!("app-latency: {handovers} handovers, Membership and agent per pod");
     let ns = leadergroup_testenv::namespace("bench-app-latency").await?;
     let setup = measure::Setup {
         ns: &ns,
-        kubeconfig: cp.kubeconfig_path(),
-        cp,
-        operator_bin: operator.to_path_buf(),
-        agent_bin: agent_binary()?,
-        log_dir: log_dir.join("app-latency"),
+        kubeconfig: light.kubeconfig(),
+        cp: light.cp,
+        operator_bin: light.operator.binary.clone(),
+        agent_bin: crate::ours::release_binary("leadergroup-agent")?,
+        log_dir: ctx.log_dir.join("app-latency"),
         handovers,
     };
-    let report = measure::run(&setup).await.map_err(Error::Other)?;
-    let mut clocks = Vec::new();
-    for (name, stop, read) in CLOCKS {
-        for trigger in ["all", "deletion", "NotReady"] {
-            let samples: Vec<f64> = report
-                .handovers
-                .iter()
-                .filter(|h| trigger == "all" || h.trigger.name() == trigger)
-                .map(read)
-                .collect();
-            clocks.push(Clock {
-                clock: name.into(),
-                trigger: trigger.into(),
-                stop: stop.into(),
-                summary: summarize(&samples),
-                samples_ms: samples,
-            });
+    let report = measure::run(&setup).await?;
+    Ok(AppLatencyResult::new(&report))
+}
+
+impl AppLatencyResult {
+    /// The clocks over all handovers and per trigger, and every handover, of `report`.
+    fn new(report: &measure::Report) -> AppLatencyResult {
+        let mut clocks = Vec::new();
+        for (name, stop, read) in CLOCKS {
+            for trigger in ["all", "deletion", "NotReady"] {
+                let samples: Vec<f64> = report
+                    .handovers
+                    .iter()
+                    .filter(|h| trigger == "all" || h.trigger.name() == trigger)
+                    .map(read)
+                    .collect();
+                clocks.push(Clock {
+                    clock: name.into(),
+                    trigger: trigger.into(),
+                    stop: stop.into(),
+                    summary: summarize(&samples),
+                    samples_ms: samples,
+                });
+            }
         }
-    }
-    Ok(AppLatencyResult {
-        run: Run::default(),
-        start: START.into(),
-        clocks,
-        violations: report.violations(),
-        handovers: report
+        let handovers = report
             .handovers
             .iter()
             .map(|h| HandoverRow {
@@ -170,7 +221,25 @@ pub async fn run(
                 agent_new_leader_ms: h.agent_new_leader_ms,
                 agent_old_not_leader_ms: h.agent_old_not_leader_ms,
             })
-            .collect(),
-        downward_api: None,
-    })
+            .collect();
+        AppLatencyResult {
+            run: Run::default(),
+            start: START.into(),
+            clocks,
+            violations: report.violations(),
+            handovers,
+            downward_api: None,
+        }
+    }
+}
+
+impl Outcome for AppLatencyResult {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.run = run.clone();
+        results.write("app-latency", self)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.violations.clone()
+    }
 }

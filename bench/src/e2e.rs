@@ -1,5 +1,5 @@
 //! `--only e2e`: what a user waits for, on the real cluster, from the fault until the new
-//! leader's application learned that it leads; ours against the peers, in one run (issue 14).
+//! leader's application learned that it leads; ours against the peers, in one run.
 //!
 //! The harness starts a real two-node cluster of its own (`controlplane/realcluster.sh up` in
 //! `target/bench-e2e-cluster`, as root) and always stops it again ([`RealCluster`]'s Drop, and on
@@ -27,16 +27,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 
+use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
 use crate::error::{Error, Result};
-use crate::report::Run;
-use crate::say;
-use crate::stats::{Summary, summarize};
+use crate::markdown::Block;
+use crate::results::{Results, Run};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario as BenchScenario, measuring};
+use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
 };
@@ -57,31 +61,13 @@ const PROBE: &str = "HTTP GET every 1 s, timeout 1 s, failureThreshold 1";
 
 /// Repetitions of one run.
 #[derive(Clone, Debug)]
-pub struct Plan {
+struct Plan {
     /// Graceful, crash and frozen, per system.
-    pub reps: usize,
+    reps: usize,
     /// Node losses (every system measured in each).
-    pub node_losses: usize,
+    node_losses: usize,
     /// `--node-monitor-grace-period` of the cluster, seconds.
-    pub grace: u32,
-}
-
-impl Plan {
-    pub fn full() -> Plan {
-        Plan {
-            reps: 5,
-            node_losses: 3,
-            grace: 50,
-        }
-    }
-
-    pub fn quick() -> Plan {
-        Plan {
-            reps: 1,
-            node_losses: 1,
-            grace: 10,
-        }
-    }
+    grace: u32,
 }
 
 /// The systems measured.
@@ -262,41 +248,6 @@ impl Scenario {
     }
 }
 
-/// The samples of one system in one scenario.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct SystemResult {
-    pub system: String,
-    pub settings: String,
-    pub samples_ms: Vec<f64>,
-    pub summary: Option<Summary>,
-    /// A candidate started leading while another (not killed, deleted or frozen) still believed
-    /// it led.
-    pub split_brains: u64,
-    /// Repetitions that did not hand over within the bound (the rest of that system's
-    /// repetitions of the scenario were skipped).
-    pub failures: Vec<String>,
-}
-
-/// One scenario, every system.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct ScenarioResult {
-    pub scenario: String,
-    pub title: String,
-    pub clock_start: String,
-    pub clock_stop: String,
-    pub systems: Vec<SystemResult>,
-}
-
-/// `bench/results/e2e.json`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
-pub struct E2eResult {
-    pub run: Run,
-    /// The cluster's `--node-monitor-grace-period`, seconds.
-    pub node_monitor_grace_period_s: u32,
-    pub setup: String,
-    pub scenarios: Vec<ScenarioResult>,
-}
-
 /// The real cluster of this run: stopped (`realcluster.sh down`) when dropped, however the run
 /// ends.
 struct RealCluster {
@@ -347,10 +298,7 @@ impl RealCluster {
 
 impl Drop for RealCluster {
     fn drop(&mut self) {
-        say(format!(
-            "e2e: stopping the real cluster in {}",
-            self.dir.display()
-        ));
+        tracing::info!("e2e: stopping the real cluster in {}", self.dir.display());
         let status = std::process::Command::new(&self.script)
             .arg("down")
             .arg("--dir")
@@ -358,10 +306,10 @@ impl Drop for RealCluster {
             .status();
         match status {
             Ok(s) if s.success() => {}
-            other => say(format!(
+            other => tracing::warn!(
                 "e2e: realcluster.sh down failed ({other:?}): run `controlplane/realcluster.sh down --dir {}`",
                 self.dir.display()
-            )),
+            ),
         }
     }
 }
@@ -423,9 +371,7 @@ impl<'a> World<'a> {
         heartbeat: bool,
     ) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
-        for object in rbac() {
-            create_json(&ns.client, &ns.name, &object).await?;
-        }
+        create_rbac(&ns.client, &ns.name).await?;
         let groups: Api<LeaderGroup> = ns.api();
         let mut wanted = vec![(System::Ours, 15, "Readiness")];
         if heartbeat {
@@ -465,53 +411,20 @@ impl<'a> World<'a> {
             system.label(),
             self.next_pod.fetch_add(1, Ordering::Relaxed)
         );
-        let pod: Pod = serde_json::from_value(self.pod_json(system, &name, node))?;
+        let pod = self.pod(system, &name, node)?;
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(name)
     }
 
-    fn pod_json(&self, system: System, name: &str, node: &str) -> serde_json::Value {
-        let env = json!([
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        ]);
-        let labels = json!({SYSTEM_LABEL: system.label()});
+    /// The pod of a candidate of `system`, from bench/manifests.
+    fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
+        let common = [("NAME", name), ("SYSTEM", system.label()), ("NODE", node)];
         if System::is_ours(system.label()) {
-            let mut agent_env = env.clone();
-            if let Some(list) = agent_env.as_array_mut() {
-                list.push(json!({"name": "LEADERGROUP_GROUP", "value": system.label()}));
-            }
-            return json!({
-                "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "nodeName": node,
-                    "serviceAccountName": "member",
-                    "terminationGracePeriodSeconds": 5,
-                    "initContainers": [{
-                        "name": "leadergroup-agent",
-                        "image": self.images.agent,
-                        "imagePullPolicy": "Never",
-                        "restartPolicy": "Always",
-                        "args": ["--dir", "/var/run/leadergroup", "--http-addr", "127.0.0.1:8686"],
-                        "env": agent_env,
-                        "volumeMounts": [{"name": crate::timeline::AGENT_VOLUME, "mountPath": "/var/run/leadergroup"}],
-                    }],
-                    "containers": [{
-                        "name": "web",
-                        "image": self.images.webapp,
-                        "imagePullPolicy": "Never",
-                        "env": env,
-                        "ports": [{"name": "http", "containerPort": 8080}],
-                        "readinessProbe": {
-                            "httpGet": {"path": "/healthz", "port": 8080},
-                            "periodSeconds": 1, "timeoutSeconds": 1,
-                            "failureThreshold": 1, "successThreshold": 1,
-                        },
-                        "volumeMounts": [{"name": crate::timeline::AGENT_VOLUME, "mountPath": "/var/run/leadergroup", "readOnly": true}],
-                    }],
-                    "volumes": [{"name": crate::timeline::AGENT_VOLUME, "emptyDir": {"medium": "Memory"}}],
-                },
-            });
+            let images = [
+                ("AGENT_IMAGE", self.images.agent.as_str()),
+                ("WEBAPP_IMAGE", &self.images.webapp),
+            ];
+            return manifest(OURS_POD, &[&common[..], &images].concat());
         }
         let (image, binary) = match system {
             System::ClientGoDefaults | System::ClientGoTuned => (
@@ -523,42 +436,29 @@ impl<'a> World<'a> {
                 "/usr/local/bin/leadergroup-bench-rust-peer",
             ),
         };
-        // One identity per process start (`<pod>_<8 hex>`, as controller-runtime makes it), and
-        // stdout appended to the events file, which the harness reads from the node.
-        let script = r#"id="${POD_NAME}_$(cut -c1-8 /proc/sys/kernel/random/uuid)"; exec "$0" "$@" --identity "$id" >>/events/events.log"#;
-        let mut command = vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            script.to_owned(),
-            binary.to_owned(),
+        let binary = [("IMAGE", image.as_str()), ("BINARY", binary)];
+        let mut pod: Pod = manifest(PEER_POD, &[&common[..], &binary].concat())?;
+        let prefix = [
+            "--namespace",
+            "$(POD_NAMESPACE)",
+            "--lease-prefix",
+            system.label(),
         ];
-        command.extend(system.peer_args().into_iter().map(str::to_owned));
-        command.extend(
-            [
-                "--namespace",
-                "$(POD_NAMESPACE)",
-                "--lease-prefix",
-                system.label(),
-            ]
-            .map(str::to_owned),
-        );
-        json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "nodeName": node,
-                "serviceAccountName": "peer",
-                "terminationGracePeriodSeconds": 10,
-                "containers": [{
-                    "name": "candidate",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": command,
-                    "env": env,
-                    "volumeMounts": [{"name": crate::timeline::EVENTS_VOLUME, "mountPath": "/events"}],
-                }],
-                "volumes": [{"name": crate::timeline::EVENTS_VOLUME, "emptyDir": {"medium": "Memory"}}],
-            },
-        })
+        if let Some(command) = pod
+            .spec
+            .as_mut()
+            .and_then(|s| s.containers.first_mut())
+            .and_then(|c| c.command.as_mut())
+        {
+            command.extend(
+                system
+                    .peer_args()
+                    .into_iter()
+                    .chain(prefix)
+                    .map(str::to_owned),
+            );
+        }
+        Ok(pod)
     }
 
     fn exclusions(&self, system: System) -> Vec<Exclusion> {
@@ -776,59 +676,30 @@ fn ready(pod: &Pod) -> bool {
         && leadergroup_testenv::invariants::ready(pod)
 }
 
-/// Our members' ServiceAccount and Role (as `examples/ledger/manifests/sidecar/rbac.yaml`, for
-/// both our groups' Leases), and the peers': their Leases, every verb.
-fn rbac() -> Vec<serde_json::Value> {
-    vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "member"}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "peer"}}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "member"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": ["leadergroup-ours", "leadergroup-ours-hb"],
-                 "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "peer"},
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "member"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "member"},
-            "subjects": [{"kind": "ServiceAccount", "name": "member"}],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "peer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "peer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "peer"}],
-        }),
-    ]
+/// The candidates' pods and RBAC (bench/manifests).
+const OURS_POD: &str = include_str!("../manifests/e2e-ours-pod.yaml");
+const PEER_POD: &str = include_str!("../manifests/e2e-peer-pod.yaml");
+const RBAC: &str = include_str!("../manifests/e2e-rbac.yaml");
+
+/// `template` with every `__KEY__` replaced by its value, parsed.
+fn manifest<T: serde::de::DeserializeOwned>(template: &str, values: &[(&str, &str)]) -> Result<T> {
+    let text = values.iter().fold(template.to_owned(), |t, (k, v)| {
+        t.replace(&format!("__{k}__"), v)
+    });
+    Ok(serde_yaml_ng::from_str(&text)?)
 }
 
-/// Creates a ServiceAccount, Role or RoleBinding (the RBAC above) in `ns` from its JSON.
-async fn create_json(client: &Client, ns: &str, object: &serde_json::Value) -> Result<()> {
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let path = match kind {
-        "ServiceAccount" => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-        "Role" => format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
-        "RoleBinding" => {
-            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings")
-        }
-        other => return Err(Error::Other(format!("no path for kind {other}"))),
-    };
-    let request = http::Request::post(path)
-        .header("Content-Type", "application/json")
-        .body(serde_json::to_vec(object)?)
-        .map_err(|e| Error::Other(format!("building a POST: {e}")))?;
-    client.request_text(request).await?;
+/// Creates the RBAC of our members and of the peers in `ns`.
+async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
+    for document in serde_yaml_ng::Deserializer::from_str(RBAC) {
+        let object = DynamicObject::deserialize(document)?;
+        let types = object.types.clone().unwrap_or_default();
+        let gvk = GroupVersionKind::try_from(&types)
+            .map_err(|e| Error::Other(format!("bench/manifests/e2e-rbac.yaml: {e}")))?;
+        let resource = ApiResource::from_gvk(&gvk);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        api.create(&PostParams::default(), &object).await?;
+    }
     Ok(())
 }
 
@@ -866,21 +737,16 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> Vec<Collec
         for i in 0..reps {
             match world.repetition(system, scenario).await {
                 Ok(ms) => {
-                    say(format!(
+                    tracing::info!(
                         "e2e: {} {} #{}: {ms:.0} ms",
                         system.name(),
                         scenario.key(),
                         i + 1
-                    ));
+                    );
                     c.samples.push(ms);
                 }
                 Err(e) => {
-                    say(format!(
-                        "e2e: {} {} #{}: {e}",
-                        system.name(),
-                        scenario.key(),
-                        i + 1
-                    ));
+                    tracing::info!("e2e: {} {} #{}: {e}", system.name(), scenario.key(), i + 1);
                     c.failures.push(e.to_string());
                     break;
                 }
@@ -934,7 +800,7 @@ async fn node_loss(
         .parse()
         .map_err(|e| Error::Other(format!("cut-node printed {printed:?}: {e}")))?;
     let t0 = UNIX_EPOCH + Duration::from_secs_f64(secs);
-    say(format!("e2e: node loss: {CUT_NODE} cut"));
+    tracing::info!("e2e: node loss: {CUT_NODE} cut");
     let bound = Duration::from_secs(u64::from(grace)) + Duration::from_secs(90);
     let waits = systems.iter().map(|&s| {
         let world = &world;
@@ -958,8 +824,8 @@ async fn node_loss(
         let brains = split_brains(&events, from, SystemTime::now(), &[]);
         let ms = r.map(|at| crate::observe::ms_between(t0, at));
         match &ms {
-            Ok(ms) => say(format!("e2e: node loss: {}: {ms:.0} ms", s.name())),
-            Err(e) => say(format!("e2e: node loss: {}: {e}", s.name())),
+            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name()),
+            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name()),
         }
         out.insert(s.label(), (ms, brains));
     }
@@ -995,60 +861,63 @@ async fn install_operator(cp: &leadergroup_testenv::ControlPlane, repo: &Path) -
     Ok(())
 }
 
-/// `--only e2e`.
-pub async fn only(plan: &Plan, repo: &Path, quick: bool) -> Result<()> {
+/// The scenario.
+pub struct E2e;
+
+impl BenchScenario for E2e {
+    fn about(&self) -> About {
+        About::alone(
+            "e2e",
+            "The end-to-end scenarios on a real cluster of their own (as root)",
+        )
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(run_e2e(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        Ok(results
+            .read_opt::<E2eResult>("e2e")?
+            .map(|r| render(&r))
+            .unwrap_or_default())
+    }
+}
+
+async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     let started = Instant::now();
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
+    let plan = Plan {
+        reps: ctx.pick(5, 1),
+        node_losses: ctx.pick(3, 1),
+        grace: ctx.options.grace.unwrap_or(ctx.pick(50, 10)),
+    };
+    let repo = &ctx.repo;
     let images = Images::read(repo)?;
-    say(format!(
+    tracing::info!(
         "e2e: the real cluster (node-monitor-grace-period {} s)",
         plan.grace
-    ));
+    );
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(Error::io("installing a SIGTERM handler"))?;
+    // The cluster guard lives in this block: stopped on return, on error, and when a
+    // signal ends the run (the measuring future is dropped first).
     let dir = repo.join("target/bench-e2e-cluster");
-    let mut result = {
-        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(Error::io("installing a SIGTERM handler"))?;
-        // The cluster guard lives in this block: stopped on return, on error, and when a signal
-        // ends the run (the measuring future is dropped first).
-        let cluster = RealCluster::up(repo, dir.clone(), plan.grace).await?;
-        tokio::select! {
-            r = measure(plan, repo, &cluster, &images, quick) => r,
-            _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
-            _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
-        }
+    let cluster = RealCluster::up(repo, dir, plan.grace).await?;
+    let mut result = tokio::select! {
+        r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
+        _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
+        _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
     }?;
+    drop(cluster);
     result.run.duration_s = started.elapsed().as_secs_f64();
-    let results = repo.join("bench/results");
-    std::fs::create_dir_all(&results).map_err(Error::io("creating bench/results"))?;
-    crate::report::write_json(&results.join("e2e.json"), &result)?;
-    publish(repo, &result)?;
-    say(format!(
-        "e2e: done in {:.0} s: bench/results/e2e.json, target/bench-logs/e2e.md, the section of docs/benchmarks.md",
-        result.run.duration_s
-    ));
-    Ok(())
+    Ok(result)
 }
 
-/// Writes the section to `target/bench-logs/e2e.md`, into docs/benchmarks.md, and to stderr.
-fn publish(repo: &Path, result: &E2eResult) -> Result<()> {
-    let log_dir = repo.join("target/bench-logs");
-    std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
-    let section = crate::e2e_report::section(result);
-    std::fs::write(log_dir.join("e2e.md"), &section)
-        .map_err(Error::io("writing target/bench-logs/e2e.md"))?;
-    crate::e2e_report::splice(&repo.join("docs/benchmarks.md"), &section)?;
-    eprintln!("{section}");
-    Ok(())
-}
-
-/// `--only e2e-render`: the section again from `bench/results/e2e.json`.
-pub fn render(repo: &Path) -> Result<()> {
-    let path = repo.join("bench/results/e2e.json");
-    let text =
-        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
-    let result: E2eResult = serde_json::from_str(&text)?;
-    publish(repo, &result)
+impl Outcome for E2eResult {
+    /// Its run is the real cluster's, which it described itself, not the light one's.
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write("e2e", self)
+    }
 }
 
 async fn measure(
@@ -1075,15 +944,12 @@ async fn measure(
     if !status.success() {
         return Err(Error::Other(format!("images/build.sh --import: {status}")));
     }
-    say(format!(
-        "e2e: images imported in {:.0} s",
-        t.elapsed().as_secs_f64()
-    ));
+    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
     let cp = leadergroup_testenv::attach(cluster.dir.join("kubeconfig")).await?;
     let client = cp.client().await?;
     install_operator(&cp, repo).await?;
-    say("e2e: operator installed (one replica, on lg-node-2)");
-    let mut run = crate::report::describe_run(&client, repo, &cp, quick).await?;
+    tracing::info!("e2e: operator installed (one replica, on lg-node-2)");
+    let mut run = Run::describe(&client, repo, &cp, quick).await?;
     run.command = format!(
         "make bench-e2e (leadergroup-bench --only e2e{})",
         if quick { " --quick" } else { "" }
@@ -1108,10 +974,10 @@ async fn measure(
     for &s in &all {
         world.wait_at_rest(s, CANDIDATES).await?;
     }
-    say(format!(
+    tracing::info!(
         "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
         plan.reps
-    ));
+    );
     let mut per_system: Vec<(System, Vec<Collected>)> = Vec::new();
     per_system.push((
         System::Ours,
@@ -1154,7 +1020,7 @@ async fn measure(
     losses.extend(PEERS);
     let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
     for i in 0..plan.node_losses {
-        say(format!("e2e: node loss {} of {}", i + 1, plan.node_losses));
+        tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
         let out = node_loss(cluster, images, &client, &losses, plan.grace).await?;
         for (label, (ms, brains)) in out {
             let c = collected.entry(label).or_default();
@@ -1199,5 +1065,34 @@ fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioRe
         clock_start: scenario.start().into(),
         clock_stop: scenario.stop().into(),
         systems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_manifests_parse_with_their_values() {
+        let values = [("NAME", "cgd-1"), ("SYSTEM", "cgd"), ("NODE", "lg-node-1")];
+        let images = [("AGENT_IMAGE", "agent:1"), ("WEBAPP_IMAGE", "web:1")];
+        let ours: Pod = manifest(OURS_POD, &[&values[..], &images].concat()).unwrap();
+        let peer = [("IMAGE", "peer:1"), ("BINARY", "/bin/peer")];
+        let peer: Pod = manifest(PEER_POD, &[&values[..], &peer].concat()).unwrap();
+        for pod in [&ours, &peer] {
+            let text = serde_json::to_string(pod).unwrap();
+            assert!(!text.contains("__"), "{text}");
+            assert_eq!(
+                pod.labels().get(SYSTEM_LABEL).map(String::as_str),
+                Some("cgd")
+            );
+        }
+        let command = peer.spec.unwrap().containers[0].command.clone().unwrap();
+        assert_eq!(command.last().map(String::as_str), Some("/bin/peer"));
+        let kinds: Vec<String> = serde_yaml_ng::Deserializer::from_str(RBAC)
+            .map(|d| DynamicObject::deserialize(d).unwrap().types.unwrap().kind)
+            .collect();
+        assert_eq!(kinds.len(), 6);
     }
 }

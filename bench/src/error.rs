@@ -21,6 +21,15 @@ pub enum Error {
     /// Results could not be serialized.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The app-latency measurement failed.
+    #[error("app-latency: {0}")]
+    AppLatency(#[from] leadergroup_testenv::app_latency::MeasureError),
+    /// The page lacks a block's markers.
+    #[error(transparent)]
+    Marker(#[from] crate::markdown::MarkerError),
+    /// A manifest could not be read.
+    #[error("YAML: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
     /// Something did not happen within its bound.
     #[error("timed out waiting for {0}")]
     Timeout(String),

@@ -1,11 +1,10 @@
-//! Scenario `heartbeat-writes` (issue 12): what Heartbeat liveness costs the API server. 100
-//! groups of three Ready pods (Lease 15 s); the API writes per group per second in a steady
-//! window, first in Readiness mode (the operator renews every Lease), then in Heartbeat mode (each
-//! leader's `leadergroup-client` `Membership`, in the bench process, renews its group's Lease and
-//! the operator stops). Writes are the API server's own count (`apiserver_request_total`, verbs
+//! Scenario `heartbeat-writes`: what Heartbeat liveness costs the API server. 100 groups of three
+//! Ready pods (Lease 15 s); the API writes per group per second in a steady window, first in
+//! Readiness mode (the operator renews every Lease), then in Heartbeat mode (each leader's
+//! `leadergroup-client` `Membership`, in the bench process, renews its group's Lease and the
+//! operator stops). Writes are the API server's own count (`apiserver_request_total`, verbs
 //! POST, PUT, PATCH, DELETE, APPLY), less an idle baseline.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -17,12 +16,17 @@ use leadergroup_operator::election::HEARTBEAT;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
+use crate::markdown::{Block, Table};
+use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
 use crate::ours::{Groups, OperatorProcess};
-use crate::report::Run;
+use crate::results::{Results, Run};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
 
-/// The verbs that write.
-const WRITES: [&str; 5] = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
+/// The scenario.
+pub struct HeartbeatWrites;
+
+/// Groups measured.
+const GROUPS: usize = 100;
 
 /// One mode's steady window.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -39,9 +43,9 @@ pub struct Window {
     pub writes_per_group_per_s: f64,
 }
 
-/// The scenario's result.
+/// `heartbeat-writes.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct HeartbeatWrites {
+pub struct HeartbeatWritesResult {
     /// The run.
     pub run: Run,
     /// Groups.
@@ -52,29 +56,62 @@ pub struct HeartbeatWrites {
     pub windows: Vec<Window>,
 }
 
-/// Runs it: `groups` groups, windows of `window`.
-pub async fn run(
-    cp: &leadergroup_testenv::ControlPlane,
-    operator: &Path,
-    log_dir: &Path,
-    groups: usize,
-    window: Duration,
-    run: Run,
-) -> Result<HeartbeatWrites> {
-    let admin = cp.client().await?;
-    let idle = steady(&admin, Duration::from_secs(10), None).await?;
-    let set = Groups::create("bench-hb", groups).await?;
+impl Scenario for HeartbeatWrites {
+    fn about(&self) -> About {
+        About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes")
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
+        let setup = Table::new(&["groups", "Lease duration"]).with([
+            result.groups.to_string(),
+            format!("{} s", result.lease_duration_seconds),
+        ]);
+        let mut table = Table::new(&[
+            "mode",
+            "window s",
+            "writes/s (all groups)",
+            "writes per group per s",
+            "by verb and resource",
+        ]);
+        for w in &result.windows {
+            let detail = w
+                .requests_per_s
+                .iter()
+                .filter(|(k, v)| **v >= 0.005 && is_write(k))
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            table.row([
+                w.mode.clone(),
+                format!("{:.0}", w.seconds),
+                format!("{:.2}", w.writes_per_s),
+                format!("{:.3}", w.writes_per_group_per_s),
+                detail,
+            ]);
+        }
+        Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
+    }
+}
+
+async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
+    tracing::info!("heartbeat-writes: {GROUPS} groups, Readiness then Heartbeat");
+    let light = ctx.light().await?;
+    let admin = &light.admin;
+    let idle = steady_window(admin, Duration::from_secs(10), None, Default::default)
+        .await?
+        .requests;
+    let set = Groups::create("bench-hb", GROUPS).await?;
     let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-    let op = OperatorProcess::start(
-        operator,
-        cp.kubeconfig_path(),
-        &set.namespace,
-        &log_dir.join("operator-heartbeat-writes.log"),
-    )
-    .await?;
+    let log = ctx.log_dir.join("operator-heartbeat-writes.log");
+    let op = OperatorProcess::start(&light.operator, Some(&set.namespace), &log).await?;
     set.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let readiness = measured("Readiness", &admin, window, &idle, groups).await?;
+    let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
 
     // Heartbeat: a Membership follows each leader pod, the groups switch mode.
     let memberships: Vec<Membership> = set
@@ -108,15 +145,23 @@ pub async fn run(
         .await?;
     wait_renewing(&api, &set.names).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let heartbeat = measured("Heartbeat", &admin, window, &idle, groups).await?;
+    let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
     op.stop().await;
-    Ok(HeartbeatWrites {
-        run,
-        groups,
+    let result = HeartbeatWritesResult {
+        run: Run::default(),
+        groups: GROUPS,
         lease_duration_seconds: crate::ours::LEASE_SECONDS,
         windows: vec![readiness, heartbeat],
-    })
+    };
+    Ok(result)
+}
+
+impl Outcome for HeartbeatWritesResult {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.run = run.clone();
+        results.write("heartbeat-writes", self)
+    }
 }
 
 /// Waits until every group's Heartbeat condition says its leader renews.
@@ -149,34 +194,20 @@ async fn wait_renewing(api: &Api<LeaderGroup>, names: &[String]) -> Result<()> {
     }
 }
 
-/// Request rates over `length`, less `baseline`.
-async fn steady(
-    admin: &kube::Client,
-    length: Duration,
-    baseline: Option<&RequestCounts>,
-) -> Result<RequestCounts> {
-    let before = api_requests(admin).await?;
-    let t0 = std::time::Instant::now();
-    tokio::time::sleep(length).await;
-    let after = api_requests(admin).await?;
-    Ok(rates(&before, &after, t0.elapsed().as_secs_f64(), baseline))
-}
-
+/// One mode's steady window over every group.
 async fn measured(
     mode: &str,
     admin: &kube::Client,
     length: Duration,
     idle: &RequestCounts,
-    groups: usize,
 ) -> Result<Window> {
-    crate::say(format!(
-        "heartbeat-writes: {mode}, {} s window",
-        length.as_secs()
-    ));
-    let requests_per_s = steady(admin, length, Some(idle)).await?;
+    tracing::info!("heartbeat-writes: {mode}, {} s window", length.as_secs());
+    let requests_per_s = steady_window(admin, length, Some(idle), Default::default)
+        .await?
+        .requests;
     let writes_per_s: f64 = requests_per_s
         .iter()
-        .filter(|(k, _)| WRITES.iter().any(|w| k.starts_with(&format!("{w} "))))
+        .filter(|(k, _)| is_write(k))
         .map(|(_, v)| v)
         .sum();
     Ok(Window {
@@ -184,30 +215,6 @@ async fn measured(
         seconds: length.as_secs_f64(),
         requests_per_s,
         writes_per_s,
-        writes_per_group_per_s: writes_per_s / groups as f64,
+        writes_per_group_per_s: writes_per_s / GROUPS as f64,
     })
-}
-
-/// The report's section.
-pub fn section(result: &HeartbeatWrites) -> String {
-    let mut s = format!(
-        "## API writes per group: Readiness vs Heartbeat\n\n{} groups of three Ready pods, Lease {} s, light cluster (etcd + kube-apiserver, simulated kubelet); steady windows, the API server's `apiserver_request_total` less an idle baseline. Heartbeat: each leader's `leadergroup-client` `Membership` (in the bench process) renews its Lease every third of the duration, the operator does not.\n\n| mode | window s | writes/s (all groups) | writes per group per s | by verb and resource |\n|---|---|---|---|---|\n",
-        result.groups, result.lease_duration_seconds
-    );
-    for w in &result.windows {
-        let detail = w
-            .requests_per_s
-            .iter()
-            .filter(|(k, v)| {
-                **v >= 0.005 && WRITES.iter().any(|verb| k.starts_with(&format!("{verb} ")))
-            })
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        s.push_str(&format!(
-            "| {} | {:.0} | {:.2} | {:.3} | {} |\n",
-            w.mode, w.seconds, w.writes_per_s, w.writes_per_group_per_s, detail
-        ));
-    }
-    s
 }

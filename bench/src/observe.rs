@@ -82,6 +82,42 @@ pub fn rates(
     out
 }
 
+/// A steady-state window of one system.
+#[derive(Clone, Debug, Default)]
+pub struct Steady {
+    /// Its length.
+    pub seconds: f64,
+    /// Requests per second by verb and resource, less the baseline.
+    pub requests: RequestCounts,
+    /// CPU seconds per minute the system used.
+    pub cpu_s_per_min: f64,
+    /// The system's process sample at the end.
+    pub end: ProcSample,
+}
+
+/// Measures a steady-state window of `length`: the API server's requests (less `baseline`) and
+/// the CPU time of the system `sample` reads.
+pub async fn steady_window(
+    admin: &Client,
+    length: Duration,
+    baseline: Option<&RequestCounts>,
+    sample: impl Fn() -> ProcSample,
+) -> Result<Steady> {
+    let before = api_requests(admin).await?;
+    let cpu0 = sample().cpu_seconds;
+    let t0 = std::time::Instant::now();
+    tokio::time::sleep(length).await;
+    let end = sample();
+    let seconds = t0.elapsed().as_secs_f64();
+    let after = api_requests(admin).await?;
+    Ok(Steady {
+        seconds: length.as_secs_f64(),
+        requests: rates(&before, &after, seconds, baseline),
+        cpu_s_per_min: (end.cpu_seconds - cpu0) / seconds * 60.0,
+        end,
+    })
+}
+
 /// Verbs that read without watching: what "no polling reads" forbids.
 pub fn is_polling_read(key: &str) -> bool {
     key.starts_with("GET ") || key.starts_with("LIST ")

@@ -50,6 +50,14 @@ pub async fn install_crd(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// The operator binary measured, and the kubeconfig of the control plane it runs against.
+pub struct Operator {
+    /// The release binary.
+    pub binary: PathBuf,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+}
+
 /// The operator's release binary, running as a child process watching one namespace.
 pub struct OperatorProcess {
     child: Child,
@@ -62,29 +70,20 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts `binary` against `kubeconfig`, watching `namespace`; its log goes to `log`.
+    /// Starts `operator`, watching `namespace`, or every namespace when None; its log goes to
+    /// `log`.
     pub async fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        namespace: &str,
-        log: &Path,
-    ) -> Result<OperatorProcess> {
-        Self::start_watching(binary, kubeconfig, Some(namespace), log).await
-    }
-
-    /// Starts `binary` against `kubeconfig`, watching `namespace`, or every namespace when None.
-    pub async fn start_watching(
-        binary: &Path,
-        kubeconfig: &Path,
+        operator: &Operator,
         namespace: Option<&str>,
         log: &Path,
     ) -> Result<OperatorProcess> {
+        let binary = &operator.binary;
         let http = crate::observe::free_port()?;
         let file =
             std::fs::File::create(log).map_err(Error::io(format!("creating {}", log.display())))?;
         let started = Instant::now();
         let mut command = Command::new(binary);
-        command.arg("--kubeconfig").arg(kubeconfig);
+        command.arg("--kubeconfig").arg(&operator.kubeconfig);
         if let Some(namespace) = namespace {
             command.args(["--namespace", namespace]);
         }
@@ -151,16 +150,16 @@ impl OperatorProcess {
     }
 }
 
-/// The release binary of the operator, next to the bench's own.
-pub fn operator_binary() -> Result<PathBuf> {
+/// The release binary `name` (its package's name too), next to the bench's own.
+pub fn release_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().map_err(Error::io("locating the bench binary"))?;
     let path = exe
         .parent()
-        .map(|d| d.join("leadergroup-operator"))
+        .map(|d| d.join(name))
         .ok_or_else(|| Error::Other("the bench binary has no folder".into()))?;
     if !path.is_file() {
         return Err(Error::Other(format!(
-            "{} is missing: run `cargo build --release -p leadergroup-operator` (make bench does)",
+            "{} is missing: run `cargo build --release -p {name}` (make bench does)",
             path.display()
         )));
     }

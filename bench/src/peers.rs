@@ -29,8 +29,35 @@ pub struct PeerKind {
     pub lease: Duration,
 }
 
+/// The four peer configurations, client-go's candidate built (its build.sh prints the binary)
+/// and the Rust one checked.
+pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
+    let script = repo.join("bench/peers/client-go/build.sh");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .map_err(Error::io(format!("running {}", script.display())))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "{} failed: {}",
+            script.display(),
+            out.status
+        )));
+    }
+    let client_go = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let rust_peer = repo.join("target/bench-peers/release/leadergroup-bench-rust-peer");
+    if !rust_peer.is_file() {
+        return Err(Error::Other(format!(
+            "{} is missing: run `cargo build --release --manifest-path bench/peers/rust/Cargo.toml` with CARGO_TARGET_DIR=target/bench-peers (make bench does)",
+            rust_peer.display()
+        )));
+    }
+    Ok(kinds(&client_go, &rust_peer))
+}
+
 /// The four peer configurations.
-pub fn kinds(client_go: &Path, rust_peer: &Path) -> Vec<PeerKind> {
+fn kinds(client_go: &Path, rust_peer: &Path) -> Vec<PeerKind> {
     let go = |name, settings, d: &str, r: &str, p: &str, lease| PeerKind {
         name,
         settings,

@@ -1,13 +1,12 @@
-//! Scenario `scale-10k` (issue 14, part 3): 10,000 groups of three Ready pods (30,000 pods) over
-//! ten namespaces, the operator watching every namespace. Measured: the time from the operator's
-//! start until an independent watch sees every group led; a steady window (API requests per
-//! group by verb, CPU, RSS steady and peak); then a restart of the operator at that size (SIGKILL,
-//! a new process): the time until it is ready (every watch listed) and until it has reconciled
-//! every group once, and what the restart changed: every group's epoch and leader before and
-//! after, and every change of a leader label the watches saw meanwhile (must both be 0).
+//! Scenario `scale-10k`: 10,000 groups of three Ready pods (30,000 pods) over ten namespaces, the
+//! operator watching every namespace. Measured: the time from the operator's start until an
+//! independent watch sees every group led; a steady window (API requests per group by verb, CPU,
+//! RSS steady and peak); then a restart of the operator at that size (SIGKILL, a new process):
+//! the time until it is ready (every watch listed) and until it has reconciled every group once,
+//! and what the restart changed: every group's epoch and leader before and after, and every
+//! change of a leader label the watches saw meanwhile (must both be 0).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::try_join_all;
@@ -17,10 +16,15 @@ use leadergroup_operator::crd::LeaderGroup;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::observe::{LeaderWatch, RequestCounts, ms_between, proc_sample};
-use crate::ours::{Groups, OperatorProcess};
-use crate::report::{Run, ScaleEntry};
-use crate::say;
+use crate::markdown::{Block, Table, counts, met};
+use crate::observe::{LeaderWatch, ms_between, proc_sample, steady_window};
+use crate::ours::{Groups, LEASE_SECONDS, OperatorProcess};
+use crate::results::{Results, Run};
+use crate::scale::{OURS, ScaleEntry, cost_targets};
+use crate::scenario::{About, Context, Light, Measuring, Outcome, Scenario, measuring};
+
+/// The scenario.
+pub struct Scale10k;
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -56,7 +60,7 @@ pub struct Restart {
 
 /// `bench/results/scale-10k.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct ScaleBig {
+pub struct ScaleBigResult {
     /// The run.
     pub run: Run,
     /// The groups' Lease duration, s.
@@ -81,26 +85,43 @@ pub struct ScaleBig {
     pub restart: Option<Restart>,
 }
 
-/// Runs it: `groups` groups over `groups / 1000` namespaces (at least one), their Leases
-/// lasting `lease_seconds`.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    cp: &leadergroup_testenv::ControlPlane,
-    operator: &Path,
-    log_dir: &Path,
-    groups: usize,
-    lease_seconds: i32,
-    settle: Duration,
-    window: Duration,
-    baseline: &RequestCounts,
-    run: Run,
-) -> Result<ScaleBig> {
-    let ticks = crate::observe::ticks_per_second();
+impl Scenario for Scale10k {
+    fn about(&self) -> About {
+        About::alone(
+            "scale-10k",
+            "10,000 groups (or the first value of `--scale`), then an operator restart",
+        )
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
+            return Ok(Vec::new());
+        };
+        Ok(render(&r))
+    }
+}
+
+/// `groups` groups (the first value of `--scale`) over `groups / 1000` namespaces (at least
+/// one), their Leases lasting `--lease`.
+async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
+    let light = ctx.light().await?;
+    let baseline = ctx.baseline().await?;
+    let groups = ctx
+        .options
+        .scale
+        .as_ref()
+        .and_then(|sizes| sizes.first().copied())
+        .unwrap_or(ctx.pick(10_000, 200));
+    let lease_seconds = ctx.options.lease.unwrap_or(LEASE_SECONDS);
     let namespaces = groups.div_ceil(GROUPS_PER_NAMESPACE).max(1);
-    say(format!(
+    tracing::info!(
         "scale-10k: creating {groups} groups, {} pods, in {namespaces} namespaces ({CREATE_CONCURRENCY} creations in flight)",
         groups * 3
-    ));
+    );
     let t_create = Instant::now();
     let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
     let sets =
@@ -112,21 +133,15 @@ pub async fn run(
         }))
         .await?;
     let create_s = t_create.elapsed().as_secs_f64();
-    say(format!("scale-10k: created in {create_s:.0} s"));
+    tracing::info!("scale-10k: created in {create_s:.0} s");
     let watches = try_join_all(
         sets.iter()
             .map(|s| LeaderWatch::start(&s.client, &s.namespace)),
     )
     .await?;
-    let admin = cp.client().await?;
 
-    let op = OperatorProcess::start_watching(
-        operator,
-        cp.kubeconfig_path(),
-        None,
-        &log_dir.join("operator-scale-10k.log"),
-    )
-    .await?;
+    let log = ctx.log_dir.join("operator-scale-10k.log");
+    let op = OperatorProcess::start(&light.operator, None, &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let mut led = Some(t0);
     for (set, watch) in sets.iter().zip(&watches) {
@@ -134,7 +149,7 @@ pub async fn run(
         match set.wait_all_led_within(watch, deadline).await {
             Ok(at) => led = led.map(|l| l.max(at)),
             Err(e) => {
-                say(format!("scale-10k: {e}"));
+                tracing::warn!("scale-10k: {e}");
                 led = None;
                 break;
             }
@@ -146,25 +161,15 @@ pub async fn run(
         .map(|(s, w)| s.names.iter().filter(|g| w.leader(g).is_some()).count())
         .sum();
     let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
-    let converge_cpu_s = op.sample(ticks).cpu_seconds;
-    say(format!(
+    let converge_cpu_s = op.sample(light.ticks).cpu_seconds;
+    tracing::info!(
         "scale-10k: {led_count} of {groups} groups led {:.1} s after the start ({converge_cpu_s:.1} CPU s)",
         op.started.elapsed().as_secs_f64()
-    ));
-    tokio::time::sleep(settle).await;
-    let (requests, cpu, sample) =
-        crate::window(&admin, window, baseline, || op.sample(ticks)).await?;
-    let mut entry = ScaleEntry::with_lease(
-        "leadergroup-operator",
-        groups,
-        to_all_led,
-        window.as_secs_f64(),
-        requests,
-        cpu,
-        lease_seconds,
     );
-    entry.rss_mib = sample.rss_mib;
-    entry.peak_rss_mib = sample.peak_rss_mib;
+    tokio::time::sleep(ctx.settle()).await;
+    let sample = || op.sample(light.ticks);
+    let steady = steady_window(&light.admin, ctx.window(), Some(baseline), sample).await?;
+    let mut entry = ScaleEntry::new(OURS, groups, to_all_led, &steady, lease_seconds);
     let led_at_bound = led.is_none().then_some(led_count);
     if let Some(count) = led_at_bound {
         entry.note = Some(format!(
@@ -172,39 +177,34 @@ pub async fn run(
             BOUND.as_secs()
         ));
     }
-    say(format!(
+    tracing::info!(
         "scale-10k: steady: {:.2} writes per group per third, {:.3} polling reads/s per group, {:.1} CPU s/min, RSS {:.1} MiB (peak {:.1})",
         entry.writes_per_group_per_third,
         entry.polling_reads_per_s_per_group,
         entry.cpu_s_per_min,
         entry.rss_mib,
         entry.peak_rss_mib
-    ));
+    );
 
     // The restart is measured only once every group was led: its checks compare led groups.
     let (op, restart) = if led_at_bound.is_some() {
         (op, None)
     } else {
-        let (op, restart) = measure_restart(
-            op,
-            cp,
-            operator,
-            log_dir,
-            &sets,
-            &watches,
+        let restarting = Restarting {
+            light,
+            log_dir: &ctx.log_dir,
+            sets: &sets,
+            watches: &watches,
             groups,
-            lease_seconds,
-            settle,
-            ticks,
-        )
-        .await?;
+            watched: Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle(),
+        };
+        let (op, restart) = restarting.measure(op).await?;
         (op, Some(restart))
     };
     op.stop().await;
-    let mut run = run;
-    run.double_leaders += watches.iter().map(LeaderWatch::double_leaders).sum::<u64>();
-    Ok(ScaleBig {
-        run,
+    light.add_double_leaders(watches.iter().map(LeaderWatch::double_leaders).sum::<u64>());
+    Ok(ScaleBigResult {
+        run: Run::default(),
         lease_seconds,
         namespaces,
         pods: groups * 3,
@@ -217,83 +217,83 @@ pub async fn run(
     })
 }
 
-/// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
-/// reconciled every group, and what changed meanwhile (epochs, leaders, leader labels). Returns
-/// the new process, still running.
-#[allow(clippy::too_many_arguments)]
-async fn measure_restart(
-    op: OperatorProcess,
-    cp: &leadergroup_testenv::ControlPlane,
-    operator: &Path,
-    log_dir: &Path,
-    sets: &[Groups],
-    watches: &[LeaderWatch],
+/// What an operator restart at this size works on.
+struct Restarting<'a> {
+    light: &'a Light,
+    log_dir: &'a std::path::Path,
+    sets: &'a [Groups],
+    watches: &'a [LeaderWatch],
     groups: usize,
-    lease_seconds: i32,
-    settle: Duration,
-    ticks: f64,
-) -> Result<(OperatorProcess, Restart)> {
-    say("scale-10k: restart (SIGKILL, a new process)");
-    let before = statuses(sets).await?;
-    let flaps_before: u64 = watches.iter().map(LeaderWatch::leader_changes).sum();
-    op.stop().await;
-    let op = OperatorProcess::start_watching(
-        operator,
-        cp.kubeconfig_path(),
-        None,
-        &log_dir.join("operator-scale-10k-restarted.log"),
-    )
-    .await?;
-    let mut to_ready = None;
-    let to_all_reconciled = loop {
-        let elapsed = op.started.elapsed();
-        if elapsed > BOUND {
-            return Err(Error::Timeout(format!(
-                "the restarted operator to reconcile {groups} groups"
-            )));
-        }
-        if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
-            to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
-        }
-        if op.reconciles().await.is_some_and(|n| n >= groups as u64) {
-            break op.started.elapsed().as_secs_f64() * 1000.0;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    say(format!(
-        "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
-        to_ready.unwrap_or(f64::NAN) / 1000.0,
-        to_all_reconciled / 1000.0
-    ));
-    // Past a whole Lease duration: every group renewed by the new process, or changed.
-    let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + settle;
-    tokio::time::sleep(watched).await;
-    let after = statuses(sets).await?;
-    let flaps: u64 = watches.iter().map(LeaderWatch::leader_changes).sum::<u64>() - flaps_before;
-    let epoch_changes = before
-        .iter()
-        .filter(|(k, (epoch, _))| after.get(*k).map(|a| a.0) != Some(*epoch))
-        .count();
-    let leader_changes = before
-        .iter()
-        .filter(|(k, (_, leader))| after.get(*k).map(|a| &a.1) != Some(leader))
-        .count();
-    let last = proc_sample(op.pid, ticks).unwrap_or_default();
-    let restart = Restart {
-        to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
-        to_all_reconciled_ms: to_all_reconciled,
-        epoch_changes,
-        leader_changes,
-        label_flaps: flaps,
-        watched_s: watched.as_secs_f64(),
-        rss_mib: last.rss_mib,
-        peak_rss_mib: last.peak_rss_mib,
-    };
-    Ok((op, restart))
+    /// How long after the restart the watches keep counting: past a whole Lease duration, so
+    /// that every group was renewed by the new process, or changed.
+    watched: Duration,
 }
 
+impl Restarting<'_> {
+    /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
+    /// reconciled every group, and what changed meanwhile (epochs, leaders, leader labels).
+    /// Returns the new process, still running.
+    async fn measure(&self, op: OperatorProcess) -> Result<(OperatorProcess, Restart)> {
+        tracing::info!("scale-10k: restart (SIGKILL, a new process)");
+        let before = statuses(self.sets).await?;
+        let flaps = || -> u64 { self.watches.iter().map(LeaderWatch::leader_changes).sum() };
+        let flaps_before = flaps();
+        op.stop().await;
+        let log = self.log_dir.join("operator-scale-10k-restarted.log");
+        let op = OperatorProcess::start(&self.light.operator, None, &log).await?;
+        let mut to_ready = None;
+        let to_all_reconciled = loop {
+            if op.started.elapsed() > BOUND {
+                return Err(Error::Timeout(format!(
+                    "the restarted operator to reconcile {} groups",
+                    self.groups
+                )));
+            }
+            if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
+                to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
+            }
+            if op
+                .reconciles()
+                .await
+                .is_some_and(|n| n >= self.groups as u64)
+            {
+                break op.started.elapsed().as_secs_f64() * 1000.0;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        tracing::info!(
+            "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
+            to_ready.unwrap_or(f64::NAN) / 1000.0,
+            to_all_reconciled / 1000.0
+        );
+        tokio::time::sleep(self.watched).await;
+        let after = statuses(self.sets).await?;
+        let changed = |differs: fn(&Status, &Status) -> bool| {
+            before
+                .iter()
+                .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
+                .count()
+        };
+        let last = proc_sample(op.pid, self.light.ticks).unwrap_or_default();
+        let restart = Restart {
+            to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
+            to_all_reconciled_ms: to_all_reconciled,
+            epoch_changes: changed(|a, b| a.0 != b.0),
+            leader_changes: changed(|a, b| a.1 != b.1),
+            label_flaps: flaps() - flaps_before,
+            watched_s: self.watched.as_secs_f64(),
+            rss_mib: last.rss_mib,
+            peak_rss_mib: last.peak_rss_mib,
+        };
+        Ok((op, restart))
+    }
+}
+
+/// A group's epoch and leader.
+type Status = (i64, Option<String>);
+
 /// Every group's epoch and leader, by namespace and name, from the API server.
-async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), (i64, Option<String>)>> {
+async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), Status>> {
     let mut out = BTreeMap::new();
     for set in sets {
         let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
@@ -308,61 +308,134 @@ async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), (i64, Op
     Ok(out)
 }
 
-/// The page's section.
-pub fn section(r: &ScaleBig) -> String {
-    use std::fmt::Write as _;
+/// The setup, the start, the restart, and the targets.
+fn render(r: &ScaleBigResult) -> Vec<Block> {
     let e = &r.entry;
-    let mut o = String::new();
-    let _ = writeln!(o, "## 3b. Scale: {} groups\n", e.groups);
-    let _ = writeln!(
-        o,
-        "{} groups of three Ready pods ({} pods) in {} namespaces, Lease duration {} s, created before the operator starts ({:.0} s with {} creations in flight: a pod is a create and a status write); the operator watches every namespace. Run of {} (`{}`).\n",
-        e.groups,
-        r.pods,
-        r.namespaces,
-        r.lease_seconds,
-        r.create_s,
-        r.create_concurrency,
-        r.run.started_at,
-        r.run.command
-    );
-    let _ = writeln!(
-        o,
-        "| measure | value |\n|---|---|\n| from operator start to every group led (independent watches) | {} |\n| CPU until then | {:.1} s |\n| requests/s per group, steady {:.0} s window (by verb, resource) | {} |\n| writes per group per third of the Lease | {:.2} |\n| polling reads/s per group | {:.3} |\n| CPU s/min, steady | {:.2} |\n| RSS steady (peak) | {:.1} MiB ({:.1}) |",
-        match r.led_at_bound {
-            Some(n) => format!(
-                "not within {} s: {n} of {} led then",
-                BOUND.as_secs(),
+    let setup = Table::new(&[
+        "groups",
+        "pods",
+        "namespaces",
+        "Lease duration",
+        "created in",
+        "creations in flight",
+        "run",
+    ])
+    .with([
+        e.groups.to_string(),
+        r.pods.to_string(),
+        r.namespaces.to_string(),
+        format!("{} s", r.lease_seconds),
+        format!("{:.0} s", r.create_s),
+        r.create_concurrency.to_string(),
+        format!("{} (`{}`)", r.run.started_at, r.run.command),
+    ]);
+    let to_all_led = match r.led_at_bound {
+        Some(n) => format!(
+            "not within {} s: {n} of {} led then",
+            BOUND.as_secs(),
+            e.groups
+        ),
+        None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
+    };
+    let start = Table::new(&["measure", "value"])
+        .with([
+            "from operator start to every group led (independent watches)",
+            &to_all_led,
+        ])
+        .with([
+            "CPU until then".into(),
+            format!("{:.1} s", r.converge_cpu_s),
+        ])
+        .with([
+            format!(
+                "requests/s per group, steady {:.0} s window (by verb, resource)",
+                e.window_s
+            ),
+            counts(&e.requests_per_s_per_group),
+        ])
+        .with([
+            "writes per group per third of the Lease".into(),
+            format!("{:.2}", e.writes_per_group_per_third),
+        ])
+        .with([
+            "polling reads/s per group".into(),
+            format!("{:.3}", e.polling_reads_per_s_per_group),
+        ])
+        .with([
+            "CPU s/min, steady".into(),
+            format!("{:.2}", e.cpu_s_per_min),
+        ])
+        .with([
+            "RSS steady (peak)".into(),
+            format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+        ]);
+    let mut targets = Table::new(&["target", "measured", "met"])
+        .with([
+            format!("{} groups: all led within 60 s", e.groups),
+            match r.led_at_bound {
+                Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
+                None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
+            },
+            met(r.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
+        ])
+        .with([
+            format!("{} groups: steady RSS < 256 MiB", e.groups),
+            format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib),
+            met(e.rss_mib < 256.0).to_owned(),
+        ]);
+    targets.rows.extend(cost_targets(e, |target| {
+        format!("{} groups: {target}", e.groups)
+    }));
+    let mut tables = vec![setup, start];
+    if let Some(x) = &r.restart {
+        targets.row([
+            format!(
+                "{} groups: a restart changes no epoch and flaps no label",
                 e.groups
             ),
-            None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-        },
-        r.converge_cpu_s,
-        e.window_s,
-        crate::report::counts(&e.requests_per_s_per_group),
-        e.writes_per_group_per_third,
-        e.polling_reads_per_s_per_group,
-        e.cpu_s_per_min,
-        e.rss_mib,
-        e.peak_rss_mib
-    );
-    if let Some(note) = &e.note {
-        let _ = writeln!(o, "\n**{note}.**");
+            format!(
+                "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
+                x.epoch_changes,
+                x.label_flaps,
+                x.to_all_reconciled_ms / 1000.0
+            ),
+            met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
+        ]);
+        tables.push(
+            Table::new(&["restart (SIGKILL, a new process)", "value"])
+                .with([
+                    "from the new process's start to ready (every watch listed)".into(),
+                    format!("{:.1} s", x.to_ready_ms / 1000.0),
+                ])
+                .with([
+                    "... to every group reconciled once".into(),
+                    format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
+                ])
+                .with(["groups whose epoch changed".into(), x.epoch_changes.to_string()])
+                .with(["groups whose leader changed".into(), x.leader_changes.to_string()])
+                .with([
+                    format!(
+                        "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
+                        x.watched_s
+                    ),
+                    x.label_flaps.to_string(),
+                ])
+                .with([
+                    "RSS of the new process at the end (peak)".into(),
+                    format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
+                ]),
+        );
     }
-    let Some(x) = &r.restart else {
-        return o;
-    };
-    let _ = writeln!(
-        o,
-        "\nThen an operator restart at that size (SIGKILL, a new process):\n\n| measure | value |\n|---|---|\n| from the new process's start to ready (every watch listed) | {:.1} s |\n| ... to every group reconciled once | {:.1} s |\n| groups whose epoch changed | {} |\n| groups whose leader changed | {} |\n| leader label changes seen by the watches, from the kill to {:.0} s after the restart | {} |\n| RSS of the new process at the end (peak) | {:.1} MiB ({:.1}) |\n",
-        x.to_ready_ms / 1000.0,
-        x.to_all_reconciled_ms / 1000.0,
-        x.epoch_changes,
-        x.leader_changes,
-        x.watched_s,
-        x.label_flaps,
-        x.rss_mib,
-        x.peak_rss_mib
-    );
-    o
+    let notes = e.note.iter().map(|note| format!("**{note}.**"));
+    vec![
+        Block::tables("scale-10k", tables).notes(notes),
+        Block::tables("scale-10k-targets", [targets]),
+    ]
+}
+
+impl Outcome for ScaleBigResult {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.run = run.clone();
+        results.write("scale-10k", self)
+    }
 }

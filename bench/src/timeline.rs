@@ -200,9 +200,9 @@ pub struct Tracker {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The agent's volume in our pods, and the peers' events volume.
-pub const AGENT_VOLUME: &str = "leadergroup";
-pub const EVENTS_VOLUME: &str = "events";
+/// The agent's volume in our pods, and the peers' events volume (bench/manifests/e2e-*-pod.yaml).
+const AGENT_VOLUME: &str = "leadergroup";
+const EVENTS_VOLUME: &str = "events";
 
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
@@ -287,11 +287,11 @@ fn tracing_event(system: &str, pod: &str, e: &Event) {
         let t = jiff::Timestamp::try_from(e.at)
             .map(|t| t.strftime("%H:%M:%S%.3f").to_string())
             .unwrap_or_default();
-        crate::say(format!(
+        tracing::info!(
             "  {system} {pod}: {} {} at {t}",
             e.identity,
             if e.leading { "leads" } else { "does not lead" }
-        ));
+        );
     }
 }
 

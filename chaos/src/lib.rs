@@ -1,9 +1,9 @@
-//! `leadergroup-chaos`: a randomized fault run, seeded and repeatable (issue 13, item 8). Two
+//! `leadergroup-chaos`: a randomized fault run, seeded and repeatable. Two
 //! operator replicas with `--leader-elect` run several groups on a control plane of the run's own,
 //! while the plan's faults strike: replicas killed, paused, rolled, their requests held or cut;
 //! leaders and followers deleted or flapping NotReady; Leases deleted or rewritten by someone
 //! else; promotions held inside the API server; kube-apiserver killed and restarted. An independent watch
-//! checks I1 and I3 at every pod event and times every gap (I4); each round of faults ends with
+//! checks I1, I3 and the order of the writes at every event and times every gap (I4); each round of faults ends with
 //! every group settled (I2).
 //!
 //! `make chaos` runs the published run (`docs/chaos.md`); `make test` runs a short one

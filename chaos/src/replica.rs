@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use leadergroup_testenv::{Proxy, ReadyzAddr, readyz_role};
-use tokio::process::{Child, Command};
+use leadergroup_testenv::{
+    OperatorLaunch, OperatorProcess, Proxy, ReadyzAddr, free_port, readyz_role,
+};
 
 use crate::Error;
 
@@ -31,7 +32,7 @@ pub struct OperatorReplica {
     pub proxy: Proxy,
     kubeconfig: PathBuf,
     launch: Launch,
-    child: Option<Child>,
+    process: Option<OperatorProcess>,
     /// Where its current process serves /readyz (read by the active-replica monitor, which must
     /// not wait for a fault that holds the replicas).
     http: ReadyzAddr,
@@ -65,47 +66,36 @@ impl OperatorReplica {
             proxy,
             kubeconfig,
             launch: launch.clone(),
-            child: None,
+            process: None,
             http: Arc::new(Mutex::new(free_port()?)),
             generation: 0,
         };
-        replica.spawn()?;
+        replica.spawn().await?;
         Ok(replica)
     }
 
     /// A new process (a new identity, as a new pod of a Deployment would have).
-    pub fn spawn(&mut self) -> Result<(), Error> {
+    pub async fn spawn(&mut self) -> Result<(), Error> {
         self.generation += 1;
-        let http = free_port()?;
-        *self.http.lock().unwrap_or_else(PoisonError::into_inner) = http;
-        let log_path = self.launch.log_dir.join(format!("{}.log", self.name));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| Error::Setup(format!("{}: {e}", log_path.display())))?;
-        let err_log = log
-            .try_clone()
-            .map_err(|e| Error::Setup(format!("{}: {e}", log_path.display())))?;
-        let child = Command::new(&self.launch.binary)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--namespace", &self.launch.namespace])
-            .args(["--identity", &format!("{}-{}", self.name, self.generation)])
-            .args(["--http-addr", &http.to_string()])
-            .args(["--leader-elect", "--leader-elect-namespace"])
-            .arg(&self.launch.namespace)
-            .args([
-                "--leader-elect-lease-duration",
-                &self.launch.lease_seconds.to_string(),
-            ])
-            .env("RUST_LOG", "info,kube=warn")
-            .stdout(log)
-            .stderr(err_log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::Setup(format!("starting {}: {e}", self.launch.binary.display())))?;
-        self.child = Some(child);
+        let launch = OperatorLaunch::new(
+            &self.launch.binary,
+            &self.kubeconfig,
+            Some(&self.launch.namespace),
+            &format!("{}-{}", self.name, self.generation),
+            self.launch.log_dir.join(format!("{}.log", self.name)),
+        )
+        .args([
+            "--leader-elect",
+            "--leader-elect-namespace",
+            &self.launch.namespace,
+        ])
+        .args([
+            "--leader-elect-lease-duration",
+            &self.launch.lease_seconds.to_string(),
+        ]);
+        let process = OperatorProcess::start(&launch).await?;
+        *self.http.lock().unwrap_or_else(PoisonError::into_inner) = process.http;
+        self.process = Some(process);
         Ok(())
     }
 
@@ -128,41 +118,30 @@ impl OperatorReplica {
 
     /// SIGKILL, and waits for the process to end.
     pub async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill().await;
         }
     }
 
     /// SIGSTOP or SIGCONT.
     pub fn signal(&self, signal: &str) {
-        if let Some(pid) = self.child.as_ref().and_then(Child::id) {
-            let _ = std::process::Command::new("kill")
-                .args([signal, &pid.to_string()])
-                .status();
+        if let Some(process) = &self.process {
+            let _ = process.signal(signal);
         }
     }
 
     /// SIGTERM, and waits for it to exit (SIGKILL after 30 s): a rollout's stop.
     pub async fn terminate(&mut self) {
-        self.signal("-TERM");
-        if let Some(mut child) = self.child.take()
-            && tokio::time::timeout(Duration::from_secs(30), child.wait())
-                .await
-                .is_err()
-        {
-            let _ = child.kill().await;
+        if let Some(mut process) = self.process.take() {
+            let _ = process.terminate(Duration::from_secs(30)).await;
         }
     }
 
-    /// Starts a new process if the current one ended on its own (it lost its port, or crashed:
-    /// its log says); the report counts the replicas' processes.
-    pub fn restart_if_exited(&mut self) {
-        let exited = self
-            .child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
-        if exited {
-            let _ = self.spawn();
+    /// Starts a new process if the current one ended on its own (it crashed: its log says); the
+    /// report counts the replicas' processes.
+    pub async fn restart_if_exited(&mut self) {
+        if self.process.as_mut().is_some_and(OperatorProcess::exited) {
+            let _ = self.spawn().await;
         }
     }
 
@@ -170,10 +149,4 @@ impl OperatorReplica {
     pub fn generations(&self) -> u32 {
         self.generation
     }
-}
-
-fn free_port() -> Result<SocketAddr, Error> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| Error::Setup(format!("a free port: {e}")))
 }

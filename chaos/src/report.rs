@@ -63,10 +63,13 @@ pub struct Report {
     pub setup: Duration,
     pub injected: Vec<Injected>,
     pub rounds: Vec<Round>,
-    /// I1 and I3, from the independent watch.
+    /// I1, I3 and the order of the writes, from the independent watch.
     pub watch_violations: Vec<String>,
     pub leaders_seen: usize,
     pub pod_events: usize,
+    /// Leaders' marks the order of the writes was judged on, and those it could not be (a watch
+    /// may have missed what would decide them).
+    pub order_judged: (usize, usize),
     pub gaps: Vec<GapSeen>,
     pub faults_took: Duration,
     pub total: Duration,
@@ -96,6 +99,7 @@ impl Report {
             watch_violations: Vec::new(),
             leaders_seen: 0,
             pod_events: 0,
+            order_judged: (0, 0),
             gaps: Vec::new(),
             faults_took: Duration::ZERO,
             total: Duration::ZERO,
@@ -143,6 +147,7 @@ impl Report {
         self.watch_violations = violations;
         self.leaders_seen = leaders.len();
         self.pod_events = events;
+        self.order_judged = watch.order_judged();
         self.gaps = watch
             .gaps()
             .into_iter()
@@ -168,7 +173,7 @@ impl Report {
             .collect();
     }
 
-    /// Every violation: I1 and I3 (the watch), I2 (a round that did not settle), I4 (a gap longer
+    /// Every violation: I1, I3 and the order of the writes (the watch), I2 (a round that did not settle), I4 (a gap longer
     /// than the bound once the API server's own restarts are taken out of it, or one still open at
     /// the end), and two replicas active at once.
     pub fn violations(&self) -> Vec<String> {
@@ -239,13 +244,16 @@ impl Report {
         let _ = writeln!(
             md,
             "**{} violations** of I1–I4 in {} faults injected ({} planned, {} skipped: no such pod \
-             or Lease at that moment), {} leaders handed an epoch, {} pod events watched.\n",
+             or Lease at that moment), {} leaders handed an epoch, {} pod events watched, {} leaders' \
+             marks checked for the order of the writes ({} not judgeable).\n",
             violations.len(),
             self.injected_count(),
             self.planned,
             self.planned - self.injected_count(),
             self.leaders_seen,
             self.pod_events,
+            self.order_judged.0,
+            self.order_judged.1,
         );
         let i1 = self
             .watch_violations

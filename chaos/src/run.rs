@@ -1,13 +1,14 @@
 //! The run: its control plane, two operator replicas, the groups, then the plan's faults one after
 //! another (each undone on its own, later, so they overlap), with a settled check (I2) every round,
-//! while an independent watch checks I1 and I3 on every pod event and times the gaps (I4).
+//! while an independent watch checks I1, I3 and the order of the writes on every event and times
+//! the gaps (I4).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_testenv::wire::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER, lease_name_for};
 use leadergroup_testenv::{
     ActiveMonitor, HeldRequests, HoldRule, InvariantWatcher, PrivateCluster, namespace_in,
 };
@@ -162,6 +163,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
             round_start = i + 1;
         }
     }
+    watch.catch_up().await;
     report.finish(
         &watch,
         &monitor,
@@ -228,7 +230,7 @@ async fn inject(
             Ok(Launched::Done)
         }
         Fault::DeleteLease { group } => {
-            let name = format!("leadergroup-{}", World::group(*group));
+            let name = lease_name_for(&World::group(*group));
             match world.leases.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => Ok(Launched::Done),
                 Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -282,9 +284,9 @@ async fn resolve(shared: &Shared, which: Replica) -> Option<usize> {
     while Instant::now() < deadline {
         {
             let mut replicas = shared.replicas.lock().await;
-            replicas
-                .iter_mut()
-                .for_each(OperatorReplica::restart_if_exited);
+            for replica in replicas.iter_mut() {
+                replica.restart_if_exited().await;
+            }
             for (i, r) in replicas.iter().enumerate() {
                 if r.role().await.as_deref() == Some("active") {
                     return Some(match which {
@@ -335,14 +337,14 @@ async fn strike_replica(
         };
         match &fault {
             Fault::KillReplica { .. } => {
-                let _ = replica.spawn();
+                let _ = replica.spawn().await;
             }
             Fault::PauseReplica { .. } => replica.signal("-CONT"),
             Fault::HoldReplica { .. } => replica.proxy.release(),
             Fault::CutReplica { .. } => replica.proxy.heal(),
             Fault::RollReplica { .. } => {
                 replica.terminate().await;
-                let _ = replica.spawn();
+                let _ = replica.spawn().await;
             }
             _ => {}
         }
@@ -357,7 +359,7 @@ async fn forge_lease(
     offset: i64,
     index: usize,
 ) -> Result<Launched, Error> {
-    let name = format!("leadergroup-{}", World::group(group));
+    let name = lease_name_for(&World::group(group));
     let Some(mut lease) = leases
         .get_opt(&name)
         .await
@@ -418,12 +420,9 @@ fn gone(e: &Error) -> bool {
 /// The end of a round: everything undone, the pods repaired, then every group must settle (I2).
 async fn quiesce(shared: &Shared, from: usize, to: usize) -> Round {
     let started = Instant::now();
-    shared
-        .replicas
-        .lock()
-        .await
-        .iter_mut()
-        .for_each(OperatorReplica::restart_if_exited);
+    for replica in shared.replicas.lock().await.iter_mut() {
+        replica.restart_if_exited().await;
+    }
     for g in 0..shared.world.groups {
         retry(|| shared.world.repair(g)).await;
     }

@@ -6,16 +6,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
-use leadergroup_testenv::invariants::{EPOCH_ANNOTATION, ROLE_LABEL, ROLE_LEADER, eligible, ready};
-use leadergroup_testenv::{Kubelet, TestNamespace, wait_until};
+use leadergroup_testenv::crd::{leader_group, leader_groups, shipped_crd};
+use leadergroup_testenv::pods::{is_leader, ready};
+use leadergroup_testenv::{Kubelet, Settled, TestNamespace, install_crd};
 
 use crate::Error;
 
-/// The CRD as the operator's `crd` command prints it (the drift check keeps the file current).
-const CRD: &str = include_str!("../../crds/leadergroup.yaml");
 /// The label that selects a group's pods; its value is the group's name.
 pub const APP_LABEL: &str = "app";
 /// Pods per group, kept by the repairs.
@@ -28,32 +26,24 @@ pub struct World {
     pub pods: Api<Pod>,
     pub leases: Api<Lease>,
     leader_groups: Api<DynamicObject>,
+    client: Client,
+    namespace: String,
     /// The next pod number of each group (replacements get new names, as a ReplicaSet's do).
     next_pod: std::sync::Mutex<Vec<usize>>,
-}
-
-/// What a settled group shows (I2): one leader, the same in the status, the Lease and the label.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
-    pub leader: String,
-    pub epoch: i64,
 }
 
 impl World {
     /// The CRD installed, `groups` groups' pods created Ready (not the groups themselves yet).
     pub async fn new(ns: TestNamespace, groups: usize) -> Result<World, Error> {
         let client = ns.client.clone();
-        install_crd(&client).await?;
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "leadergroup.io",
-            "v1alpha1",
-            "LeaderGroup",
-        ));
+        install_crd(&client, &shipped_crd()?).await?;
         let world = World {
             kubelet: Kubelet::new(client.clone(), &ns.name),
             pods: Api::namespaced(client.clone(), &ns.name),
             leases: Api::namespaced(client.clone(), &ns.name),
-            leader_groups: Api::namespaced_with(client, &ns.name, &resource),
+            leader_groups: leader_groups(&client, &ns.name),
+            client,
+            namespace: ns.name.clone(),
             next_pod: std::sync::Mutex::new(vec![0; groups]),
             groups,
         };
@@ -74,16 +64,7 @@ impl World {
     pub async fn create_groups(&self, lease_seconds: u32) -> Result<(), Error> {
         for g in 0..self.groups {
             let name = Self::group(g);
-            let object: DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "leadergroup.io/v1alpha1",
-                "kind": "LeaderGroup",
-                "metadata": {"name": name},
-                "spec": {
-                    "selector": {"matchLabels": {APP_LABEL: name}},
-                    "leaseDurationSeconds": lease_seconds,
-                },
-            }))
-            .map_err(|e| Error::Setup(format!("the LeaderGroup {name}: {e}")))?;
+            let object = leader_group(&name, APP_LABEL, &name, lease_seconds)?;
             self.leader_groups
                 .create(&Default::default(), &object)
                 .await
@@ -174,52 +155,12 @@ impl World {
         Ok(())
     }
 
-    /// Group `g`'s settled state (I2), or why it is not settled.
+    /// Group `g`'s settled state (I2, [`leadergroup_testenv::judge_settled`]), or why it is not
+    /// settled.
     pub async fn settled(&self, g: usize) -> Result<Settled, String> {
-        let name = Self::group(g);
-        let group = self
-            .leader_groups
-            .get(&name)
+        leadergroup_testenv::settled(&self.client, &self.namespace, &Self::group(g))
             .await
-            .map_err(|e| e.to_string())?;
-        let status = &group.data["status"];
-        let leader = status["leader"].as_str().map(str::to_owned);
-        let epoch = status["epoch"].as_i64();
-        let lease = self
-            .leases
-            .get_opt(&format!("leadergroup-{name}"))
-            .await
-            .map_err(|e| e.to_string())?;
-        let holder = lease
-            .as_ref()
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.holder_identity.clone());
-        let lease_epoch = lease
-            .as_ref()
-            .and_then(|l| l.annotations().get(EPOCH_ANNOTATION))
-            .and_then(|e| e.parse::<i64>().ok());
-        let pods = self.group_pods(g).await.map_err(|e| e.to_string())?;
-        let labeled: Vec<(String, Option<i64>, bool)> = pods
-            .iter()
-            .filter(|p| is_leader(p))
-            .map(|p| (p.name_any(), pod_epoch(p), eligible(p)))
-            .collect();
-        match (&leader, epoch) {
-            (Some(l), Some(e))
-                if holder.as_ref() == Some(l)
-                    && lease_epoch == Some(e)
-                    && labeled == vec![(l.clone(), Some(e), true)] =>
-            {
-                Ok(Settled {
-                    leader: l.clone(),
-                    epoch: e,
-                })
-            }
-            _ => Err(format!(
-                "{name}: status leader {leader:?} epoch {epoch:?}, Lease holder {holder:?} epoch \
-                 {lease_epoch:?}, labeled leaders (pod, epoch, eligible) {labeled:?}"
-            )),
-        }
+            .map_err(|e| e.to_string())?
     }
 
     /// Waits until every group has settled (I2), at most `within`; the settled states, or every
@@ -247,39 +188,4 @@ impl World {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-fn is_leader(pod: &Pod) -> bool {
-    pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER)
-}
-
-fn pod_epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations()
-        .get(EPOCH_ANNOTATION)
-        .and_then(|e| e.parse().ok())
-}
-
-/// Server-side apply of the CRD, then waits until LeaderGroups are served.
-async fn install_crd(client: &Client) -> Result<(), Error> {
-    let crd: CustomResourceDefinition = serde_yaml_ng::from_str(CRD)
-        .map_err(|e| Error::Setup(format!("crds/leadergroup.yaml: {e}")))?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("leadergroup-chaos").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .map_err(Error::kube("installing the CRD"))?;
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "leadergroup.io",
-        "v1alpha1",
-        "LeaderGroup",
-    ));
-    let groups: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    wait_until("LeaderGroups served", Duration::from_secs(30), || async {
-        groups.list(&Default::default()).await.map(|_| Some(()))
-    })
-    .await?;
-    Ok(())
 }

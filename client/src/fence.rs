@@ -1,7 +1,7 @@
 //! Fencing: a protected resource refuses an epoch lower than the highest it has accepted, so a
 //! deposed leader (paused, cut off, late) cannot overwrite its successor's work.
 //!
-//! - [`object`]: a Kubernetes object guarded by the annotation [`FENCE_ANNOTATION`], written with
+//! - [`object`]: a Kubernetes object guarded by the annotation [`FENCED_OBJECT_EPOCH_ANNOTATION`], written with
 //!   a resourceVersion compare-and-swap.
 //! - `sql` (feature `postgres`): a fence row per group in PostgreSQL, raised in the same
 //!   transaction as the write.
@@ -12,7 +12,7 @@ pub mod sql;
 
 use crate::Epoch;
 
-pub use object::{FENCE_ANNOTATION, ObjectFenceError, replace_fenced};
+pub use object::{FENCED_OBJECT_EPOCH_ANNOTATION, ObjectFenceError, replace_fenced};
 
 /// A write presented an epoch lower than the highest the resource has accepted: the writer has
 /// been deposed and must stop.

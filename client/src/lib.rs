@@ -5,8 +5,8 @@
 //! `leadergroup-<group>` (holder = the pod's name, annotation `leadergroup.io/epoch` = the
 //! fencing token) and marks the pod (label `leadergroup.io/role`, annotations
 //! `leadergroup.io/epoch` and `leadergroup.io/group`). This crate reads those marks; it does not
-//! depend on the operator, and its constants ([`ROLE_LABEL`], [`EPOCH_ANNOTATION`],
-//! [`GROUP_ANNOTATION`], [`LEASE_PREFIX`]) are the operator's, which they must keep matching.
+//! depend on the operator: the operator depends on it for the names, which all live in [`wire`]
+//! ([`ROLE_LABEL`], [`EPOCH_ANNOTATION`], [`GROUP_ANNOTATION`], [`LEASE_PREFIX`] among them).
 //!
 //! - [`Membership`] follows the pod and the group's Lease and publishes a [`Role`]:
 //!   [`Role::Leader`] only while both agree and the API server confirmed it within two thirds of
@@ -84,25 +84,16 @@ mod follow;
 mod membership;
 mod renew;
 pub mod role;
+pub mod wire;
 
 pub use epoch::{Epoch, ParseEpochError};
 pub use error::{MembershipError, Request};
 pub use membership::{GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV};
 pub use role::Role;
 
-/// Label on the group's pods: [`LEADER`] or `follower`. The operator's `ROLE_LABEL`.
-pub const ROLE_LABEL: &str = "leadergroup.io/role";
-/// The value of [`ROLE_LABEL`] on the leader.
-pub const LEADER: &str = "leader";
-/// Annotation on the leader pod and on the group's Lease: the epoch, a decimal `i64`. The
-/// operator's `EPOCH_ANNOTATION`; the Lease's is authoritative.
-pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
-/// Annotation on the group's pods: the group's name. The operator's `GROUP_ANNOTATION`.
-pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
-/// Annotation on the group's Lease in Heartbeat mode, value [`HEARTBEAT`]: the leader renews the
-/// Lease itself. The operator's `LIVENESS_ANNOTATION`.
-pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
-/// The value of [`LIVENESS_ANNOTATION`] in Heartbeat mode.
-pub const HEARTBEAT: &str = "Heartbeat";
-/// The group's Lease is named this prefix followed by the group's name.
-pub const LEASE_PREFIX: &str = "leadergroup-";
+// The names this crate reads, under the names it has always exported them by; [`wire`] has
+// them all, for the operator, the agent and the tests.
+pub use wire::{
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, LEASE_PREFIX, LIVENESS_ANNOTATION,
+    LIVENESS_HEARTBEAT as HEARTBEAT, ROLE_LABEL, ROLE_LEADER as LEADER,
+};

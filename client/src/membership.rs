@@ -11,7 +11,7 @@ use tokio::{
 };
 
 use crate::{
-    Epoch, LEASE_PREFIX,
+    Epoch,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
     renew::renew,
@@ -344,7 +344,7 @@ impl Core {
         let (lease_tx, mut lease_rx) = mpsc::channel(4);
         let follower = tokio::spawn(follow(
             leases,
-            format!("{LEASE_PREFIX}{group}"),
+            crate::wire::lease_name_for(&group),
             self.namespace.clone(),
             "leases.coordination.k8s.io",
             self.period.subscribe(),

@@ -6,6 +6,7 @@ use std::{fmt, time::Duration};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
+use crate::wire::HOLDER_UID_ANNOTATION;
 use crate::{
     EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
 };
@@ -63,6 +64,8 @@ pub struct PodMarks {
     pub epoch: Option<Epoch>,
     /// Annotation `leadergroup.io/group`.
     pub group: Option<String>,
+    /// The pod's UID: which incarnation of the name this is.
+    pub uid: Option<String>,
 }
 
 impl PodMarks {
@@ -81,6 +84,7 @@ impl PodMarks {
             group: annotation(GROUP_ANNOTATION)
                 .filter(|g| !g.is_empty())
                 .cloned(),
+            uid: meta.uid.clone(),
         }
     }
 }
@@ -90,6 +94,9 @@ impl PodMarks {
 pub struct LeaseMarks {
     /// `spec.holderIdentity`: the leader pod's name.
     pub holder: Option<String>,
+    /// Annotation `leadergroup.io/holder-uid`: the UID of the holder's pod, when the operator
+    /// recorded it.
+    pub holder_uid: Option<String>,
     /// Annotation `leadergroup.io/epoch` (authoritative; `leaseTransitions` is only an int32 copy
     /// and is not read).
     pub epoch: Option<Epoch>,
@@ -109,6 +116,9 @@ impl LeaseMarks {
             holder: spec
                 .and_then(|s| s.holder_identity.clone())
                 .filter(|h| !h.is_empty()),
+            holder_uid: annotations
+                .and_then(|a| a.get(HOLDER_UID_ANNOTATION))
+                .cloned(),
             epoch: annotations
                 .and_then(|a| a.get(EPOCH_ANNOTATION))
                 .and_then(|e| e.parse().ok()),
@@ -240,7 +250,8 @@ impl Observation {
 ///   the instant two thirds of the Lease duration have passed since the older of the two
 ///   confirmations.
 /// - [`Role::Leader`] at epoch `e` only while the pod carries `leadergroup.io/role=leader` and
-///   epoch annotation `e` AND the Lease names `pod_name` as holder at epoch `e`.
+///   epoch annotation `e` AND the Lease names `pod_name` as holder at epoch `e` (and, when it
+///   records one, this pod's UID: a pod created again under the name is not its predecessor).
 /// - In Heartbeat mode (the Lease says so), [`Role::Unknown`] instead of leader when no renewal
 ///   of this pod's at `e` has landed within two thirds of the Lease duration: the operator hands
 ///   over once a whole duration passes without one.
@@ -266,6 +277,10 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
         Some(epoch)
             if pod.leader
                 && lease.holder.as_deref() == Some(pod_name)
+                && lease
+                    .holder_uid
+                    .as_ref()
+                    .is_none_or(|uid| pod.uid.as_ref() == Some(uid))
                 && lease.epoch == Some(epoch) =>
         {
             if lease.heartbeat && !observation.renewed_recently(epoch, now) {

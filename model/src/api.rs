@@ -88,6 +88,8 @@ pub struct GroupObj {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseObj {
     pub holder: Option<PodId>,
+    /// The UID of the holder's pod (`leadergroup.io/holder-uid`): the incarnation that holds it.
+    pub holder_uid: Option<String>,
     pub epoch: i64,
     /// The replica that wrote it (`leadergroup.io/arbiter`).
     pub arbiter: ReplicaId,
@@ -144,8 +146,13 @@ pub enum PodPatch {
     Promote { epoch: i64 },
     /// `mark_follower` (also how a leader is demoted): role=follower, no epoch, the group.
     Follower,
-    /// `raise_barrier`: the barrier annotation, with the follower's marks when `follower`.
-    Barrier { epoch: i64, follower: bool },
+    /// `raise_barrier`: the barrier annotation, with the follower's marks when `follower`, or
+    /// without any of the operator's marks when `clear`.
+    Barrier {
+        epoch: i64,
+        follower: bool,
+        clear: bool,
+    },
     /// `unmark`: none of the operator's marks.
     Unmark,
 }
@@ -158,6 +165,7 @@ pub enum Request {
     LeaseCas {
         expected: Option<Rv>,
         holder: Option<PodId>,
+        holder_uid: Option<String>,
         epoch: i64,
         arbiter: ReplicaId,
     },
@@ -213,6 +221,7 @@ impl World {
             Request::LeaseCas {
                 expected,
                 holder,
+                holder_uid,
                 epoch,
                 arbiter,
             } => {
@@ -226,6 +235,7 @@ impl World {
                 }
                 self.lease = Some(LeaseObj {
                     holder: *holder,
+                    holder_uid: holder_uid.clone(),
                     epoch: *epoch,
                     arbiter: *arbiter,
                     expired: false,
@@ -269,12 +279,20 @@ impl World {
                         obj.epoch = None;
                         obj.marked = true;
                     }
-                    PodPatch::Barrier { epoch, follower } => {
+                    PodPatch::Barrier {
+                        epoch,
+                        follower,
+                        clear,
+                    } => {
                         obj.barrier = Some(epoch);
                         if follower {
                             obj.role = Some(Role::Follower);
                             obj.epoch = None;
                             obj.marked = true;
+                        } else if clear {
+                            obj.role = None;
+                            obj.epoch = None;
+                            obj.marked = false;
                         }
                     }
                     PodPatch::Unmark => {
@@ -284,7 +302,10 @@ impl World {
                         obj.barrier = None;
                     }
                 }
-                if *obj == before {
+                // A barrier's value is unique to its write (the epoch and the instant), so it
+                // always changes the pod.
+                let always_changes = matches!(patch, PodPatch::Barrier { .. });
+                if *obj == before && !always_changes {
                     // The API server does not bump the version of a patch that changes nothing.
                     return (Reply::Ok, Effect::Unchanged);
                 }

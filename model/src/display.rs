@@ -18,6 +18,7 @@ impl fmt::Display for Request {
                 holder,
                 epoch,
                 arbiter,
+                ..
             } => {
                 let holder = holder.map_or("nobody".to_string(), pod_name);
                 let what = format!(
@@ -47,12 +48,13 @@ impl fmt::Display for Request {
                     PodPatch::Follower => "mark follower: role=follower, no epoch".to_string(),
                     PodPatch::Barrier {
                         epoch,
-                        follower: false,
-                    } => format!("barrier {epoch}"),
-                    PodPatch::Barrier {
-                        epoch,
                         follower: true,
+                        ..
                     } => format!("barrier {epoch} + role=follower, no epoch"),
+                    PodPatch::Barrier {
+                        epoch, clear: true, ..
+                    } => format!("barrier {epoch}, no marks"),
+                    PodPatch::Barrier { epoch, .. } => format!("barrier {epoch}"),
                     PodPatch::Unmark => "unmark: no marks".to_string(),
                 };
                 write!(f, "PATCH pod {} ({what})", pod_name(*pod))?;

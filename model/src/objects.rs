@@ -126,6 +126,7 @@ pub fn lease(obj: &LeaseObj) -> Lease {
     };
     let record = LeaseRecord {
         holder: obj.holder.map(pod_name),
+        holder_uid: obj.holder_uid.clone(),
         epoch: obj.epoch,
         duration_seconds: LEASE_SECONDS,
         acquire_time: Some(renewed),

@@ -207,32 +207,24 @@ mod tests {
         }
     }
 
-    /// Today: `p1` (epoch 1) and `p2` (epoch 2) both labeled leader. After the fix, `op-b`'s
-    /// decision bars `p1` (the Lease holder and status leader it moves away from), the held
-    /// promotion fails its precondition, and this assertion flips to `Outcome::OneLeader`.
+    /// Before the barrier on deposed leaders, `p1` (epoch 1) and `p2` (epoch 2) were both
+    /// labeled leader. Now `op-b`'s decision bars `p1` (the Lease holder and status leader it
+    /// moves away from), and the held promotion fails its precondition.
     #[test]
-    fn late_promotion_after_selector_edit_labels_two_leaders_today() {
+    fn late_promotion_after_selector_edit_cannot_land() {
         let (outcome, transcript) = replay_late_promotion_after_selector_edit();
         println!("{transcript}");
-        assert_eq!(
-            outcome,
-            Outcome::TwoLeaders(vec![("p1".into(), 1), ("p2".into(), 2)]),
-            "{transcript}"
-        );
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
     }
 
-    /// Today: `p1` (epoch 3) and `p2` (epoch 2) both labeled leader. After the fix, the second
-    /// decision bars `p2` (the Lease holder it moves away from) with a write that changes it, the
-    /// held promotion fails its precondition, and this assertion flips to `Outcome::OneLeader`.
+    /// Before the barrier on deposed leaders, `p1` (epoch 3) and `p2` (epoch 2) were both
+    /// labeled leader. Now the second decision bars `p2` (the Lease holder it moves away from)
+    /// with a write that always changes it, and the held promotion fails its precondition.
     #[test]
-    fn barrier_flag_survives_unknown_outcome_labels_two_leaders_today() {
+    fn barrier_flag_surviving_an_unknown_outcome_lets_no_promotion_land() {
         let (outcome, transcript) = replay_barrier_flag_survives_unknown_outcome();
         println!("{transcript}");
-        assert_eq!(
-            outcome,
-            Outcome::TwoLeaders(vec![("p1".into(), 3), ("p2".into(), 2)]),
-            "{transcript}"
-        );
-        assert_eq!(names(&outcome), vec!["p1", "p2"]);
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+        assert!(names(&outcome).is_empty());
     }
 }

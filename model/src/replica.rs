@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::election::{self, Decision, Observation, Plan};
+use leadergroup_operator::election::{self, Barrier, Decision, Observation, Plan};
 
 use crate::api::{PodId, PodPatch, ReplicaId, Reply, Request, World};
 use crate::error::ModelError;
@@ -78,15 +78,21 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         Decision::InvalidSelector { .. } => {
             return Err(ModelError::UnexpectedDecision("InvalidSelector"));
         }
+        Decision::TokensExhausted { .. } => {
+            return Err(ModelError::UnexpectedDecision("TokensExhausted"));
+        }
     };
     let Some(r) = state.replicas.get(usize::from(replica)) else {
         return Ok(false);
     };
-    let pass = pass(&plan, &world, r.barrier_up)?;
+    // As converge does: a group taken back from another arbiter is barred again.
+    let barrier_up = r.barrier_up && world.lease.as_ref().is_some_and(|l| l.arbiter == replica);
+    let pass = pass(&plan, &world, barrier_up)?;
     let commit = match &plan.commit {
         Some(record) => Some(Request::LeaseCas {
             expected: world.lease.as_ref().map(|l| l.rv),
             holder: record.holder.as_deref().map(pod_id).transpose()?,
+            holder_uid: record.holder_uid.clone(),
             epoch: record.epoch,
             arbiter: replica,
         }),
@@ -142,19 +148,16 @@ fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError
         Some(p) => Some((pod_id(&p.pod)?, p.epoch)),
         None => None,
     };
-    let mut barriers = Vec::new();
-    if let Some((_, epoch)) = promote {
-        for b in &writes.barriers {
-            barriers.push(Request::Patch {
-                pod: pod_id(&b.pod)?,
-                patch: PodPatch::Barrier {
-                    epoch,
-                    follower: b.with_follower_marks,
-                },
-                precondition: None,
-            });
-        }
+    // Step 3 bars the deposed leaders the group holds (with their follower marks); step 4's
+    // barriers precede the check.
+    for b in &writes.deposed {
+        fanout.push(barrier(b)?);
     }
+    let barriers = writes
+        .barriers
+        .iter()
+        .map(barrier)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut expected_leaders = 0u8;
     for pod in &writes.expected_leaders {
         expected_leaders |= 1 << pod_id(pod)?;
@@ -177,6 +180,19 @@ fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError
             .iter()
             .map(|p| Ok((pod_id(&p.name)?, objects::parse_rv(&p.resource_version)?)))
             .collect::<Result<_, ModelError>>()?,
+    })
+}
+
+/// `actions::pods::raise_barrier`.
+fn barrier(b: &Barrier) -> Result<Request, ModelError> {
+    Ok(Request::Patch {
+        pod: pod_id(&b.pod)?,
+        patch: PodPatch::Barrier {
+            epoch: b.epoch,
+            follower: b.with_follower_marks,
+            clear: b.clears_marks,
+        },
+        precondition: None,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Pod label and annotation patches. Each is a JSON merge patch of only the operator's own keys,
 //! so nothing else on the pod is touched, and each is idempotent.
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -11,6 +12,7 @@ use crate::crd::{
     BARRIER_ANNOTATION, EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, ROLE_FOLLOWER, ROLE_LABEL,
     ROLE_LEADER,
 };
+use crate::election::Barrier;
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
 use crate::marks;
 
@@ -32,28 +34,36 @@ pub async fn promote(
     conditional(api, pod, patch).await
 }
 
-/// Writes the barrier annotation (the epoch about to be handed out) on a pod: its
-/// resourceVersion changes, and a promotion of it decided earlier can no longer land. With
-/// `follower_of`, the same write also gives it that group's follower marks (as
-/// [`mark_follower`]), so that a candidate about to be marked follower anyway is written once.
-pub async fn raise_barrier(
-    api: &Api<Pod>,
-    pod: &str,
-    epoch: i64,
-    follower_of: Option<&str>,
-) -> Result<()> {
-    let patch = match follower_of {
-        None => json!({"metadata": {"annotations": {BARRIER_ANNOTATION: epoch.to_string()}}}),
-        Some(group) => json!({"metadata": {
+/// Writes the barrier annotation on a pod: its resourceVersion changes, and a promotion of it
+/// decided earlier can no longer land. The value is the epoch and the instant of the write, so
+/// that no barrier is ever a no-op (the API server leaves the version of a pod that a patch does
+/// not change as it was). With `with_follower_marks`, the same write also gives it `group`'s
+/// follower marks (as [`mark_follower`]), removing any leader label, so that a candidate about
+/// to be marked follower anyway is written once.
+pub async fn raise_barrier(api: &Api<Pod>, barrier: &Barrier, group: &str) -> Result<()> {
+    let value = format!("{}@{}", barrier.epoch, Timestamp::now().as_nanosecond());
+    let patch = if barrier.with_follower_marks {
+        json!({"metadata": {
             "labels": {ROLE_LABEL: ROLE_FOLLOWER},
             "annotations": {
-                BARRIER_ANNOTATION: epoch.to_string(),
+                BARRIER_ANNOTATION: value,
                 EPOCH_ANNOTATION: Value::Null,
                 GROUP_ANNOTATION: group,
             },
-        }}),
+        }})
+    } else if barrier.clears_marks {
+        json!({"metadata": {
+            "labels": {ROLE_LABEL: Value::Null},
+            "annotations": {
+                BARRIER_ANNOTATION: value,
+                EPOCH_ANNOTATION: Value::Null,
+                GROUP_ANNOTATION: Value::Null,
+            },
+        }})
+    } else {
+        json!({"metadata": {"annotations": {BARRIER_ANNOTATION: value}}})
     };
-    merge(api, pod, patch).await
+    merge(api, &barrier.pod, patch).await
 }
 
 /// The pod as the API server has it now (not the cache), if it exists.

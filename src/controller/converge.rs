@@ -30,7 +30,9 @@ use tracing::{debug, info, warn};
 use super::Context;
 use crate::actions;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
-use crate::election::{self, Decision, Observation, Plan, PodWrites, Promotion, Transition};
+use crate::election::{
+    self, Barrier, Decision, Observation, Plan, PodWrites, Promotion, Transition,
+};
 use crate::error::{ConflictOn, ReconcileError, Result};
 use crate::lease_record::LeaseRecord;
 use crate::lease_sightings::LeaseSeen;
@@ -211,6 +213,11 @@ async fn act(
                 .await
                 .map(|()| Action::await_change())
         }
+        Decision::TokensExhausted { status, .. } => {
+            refuse(ctx, ns, group, status, "TokensExhausted")
+                .await
+                .map(|()| Action::await_change())
+        }
         Decision::Act(plan) => execute(ctx, ns, group, seen.lease.as_ref(), *plan, clock).await,
     }
 }
@@ -264,7 +271,12 @@ async fn execute(
     clock: Instant,
 ) -> Result<Action> {
     let group_ref = ObjectRef::from_obj(group);
-    let writes = plan.writes(ctx.barriers.is_up(&group_ref));
+    // A group taken back from another arbiter may hold its promotions in flight, whatever this
+    // replica remembers from before.
+    let arbiter = lease.and_then(|l| LeaseRecord::from_lease(l).arbiter);
+    let barrier_up =
+        ctx.barriers.is_up(&group_ref) && arbiter.as_deref() == Some(ctx.identity.as_str());
+    let writes = plan.writes(barrier_up);
     let steps = Steps::new(ctx, ns, group);
     let mut times = StepTimes::default();
     // 1. Commit.
@@ -371,7 +383,7 @@ impl<'a> Steps<'a> {
         Ok(self.elapsed())
     }
 
-    /// Step 3: the old leaders lose their label. A 409 on a release means the pod changed (an
+    /// Step 3: the old leaders lose their label, the deposed ones with their barrier. A 409 on a release means the pod changed (an
     /// older group may have just taken it): decide again.
     async fn demote(&self, writes: &PodWrites) -> Result<Duration> {
         let demote = try_join_all(
@@ -384,26 +396,19 @@ impl<'a> Steps<'a> {
             try_join_all(writes.release.iter().map(|pod| {
                 actions::pods::unmark(&self.pods, &pod.name, Some(&pod.resource_version))
             }));
-        futures::try_join!(demote, release)?;
+        let deposed = self.raise_barriers(&writes.deposed);
+        futures::try_join!(demote, release, deposed)?;
         Ok(self.elapsed())
     }
 
-    /// Step 4, when there is a promotion: the barrier, then a fresh list, so that a stray leader
-    /// the cache has not shown yet is demoted before the promotion, and the pod to promote read
-    /// afresh: its promotion is conditional on this version.
+    /// Step 4: the barriers, then, when there is a promotion, a fresh list, so that a stray
+    /// leader the cache has not shown yet is demoted before the promotion, and the pod to promote
+    /// read afresh: its promotion is conditional on this version.
     async fn bar_and_check(&self, writes: &PodWrites) -> Result<Option<Check>> {
+        self.raise_barriers(&writes.barriers).await?;
         let Some(promotion) = &writes.promote else {
             return Ok(None);
         };
-        try_join_all(writes.barriers.iter().map(|barrier| {
-            actions::pods::raise_barrier(
-                &self.pods,
-                &barrier.pod,
-                promotion.epoch,
-                barrier.with_follower_marks.then_some(self.name.as_str()),
-            )
-        }))
-        .await?;
         let barred_at = self.elapsed();
         let selector = &self.group.spec.selector;
         let (leaders, target) =
@@ -414,6 +419,16 @@ impl<'a> Steps<'a> {
             barred_at,
             checked_at: self.elapsed(),
         }))
+    }
+
+    async fn raise_barriers(&self, barriers: &[Barrier]) -> Result<()> {
+        try_join_all(
+            barriers
+                .iter()
+                .map(|barrier| actions::pods::raise_barrier(&self.pods, barrier, &self.name)),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Step 4, after the check: a leader label this plan did not know of is demoted. The pods

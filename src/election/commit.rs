@@ -23,6 +23,7 @@ pub(super) fn commit(
     let lease = records.lease.as_ref();
     let duration = obs.group.spec.lease_duration_seconds;
     let heartbeat = obs.group.spec.liveness == Liveness::Heartbeat;
+    let holder_uid = leader.as_deref().and_then(|l| super::pod_uid(obs.pods, l));
     let same_holder = lease.is_some_and(|l| &l.holder == leader && l.epoch == token.epoch);
     let acquired_now = leader.as_ref().map(|_| obs.now);
     let (acquire_time, renew_time) = match lease {
@@ -37,6 +38,7 @@ pub(super) fn commit(
     };
     let wanted = LeaseRecord {
         holder: leader.clone(),
+        holder_uid: holder_uid.clone(),
         epoch: token.epoch,
         duration_seconds: duration,
         acquire_time,
@@ -48,6 +50,7 @@ pub(super) fn commit(
     match lease {
         Some(l)
             if same_holder
+                && l.holder_uid == holder_uid
                 && l.duration_seconds == duration
                 && l.arbiter.as_deref() == Some(obs.identity)
                 && l.heartbeat == heartbeat

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::candidates::Candidates;
 use super::records::Records;
 use super::token::Token;
-use super::{Observation, PodVersion, Promotion};
+use super::{Deposed, Observation, PodVersion, Promotion};
 use crate::crd::{ROLE_FOLLOWER, ROLE_LEADER};
 use crate::marks;
 
@@ -21,6 +21,7 @@ pub(super) struct Marking {
     pub mark_followers: Vec<String>,
     pub unmark: Vec<PodVersion>,
     pub barrier_candidates: Vec<String>,
+    pub deposed: Vec<Deposed>,
 }
 
 impl Marking {
@@ -46,7 +47,9 @@ impl Marking {
             .chain(release.iter().map(|r| r.name.as_str()))
             .collect();
         let promote = promote(&group, obs.pods, leader, token.epoch);
+        let deposed = deposed(&group, obs.pods, members, named, leader, token.epoch);
         Marking {
+            deposed,
             barrier_candidates: promote
                 .as_ref()
                 .map(|p| barrier_candidates(&group, obs.pods, members, &p.pod))
@@ -96,6 +99,33 @@ fn demote(
         }
     }
     (demote, release)
+}
+
+/// The pods the records name as leader, other than `leader`, that still exist, each once.
+fn deposed(
+    group: &str,
+    pods: &[&Pod],
+    candidates: &Candidates<'_>,
+    named: [Option<&str>; 2],
+    leader: Option<&str>,
+    epoch: i64,
+) -> Vec<Deposed> {
+    let mut deposed: Vec<Deposed> = Vec::new();
+    for name in named.into_iter().flatten() {
+        let Some(pod) = pods.iter().find(|p| p.name_any() == name) else {
+            continue;
+        };
+        if leader == Some(name) || deposed.iter().any(|d| d.pod == name) {
+            continue;
+        }
+        deposed.push(Deposed {
+            pod: name.to_string(),
+            member: candidates.owns(name),
+            epoch,
+            foreign: marks::marked_group(pod).is_some_and(|g| g != group),
+        });
+    }
+    deposed
 }
 
 /// The leader's marks, unless its pod already carries them all (or is not there to mark).

@@ -7,6 +7,7 @@ use kube::core::Selector;
 
 use super::marking::carries_leader_marks;
 use super::records::Records;
+use super::token::Exhausted;
 use super::{Decision, Observation, status};
 use crate::marks;
 
@@ -88,4 +89,27 @@ fn invalid_selector(obs: &Observation<'_>, records: &Records) -> Option<Decision
         obs.now,
     );
     Some(Decision::InvalidSelector { message, status })
+}
+
+/// The leader would change and the next epoch cannot be minted: the group keeps what it has
+/// (its leader, if any, keeps its marks) and the condition says why and how to recover.
+pub(super) fn tokens_exhausted(
+    obs: &Observation<'_>,
+    records: &Records,
+    exhausted: Exhausted,
+) -> Decision {
+    let message = format!(
+        "no new leader can be elected: the highest epoch issued is {}, the largest there is, \
+         and a token is never handed out twice; serve the application under a LeaderGroup of \
+         another name, whose epochs start anew, and reset the fences that accepted this one's",
+        exhausted.highest
+    );
+    let status = status::refused(
+        obs.group,
+        records.status.clone(),
+        "TokensExhausted",
+        &message,
+        obs.now,
+    );
+    Decision::TokensExhausted { message, status }
 }

@@ -53,6 +53,7 @@ fn next(
     let candidates = i32::try_from(m.matched.len()).unwrap_or(i32::MAX);
     let mut s = LeaderGroupStatus {
         leader: leader.clone(),
+        leader_uid: leader.as_deref().and_then(|l| super::pod_uid(obs.pods, l)),
         epoch: epoch.max(current.epoch),
         lease_name: Some(obs.group.lease_name()),
         candidates,

@@ -140,6 +140,7 @@ fn lease(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Lease
 fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> LeaseRecord {
     LeaseRecord {
         holder: holder.map(Into::into),
+        holder_uid: None,
         epoch,
         duration_seconds: 15,
         acquire_time: Some(t(0)),
@@ -1043,4 +1044,86 @@ fn seen(name: &str) -> PodVersion {
         name: name.to_string(),
         resource_version: format!("rv-{name}"),
     }
+}
+
+#[test]
+fn a_forged_epoch_at_the_top_of_the_range_elects_nobody_new() {
+    let top = i64::MAX;
+    let g = with_status(group(), Some("a"), top);
+    let pods = vec![
+        PodFixture::new("a", 1).leader(top).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    match decide_with(&g, &pods, Some(&lease(Some("a"), top, 999, ME))) {
+        Decision::TokensExhausted { message, status } => {
+            assert!(message.contains("9223372036854775807"), "{message}");
+            assert_eq!(status.leader.as_deref(), Some("a"), "the leader is kept");
+            assert_eq!(status.epoch, top);
+            let c = status.condition(LEADER_ELECTED).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "TokensExhausted")
+            );
+        }
+        other => panic!("b must not get a's token: {other:?}"),
+    }
+}
+
+#[test]
+fn a_leader_created_again_under_its_name_is_a_new_candidate_with_a_new_token() {
+    // a led at epoch 4 as incarnation uid-a-1; the pod called a now is uid-a-2, unmarked.
+    let mut g = with_status(group(), Some("a"), 4);
+    if let Some(s) = g.status.as_mut() {
+        s.leader_uid = Some("uid-a-1".into());
+    }
+    let mut old = record(Some("a"), 4, 999, ME);
+    old.holder_uid = Some("uid-a-1".into());
+    let mut a = PodFixture::new("a", 1);
+    a.pod.metadata.uid = Some("uid-a-2".into());
+    let mut b = PodFixture::new("b", 2).follower();
+    b.pod.metadata.uid = Some("uid-b".into());
+    let p = plan(decide_with(&g, &[a, b], Some(&owned(&old))));
+    let t = p
+        .transition
+        .expect("a change of incarnation is a transition");
+    assert_eq!(t.reason, Reason::LeaderReplaced);
+    assert_eq!((t.from.as_deref(), t.to.as_deref()), (Some("a"), Some("a")));
+    assert_eq!(
+        t.epoch, 5,
+        "the new incarnation never holds its predecessor's token"
+    );
+    let commit = p.commit.expect("the Lease names the new incarnation");
+    assert_eq!(
+        (
+            commit.holder.as_deref(),
+            commit.holder_uid.as_deref(),
+            commit.epoch
+        ),
+        (Some("a"), Some("uid-a-2"), 5)
+    );
+    let status = p.status.expect("status");
+    assert_eq!(status.leader_uid.as_deref(), Some("uid-a-2"));
+    assert_eq!(
+        status.last_transition_reason.as_deref(),
+        Some("LeaderReplaced")
+    );
+    assert_eq!(
+        p.promote.map(|p| (p.pod, p.epoch)),
+        Some(("a".to_string(), 5))
+    );
+}
+
+#[test]
+fn the_same_incarnation_keeps_its_token() {
+    let mut g = with_status(group(), Some("a"), 4);
+    if let Some(s) = g.status.as_mut() {
+        s.leader_uid = Some("uid-a-1".into());
+    }
+    let mut same = record(Some("a"), 4, 999, ME);
+    same.holder_uid = Some("uid-a-1".into());
+    let mut a = PodFixture::new("a", 1).leader(4);
+    a.pod.metadata.uid = Some("uid-a-1".into());
+    let p = plan(decide_with(&g, &[a], Some(&owned(&same))));
+    assert!(p.transition.is_none(), "{p:?}");
+    assert!(p.promote.is_none());
 }

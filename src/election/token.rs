@@ -26,20 +26,33 @@ pub(super) struct Token {
     pub minted: bool,
 }
 
+/// No token can be minted: the highest one issued is the largest epoch there is. Saturating
+/// would hand that token to a second pod, and wrapping would hand out a lower one; either
+/// breaks the fence of every resource that accepted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Exhausted {
+    /// The highest token issued.
+    pub highest: i64,
+}
+
 impl Token {
     /// The token of `leader` (None: nobody is eligible), given what was `issued` so far.
-    pub fn for_leader(leader: Option<&str>, paused: bool, issued: &Issued<'_>) -> Token {
+    pub fn for_leader(
+        leader: Option<&str>,
+        paused: bool,
+        issued: &Issued<'_>,
+    ) -> Result<Token, Exhausted> {
         let recorded = issued.lease_epoch.max(issued.status_epoch);
         let Some(leader) = leader else {
             // Nobody leads: the epoch stays until the next leader takes the next one.
-            return Token::kept(recorded);
+            return Ok(Token::kept(recorded));
         };
         if issued.status_leader == Some(leader)
             && issued.status_epoch >= issued.lease_epoch
             && issued.status_epoch >= issued.highest_pod_epoch
         {
             // The status records the leader at this epoch (the Lease may be missing or behind).
-            return Token::kept(issued.status_epoch);
+            return Ok(Token::kept(issued.status_epoch));
         }
         if issued.lease_holder == Some(leader)
             && issued.lease_epoch > issued.status_epoch
@@ -47,16 +60,18 @@ impl Token {
         {
             // Committed but never recorded (a crash between steps 1 and 2): the token was never
             // handed out, so it can be recorded now.
-            return Token::kept(issued.lease_epoch);
+            return Ok(Token::kept(issued.lease_epoch));
         }
         if paused {
-            return Token::kept(recorded);
+            return Ok(Token::kept(recorded));
         }
         // Above every durable record and every token a pod carries: never handed out before.
-        Token {
-            epoch: recorded.max(issued.highest_pod_epoch) + 1,
+        let highest = recorded.max(issued.highest_pod_epoch);
+        let epoch = highest.checked_add(1).ok_or(Exhausted { highest })?;
+        Ok(Token {
+            epoch,
             minted: true,
-        }
+        })
     }
 
     fn kept(epoch: i64) -> Token {
@@ -253,10 +268,40 @@ mod tests {
         for row in rows() {
             assert_eq!(
                 Token::for_leader(row.leader, row.paused, &row.issued),
-                row.token,
+                Ok(row.token),
                 "{}",
                 row.case
             );
         }
+    }
+
+    #[test]
+    fn the_largest_epoch_is_never_handed_to_a_second_pod() {
+        let top = status(Some("a"), i64::MAX).lease(Some("a"), i64::MAX);
+        assert_eq!(
+            Token::for_leader(Some("a"), false, &top),
+            Ok(Token::kept(i64::MAX)),
+            "its holder keeps it"
+        );
+        assert_eq!(
+            Token::for_leader(Some("b"), false, &top),
+            Err(Exhausted { highest: i64::MAX }),
+            "nobody else gets it, and nothing wraps"
+        );
+        let pod_at_top = status(Some("a"), 4).lease(Some("a"), 4).pods(i64::MAX);
+        assert_eq!(
+            Token::for_leader(Some("b"), false, &pod_at_top),
+            Err(Exhausted { highest: i64::MAX })
+        );
+        assert_eq!(
+            Token::for_leader(Some("b"), false, &status(None, i64::MAX - 1)),
+            Ok(minted(i64::MAX)),
+            "the largest epoch is minted once"
+        );
+        assert_eq!(
+            Token::for_leader(None, false, &top),
+            Ok(Token::kept(i64::MAX)),
+            "nobody to elect needs no token"
+        );
     }
 }

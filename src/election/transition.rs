@@ -23,6 +23,8 @@ pub enum Reason {
     LeaderLeftGroup,
     /// The leader's own renewals of the Lease stopped for a Lease duration (Heartbeat mode).
     LeaderHeartbeatLost,
+    /// The leader pod was created again under its name (another UID): a new candidate.
+    LeaderReplaced,
     /// Leadership moved to `spec.preferredLeader`.
     Preferred,
     /// No pod is eligible: nobody leads.
@@ -31,13 +33,14 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order (a test holds it to that): the metric's label values.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Initial,
         Reason::LeaderDeleted,
         Reason::LeaderTerminating,
         Reason::LeaderNotReady,
         Reason::LeaderLeftGroup,
         Reason::LeaderHeartbeatLost,
+        Reason::LeaderReplaced,
         Reason::Preferred,
         Reason::NoCandidates,
     ];
@@ -51,6 +54,7 @@ impl Reason {
             Reason::LeaderNotReady => "LeaderNotReady",
             Reason::LeaderLeftGroup => "LeaderLeftGroup",
             Reason::LeaderHeartbeatLost => "LeaderHeartbeatLost",
+            Reason::LeaderReplaced => "LeaderReplaced",
             Reason::Preferred => "Preferred",
             Reason::NoCandidates => "NoCandidates",
         }
@@ -80,11 +84,16 @@ impl Transition {
         token: Token,
     ) -> Option<Transition> {
         let (from, to) = (records.status_leader(), leader.as_deref());
-        (from != to).then(|| Transition {
+        let replaced = from.is_some_and(|f| records.is_replaced(f));
+        (from != to || replaced).then(|| Transition {
             from: from.map(str::to_string),
             to: to.map(str::to_string),
             epoch: token.epoch,
-            reason: reason(obs.pods, members, from, to),
+            reason: if replaced && to.is_some() {
+                Reason::LeaderReplaced
+            } else {
+                reason(obs.pods, members, from, to)
+            },
         })
     }
 }

@@ -5,15 +5,20 @@
 
 use super::{Plan, PodVersion, Promotion};
 
-/// A write that changes a pod's resourceVersion so that a promotion of it decided earlier, and
-/// still in flight, fails its precondition (see [`crate::barrier`]).
+/// A write that changes a pod's resourceVersion, always, so that a promotion of it decided
+/// earlier, and still in flight, fails its precondition (see [`crate::barrier`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Barrier {
     /// The pod.
     pub pod: String,
+    /// The epoch the group has after this decision: the barrier's value.
+    pub epoch: i64,
     /// The same write also gives it the group's follower marks: a candidate about to be demoted
     /// or marked follower anyway is written once, not twice.
     pub with_follower_marks: bool,
+    /// The same write also removes the operator's marks (a deposed leader the group no longer
+    /// holds, seen carrying no other group's marks).
+    pub clears_marks: bool,
 }
 
 /// The pod writes of one pass, by protocol step.
@@ -25,7 +30,16 @@ pub struct PodWrites {
     /// Step 3: all of the group's marks off the old leaders it no longer holds, only if
     /// unchanged since seen.
     pub release: Vec<PodVersion>,
-    /// Step 4, before the check: the barrier writes.
+    /// Step 3: the deposed leaders. Those the group still holds are barred with their follower
+    /// marks, those it no longer holds with all of the operator's marks removed (unless seen
+    /// carrying another group's). Either write removes any leader label of the group whenever
+    /// it lands, so a late promotion that lands before it is undone by it, and one after it
+    /// fails: none of them needs to precede the check (whose list, by the selector, would not
+    /// show a pod the group no longer holds anyway). The write is unconditional: one
+    /// conditional on the pod as seen would fail exactly when a late promotion had landed, and
+    /// the decision taken again no longer names the pod.
+    pub deposed: Vec<Barrier>,
+    /// Step 4, before the check: the group's barrier.
     pub barriers: Vec<Barrier>,
     /// Step 5: the leader's marks, conditional on a fresh read of the pod.
     pub promote: Option<Promotion>,
@@ -33,7 +47,7 @@ pub struct PodWrites {
     /// the leader to promote, and the old leaders that step 3 or a barrier is writing.
     pub expected_leaders: Vec<String>,
     /// Whether the promotion, once it lands, leaves the group with no earlier promotion in
-    /// flight: the barrier went up in this pass (it may be empty: nobody else to bar).
+    /// flight: the group's barrier went up in this pass (it may be empty: nobody else to bar).
     pub raises_barrier: bool,
     /// After step 6: follower marks for the other candidates not barred.
     pub mark_followers: Vec<String>,
@@ -43,32 +57,50 @@ pub struct PodWrites {
 
 impl Plan {
     /// The writes of this plan. `barrier_up`: the group is known to have no earlier promotion in
-    /// flight, so the barrier is not needed again.
+    /// flight, so the group's barrier is not needed again.
     ///
-    /// The barrier covers [`Plan::barrier_candidates`] but the released pods: a release removes
-    /// their marks only if they are unchanged, a change of resourceVersion as good as a barrier
-    /// (racing it, a barrier would fail the release's precondition). The demoted ones take their
-    /// follower marks with the barrier instead: a demotion of a pod that carries no leader label
-    /// changes nothing, not even its version.
+    /// A deposed leader (one the status or the Lease names, and leadership moves away from) is
+    /// barred in any case: whatever this process remembers, a promotion of it may be in flight,
+    /// and it may be outside the selector and unmarked. The group's barrier covers
+    /// [`Plan::barrier_candidates`] but the released pods: a release removes their marks only if
+    /// they are unchanged, a change of resourceVersion as good as a barrier (racing it, a
+    /// barrier would fail the release's precondition). The demoted ones take their follower
+    /// marks with the barrier instead: a demotion of a pod that carries no leader label changes
+    /// nothing, not even its version.
     pub fn writes(&self, barrier_up: bool) -> PodWrites {
         let released = |pod: &str| self.release.iter().any(|r| r.name == pod);
+        let follower_marks =
+            |pod: &String| self.demote.contains(pod) || self.mark_followers.contains(pod);
+        let deposed: Vec<Barrier> = self
+            .deposed
+            .iter()
+            .filter(|d| !released(&d.pod))
+            .map(|d| Barrier {
+                pod: d.pod.clone(),
+                epoch: d.epoch,
+                with_follower_marks: d.member,
+                clears_marks: !d.member && !d.foreign,
+            })
+            .collect();
+        let mut barriers = Vec::new();
         let raises_barrier = self.promote.is_some() && !barrier_up;
-        let barriers: Vec<Barrier> = if raises_barrier {
-            self.barrier_candidates
-                .iter()
-                .filter(|pod| !released(pod))
-                .map(|pod| Barrier {
-                    pod: pod.clone(),
-                    with_follower_marks: self.demote.contains(pod)
-                        || self.mark_followers.contains(pod),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let barred = |pod: &String| barriers.iter().any(|b| b.pod == *pod);
-        let unbarred = |pods: &[String]| -> Vec<String> {
-            pods.iter().filter(|pod| !barred(pod)).cloned().collect()
+        if let Some(promotion) = self.promote.as_ref().filter(|_| raises_barrier) {
+            let barred = |pod: &String| self.deposed.iter().any(|d| d.pod == *pod);
+            barriers.extend(
+                self.barrier_candidates
+                    .iter()
+                    .filter(|pod| !released(pod) && !barred(pod))
+                    .map(|pod| Barrier {
+                        pod: pod.clone(),
+                        epoch: promotion.epoch,
+                        with_follower_marks: follower_marks(pod),
+                        clears_marks: false,
+                    }),
+            );
+        }
+        let written = |pod: &String| deposed.iter().chain(&barriers).any(|b| b.pod == *pod);
+        let unwritten = |pods: &[String]| -> Vec<String> {
+            pods.iter().filter(|pod| !written(pod)).cloned().collect()
         };
         let expected_leaders = self
             .promote
@@ -76,15 +108,22 @@ impl Plan {
             .map(|p| p.pod.clone())
             .chain(self.demote.iter().cloned())
             .chain(self.release.iter().map(|r| r.name.clone()))
-            .collect();
+            .chain(self.deposed.iter().map(|d| d.pod.clone()))
+            .fold(Vec::new(), |mut all: Vec<String>, pod| {
+                if !all.contains(&pod) {
+                    all.push(pod);
+                }
+                all
+            });
         PodWrites {
-            demote: unbarred(&self.demote),
+            demote: unwritten(&self.demote),
             release: self.release.clone(),
             promote: self.promote.clone(),
             expected_leaders,
             raises_barrier,
-            mark_followers: unbarred(&self.mark_followers),
+            mark_followers: unwritten(&self.mark_followers),
             unmark: self.unmark.clone(),
+            deposed,
             barriers,
         }
     }
@@ -95,6 +134,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::election::Deposed;
 
     fn names(pods: &[&str]) -> Vec<String> {
         pods.iter().map(|p| p.to_string()).collect()
@@ -107,8 +147,27 @@ mod tests {
         }
     }
 
-    /// `old` leads and is demoted, `gone` left the selector and is released, `new` is promoted,
-    /// `c` is a candidate not yet marked, `d` is already a follower.
+    fn barrier(pod: &str, with_follower_marks: bool) -> Barrier {
+        Barrier {
+            pod: pod.to_string(),
+            epoch: 7,
+            with_follower_marks,
+            clears_marks: false,
+        }
+    }
+
+    fn deposed(pod: &str, member: bool) -> Deposed {
+        Deposed {
+            pod: pod.to_string(),
+            member,
+            epoch: 7,
+            foreign: false,
+        }
+    }
+
+    /// `old` led (the records name it) and is demoted, `gone` left the selector and is
+    /// released, `new` is promoted, `c` is a candidate not yet marked, `d` is already a
+    /// follower.
     fn handover() -> Plan {
         Plan {
             commit: None,
@@ -121,6 +180,7 @@ mod tests {
             }),
             transition: None,
             barrier_candidates: names(&["old", "gone", "c", "d"]),
+            deposed: vec![deposed("old", true)],
             mark_followers: names(&["c"]),
             unmark: vec![version("left")],
             requeue_after: Duration::from_secs(5),
@@ -132,22 +192,11 @@ mod tests {
         let w = handover().writes(false);
         assert!(w.raises_barrier);
         assert_eq!(
-            w.barriers,
-            vec![
-                Barrier {
-                    pod: "old".to_string(),
-                    with_follower_marks: true
-                },
-                Barrier {
-                    pod: "c".to_string(),
-                    with_follower_marks: true
-                },
-                Barrier {
-                    pod: "d".to_string(),
-                    with_follower_marks: false
-                },
-            ]
+            w.deposed,
+            vec![barrier("old", true)],
+            "off the critical path"
         );
+        assert_eq!(w.barriers, vec![barrier("c", true), barrier("d", false)]);
         assert!(w.demote.is_empty(), "old is demoted by its barrier");
         assert!(w.mark_followers.is_empty(), "c is marked by its barrier");
         assert_eq!(w.release, vec![version("gone")]);
@@ -156,26 +205,61 @@ mod tests {
     }
 
     #[test]
-    fn a_group_with_its_barrier_up_is_written_without_one() {
+    fn a_deposed_leader_is_barred_even_with_the_groups_barrier_up() {
         let w = handover().writes(true);
         assert!(!w.raises_barrier);
+        assert_eq!(w.deposed, vec![barrier("old", true)]);
         assert!(w.barriers.is_empty());
-        assert_eq!(w.demote, names(&["old"]));
+        assert!(w.demote.is_empty());
         assert_eq!(w.mark_followers, names(&["c"]));
         assert_eq!(w.promote.map(|p| p.pod), Some("new".to_string()));
     }
 
     #[test]
-    fn no_promotion_raises_no_barrier() {
+    fn a_deposed_leader_the_selector_dropped_is_barred_and_cleared() {
+        // The records name `a`, seen unmarked (its promotion had not landed) and no longer
+        // selected: neither a candidate nor marked, it is barred only because it is named, and
+        // its marks go with the barrier, should the promotion have landed meanwhile.
+        let plan = Plan {
+            demote: Vec::new(),
+            release: Vec::new(),
+            barrier_candidates: names(&["c", "d"]),
+            deposed: vec![deposed("a", false)],
+            ..handover()
+        };
+        for barrier_up in [false, true] {
+            let w = plan.writes(barrier_up);
+            let expected = Barrier {
+                clears_marks: true,
+                ..barrier("a", false)
+            };
+            assert_eq!(w.deposed, vec![expected], "{w:?}");
+            assert!(w.barriers.iter().all(|b| b.pod != "a"));
+        }
+    }
+
+    #[test]
+    fn a_move_to_nobody_still_bars_the_deposed_leader() {
         let plan = Plan {
             promote: None,
             ..handover()
         };
         let w = plan.writes(false);
         assert!(!w.raises_barrier);
+        assert_eq!(w.deposed, vec![barrier("old", true)]);
         assert!(w.barriers.is_empty());
-        assert_eq!(w.demote, names(&["old"]));
         assert_eq!(w.expected_leaders, names(&["old", "gone"]));
+    }
+
+    #[test]
+    fn a_released_leader_needs_no_barrier() {
+        let plan = Plan {
+            deposed: vec![deposed("gone", false)],
+            ..handover()
+        };
+        let w = plan.writes(true);
+        assert!(w.deposed.is_empty() && w.barriers.is_empty(), "{w:?}");
+        assert_eq!(w.release, vec![version("gone")]);
     }
 
     #[test]
@@ -187,6 +271,7 @@ mod tests {
                 .iter()
                 .map(String::as_str)
                 .chain(w.release.iter().map(|r| r.name.as_str()))
+                .chain(w.deposed.iter().map(|b| b.pod.as_str()))
                 .chain(w.barriers.iter().map(|b| b.pod.as_str()))
                 .collect();
             let all = written.len();

@@ -1,37 +1,43 @@
-//! A watch of a namespace's pods that checks the election's invariants at every state it shows:
-//! I1 (at most one pod of a group labeled leader) and I3 (the epochs handed to leaders only grow,
-//! and no epoch is ever carried by two different pods). Shared by the light-cluster tests and the
-//! end-to-end tests on real nodes.
+//! A watch of a namespace that checks the election's invariants at every state it shows: I1 (at
+//! most one pod of a group labeled leader), I3 (the epochs handed to leaders only grow, and no
+//! epoch is ever carried by two different pods), and the order of the writes (a pod never
+//! carries a leader's epoch before the group's Lease names it at that epoch and its status
+//! records it: [`order`]). Shared by the light-cluster tests, the end-to-end tests on real nodes
+//! and the chaos run.
+
+mod order;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use leadergroup_client::wire::{EPOCH_ANNOTATION, LEASE_PREFIX, ROLE_LEADER};
+use serde::de::DeserializeOwned;
 
-/// The marks the operator puts on pods, as the design names them (DESIGN.md, "On pods"). This crate
-/// cannot depend on the operator's crate (the operator's tests depend on this one), so the names
-/// are spelled here; `tests/it` checks them against `leadergroup_operator::crd`.
-pub const ROLE_LABEL: &str = "leadergroup.io/role";
-/// The role label's value on the leader.
-pub const ROLE_LEADER: &str = "leader";
-/// The annotation naming the group a pod's marks belong to.
-pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
-/// The leader's fencing token.
-pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
+use crate::crd::leader_groups;
+pub use crate::pods::{eligible, ready};
+use crate::pods::{epoch, marked_group, role};
+use order::{OrderLog, Record, revision};
 
-/// How long [`InvariantWatcher::start`] waits for the watch's first list.
+/// How long [`InvariantWatcher::start`] waits for the watches' first lists.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`InvariantWatcher::catch_up`] gives the Lease and LeaderGroup watches to deliver
+/// the versions that came before the pods' writes: a healthy watch is milliseconds behind.
+const CATCH_UP: Duration = Duration::from_secs(5);
 
-/// Watches the pods of a namespace (from before the operator acts) and records every violation of
-/// I1 and I3, and the sequence of (leader, epoch) it saw; started with
+/// Watches the pods, Leases and LeaderGroups of a namespace (from before the operator acts) and
+/// records every violation of I1, I3 and the order invariant, and the sequence of (leader, epoch)
+/// it saw; started with
 /// [`InvariantWatcher::start_with_candidates`], also every interval a group went without an
 /// eligible leader while it had an eligible candidate (what I4 bounds).
 pub struct InvariantWatcher {
     state: Arc<Mutex<Recorded>>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What the watcher knows of one pod: its role label, its group annotation, its epoch.
@@ -47,6 +53,8 @@ struct Recorded {
     leaders: Vec<(String, i64)>,
     violations: Vec<String>,
     events: usize,
+    /// The order invariant's record.
+    order: OrderLog,
     /// The pod label whose value names a pod's group (the groups' selector), when gaps are tracked.
     candidate_label: Option<String>,
     /// Per pod: its group (the candidate label's value) and whether it is eligible now.
@@ -98,69 +106,78 @@ impl InvariantWatcher {
         namespace: &str,
         candidate_label: Option<String>,
     ) -> InvariantWatcher {
-        use futures::StreamExt;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let state = Arc::new(Mutex::new(Recorded {
             candidate_label,
             ..Recorded::default()
         }));
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let recorder = state.clone();
-        let task = tokio::spawn(async move {
-            let mut synced = Some(synced_tx);
-            // With a backoff: through an API server restart, errors come back at once.
-            let mut stream = watcher(pods, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            // A list (the first one, or a relist after the watch broke or expired) is one state of
-            // the API server: it replaces what was known, as a whole. Applied pod by pod on top of
-            // the old state, a pod seen leader before the gap would count beside the new leader
-            // until its own entry of the list arrived.
-            let mut listing: Option<Vec<Pod>> = None;
-            while let Some(event) = stream.next().await {
-                let Ok(event) = event else { continue };
-                let mut r = recorder.lock().unwrap_or_else(PoisonError::into_inner);
-                match event {
-                    watcher::Event::Apply(p) => {
-                        r.apply(&p);
-                        r.update_gaps();
-                    }
-                    watcher::Event::Delete(p) => {
-                        r.pods.remove(&p.name_any());
-                        r.candidates.remove(&p.name_any());
-                        r.update_gaps();
-                    }
-                    watcher::Event::Init => listing = Some(Vec::new()),
-                    watcher::Event::InitApply(p) => listing.get_or_insert_default().push(p),
-                    watcher::Event::InitDone => {
-                        r.pods.clear();
-                        r.candidates.clear();
-                        for p in listing.take().unwrap_or_default() {
-                            r.apply(&p);
-                        }
-                        r.update_gaps();
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                }
-            }
-        });
-        let _ = tokio::time::timeout(SYNC_TIMEOUT, synced_rx).await;
-        InvariantWatcher { state, task }
+        let (pods, pods_synced) = watch(
+            Api::<Pod>::namespaced(client.clone(), namespace),
+            Arc::clone(&state),
+            Recorded::pods_event,
+        );
+        let (leases, leases_synced) = watch(
+            Api::<Lease>::namespaced(client.clone(), namespace),
+            Arc::clone(&state),
+            |r: &mut Recorded, event: Seen<Lease>| {
+                r.record_event(Record::Lease, event, lease_naming)
+            },
+        );
+        let (groups, groups_synced) = watch(
+            leader_groups(client, namespace),
+            Arc::clone(&state),
+            |r: &mut Recorded, event: Seen<DynamicObject>| {
+                r.record_event(Record::Status, event, status_naming)
+            },
+        );
+        let _ = tokio::time::timeout(SYNC_TIMEOUT, async {
+            let _ = tokio::join!(pods_synced, leases_synced, groups_synced);
+        })
+        .await;
+        InvariantWatcher {
+            state,
+            tasks: vec![pods, leases, groups],
+        }
+    }
+
+    /// Declares that the test itself writes the leader marks of `pod` at `epoch` (a forgery the
+    /// operator must cope with): the order invariant does not judge that write.
+    pub fn forged_marks(&self, pod: &str, epoch: i64) {
+        self.lock().order.forged(pod, epoch);
+    }
+
+    /// Gives the Lease and LeaderGroup watches up to 5 s to deliver what came before the pods'
+    /// writes seen so far, then judges those writes on what they delivered (see [`order`]).
+    pub async fn catch_up(&self) {
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        while self.lock().order.pending() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.lock().order.finalize();
+    }
+
+    /// How many pods' writes of a leader's marks the order invariant judged, and how many it
+    /// could not (see [`order`]: a watch may have missed what would decide them).
+    pub fn order_judged(&self) -> (usize, usize) {
+        self.lock().order.tally()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The violations seen so far, the (pod, epoch) sequence of leaders, and how many pod events
     /// the watch delivered.
     pub fn report(&self) -> (Vec<String>, Vec<(String, i64)>, usize) {
-        let r = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (r.violations.clone(), r.leaders.clone(), r.events)
+        let r = self.lock();
+        let mut violations = r.violations.clone();
+        violations.extend(r.order.violations());
+        (violations, r.leaders.clone(), r.events)
     }
 
     /// Every gap seen so far (see [`Gap`]), the open ones last with no length; empty unless
     /// started with [`InvariantWatcher::start_with_candidates`].
     pub fn gaps(&self) -> Vec<Gap> {
-        let r = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = self.lock();
         let open = r.leaderless_since.iter().map(|(group, start)| Gap {
             group: group.clone(),
             start: *start,
@@ -169,11 +186,17 @@ impl InvariantWatcher {
         r.gaps.iter().cloned().chain(open).collect()
     }
 
-    /// Panics with every violation seen, if any (or if the watch saw no event at all); returns the
-    /// leaders' sequence.
+    /// Lets the watches catch up ([`InvariantWatcher::catch_up`]), then panics with every
+    /// violation seen, if any (or if the watch saw no pod event at all); returns the leaders'
+    /// sequence.
     #[allow(clippy::panic, reason = "a test assertion: the failing test's message")]
-    pub fn assert_held(&self) -> Vec<(String, i64)> {
+    pub async fn assert_held(&self) -> Vec<(String, i64)> {
+        self.catch_up().await;
         let (violations, leaders, events) = self.report();
+        let (judged, not_judged) = self.order_judged();
+        eprintln!(
+            "invariants: {events} pod events, {judged} leader marks judged in order, {not_judged} not judgeable"
+        );
         if events == 0 {
             panic!("the invariant watcher saw no pod event at all");
         }
@@ -189,11 +212,163 @@ impl InvariantWatcher {
 
 impl Drop for InvariantWatcher {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
+/// What a watch delivered, with a list (the first one, or a relist after the watch broke or
+/// expired) gathered into one state of the API server.
+enum Seen<K> {
+    /// A list starts.
+    Relisting,
+    /// A list, whole.
+    Listed(Vec<K>),
+    /// An object created or changed.
+    Applied(K),
+    /// An object deleted (its last state).
+    Deleted(K),
+    /// An error instead of an event.
+    Failed,
+}
+
+/// Watches `api` (with a backoff: through an API server restart, errors come back at once) and
+/// hands every delivery to `on` under the lock; the receiver fires after the first list.
+fn watch<K>(
+    api: Api<K>,
+    state: Arc<Mutex<Recorded>>,
+    on: impl Fn(&mut Recorded, Seen<K>) + Send + 'static,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<()>,
+)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
+{
+    use futures::StreamExt;
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut synced = Some(synced_tx);
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut listing: Option<Vec<K>> = None;
+        while let Some(event) = stream.next().await {
+            let seen = match event {
+                Err(_) => Seen::Failed,
+                Ok(watcher::Event::Apply(o)) => Seen::Applied(o),
+                Ok(watcher::Event::Delete(o)) => Seen::Deleted(o),
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Vec::new());
+                    Seen::Relisting
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    listing.get_or_insert_default().push(o);
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => Seen::Listed(listing.take().unwrap_or_default()),
+            };
+            let listed = matches!(seen, Seen::Listed(_));
+            on(
+                &mut state.lock().unwrap_or_else(PoisonError::into_inner),
+                seen,
+            );
+            if listed && let Some(tx) = synced.take() {
+                let _ = tx.send(());
+            }
+        }
+    });
+    (task, synced_rx)
+}
+
+/// The (group, holder, epoch) a group's Lease names, if it is one and names a holder at an epoch.
+fn lease_naming(lease: &Lease) -> Option<(String, String, i64)> {
+    let group = lease.name_any().strip_prefix(LEASE_PREFIX)?.to_owned();
+    let holder = lease.spec.as_ref()?.holder_identity.clone()?;
+    let epoch = lease.annotations().get(EPOCH_ANNOTATION)?.parse().ok()?;
+    Some((group, holder, epoch))
+}
+
+/// The (group, leader, epoch) a LeaderGroup's status records, if it records a leader.
+fn status_naming(group: &DynamicObject) -> Option<(String, String, i64)> {
+    let status = &group.data["status"];
+    Some((
+        group.name_any(),
+        status["leader"].as_str()?.to_owned(),
+        status["epoch"].as_i64()?,
+    ))
+}
+
 impl Recorded {
+    /// A delivery of the pod watch. A list replaces what was known, as a whole: applied pod by
+    /// pod on top of the old state, a pod seen leader before the gap would count beside the new
+    /// leader until its own entry of the list arrived.
+    fn pods_event(&mut self, seen: Seen<Pod>) {
+        match seen {
+            Seen::Applied(p) => {
+                self.order_check(&p);
+                self.apply(&p);
+            }
+            Seen::Deleted(p) => {
+                self.pods.remove(&p.name_any());
+                self.candidates.remove(&p.name_any());
+            }
+            Seen::Listed(pods) => {
+                self.pods.clear();
+                self.candidates.clear();
+                for p in &pods {
+                    self.apply(p);
+                }
+            }
+            Seen::Relisting | Seen::Failed => return,
+        }
+        self.update_gaps();
+    }
+
+    /// A delivery of the Lease or LeaderGroup watch, for the order invariant.
+    fn record_event<K: Resource>(
+        &mut self,
+        record: Record,
+        seen: Seen<K>,
+        naming: impl Fn(&K) -> Option<(String, String, i64)>,
+    ) {
+        let mut note = |o: &K, listed: bool| {
+            if let Some(rv) = revision(o.meta().resource_version.as_deref()) {
+                let named = naming(o);
+                let named = named.as_ref().map(|(g, p, e)| (g.as_str(), p.as_str(), *e));
+                self.order.seen(record, named, rv, listed);
+            }
+        };
+        match seen {
+            Seen::Relisting => self.order.relisting(record),
+            Seen::Failed => self.order.watch_failed(record),
+            Seen::Listed(objects) => objects.iter().for_each(|o| note(o, true)),
+            Seen::Applied(o) | Seen::Deleted(o) => note(&o, false),
+        }
+    }
+
+    /// Before `pod`'s new state is applied: a write that gives it a group's marks at an epoch it
+    /// did not carry is one the order invariant judges.
+    fn order_check(&mut self, pod: &Pod) {
+        let name = pod.name_any();
+        let (Some(group), Some(e), Some(rv)) = (
+            marked_group(pod),
+            epoch(pod),
+            revision(pod.metadata.resource_version.as_deref()),
+        ) else {
+            return;
+        };
+        let before = self
+            .pods
+            .get(&name)
+            .map(|(_, group, epoch)| (group.as_deref(), *epoch));
+        if before != Some((Some(group), Some(e))) {
+            self.order.pod_marked(&name, group, e, rv);
+        }
+    }
+
     /// Opens and closes the groups' gaps after a change of the known pods.
     fn update_gaps(&mut self) {
         if self.candidate_label.is_none() {
@@ -234,12 +409,9 @@ impl Recorded {
     fn apply(&mut self, pod: &Pod) {
         self.events += 1;
         let name = pod.name_any();
-        let role = pod.labels().get(ROLE_LABEL).cloned();
-        let group = pod.annotations().get(GROUP_ANNOTATION).cloned();
-        let epoch = pod
-            .annotations()
-            .get(EPOCH_ANNOTATION)
-            .and_then(|e| e.parse::<i64>().ok());
+        let role = role(pod).map(str::to_owned);
+        let group = marked_group(pod).map(str::to_owned);
+        let epoch = epoch(pod);
         self.pods
             .insert(name.clone(), (role.clone(), group.clone(), epoch));
         if let Some(label) = &self.candidate_label
@@ -295,19 +467,4 @@ impl Recorded {
             }
         }
     }
-}
-
-/// Running, Ready and not terminating: what the operator may elect (the selector aside).
-pub fn eligible(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        && ready(pod)
-}
-
-/// The pod's Ready condition is True.
-pub fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

@@ -19,18 +19,26 @@
 //! away), and a pod bound to a node is only removed once its kubelet says so ([`Kubelet`]).
 
 mod active;
+pub mod app_latency;
 mod containers;
 mod controlplane;
+pub mod crd;
 mod error;
+#[cfg(feature = "gc-pause")]
+pub mod gc_pause;
 mod held;
 pub mod invariants;
 mod kubelet;
 mod marks;
 mod member;
 mod namespace;
+mod operator;
+pub mod pods;
 mod postgres;
 mod private;
 mod proxy;
+mod realcluster;
+mod settled;
 mod tools;
 mod wait;
 
@@ -39,16 +47,22 @@ pub use containers::{freezer_state, kill_container};
 pub use controlplane::{
     ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
 };
+pub use crd::install_crd;
 pub use error::Error;
 pub use held::{HeldRequests, HoldRule};
 pub use invariants::{Gap, InvariantWatcher};
 pub use kubelet::{Kubelet, NODE_NAME};
+/// The names on the wire, from the one place the operator, the client and the agent read them.
+pub use leadergroup_client::wire;
 pub use marks::Marks;
 pub use member::{MemberRules, MemberWorld, member_account};
 pub use namespace::{TestNamespace, namespace, namespace_in};
+pub use operator::{OperatorLaunch, OperatorProcess, free_port};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use private::PrivateCluster;
 pub use proxy::{Proxy, api_server_addr};
+pub use realcluster::{RealCluster, Undo};
+pub use settled::{Settled, judge_settled, settled, wait_settled};
 pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until};
 

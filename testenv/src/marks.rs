@@ -11,6 +11,9 @@ use kube::{
     Api,
     api::{Patch, PatchParams},
 };
+use leadergroup_client::wire::{
+    EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_FOLLOWER, ROLE_LABEL, ROLE_LEADER, lease_name_for,
+};
 use serde_json::json;
 
 use crate::{Error, Result, TestNamespace};
@@ -55,8 +58,8 @@ impl Marks {
         self.patch_pod(
             pod,
             json!({"metadata": {
-                "labels": {"leadergroup.io/role": "leader"},
-                "annotations": {"leadergroup.io/epoch": epoch.to_string(), "leadergroup.io/group": group}
+                "labels": {ROLE_LABEL: ROLE_LEADER},
+                "annotations": {EPOCH_ANNOTATION: epoch.to_string(), GROUP_ANNOTATION: group}
             }}),
         )
         .await
@@ -67,8 +70,8 @@ impl Marks {
         self.patch_pod(
             pod,
             json!({"metadata": {
-                "labels": {"leadergroup.io/role": "follower"},
-                "annotations": {"leadergroup.io/epoch": null, "leadergroup.io/group": group}
+                "labels": {ROLE_LABEL: ROLE_FOLLOWER},
+                "annotations": {EPOCH_ANNOTATION: null, GROUP_ANNOTATION: group}
             }}),
         )
         .await
@@ -85,11 +88,11 @@ impl Marks {
     /// What the operator's step 1 writes: the Lease `leadergroup-<group>` with `holder` at
     /// `epoch`, of the duration given to [`Marks::new`].
     pub async fn put_lease(&self, group: &str, holder: Option<&str>, epoch: i64) -> Result<()> {
-        let name = format!("leadergroup-{group}");
+        let name = lease_name_for(group);
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "annotations": {"leadergroup.io/epoch": epoch.to_string()}},
+            "metadata": {"name": name, "annotations": {EPOCH_ANNOTATION: epoch.to_string()}},
             "spec": {
                 "holderIdentity": holder,
                 "leaseDurationSeconds": self.lease_duration_secs,

@@ -58,7 +58,7 @@ impl MemberRules {
             rules.push(PolicyRule {
                 api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
                 resources: Some(vec!["leases".to_owned()]),
-                resource_names: Some(vec![format!("leadergroup-{group}")]),
+                resource_names: Some(vec![leadergroup_client::wire::lease_name_for(group)]),
                 verbs: vec!["get".to_owned(), "watch".to_owned(), "update".to_owned()],
                 ..PolicyRule::default()
             });

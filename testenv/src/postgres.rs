@@ -1,5 +1,4 @@
 use std::{
-    net::TcpListener,
     os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -86,7 +85,7 @@ impl Postgres {
         // a few.
         let mut last = String::new();
         for _ in 0..3 {
-            let port = free_port()?;
+            let port = crate::free_port()?.port();
             let log = dir.join("postgres.log");
             let log_file = std::fs::File::create(&log)
                 .map_err(Error::io(format!("creating {}", log.display())))?;
@@ -343,13 +342,6 @@ fn run(mut cmd: Command, what: &str) -> Result<()> {
             String::from_utf8_lossy(&output.stdout)
         ),
     })
-}
-
-fn free_port() -> Result<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(Error::io("finding a free port"))
 }
 
 /// Removes the folders of test processes that are gone (their watchdog normally did; this

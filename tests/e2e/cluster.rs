@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,10 +19,14 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::{
-    EPOCH_ANNOTATION, LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
+    LeaderGroup, LeaderGroupSpec, PodSelector, ROLE_LABEL, ROLE_LEADER,
 };
+pub use leadergroup_testenv::Settled;
+use leadergroup_testenv::pods::{container_id, is_leader};
+pub use leadergroup_testenv::pods::{container_running, ready as is_ready, restarts, role};
 use leadergroup_testenv::{
-    ControlPlane, InvariantWatcher, TestNamespace, e2e_cluster, run_ok, wait_until,
+    ControlPlane, InvariantWatcher, RealCluster, TestNamespace, Undo, e2e_cluster, run_ok,
+    wait_until,
 };
 use serde_json::json;
 
@@ -48,6 +52,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 pub struct Cluster {
     pub cp: &'static ControlPlane,
     pub client: Client,
+    /// Its nodes, through `realcluster.sh`.
+    pub real: RealCluster,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -61,6 +67,7 @@ impl Cluster {
         Cluster {
             cp,
             client,
+            real: RealCluster::at(cp.dir()),
             _serial: serial,
         }
     }
@@ -68,13 +75,6 @@ impl Cluster {
     /// The cluster folder (`realcluster.sh --dir`).
     pub fn dir(&self) -> &Path {
         self.cp.dir()
-    }
-
-    /// `controlplane/realcluster.sh ARGS --dir <this cluster>`.
-    pub fn realcluster(&self, args: &[&str]) -> std::process::Command {
-        let mut cmd = std::process::Command::new(repo_root().join("controlplane/realcluster.sh"));
-        cmd.args(args).arg("--dir").arg(self.dir());
-        cmd
     }
 
     /// Installs the chart with the default values unless its release is deployed, and waits until
@@ -173,15 +173,12 @@ impl Cluster {
 
     /// The node's number (1, 2) from its name (`lg-node-<N>`).
     pub fn node_number(node: &str) -> &str {
-        node.strip_prefix("lg-node-")
-            .unwrap_or_else(|| panic!("not a node of realcluster.sh: {node}"))
+        RealCluster::node_number(node).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Node `name`'s containerd socket.
     pub fn containerd_socket(&self, node: &str) -> PathBuf {
-        self.dir()
-            .join(format!("node{}", Self::node_number(node)))
-            .join("containerd.sock")
+        self.real.containerd_socket(node).unwrap()
     }
 
     /// Sends SIGKILL to the main process of pod `pod`'s first container, through its node's
@@ -240,33 +237,11 @@ impl Drop for Frozen {
     }
 }
 
-/// The command that undoes what a test did to the cluster (a node stopped or cut, a node
-/// cordoned, a namespace created), run when the guard drops: whatever the test did in between, a
-/// failed assertion included, the next test finds the cluster whole. A command, not async code:
-/// a drop cannot await.
-pub struct Undo(std::process::Command);
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        match self.0.output() {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "undoing failed: {:?}: {}",
-                self.0,
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("undoing failed: {:?}: {e}", self.0),
-        }
-    }
-}
-
 impl Cluster {
     /// Stops node `node`'s kubelet and containerd (`realcluster.sh stop-node`); the guard starts
     /// them again when it drops.
     pub async fn stop_node(&self, node: &str) -> Undo {
-        let n = Self::node_number(node);
-        run_ok(self.realcluster(&["stop-node", n])).await;
-        Undo(self.realcluster(&["start-node", n]))
+        self.real.stop_node(node).await.unwrap()
     }
 
     /// Loses node `node` (`realcluster.sh cut-node`): its kubelet and containerd stop, and its pods
@@ -274,14 +249,7 @@ impl Cluster {
     /// containers run on. Returns the guard, which lets the packets through and starts the node
     /// again when it drops, and the wall clock of the cut.
     pub async fn cut_node(&self, node: &str) -> (Undo, SystemTime) {
-        let n = Self::node_number(node);
-        let out = run_ok(self.realcluster(&["cut-node", n])).await;
-        let undo = Undo(self.realcluster(&["uncut-node", n]));
-        let secs: f64 = out
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("cut-node printed {out:?}, not the time of the cut: {e}"));
-        (undo, UNIX_EPOCH + Duration::from_secs_f64(secs))
+        self.real.cut_node(node).await.unwrap()
     }
 
     /// Marks node `node` unschedulable (`kubectl cordon`) until the guard drops.
@@ -291,85 +259,36 @@ impl Cluster {
         run_ok(cordon).await;
         let mut uncordon = self.cp.kubectl();
         uncordon.args(["uncordon", node]);
-        Undo(uncordon)
+        Undo::new(uncordon)
     }
 
     /// Deletes namespace `ns` when the guard drops (`kubectl delete --wait=false`).
     pub fn namespace_guard(&self, ns: &str) -> Undo {
         let mut delete = self.cp.kubectl();
         delete.args(["delete", "namespace", ns, "--wait=false"]);
-        Undo(delete)
+        Undo::new(delete)
     }
 
     /// The node controller's `--node-monitor-grace-period` in this cluster: what
     /// `realcluster.sh up` was given (its `env` file), else Kubernetes' default, 50 s.
     pub fn node_monitor_grace_period(&self) -> Duration {
-        let env = std::fs::read_to_string(self.dir().join("env")).unwrap();
-        let grace = env
-            .lines()
-            .find_map(|l| l.strip_prefix("GRACE="))
-            .filter(|g| !g.is_empty())
-            .map_or(50, |g| g.parse().unwrap());
-        Duration::from_secs(grace)
+        self.real.node_monitor_grace_period().unwrap()
     }
 }
 
 /// The node the pod is bound to.
 pub fn node_of(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .expect("pod on a node")
+    leadergroup_testenv::pods::node_of(pod).expect("pod on a node")
 }
 
 /// (node, container id) of the pod's first container.
 fn container_of(pod: &Pod) -> (String, String) {
-    let node = node_of(pod).to_string();
-    let id = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.first())
-        .and_then(|c| c.container_id.clone())
-        .expect("a started container");
-    let id = id.strip_prefix("containerd://").unwrap_or(&id).to_string();
-    (node, id)
+    let id = container_id(pod).expect("a started container");
+    (node_of(pod).to_string(), id)
 }
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Ready=True.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The pod's role label.
-pub fn role(pod: &Pod) -> Option<&str> {
-    pod.labels().get(ROLE_LABEL).map(String::as_str)
-}
-
-/// The first container's restart count.
-pub fn restarts(pod: &Pod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.first())
-        .map_or(0, |c| c.restart_count)
-}
-
-/// The first container is running (started, not terminated).
-pub fn container_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.first())
-        .and_then(|c| c.state.as_ref())
-        .is_some_and(|s| s.running.is_some() && s.terminated.is_none())
 }
 
 /// Each node's conditions that are not as they should be, and its taints: for failure messages.
@@ -437,14 +356,6 @@ pub fn pod_summary(pods: &[Pod]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// The state a user sees once the operator has settled a group on a leader: the status names it
-/// at epoch e, the Lease holds it at epoch e, and it is the only pod labeled leader, annotated e.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
-    pub leader: String,
-    pub epoch: i64,
 }
 
 /// The example application of one test: a Deployment of the web app in a namespace of its own,
@@ -599,41 +510,13 @@ impl App {
         self.pods.get(name).await.unwrap()
     }
 
-    /// The settled state of the group, if it is settled now.
+    /// The settled state of the group (I2, [`leadergroup_testenv::judge_settled`]), if it is
+    /// settled now.
     pub async fn settled(&self) -> Option<Settled> {
-        let status = self.groups.get(APP).await.ok()?.status?;
-        let leader = status.leader.clone()?;
-        let lease = self
-            .ns
-            .api::<Lease>()
-            .get_opt(&leadergroup_operator::crd::lease_name_for(APP))
+        leadergroup_testenv::settled(&self.ns.client, &self.ns.name, APP)
             .await
-            .ok()??;
-        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
-        let lease_epoch = lease
-            .annotations()
-            .get(EPOCH_ANNOTATION)
-            .and_then(|e| e.parse::<i64>().ok());
-        let labeled: Vec<(String, Option<i64>)> = self
-            .list()
-            .await
-            .iter()
-            .filter(|p| role(p) == Some(ROLE_LEADER))
-            .map(|p| {
-                let e = p
-                    .annotations()
-                    .get(EPOCH_ANNOTATION)
-                    .and_then(|e| e.parse().ok());
-                (p.name_any(), e)
-            })
-            .collect();
-        let settled = holder.as_deref() == Some(leader.as_str())
-            && lease_epoch == Some(status.epoch)
-            && labeled == vec![(leader.clone(), Some(status.epoch))];
-        settled.then_some(Settled {
-            leader,
-            epoch: status.epoch,
-        })
+            .ok()?
+            .ok()
     }
 
     /// Waits until the group has settled on a leader satisfying `cond`.
@@ -718,7 +601,7 @@ impl App {
 
 /// One test's world: the cluster (taken for the test), the operator running, the app (three
 /// replicas) with its group settled on a first leader, and the watches started before anything
-/// moves: the invariant watcher (I1, I3) and the log of pod states.
+/// moves: the invariant watcher (I1, I3, the order of the writes) and the log of pod states.
 pub struct Scene {
     pub c: Cluster,
     pub app: App,
@@ -745,10 +628,10 @@ impl Scene {
         }
     }
 
-    /// The leaders the watch saw, in order, checked: I1 and I3 held, and each change of leader
-    /// took the next epoch.
-    pub fn leaders(&self) -> Vec<(String, i64)> {
-        let leaders = self.watch.assert_held();
+    /// The leaders the watch saw, in order, checked: I1, I3 and the order of the writes held,
+    /// and each change of leader took the next epoch.
+    pub async fn leaders(&self) -> Vec<(String, i64)> {
+        let leaders = self.watch.assert_held().await;
         for pair in leaders.windows(2) {
             assert_eq!(
                 pair[1].1,
@@ -761,7 +644,7 @@ impl Scene {
 
     /// Checks the leaders (see [`Scene::leaders`]) and deletes the app's namespace.
     pub async fn finish(self) {
-        self.leaders();
+        self.leaders().await;
         self.app.delete().await;
     }
 }
@@ -822,9 +705,7 @@ impl PodLog {
             .lock()
             .unwrap()
             .iter()
-            .find(|(t, p, deleted)| {
-                *t >= after && !deleted && p.name_any() == pod && role(p) == Some(ROLE_LEADER)
-            })
+            .find(|(t, p, deleted)| *t >= after && !deleted && p.name_any() == pod && is_leader(p))
             .map(|(t, _, _)| *t)
     }
 
@@ -843,7 +724,7 @@ impl PodLog {
                 continue;
             }
             latest.insert(name.clone(), pod.clone());
-            if role(pod) == Some(ROLE_LEADER) && leader.as_deref() != Some(name.as_str()) {
+            if is_leader(pod) && leader.as_deref() != Some(name.as_str()) {
                 let old = leader.as_ref().and_then(|l| {
                     let present = latest.get(l).map(|p| (p.clone(), true));
                     present.or_else(|| gone.get(l).map(|p| (p.clone(), false)))

@@ -1,5 +1,4 @@
-//! How fast a downward API volume follows the pod's labels (issue 10's "Done when", issue 11 item
-//! 5): the way to learn the role with no code and no RBAC (`examples/ledger/manifests/downward-api`)
+//! How fast a downward API volume follows the pod's labels: the way to learn the role with no code and no RBAC (`examples/ledger/manifests/downward-api`)
 //! is only as fast as the kubelet rewriting `/etc/podinfo/labels`.
 //!
 //! One pod (the busybox image) with a downward API volume of its labels runs a shell loop that

@@ -1,4 +1,4 @@
-//! The GC pause on the real cluster (issue 11, item 4): the ledger of
+//! The GC pause on the real cluster: the ledger of
 //! `examples/ledger/manifests/sidecar` (three pods, each the ledger plus the leadergroup-agent
 //! sidecar) writing to a private PostgreSQL on the host bridge, reachable from the pod network
 //! only. The leader's ledger container is frozen through the cgroup freezer (a stop-the-world GC
@@ -384,7 +384,18 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
     .await
     {
         Ok(l) => l,
-        Err(e) => panic!("{e}\n{}", summary().await),
+        Err(e) => {
+            let lines: Vec<String> = events(&pods, &old)
+                .await
+                .into_iter()
+                .filter(|l| l.at >= frozen_at)
+                .map(|l| l.text)
+                .collect();
+            panic!(
+                "{e}\n{}\nthe thawed writer's lines since the freeze: {lines:#?}",
+                summary().await
+            )
+        }
     };
     println!("gc-pause: PostgreSQL refused it: {}", refusal.text);
     // A few more writes of the new leader, then the writers stop before the table is read.
@@ -495,7 +506,7 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
         "{}\nrows: {rows:?}\nrefusals: {refusals:?}",
         violations.join("\n")
     );
-    watch.assert_held();
+    watch.assert_held().await;
     let epochs: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.1).collect();
     println!(
         "gc-pause: {} writes accepted (epochs {epochs:?}), {} stale write(s) refused, {failed} failed; \

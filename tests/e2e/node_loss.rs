@@ -1,4 +1,4 @@
-//! A lost node (issue 12): node 1 cut like a machine that fell off the network
+//! A lost node: node 1 cut like a machine that fell off the network
 //! (`realcluster.sh cut-node`: its kubelet and containerd stop, and its pods lose every packet to
 //! and from the API server and the other node while their containers run on), and three
 //! failovers measured in that one cut, each from a leader on node 1 to its peer on node 2:
@@ -34,14 +34,12 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{
-    LIVENESS_ANNOTATION, LeaderGroup, Liveness, ROLE_LEADER, lease_name_for,
-};
+use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
 use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_object, wait_until};
 use serde_json::json;
 
 use crate::cluster::{
-    APP, CONVERGE, Cluster, PODS, PodLog, is_ready, pod_summary, repo_root, role, webapp_container,
+    APP, CONVERGE, Cluster, PODS, PodLog, is_ready, pod_summary, repo_root, webapp_container,
 };
 
 /// The node lost, where every leader sits, and the one its peers run on.
@@ -327,13 +325,15 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         .as_str()
         .expect("the agent's volume")
         .to_owned();
+    // The group's leader once it has settled (I2).
     let leader_of = |group: &'static str| {
-        let groups = &groups;
-        let pods = &pods;
+        let ns = &ns;
         async move {
-            let leader = groups.get(group).await.ok()?.status?.leader?;
-            let pod = pods.get(&leader).await.ok()?;
-            (role(&pod) == Some(ROLE_LEADER)).then_some(leader)
+            leadergroup_testenv::settled(&ns.client, &ns.name, group)
+                .await
+                .ok()?
+                .ok()
+                .map(|s| s.leader)
         }
     };
     let holder = |lease: Option<&Lease>| {
@@ -543,7 +543,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     if let Err(e) = back {
         panic!("{e}\n{:?}", crate::cluster::node_summary(&c.client).await);
     }
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     for pod in [&old_web, &new_web, &old_heartbeat, &new_heartbeat] {
         assert!(
             leaders.iter().any(|(p, _)| p == pod),

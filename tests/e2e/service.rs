@@ -137,7 +137,7 @@ async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestam
         );
     }
     // Never two leaders; the epoch grew by one per move.
-    let leaders = w.leaders();
+    let leaders = w.leaders().await;
     assert_eq!(
         last.epoch,
         w.first.epoch + moves.len() as i64,

@@ -1,14 +1,14 @@
-//! How fast the application knows (issue 11, item 5), on the light cluster: a few handovers
+//! How fast the application knows, on the light cluster: a few handovers
 //! (deletion and NotReady, alternately), each candidate pod followed by an in-process
 //! `leadergroup-client` `Membership` and a real `leadergroup-agent` process, both authenticated as
-//! the pods' ServiceAccount with the documented Role. The measurement is `app_latency/measure.rs`,
-//! which `make bench` runs with 50 handovers (scenario `app-latency`).
+//! the pods' ServiceAccount with the documented Role. The measurement is
+//! `leadergroup_testenv::app_latency`, which `make bench` runs with 50 handovers (scenario
+//! `app-latency`).
 //!
 //! It asserts what an application relies on, and prints the latencies; it asserts no speed (the
-//! bounds in `measure.rs` only declare a run broken).
+//! bounds in `leadergroup_testenv::app_latency` only declare a run broken).
 
-#[allow(dead_code)] // what the bench reads (bench/src/app_latency.rs includes it too)
-mod measure;
+use leadergroup_testenv::app_latency as measure;
 
 use crate::common::World;
 

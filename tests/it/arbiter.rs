@@ -77,5 +77,5 @@ async fn two_operators_never_make_two_leaders_and_take_over_from_a_dead_arbiter(
         .await;
     assert_eq!(pay2.epoch, 2);
     assert_eq!(&arbiter(&w, "pay2").await, survivor);
-    watch.assert_held();
+    watch.assert_held().await;
 }

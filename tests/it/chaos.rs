@@ -1,4 +1,4 @@
-//! Issue 13, item 8: the short chaos run of `make test` (a few hundred faults; `make chaos` runs
+//! The short chaos run of `make test` (a few hundred faults; `make chaos` runs
 //! the published one of 10,000): two replicas of this build's operator, several groups, the
 //! plan's faults, and no violation of I1–I4 allowed. `LEADERGROUP_CHAOS_SEED` picks another seed.
 

@@ -27,7 +27,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER};
 use leadergroup_testenv::{
     ControlPlane, Kubelet, PrivateCluster, TestNamespace, control_plane, namespace,
     wait_for_object, wait_until,
@@ -229,7 +229,7 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         .create_ready_pod("bystander", &[("app", "chart")])
         .await
         .unwrap();
-    let mark = serde_json::json!({"metadata": {"labels": {"leadergroup.io/role": "leader"}}});
+    let mark = serde_json::json!({"metadata": {"labels": {ROLE_LABEL: ROLE_LEADER}}});
     forbidden(
         Api::<Pod>::namespaced(sa.clone(), &other.name)
             .patch("bystander", &PatchParams::default(), &Patch::Merge(&mark))
@@ -438,7 +438,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
     let deployments = Api::<Deployment>::namespaced(client.clone(), "leadergroup-system");
     let templated = guard::deployment(
         "templated",
-        serde_json::json!({leadergroup_operator::crd::ROLE_LABEL: "leader"}),
+        serde_json::json!({ROLE_LABEL: ROLE_LEADER}),
         serde_json::json!({}),
     );
     let dry_run = guard::dry_post();

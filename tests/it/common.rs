@@ -1,7 +1,7 @@
-//! Shared by the operator's integration tests: the CRD installed once, the operator binary run as
-//! a child process (as a user runs it), and (from `leadergroup-testenv`, shared with the
-//! end-to-end tests) the watcher that checks the invariants I1 and I3 on every pod event the API
-//! server sends.
+//! Shared by the operator's integration tests: the CRD installed, the operator binary run as a
+//! child process (as a user runs it), and, from `leadergroup-testenv` (shared with the end-to-end
+//! tests and the chaos run), the settled check (I2) and the watcher that checks I1, I3 and the
+//! order of the writes on every event the API server sends.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,61 +9,31 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use leadergroup_operator::crd::{
-    EPOCH_ANNOTATION, GROUP_ANNOTATION, LeaderGroup, ROLE_LABEL, ROLE_LEADER,
-};
-use leadergroup_testenv::{ControlPlane, wait_until};
-pub use leadergroup_testenv::{InvariantWatcher, http_get, readyz_role, run_ok, run_tool};
-use tokio::process::{Child, Command};
+use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
+pub use leadergroup_testenv::pods::{epoch, role};
+use leadergroup_testenv::pods::{is_leader, marked_group};
+use leadergroup_testenv::{ControlPlane, OperatorLaunch, OperatorProcess, wait_until};
+pub use leadergroup_testenv::{InvariantWatcher, Settled, readyz_role, run_ok, run_tool};
 
 /// Generous bound for anything the operator should do "at once": the machine is small and noisy,
 /// and tests run in parallel. Speed is measured by the benchmarks, not here.
 pub const CONVERGE: Duration = Duration::from_secs(30);
 
-/// Installs the CRD (server-side apply, so parallel test binaries can all do it) and waits until
-/// the API server serves it.
+/// Installs the CRD as this build generates it, and waits until it is served.
 pub async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = LeaderGroup::crd();
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("leadergroup-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply CRD");
-    wait_until("CRD Established", CONVERGE, || async {
-        let c = crds.get(&crd.name_any()).await?;
-        let established = c
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        Ok::<_, kube::Error>(established.then_some(()))
-    })
-    .await
-    .expect("CRD established");
-    // The first requests for a new resource can still 404 for a moment after Established.
-    let groups: Api<LeaderGroup> = Api::all(client.clone());
-    wait_until("LeaderGroups served", CONVERGE, || async {
-        groups.list(&Default::default()).await.map(|_| Some(()))
-    })
-    .await
-    .expect("LeaderGroups served");
+    leadergroup_testenv::install_crd(client, &LeaderGroup::crd())
+        .await
+        .expect("CRD installed and served");
 }
 
-/// The operator binary, running as a child process.
+/// The operator binary, running as a child process; a test fails at once when it cannot start.
 pub struct Operator {
-    child: Child,
+    process: OperatorProcess,
     /// The identity it runs with.
     pub identity: String,
     /// Where it serves /healthz, /readyz and /metrics.
     pub http: SocketAddr,
-    log: std::path::PathBuf,
 }
 
 impl Operator {
@@ -84,93 +54,50 @@ impl Operator {
         identity: &str,
         extra: &[&str],
     ) -> Operator {
-        // The port was free when chosen, but another process of the parallel tests (an operator,
-        // an agent, a PostgreSQL) may bind it before this operator does: it then exits at once
-        // with "Address already in use", and it is started again on another port.
-        for _ in 0..5 {
-            let mut operator = Self::spawn(kubeconfig, namespace, identity, extra);
-            if !operator.lost_its_port().await {
-                return operator;
-            }
-        }
-        panic!("leadergroup-operator found its HTTP port taken five times in a row");
-    }
-
-    fn spawn(
-        kubeconfig: &std::path::Path,
-        namespace: &str,
-        identity: &str,
-        extra: &[&str],
-    ) -> Operator {
-        let http = free_port();
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("{namespace}-{identity}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_leadergroup-operator"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--namespace", namespace, "--identity", identity])
-            .args(["--http-addr", &http.to_string()])
-            .args(extra)
-            .env("RUST_LOG", "info,leadergroup_operator=debug,kube=warn")
-            // tracing writes to stdout; stderr has the fatal error, if any. Both into the log.
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start leadergroup-operator");
-        Operator {
-            child,
-            identity: identity.to_string(),
-            http,
+        let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("operator-logs")
+            .join(format!("{namespace}-{identity}.log"));
+        let launch = OperatorLaunch::new(
+            env!("CARGO_BIN_EXE_leadergroup-operator"),
+            kubeconfig,
+            Some(namespace),
+            identity,
             log,
+        )
+        .args(extra)
+        .rust_log("info,leadergroup_operator=debug,kube=warn");
+        let process = OperatorProcess::start(&launch)
+            .await
+            .unwrap_or_else(|e| panic!("starting leadergroup-operator: {e}"));
+        Operator {
+            identity: process.identity.clone(),
+            http: process.http,
+            process,
         }
-    }
-
-    /// Whether it exited because its HTTP port was taken: it binds the port at start, so this
-    /// waits for /healthz to answer or the process to end (at most a few seconds; an operator
-    /// that exits for another reason is left for the test to see).
-    async fn lost_its_port(&mut self) -> bool {
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return self.logs().contains("Address already in use");
-            }
-            if self.get("/healthz").await.is_some() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
     }
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id().expect("operator still running")
+        self.process.pid().expect("operator still running")
     }
 
     /// Kills it with SIGKILL: no cleanup, no release, as a crash or an OOM kill would.
     pub async fn kill(&mut self) {
-        self.child.kill().await.expect("SIGKILL operator");
+        self.process.kill().await.expect("SIGKILL operator");
     }
 
     /// Sends SIGTERM and waits for it to exit; returns its exit success.
     pub async fn terminate(&mut self) -> bool {
-        let pid = self.pid().to_string();
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        let status = tokio::time::timeout(CONVERGE, self.child.wait())
+        self.process
+            .terminate(CONVERGE)
             .await
             .expect("operator exits after SIGTERM")
-            .expect("wait operator");
-        status.success()
+            .success()
     }
 
     /// GETs `path` on its HTTP endpoint: (status code, body).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(self.http, path).await
+        self.process.get(path).await
     }
 
     /// Waits until /readyz answers 200 and returns its body.
@@ -189,33 +116,16 @@ impl Operator {
 
     /// Its log so far (for failure messages).
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
-}
-
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }
 
 /// The group's Lease, if it exists.
 pub async fn lease(client: &Client, namespace: &str, group: &str) -> Option<Lease> {
     Api::<Lease>::namespaced(client.clone(), namespace)
-        .get_opt(&leadergroup_operator::crd::lease_name_for(group))
+        .get_opt(&lease_name_for(group))
         .await
         .unwrap()
-}
-
-/// The pod's role label.
-pub fn role(pod: &Pod) -> Option<&str> {
-    pod.labels().get(ROLE_LABEL).map(String::as_str)
-}
-
-/// The pod's epoch annotation.
-pub fn epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations()
-        .get(EPOCH_ANNOTATION)
-        .and_then(|e| e.parse().ok())
 }
 
 /// A group named `name` selecting `app=<app>`, with the default Lease duration.
@@ -241,13 +151,6 @@ pub struct World {
     pub kubelet: leadergroup_testenv::Kubelet,
     pub groups: Api<LeaderGroup>,
     pub pods: Api<Pod>,
-}
-
-/// The state a user sees once the operator has settled a group with a leader (I2).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
-    pub leader: String,
-    pub epoch: i64,
 }
 
 impl World {
@@ -307,46 +210,32 @@ impl World {
         g.and_then(|g| g.status).unwrap()
     }
 
-    /// Waits until the group has settled (I2) on a leader satisfying `cond`: the status names it
-    /// at epoch e, the Lease holds it at epoch e, and it is the only pod of the group labeled
-    /// leader, annotated with epoch e.
+    /// Waits until the group has settled (I2, [`leadergroup_testenv::judge_settled`]) on a
+    /// leader satisfying `cond`.
     pub async fn wait_settled(
         &self,
         group: &str,
         what: &str,
         cond: impl Fn(&Settled) -> bool,
     ) -> Settled {
-        wait_until(what, CONVERGE, || async {
-            let observed = self.settled(group).await?;
-            Ok::<_, String>(observed.filter(|s| cond(s)))
-        })
+        leadergroup_testenv::wait_settled(
+            &self.ns.client,
+            &self.ns.name,
+            group,
+            what,
+            CONVERGE,
+            cond,
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}\n(operator logs: {})", self.log_hint()))
     }
 
     /// The settled state of `group`, if it is settled now (see [`World::wait_settled`]).
     pub async fn settled(&self, group: &str) -> Result<Option<Settled>, String> {
-        let g = self.groups.get(group).await.map_err(|e| e.to_string())?;
-        let status = g.status.unwrap_or_default();
-        let Some(leader) = status.leader.clone() else {
-            return Ok(None);
-        };
-        let Some(l) = lease(&self.ns.client, &self.ns.name, group).await else {
-            return Ok(None);
-        };
-        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone());
-        let lease_epoch = l
-            .annotations()
-            .get(EPOCH_ANNOTATION)
-            .and_then(|e| e.parse::<i64>().ok());
-        let leaders = self.labeled_leaders(group).await;
-        let settled = holder.as_deref() == Some(leader.as_str())
-            && lease_epoch == Some(status.epoch)
-            && leaders == vec![(leader.clone(), Some(status.epoch))];
-        Ok(settled.then_some(Settled {
-            leader,
-            epoch: status.epoch,
-        }))
+        leadergroup_testenv::settled(&self.ns.client, &self.ns.name, group)
+            .await
+            .map(Result::ok)
+            .map_err(|e| e.to_string())
     }
 
     /// Pods carrying `group`'s marks and labeled leader, with their epoch annotation.
@@ -357,8 +246,7 @@ impl World {
             .unwrap()
             .items
             .iter()
-            .filter(|p| role(p) == Some(ROLE_LEADER))
-            .filter(|p| p.annotations().get(GROUP_ANNOTATION).map(String::as_str) == Some(group))
+            .filter(|p| is_leader(p) && marked_group(p) == Some(group))
             .map(|p| (p.name_any(), epoch(p)))
             .collect()
     }
@@ -390,7 +278,7 @@ impl World {
                 .map_err(|e| e.to_string())?
                 .items
                 .iter()
-                .any(|p| role(p) == Some(ROLE_LEADER));
+                .any(is_leader);
             Ok::<_, String>(
                 (status.leader.is_none() && holder.is_none() && !any_leader).then_some(status),
             )
@@ -494,17 +382,6 @@ impl Operator {
         assert_eq!(code, 200, "{body}");
         body
     }
-}
-
-/// The role /readyz at `addr` reports once ready ("active", "standby"); None while it answers
-
-#[test]
-fn the_invariant_watcher_reads_the_operators_marks() {
-    use leadergroup_testenv::invariants as watched;
-    assert_eq!(watched::ROLE_LABEL, ROLE_LABEL);
-    assert_eq!(watched::ROLE_LEADER, ROLE_LEADER);
-    assert_eq!(watched::GROUP_ANNOTATION, GROUP_ANNOTATION);
-    assert_eq!(watched::EPOCH_ANNOTATION, EPOCH_ANNOTATION);
 }
 
 /// The repository's root.

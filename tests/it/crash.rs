@@ -40,7 +40,7 @@ async fn sigkill_during_handovers_then_restart_converges_and_invariants_hold() {
         // Back Ready: a follower again (sticky), a candidate for the next round.
         w.kubelet.set_ready(&old.leader, true).await.unwrap();
     }
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     assert!(leaders.len() >= 11, "every handover was seen: {leaders:?}");
     let status = w.groups.get("pay").await.unwrap().status.unwrap();
     assert_eq!(status.epoch, settled.epoch);

@@ -75,7 +75,7 @@ async fn three_ready_pods_elect_one_leader_at_epoch_one() {
         lease.spec.unwrap().holder_identity.as_deref(),
         Some(leader.as_str())
     );
-    assert_eq!(watch.assert_held(), vec![(leader, 1)]);
+    assert_eq!(watch.assert_held().await, vec![(leader, 1)]);
 }
 
 /// Three Ready pods created a second apart (`app-0` oldest), the invariant watcher, an operator,
@@ -152,7 +152,7 @@ async fn terminating_leader_hands_over_before_it_is_gone() {
         }
     );
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }
@@ -174,7 +174,7 @@ async fn deleted_leaders_hand_over_in_succession() {
     assert_eq!(status.ready.as_deref(), Some("1/1"));
     assert!(status.succession.is_empty());
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![
             (pods[0].clone(), 1),
             (pods[1].clone(), 2),
@@ -199,7 +199,7 @@ async fn not_ready_leader_hands_over_and_becomes_follower() {
     assert_eq!(status.ready.as_deref(), Some("2/3"));
     assert_eq!(status.succession, vec![pods[2].clone()]);
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }
@@ -225,7 +225,7 @@ async fn leader_that_leaves_the_group_hands_over_and_loses_its_marks() {
     let status = w.groups.get("pay").await.unwrap().status.unwrap();
     assert_eq!(status.ready.as_deref(), Some("2/2"));
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }
@@ -314,7 +314,7 @@ async fn no_ready_pod_means_no_leader_until_one_turns_ready() {
         }
     );
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![("app-1".into(), 1), ("app-0".into(), 2)]
     );
 }
@@ -350,7 +350,7 @@ async fn old_leader_back_stays_follower_until_preferred() {
         .unwrap();
     expect_handover(&w, &pods[0], 3, "Preferred").await;
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![
             (pods[0].clone(), 1),
             (pods[1].clone(), 2),
@@ -408,7 +408,7 @@ async fn paused_group_makes_no_transition_until_unpaused() {
         ("True", "Elected")
     );
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }

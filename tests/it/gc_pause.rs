@@ -1,11 +1,9 @@
-//! The GC-pause scenario, end to end on the light cluster (issue 11, item 4): a leader frozen
+//! The GC-pause scenario, end to end on the light cluster: a leader frozen
 //! with SIGSTOP, leadership moved, the old leader thawed and writing with its old epoch, and
 //! PostgreSQL refusing it. The scenario itself, and why the thawed writer writes before it looks
-//! at its role again, is in `gc_pause/scenario.rs` (`make demo` runs the same file).
+//! at its role again, is in `leadergroup_testenv::gc_pause` (`make demo` runs the same code).
 
-mod scenario;
-
-use scenario::{Scenario, Setup};
+use leadergroup_testenv::gc_pause::{Scenario, Setup};
 
 use crate::common::World;
 

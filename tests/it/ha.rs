@@ -150,7 +150,7 @@ async fn sigkill_of_the_active_replica_the_standby_takes_over_within_the_lease()
     assert_eq!(operator_lease(&p.w).await.holder.as_deref(), Some("op-b"));
     handover_under(&p, "op-b").await;
     p.monitor.assert_never_two_active();
-    let leaders = p.watch.assert_held();
+    let leaders = p.watch.assert_held().await;
     assert_eq!(
         leaders.iter().map(|(_, e)| *e).collect::<Vec<_>>(),
         vec![1, 2],
@@ -183,7 +183,7 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     assert_eq!(operator_lease(&p.w).await.holder.as_deref(), Some("op-b"));
     handover_under(&p, "op-b").await;
     p.monitor.assert_never_two_active();
-    p.watch.assert_held();
+    p.watch.assert_held().await;
 }
 
 /// A TCP proxy to the API server that can black-hole its traffic, as a network partition does:
@@ -279,7 +279,7 @@ async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_st
     wait_active(&p.b, CONVERGE).await;
     handover_under(&p, "op-b").await;
     p.monitor.assert_never_two_active();
-    p.watch.assert_held();
+    p.watch.assert_held().await;
 
     // Healed, it finds the Lease held by b and stays standby.
     partition.cut(false);
@@ -292,7 +292,7 @@ async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_st
     );
     p.monitor.assert_never_two_active();
     // Whatever it had in flight when cut off landed late and changed nothing (CAS on the Lease).
-    p.watch.assert_held();
+    p.watch.assert_held().await;
     assert_eq!(p.w.settled("g").await.unwrap().map(|s| s.epoch), Some(2));
 }
 

@@ -15,7 +15,7 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use leadergroup_client::{Epoch, Membership, Role};
-use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
+use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness, lease_name_for};
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_operator::lease_record::LeaseRecord;
 use leadergroup_testenv::{
@@ -49,7 +49,7 @@ impl LeaseLog {
         let log = LeaseLog(Arc::new(Mutex::new(Vec::new())));
         let api: Api<Lease> = Api::namespaced(client.clone(), ns);
         let config =
-            watcher::Config::default().fields(&format!("metadata.name=leadergroup-{group}"));
+            watcher::Config::default().fields(&format!("metadata.name={}", lease_name_for(group)));
         let sink = log.clone();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(watcher(api, config).applied_objects());
@@ -235,14 +235,14 @@ async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_re
     drop(old);
     let errors = refusals.await.unwrap();
     eprintln!("heartbeat: the deposed leader's failed requests: {errors:#?}");
-    invariants.assert_held();
+    invariants.assert_held().await;
     drop(new);
 }
 
 /// Renews `group`'s Lease the way its holder would (a CAS on the version read), stamping
 /// `renewTime` with a clock `skew` off this machine's.
 async fn renew_as_holder(api: &Api<Lease>, group: &str, skew: SignedDuration) {
-    let name = format!("leadergroup-{group}");
+    let name = lease_name_for(group);
     loop {
         let mut lease = api.get(&name).await.unwrap();
         lease.spec.get_or_insert_default().renew_time =
@@ -340,7 +340,7 @@ async fn the_holders_clock_does_not_move_the_handover() {
         spread < Duration::from_secs(1),
         "the holder's clock moved the handover: {after:?}"
     );
-    invariants.assert_held();
+    invariants.assert_held().await;
 }
 
 #[tokio::test]

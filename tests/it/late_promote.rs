@@ -1,4 +1,4 @@
-//! Issue 13, item 2: a promotion that lands late cannot make a second leader. The operator that
+//! A promotion that lands late cannot make a second leader. The operator that
 //! sent it is paused (SIGSTOP) the moment testenv's admission webhook holds it inside the API
 //! server, so the request stays alive there, as one sent just before a process pause or held in a
 //! stuck connection would. Another operator takes the group over once its Lease runs out, and
@@ -84,5 +84,70 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     signal(&first_op, "-CONT");
     first_op.kill().await;
     drop(hold);
-    watch.assert_held();
+    watch.assert_held().await;
+}
+
+/// A first election's promotion is held in flight and its sender paused; the user then edits the
+/// selector so that it no longer selects that pod, which carries no marks yet. The second
+/// operator's barrier must still cover it: the Lease and the status name it, and a decision
+/// that moves leadership away from a named pod bars that pod, whatever the selector selects.
+#[tokio::test]
+async fn a_promotion_held_across_a_selector_edit_cannot_land() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("late-selector").await;
+    let pods = w.ordered_ready_pods("app", 3, "late").await;
+    // app-1 and app-2 also carry slot=b: the edited selector keeps them and drops app-0.
+    let slot = serde_json::json!({"metadata": {"labels": {"slot": "b"}}});
+    for pod in &pods[1..] {
+        w.pods
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&slot))
+            .await
+            .unwrap();
+    }
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    // The group's first promotion (app-0, unmarked until then) is held inside the API server.
+    let hold = HeldRequests::start(
+        cp,
+        w.ns.client.clone(),
+        &w.ns.name,
+        HoldRule {
+            pod: Some(pods[0].clone()),
+            label: ROLE_LABEL.into(),
+            value: ROLE_LEADER.into(),
+        },
+        &pods[0],
+    )
+    .await
+    .unwrap();
+    let mut first_op = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut g = group("late", "late");
+    g.spec.lease_duration_seconds = 3;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+    hold.first_hold(Duration::from_secs(20)).await.unwrap();
+    signal(&first_op, "-STOP");
+
+    let narrowed = serde_json::json!({"spec": {"selector": {"matchLabels": {"slot": "b"}}}});
+    w.groups
+        .patch("late", &PatchParams::default(), &Patch::Merge(&narrowed))
+        .await
+        .unwrap();
+    let second_op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
+    let moved = w
+        .wait_settled("late", "app-1 leads under the second operator", |s| {
+            s.leader == pods[1]
+        })
+        .await;
+
+    hold.release();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        w.labeled_leaders("late").await,
+        vec![(pods[1].clone(), Some(moved.epoch))],
+        "the late promotion of app-0 landed after the selector edit\n{}",
+        second_op.logs()
+    );
+    signal(&first_op, "-CONT");
+    first_op.kill().await;
+    drop(hold);
+    watch.assert_held().await;
 }

@@ -10,7 +10,7 @@ use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, lease_name_for};
+use leadergroup_operator::crd::{EPOCH_ANNOTATION, ROLE_FOLLOWER, lease_name_for};
 use leadergroup_operator::election::LEADER_ELECTED;
 use leadergroup_testenv::control_plane;
 
@@ -77,7 +77,7 @@ async fn lease_deleted_by_hand_is_recreated_without_reusing_an_epoch() {
         }
     );
     assert_eq!(
-        watch.assert_held(),
+        watch.assert_held().await,
         vec![(pods[0].clone(), 1), (pods[1].clone(), 2)]
     );
 }
@@ -145,7 +145,7 @@ async fn foreign_lease_writer_during_handovers_never_makes_an_epoch_reused() {
     let s = w
         .wait_settled("pay", "settled after the foreign writer stopped", |_| true)
         .await;
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     let max_handed = leaders.iter().map(|(_, e)| *e).max().unwrap();
     assert_eq!(
         s.epoch, max_handed,
@@ -228,10 +228,10 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
             epoch: 1
         }
     );
-    assert_eq!(watch.assert_held(), vec![(pods[0].clone(), 1)]);
+    assert_eq!(watch.assert_held().await, vec![(pods[0].clone(), 1)]);
 }
 
-/// Issue 13, item 4: a group whose Lease is replaced by one it does not own while it has a
+/// A group whose Lease is replaced by one it does not own while it has a
 /// leader (here while the operator was down) records no leader, and its leader loses the label:
 /// a Service must not route to a pod the status says does not lead.
 #[tokio::test]
@@ -271,10 +271,43 @@ async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     .unwrap();
     // The pod keeps the group's follower marks, and its epoch annotation is gone.
     let pod = w.pods.get(&pods[0]).await.unwrap();
-    assert_eq!(
-        pod.labels().get("leadergroup.io/role").map(String::as_str),
-        Some("follower")
-    );
+    assert_eq!(crate::common::role(&pod), Some(ROLE_FOLLOWER));
     assert!(!pod.annotations().contains_key(EPOCH_ANNOTATION));
-    watch.assert_held();
+    watch.assert_held().await;
+}
+
+/// The group Lease's epoch forged to the largest there is: its holder keeps it, and when the
+/// holder turns NotReady nobody is handed the same token; the condition says why.
+#[tokio::test]
+async fn a_forged_epoch_at_the_top_of_the_range_is_never_handed_out_twice() {
+    let (w, _op, _watch, pods) = started("lease-top", 2).await;
+    let leases: Api<Lease> = w.ns.api();
+    let mut forged = lease(&w.ns.client, &w.ns.name, "pay").await.unwrap();
+    forged
+        .annotations_mut()
+        .insert(EPOCH_ANNOTATION.into(), i64::MAX.to_string());
+    leases
+        .replace(&lease_name_for("pay"), &PostParams::default(), &forged)
+        .await
+        .unwrap();
+    w.wait_settled("pay", "app-0 keeps the forged epoch", |s| {
+        s.leader == pods[0] && s.epoch == i64::MAX
+    })
+    .await;
+
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    let status = w
+        .wait_status("pay", "the group says no token is left", |s| {
+            s.condition(LEADER_ELECTED)
+                .is_some_and(|c| c.reason == "TokensExhausted")
+        })
+        .await;
+    assert_eq!(status.leader.as_deref(), Some(pods[0].as_str()));
+    assert_eq!(
+        w.labeled_leaders("pay").await,
+        vec![(pods[0].clone(), Some(i64::MAX))],
+        "app-1 was handed app-0's token"
+    );
+    w.wait_event("pay", "TokensExhausted", "9223372036854775807")
+        .await;
 }

@@ -14,6 +14,7 @@ mod election;
 mod gc_pause;
 mod ha;
 mod heartbeat;
+mod incarnation;
 mod kubectl;
 mod late_promote;
 mod lease;

@@ -101,10 +101,10 @@ async fn older_group_keeps_the_shared_pod_and_the_younger_reports_overlapping() 
             .map(String::as_str),
         Some("older")
     );
-    watch.assert_held();
+    watch.assert_held().await;
 }
 
-/// Issue 13, item 3: an older group whose selector grows takes the younger group's leader; the
+/// An older group whose selector grows takes the younger group's leader; the
 /// younger group must let go of it, never write its own marks over the older group's.
 #[tokio::test]
 async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight() {
@@ -189,5 +189,5 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
         })
         .await;
     assert_eq!(younger.epoch, 1);
-    watch.assert_held();
+    watch.assert_held().await;
 }

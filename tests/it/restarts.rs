@@ -1,4 +1,4 @@
-//! Issue 13, item 6: what the operator depends on restarts during handovers, on a control plane
+//! What the operator depends on restarts during handovers, on a control plane
 //! of this test alone (restarting the shared one would break every other test): kube-apiserver
 //! restarted, etcd restarted, etcd compacted and kube-apiserver restarted (every watch, the
 //! operator's included, resumes from a compacted revision: 410 Gone, then a fresh list; the test
@@ -151,7 +151,7 @@ async fn converges_through(faults: &[&str]) {
         );
         w.kubelet.set_ready(&old.leader, true).await.unwrap();
     }
-    let leaders = watch.assert_held();
+    let leaders = watch.assert_held().await;
     eprintln!("restarts: leaders seen {leaders:?}");
     drop(op);
     drop(w);

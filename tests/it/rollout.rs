@@ -1,4 +1,4 @@
-//! A rolling update of the operator (issue 13, item 1): with `--leader-elect`, a new replica
+//! A rolling update of the operator: with `--leader-elect`, a new replica
 //! starts, the active one gets SIGTERM, the standby turns active at once (the Lease is released)
 //! and must hand over the groups at once too, not after waiting out the group Leases that name the
 //! stopped replica as their arbiter (15 s here).
@@ -75,5 +75,5 @@ async fn an_operator_rollout_delays_no_handover() {
         took[took.len() / 2],
         took.last().unwrap()
     );
-    invariants.assert_held();
+    invariants.assert_held().await;
 }

@@ -1,4 +1,4 @@
-//! Issue 13, item 5: a pod outside the group's selector that carries the group's leader marks
+//! A pod outside the group's selector that carries the group's leader marks
 //! (what a late promotion lands as after the pod left the selector) loses them before the next
 //! leader is promoted, never after: at no instant are two pods labeled leader for the group.
 
@@ -35,6 +35,7 @@ async fn a_stray_leader_outside_the_selector_is_demoted_before_the_next_promotio
     // Ready: the first decision after the restart both elects it and finds the stray, which must
     // lose its label before the promotion.
     assert!(op.terminate().await, "{}", op.logs());
+    watch.forged_marks("gone-0", 7);
     let marks = serde_json::json!({"metadata": {
         "labels": {ROLE_LABEL: ROLE_LEADER},
         "annotations": {EPOCH_ANNOTATION: "7", GROUP_ANNOTATION: "pay"},
@@ -52,5 +53,5 @@ async fn a_stray_leader_outside_the_selector_is_demoted_before_the_next_promotio
         w.labeled_leaders("pay").await,
         vec![(pods[0].clone(), Some(settled.epoch))]
     );
-    watch.assert_held();
+    watch.assert_held().await;
 }

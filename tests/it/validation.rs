@@ -78,6 +78,16 @@ async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
             "spec.selector.matchExpressions[0].key",
         ),
         (
+            "own-mark-label",
+            json!({"selector": {"matchLabels": {"app": "r", "leadergroup.io/role": "leader"}}}),
+            "spec.selector.matchLabels",
+        ),
+        (
+            "own-mark-expression",
+            json!({"selector": {"matchExpressions": [{"key": "leadergroup.io/role", "operator": "Exists"}]}}),
+            "spec.selector.matchExpressions",
+        ),
+        (
             "bad-label-value",
             json!({"selector": {"matchLabels": {"app": "not a value"}}}),
             "spec.selector.matchLabels",
@@ -119,5 +129,38 @@ async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
             json!(15),
             "{name}"
         );
+    }
+}
+
+/// A group's name is the value of a label on its Lease, so it fits a label value: 63 characters
+/// are accepted, 64 refused, and so is every longer name the API server would otherwise take.
+#[tokio::test]
+async fn a_name_that_does_not_fit_a_label_value_is_refused_naming_the_field() {
+    let ns = namespace("name-length").await.unwrap();
+    install_crd(&ns.client).await;
+    let resource = ApiResource::erase::<LeaderGroup>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let spec = json!({"selector": {"matchLabels": {"app": "pay"}}});
+    let name = |len: usize| format!("g{}", "a".repeat(len - 1));
+    api.create(&PostParams::default(), &object(&name(63), spec.clone()))
+        .await
+        .expect("63 characters fit a label value");
+    for len in [64, 241, 242] {
+        match api
+            .create(&PostParams::default(), &object(&name(len), spec.clone()))
+            .await
+        {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{len}: {}", status.message);
+                assert!(
+                    status
+                        .message
+                        .contains("metadata.name must be at most 63 characters"),
+                    "{len}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{len} characters: {other:?}"),
+        }
     }
 }

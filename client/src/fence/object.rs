@@ -1,4 +1,4 @@
-//! The fence on a Kubernetes object: the annotation [`FENCE_ANNOTATION`] holds the highest epoch
+//! The fence on a Kubernetes object: the annotation [`FENCED_OBJECT_EPOCH_ANNOTATION`] holds the highest epoch
 //! accepted, and every fenced write is a GET, a check, the caller's change and a REPLACE with the
 //! resourceVersion that was read. Two writers never both succeed on the same version: the second
 //! gets 409 Conflict and starts over from a fresh GET, where it sees the first one's epoch.
@@ -11,8 +11,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::StaleEpoch;
 use crate::{Epoch, ParseEpochError};
 
-/// The annotation that holds the highest epoch a fenced object has accepted.
-pub const FENCE_ANNOTATION: &str = "leadergroup.io/fence-epoch";
+pub use crate::wire::FENCED_OBJECT_EPOCH_ANNOTATION;
 
 /// How many 409 Conflicts in a row [`replace_fenced`] takes before it gives up.
 pub const MAX_ATTEMPTS: u32 = 32;
@@ -32,7 +31,7 @@ pub enum ObjectFenceError {
 
     /// The fence annotation holds something that is not an epoch: nothing is written until a
     /// person repairs it (guessing a value could lower the fence).
-    #[error("{name}: annotation {FENCE_ANNOTATION} is not an epoch: {source}")]
+    #[error("{name}: annotation {FENCED_OBJECT_EPOCH_ANNOTATION} is not an epoch: {source}")]
     BadAnnotation {
         /// The object.
         name: String,
@@ -78,13 +77,13 @@ pub fn fence_epoch<K: Resource>(obj: &K) -> Result<Option<Epoch>, ParseEpochErro
     obj.meta()
         .annotations
         .as_ref()
-        .and_then(|a| a.get(FENCE_ANNOTATION))
+        .and_then(|a| a.get(FENCED_OBJECT_EPOCH_ANNOTATION))
         .map(|v| v.parse())
         .transpose()
 }
 
 /// Writes object `name` as the leader at `epoch`: GET it, refuse if `epoch` is lower than its
-/// [`FENCE_ANNOTATION`], apply `mutate`, set the annotation to `epoch` (the new highest), and
+/// [`FENCED_OBJECT_EPOCH_ANNOTATION`], apply `mutate`, set the annotation to `epoch` (the new highest), and
 /// REPLACE it with the resourceVersion read. On 409 Conflict it starts over from a fresh GET
 /// (`mutate` runs again on the fresh object, so make it a function of the object, not a
 /// one-shot). An equal epoch is accepted: a leader writes many times in its term.
@@ -141,7 +140,7 @@ where
         meta.resource_version = version;
         meta.annotations
             .get_or_insert_default()
-            .insert(FENCE_ANNOTATION.to_owned(), epoch.to_string());
+            .insert(FENCED_OBJECT_EPOCH_ANNOTATION.to_owned(), epoch.to_string());
         match api.replace(name, &PostParams::default(), &obj).await {
             Ok(written) => return Ok(written),
             Err(kube::Error::Api(status)) if status.is_conflict() => continue,

@@ -13,6 +13,7 @@ fn leader_pod(n: u32) -> PodMarks {
         leader: true,
         epoch: Some(epoch(n)),
         group: Some("g".to_owned()),
+        uid: None,
     }
 }
 
@@ -21,12 +22,14 @@ fn follower_pod() -> PodMarks {
         leader: false,
         epoch: None,
         group: Some("g".to_owned()),
+        uid: None,
     }
 }
 
 fn lease(holder: &str, n: u32) -> LeaseMarks {
     LeaseMarks {
         holder: Some(holder.to_owned()),
+        holder_uid: None,
         epoch: Some(epoch(n)),
         duration: Some(Duration::from_secs(3)),
         heartbeat: false,
@@ -86,6 +89,7 @@ fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
             Some(leader_pod(4)),
             Some(LeaseMarks {
                 holder: None,
+                holder_uid: None,
                 ..lease(ME, 4)
             }),
             "Lease without holder",
@@ -197,7 +201,8 @@ fn marks_are_read_from_the_objects() {
         PodMarks {
             leader: true,
             epoch: Some(epoch(12)),
-            group: Some("payments".to_owned())
+            group: Some("payments".to_owned()),
+            uid: None,
         }
     );
     let bad: Pod = serde_json::from_value(serde_json::json!({
@@ -218,6 +223,7 @@ fn marks_are_read_from_the_objects() {
         LeaseMarks::of(&lease),
         LeaseMarks {
             holder: Some(ME.to_owned()),
+            holder_uid: None,
             epoch: Some(epoch(12)),
             duration: Some(Duration::from_secs(6)),
             heartbeat: false,
@@ -294,4 +300,24 @@ fn renewals_matter_only_in_heartbeat_mode_and_only_to_the_leader() {
     assert_eq!(decide(ME, &readiness, t0), Role::Leader { epoch: epoch(4) });
     let follower = seen(t0, Some(follower_pod()), Some(heartbeat_lease("app-1", 4)));
     assert_eq!(decide(ME, &follower, t0), Role::Follower);
+}
+
+#[test]
+fn a_pod_created_again_under_the_leaders_name_is_not_the_leader() {
+    let mut lease = lease(ME, 3);
+    lease.holder_uid = Some("uid-old".into());
+    let mut pod = leader_pod(3);
+    pod.uid = Some("uid-new".into());
+    let now = Instant::now();
+    let observed = |pod: PodMarks, lease: LeaseMarks| seen(now, Some(pod), Some(lease));
+    assert_eq!(
+        decide(ME, &observed(pod.clone(), lease.clone()), now),
+        Role::Follower,
+        "another incarnation never reports its predecessor's epoch"
+    );
+    pod.uid = Some("uid-old".into());
+    assert_eq!(
+        decide(ME, &observed(pod, lease), now),
+        Role::Leader { epoch: epoch(3) }
+    );
 }

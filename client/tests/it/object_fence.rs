@@ -8,7 +8,7 @@ use kube::{
 };
 use leadergroup_client::{
     Epoch,
-    fence::{FENCE_ANNOTATION, ObjectFenceError, replace_fenced},
+    fence::{FENCED_OBJECT_EPOCH_ANNOTATION, ObjectFenceError, replace_fenced},
 };
 use leadergroup_testenv::namespace;
 
@@ -44,7 +44,10 @@ async fn stale_epochs_are_refused_naming_both() {
     let written = replace_fenced(&api, "state", epoch(5), set("by", "5".into()))
         .await
         .unwrap();
-    assert_eq!(written.metadata.annotations.unwrap()[FENCE_ANNOTATION], "5");
+    assert_eq!(
+        written.metadata.annotations.unwrap()[FENCED_OBJECT_EPOCH_ANNOTATION],
+        "5"
+    );
 
     let err = replace_fenced(&api, "state", epoch(3), set("by", "3".into()))
         .await
@@ -66,7 +69,10 @@ async fn stale_epochs_are_refused_naming_both() {
     let cm = replace_fenced(&api, "state", epoch(6), set("by", "6".into()))
         .await
         .unwrap();
-    assert_eq!(cm.metadata.annotations.unwrap()[FENCE_ANNOTATION], "6");
+    assert_eq!(
+        cm.metadata.annotations.unwrap()[FENCED_OBJECT_EPOCH_ANNOTATION],
+        "6"
+    );
     let data = api.get("state").await.unwrap().data.unwrap();
     assert_eq!((data["by"].as_str(), data["again"].as_str()), ("6", "5"));
 
@@ -74,7 +80,7 @@ async fn stale_epochs_are_refused_naming_both() {
     api.patch(
         "state",
         &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {FENCE_ANNOTATION: "six"}}})),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {FENCED_OBJECT_EPOCH_ANNOTATION: "six"}}})),
     )
     .await
     .unwrap();
@@ -150,5 +156,8 @@ async fn concurrent_writers_are_ordered_by_the_compare_and_swap() {
         2,
         "{accepted:?}"
     );
-    assert_eq!(cm.metadata.annotations.unwrap()[FENCE_ANNOTATION], "7");
+    assert_eq!(
+        cm.metadata.annotations.unwrap()[FENCED_OBJECT_EPOCH_ANNOTATION],
+        "7"
+    );
 }

@@ -1,6 +1,6 @@
 //! The GC-pause scenario on the light cluster, shared by the test (`tests/it/gc_pause.rs`) and
-//! `make demo` (`examples/demo.rs` includes this file with `#[path]`), so the demo shows exactly
-//! what the test checks.
+//! `make demo` (`examples/demo.rs`), so the demo shows exactly what the test checks. Behind the
+//! feature `gc-pause` (it reads the ledger table with tokio-postgres).
 //!
 //! A private PostgreSQL, the operator binary, three simulated pods (`ledger-0..2`, Ready through
 //! the simulated kubelet) and three ledger writers, local processes standing for the pods'
@@ -26,16 +26,21 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::api::{Api, PostParams};
-use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector};
-use leadergroup_testenv::{Kubelet, Postgres, TestNamespace};
+use kube::api::PostParams;
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
     process::{Child, Command},
 };
 
+use crate::crd::{leader_group, leader_groups};
+use crate::{Error, Kubelet, OperatorLaunch, OperatorProcess, Postgres, Result, TestNamespace};
+
 /// The group, and the fence row's name.
 pub const GROUP: &str = "ledger";
+/// The label selecting the group's pods, and its value.
+const APP: (&str, &str) = ("app", "ledger");
+/// The group's Lease duration.
+const LEASE_SECONDS: u32 = 15;
 /// How long the leader stays frozen at least: longer than the ledger's pause detection (1 s
 /// plus an interval), shorter than two thirds of the Lease duration (10 s), so the thawed writer
 /// still holds a role it believes confirmed.
@@ -154,7 +159,7 @@ impl Report {
 /// The processes and the database of one run; dropping it stops them all.
 pub struct Scenario {
     pub postgres: Postgres,
-    operator: Option<Child>,
+    operator: Option<OperatorProcess>,
     writers: Vec<Writer>,
 }
 
@@ -205,9 +210,8 @@ impl Drop for Writer {
 impl Drop for Scenario {
     fn drop(&mut self) {
         self.writers.clear();
-        if let Some(op) = self.operator.as_mut() {
-            let _ = op.start_kill();
-        }
+        // The operator is killed as it drops.
+        self.operator = None;
     }
 }
 
@@ -217,14 +221,18 @@ fn field<'l>(line: &'l str, key: &str) -> Option<&'l str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
-async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result<T, String> {
+async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result<T> {
     let start = Instant::now();
     loop {
         if let Some(t) = probe() {
             return Ok(t);
         }
         if start.elapsed() > WAIT {
-            return Err(format!("timed out after {WAIT:?} waiting for {what}"));
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                timeout: WAIT,
+                last: String::new(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -233,10 +241,11 @@ async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Result
 impl Scenario {
     /// Runs the scenario; the [`Scenario`] is returned with the report so the caller decides when
     /// everything stops (on drop).
-    pub async fn run(setup: &Setup<'_>) -> Result<(Scenario, Report), String> {
+    pub async fn run(setup: &Setup<'_>) -> Result<(Scenario, Report)> {
         let say = setup.narrate;
-        std::fs::create_dir_all(&setup.log_dir).map_err(|e| e.to_string())?;
-        let postgres = Postgres::start().await.map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&setup.log_dir)
+            .map_err(Error::io(format!("creating {}", setup.log_dir.display())))?;
+        let postgres = Postgres::start().await?;
         say(&format!(
             "PostgreSQL on 127.0.0.1:{} (a private server for this run)",
             postgres.port()
@@ -250,60 +259,39 @@ impl Scenario {
         Ok((scenario, report))
     }
 
-    async fn play(&mut self, setup: &Setup<'_>) -> Result<Report, String> {
+    async fn play(&mut self, setup: &Setup<'_>) -> Result<Report> {
         let say = setup.narrate;
         let ns = &setup.ns.name;
         let kubelet = Kubelet::new(setup.ns.client.clone(), ns);
         let pods: Vec<String> = (0..3).map(|i| format!("ledger-{i}")).collect();
         for pod in &pods {
-            kubelet
-                .create_ready_pod(pod, &[("app", "ledger")])
-                .await
-                .map_err(|e| e.to_string())?;
+            kubelet.create_ready_pod(pod, &[APP]).await?;
         }
-        let groups: Api<LeaderGroup> = Api::namespaced(setup.ns.client.clone(), ns);
-        let group = LeaderGroup::new(
-            GROUP,
-            LeaderGroupSpec {
-                selector: PodSelector {
-                    match_labels: [("app".into(), "ledger".into())].into(),
-                    ..Default::default()
-                },
-                lease_duration_seconds: 15,
-                preferred_leader: None,
-                paused: false,
-                liveness: Default::default(),
-            },
-        );
-        groups
-            .create(&PostParams::default(), &group)
+        leader_groups(&setup.ns.client, ns)
+            .create(
+                &PostParams::default(),
+                &leader_group(GROUP, APP.0, APP.1, LEASE_SECONDS)?,
+            )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::kube(format!("creating LeaderGroup {GROUP}")))?;
         say(&format!(
             "namespace {ns}: LeaderGroup {GROUP} and pods {} (Ready, simulated kubelet)",
             pods.join(", ")
         ));
 
+        let log_path = |name: &str| setup.log_dir.join(format!("{ns}-{name}.log"));
         let log = |name: &str| {
-            std::fs::File::create(setup.log_dir.join(format!("{ns}-{name}.log")))
-                .map_err(|e| e.to_string())
+            let path = log_path(name);
+            std::fs::File::create(&path).map_err(Error::io(format!("creating {}", path.display())))
         };
-        let operator_log = log("operator")?;
-        self.operator = Some(
-            Command::new(&setup.operator_bin)
-                .arg("--kubeconfig")
-                .arg(setup.kubeconfig)
-                .args(["--namespace", ns, "--identity", "gc-pause-operator"])
-                // Port 0: nothing here reads it, and a port chosen free beforehand may be taken by
-                // a parallel test before the process binds it.
-                .args(["--http-addr", "127.0.0.1:0"])
-                .env("RUST_LOG", "info,kube=warn")
-                .stdout(operator_log.try_clone().map_err(|e| e.to_string())?)
-                .stderr(operator_log)
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| format!("starting {}: {e}", setup.operator_bin.display()))?,
+        let launch = OperatorLaunch::new(
+            &setup.operator_bin,
+            setup.kubeconfig,
+            Some(ns),
+            "gc-pause-operator",
+            log_path("operator"),
         );
+        self.operator = Some(OperatorProcess::start(&launch).await?);
 
         let database = format!(
             "postgres://postgres@127.0.0.1:{}/postgres",
@@ -326,9 +314,15 @@ impl Scenario {
                 .stderr(stderr)
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(|e| format!("starting {}: {e}", setup.ledger_bin.display()))?;
+                .map_err(Error::io(format!(
+                    "starting {}",
+                    setup.ledger_bin.display()
+                )))?;
             let lines = Arc::new(Mutex::new(Vec::new()));
-            let stdout = child.stdout.take().ok_or("no stdout")?;
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| Error::Unexpected(format!("{pod}'s writer has no stdout")))?;
             let sink = Arc::clone(&lines);
             let mut copy = tokio::fs::File::from_std(log(&format!("{pod}.stdout"))?);
             tokio::spawn(async move {
@@ -372,10 +366,7 @@ impl Scenario {
         // The GC pause.
         self.writers[old_i].freeze();
         let frozen_at = Instant::now();
-        kubelet
-            .set_ready(&old_pod, false)
-            .await
-            .map_err(|e| e.to_string())?;
+        kubelet.set_ready(&old_pod, false).await?;
         say(&format!(
             "SIGSTOP {old_pod} (pid {}): the GC pause; its readiness probe fails, the kubelet reports it NotReady",
             self.writers[old_i].pid()
@@ -499,22 +490,25 @@ impl Scenario {
     }
 
     /// The ledger table in id order.
-    async fn ledger(&self) -> Result<Vec<Row>, String> {
+    async fn ledger(&self) -> Result<Vec<Row>> {
+        let failed =
+            |e: tokio_postgres::Error| Error::Unexpected(format!("reading the ledger: {e}"));
         let (db, connection) =
             tokio_postgres::connect(&self.postgres.connection_string(), tokio_postgres::NoTls)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(failed)?;
         tokio::spawn(connection);
-        Ok(db
-            .query("SELECT id, epoch, writer FROM ledger ORDER BY id", &[])
+        db.query("SELECT id, epoch, writer FROM ledger ORDER BY id", &[])
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(failed)?
             .iter()
-            .map(|r| Row {
-                id: r.get(0),
-                epoch: r.get(1),
-                writer: r.get(2),
+            .map(|r| {
+                Ok(Row {
+                    id: r.try_get(0).map_err(failed)?,
+                    epoch: r.try_get(1).map_err(failed)?,
+                    writer: r.try_get(2).map_err(failed)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }

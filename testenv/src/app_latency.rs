@@ -1,7 +1,7 @@
-//! How fast the application knows (issue 11, item 5): handovers on the light cluster, timed from
-//! the operator's decision to what each candidate's `leadergroup-client` `Membership` and
-//! `leadergroup-agent` report. Shared by the test (`tests/it/app_latency.rs`) and the benchmark
-//! (`bench/src/app_latency.rs` includes this file with `#[path]`), so both measure the same way.
+//! How fast the application knows: handovers on the light cluster, timed from the operator's
+//! decision to what each candidate's `leadergroup-client` `Membership` and `leadergroup-agent`
+//! report. Shared by the test (`tests/it/app_latency.rs`) and the benchmark
+//! (`bench/src/app_latency.rs`), so both measure the same way.
 //!
 //! The clocks, all on this machine's wall clock (the operator, the agents and this process share
 //! it):
@@ -27,10 +27,51 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupSpec, PodSelector};
-use leadergroup_testenv::{Kubelet, MemberRules, TestNamespace, member_account};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+
+use crate::{Kubelet, MemberRules, TestNamespace, member_account, wait_until};
+
+/// What stops a measurement.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The namespace, the ServiceAccount, the simulated kubelet or a wait failed.
+    #[error(transparent)]
+    Testenv(#[from] crate::Error),
+    /// An API request failed.
+    #[error("API request: {0}")]
+    Kube(#[from] kube::Error),
+    /// A file or a process could not be created.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The simulated kubelet's task ended abnormally.
+    #[error("simulated kubelet task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// One handover failed.
+    #[error("handover {index} ({trigger}): {source}")]
+    Handover {
+        /// Which one, from 0.
+        index: usize,
+        /// Its trigger's name.
+        trigger: &'static str,
+        /// Why.
+        #[source]
+        source: Box<MeasureError>,
+    },
+}
+
+/// A closure that wraps an I/O error with what was being done.
+fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> MeasureError {
+    let what = what.to_string();
+    move |source| MeasureError::Io { what, source }
+}
 
 /// The group measured, its pods' label and their ServiceAccount.
 pub const GROUP: &str = "lat";
@@ -257,7 +298,7 @@ pub struct Setup<'a> {
     /// The admin kubeconfig, for the operator.
     pub kubeconfig: &'a Path,
     /// The control plane (for the ServiceAccount's kubeconfig).
-    pub cp: &'a leadergroup_testenv::ControlPlane,
+    pub cp: &'a crate::ControlPlane,
     /// The operator binary.
     pub operator_bin: PathBuf,
     /// The agent binary.
@@ -287,35 +328,32 @@ impl Drop for Run {
 }
 
 /// Runs `setup.handovers` handovers; returns the report, or what broke.
-pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
-    std::fs::create_dir_all(&setup.log_dir).map_err(|e| format!("{e}"))?;
+pub async fn run(setup: &Setup<'_>) -> Result<Report, MeasureError> {
+    std::fs::create_dir_all(&setup.log_dir).map_err(io(setup.log_dir.display()))?;
     let ns = setup.ns;
     let kubelet = Kubelet::new(ns.client.clone(), &ns.name);
-    kubelet.ensure_node().await.map_err(|e| e.to_string())?;
+    kubelet.ensure_node().await?;
     let member_client = member_account_client(ns).await?;
-    let token = ns
-        .service_account_token(ACCOUNT)
-        .await
-        .map_err(|e| e.to_string())?;
+    let token = ns.service_account_token(ACCOUNT).await?;
     let agent_kubeconfig = setup.log_dir.join(format!("{}-member.kubeconfig", ns.name));
     std::fs::write(&agent_kubeconfig, setup.cp.token_kubeconfig(&token))
-        .map_err(|e| format!("writing {}: {e}", agent_kubeconfig.display()))?;
+        .map_err(io(format!("writing {}", agent_kubeconfig.display())))?;
     let operator_log = setup.log_dir.join(format!("{}-operator.log", ns.name));
-    let file = std::fs::File::create(&operator_log).map_err(|e| e.to_string())?;
+    let file = std::fs::File::create(&operator_log).map_err(io(operator_log.display()))?;
     let http = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?;
+        .map_err(io("binding a free port"))?;
     let operator = Command::new(&setup.operator_bin)
         .arg("--kubeconfig")
         .arg(setup.kubeconfig)
         .args(["--namespace", &ns.name, "--identity", "app-latency"])
         .args(["--http-addr", &http.to_string()])
         .env("RUST_LOG", "info,kube=warn")
-        .stdout(file.try_clone().map_err(|e| e.to_string())?)
+        .stdout(file.try_clone().map_err(io(operator_log.display()))?)
         .stderr(file)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("starting {}: {e}", setup.operator_bin.display()))?;
+        .map_err(io(format!("starting {}", setup.operator_bin.display())))?;
     let mut world = Run {
         operator,
         candidates: BTreeMap::new(),
@@ -341,8 +379,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
     };
     ns.api::<LeaderGroup>()
         .create(&PostParams::default(), &LeaderGroup::new(GROUP, spec))
-        .await
-        .map_err(|e| format!("creating the LeaderGroup: {e}"))?;
+        .await?;
 
     let mut report = Report::default();
     for i in 0..setup.handovers {
@@ -354,7 +391,11 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
         let h = world
             .handover(setup, trigger)
             .await
-            .map_err(|e| format!("handover {i} ({}): {e}", trigger.name()))?;
+            .map_err(|e| MeasureError::Handover {
+                index: i,
+                trigger: trigger.name(),
+                source: Box::new(e),
+            })?;
         report.handovers.push(h);
     }
     report.records = records(&world.log);
@@ -363,24 +404,17 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, String> {
 
 /// The pods' ServiceAccount, bound to exactly the Role the crate documents (testenv's
 /// [`member_account`]); a client as it.
-async fn member_account_client(ns: &TestNamespace) -> Result<Client, String> {
-    member_account(ns, ACCOUNT, GROUP, MemberRules::DOCUMENTED)
-        .await
-        .map_err(|e| e.to_string())?;
-    ns.service_account_client(ACCOUNT)
-        .await
-        .map_err(|e| e.to_string())
+async fn member_account_client(ns: &TestNamespace) -> Result<Client, MeasureError> {
+    member_account(ns, ACCOUNT, GROUP, MemberRules::DOCUMENTED).await?;
+    Ok(ns.service_account_client(ACCOUNT).await?)
 }
 
 impl Run {
     /// A new Ready pod `lat-<n>`, its `Membership` and its agent, each recorded.
-    async fn add_candidate(&mut self, setup: &Setup<'_>) -> Result<String, String> {
+    async fn add_candidate(&mut self, setup: &Setup<'_>) -> Result<String, MeasureError> {
         let pod = format!("{APP}-{}", self.next_pod);
         self.next_pod += 1;
-        self.kubelet
-            .create_ready_pod(&pod, &[("app", APP)])
-            .await
-            .map_err(|e| e.to_string())?;
+        self.kubelet.create_ready_pod(&pod, &[("app", APP)]).await?;
         let ns = &setup.ns.name;
         let membership = Membership::start(
             self.member_client.clone(),
@@ -408,7 +442,7 @@ impl Run {
             }
         });
         let agent_log = setup.log_dir.join(format!("{ns}-{pod}-agent.log"));
-        let file = std::fs::File::create(&agent_log).map_err(|e| e.to_string())?;
+        let file = std::fs::File::create(&agent_log).map_err(io(agent_log.display()))?;
         let agent = Command::new(&setup.agent_bin)
             .arg("--dir")
             .arg(setup.log_dir.join(format!("{ns}-{pod}-run")))
@@ -419,22 +453,22 @@ impl Run {
             .env("POD_NAMESPACE", ns)
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())
-            .stdout(file.try_clone().map_err(|e| e.to_string())?)
+            .stdout(file.try_clone().map_err(io(agent_log.display()))?)
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("starting {}: {e}", setup.agent_bin.display()))?;
+            .map_err(io(format!("starting {}", setup.agent_bin.display())))?;
         let mut candidate = Candidate {
             _membership: membership,
             agent,
             tasks: vec![crate_task],
         };
-        let addr = leadergroup_testenv::wait_until("the agent logs its address", BOUND, || {
+        let waiting = format!("the agent to log its address in {}", agent_log.display());
+        let addr = wait_until(&waiting, BOUND, || {
             let text = std::fs::read_to_string(&agent_log).unwrap_or_default();
-            async move { Ok::<_, String>(bound_addr(&text)) }
+            async move { Ok::<_, MeasureError>(bound_addr(&text)) }
         })
-        .await
-        .map_err(|e| format!("{e} (log {})", agent_log.display()))?;
+        .await?;
         let (log, name) = (Arc::clone(&self.log), pod.clone());
         candidate.tasks.push(tokio::spawn(async move {
             let mut version = String::new();
@@ -485,8 +519,8 @@ impl Run {
     /// Waits until the group is settled as every candidate sees it: the Lease's holder is
     /// reported `Leader` at the Lease's epoch by its crate and its agent, every other candidate
     /// `Follower` by both. Returns (leader, epoch).
-    async fn wait_settled(&self) -> Result<(String, i64), String> {
-        leadergroup_testenv::wait_until("every candidate agrees on the leader", BOUND, || async {
+    async fn wait_settled(&self) -> Result<(String, i64), MeasureError> {
+        let settled = wait_until("every candidate agrees on the leader", BOUND, || async {
             let Some((holder, epoch, _)) = self.lease().await? else {
                 return Ok(None);
             };
@@ -500,20 +534,15 @@ impl Run {
                     .iter()
                     .all(|s| self.last(pod, *s) == Some(want))
             });
-            Ok::<_, String>(agreed.then_some((holder, epoch)))
+            Ok::<_, MeasureError>(agreed.then_some((holder, epoch)))
         })
-        .await
-        .map_err(|e| e.to_string())
+        .await?;
+        Ok(settled)
     }
 
     /// The Lease's holder, epoch and acquireTime (ms since the Unix epoch).
-    async fn lease(&self) -> Result<Option<(String, i64, f64)>, String> {
-        let name = format!("leadergroup-{GROUP}");
-        let lease = self
-            .leases
-            .get_opt(&name)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn lease(&self) -> Result<Option<(String, i64, f64)>, MeasureError> {
+        let lease = self.leases.get_opt(&format!("leadergroup-{GROUP}")).await?;
         Ok(lease.and_then(|l| {
             let epoch = l
                 .metadata
@@ -536,9 +565,9 @@ impl Run {
         since_ms: f64,
         what: &str,
         cond: impl Fn(Seen) -> bool,
-    ) -> Result<f64, String> {
-        leadergroup_testenv::wait_until(what, BOUND, || async {
-            Ok::<_, String>(
+    ) -> Result<f64, MeasureError> {
+        let at_ms = wait_until(what, BOUND, || async {
+            Ok::<_, MeasureError>(
                 records(&self.log)
                     .iter()
                     .find(|r| {
@@ -547,21 +576,22 @@ impl Run {
                     .map(|r| r.at_ms),
             )
         })
-        .await
-        .map_err(|e| e.to_string())
+        .await?;
+        Ok(at_ms)
     }
 
-    async fn handover(&mut self, setup: &Setup<'_>, trigger: Trigger) -> Result<Handover, String> {
+    async fn handover(
+        &mut self,
+        setup: &Setup<'_>,
+        trigger: Trigger,
+    ) -> Result<Handover, MeasureError> {
         let (old, old_epoch) = self.wait_settled().await?;
         // Let the previous handover's stragglers (a replacement joining, a pod Ready again) pass.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let triggered_ms = now_ms();
         let finish = match trigger {
             Trigger::Deletion => {
-                self.kubelet
-                    .begin_termination(&old)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.kubelet.begin_termination(&old).await?;
                 let kubelet = self.kubelet.clone();
                 let pod = old.clone();
                 Some(tokio::spawn(async move {
@@ -570,23 +600,19 @@ impl Run {
                 }))
             }
             Trigger::NotReady => {
-                self.kubelet
-                    .set_ready(&old, false)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.kubelet.set_ready(&old, false).await?;
                 None
             }
         };
         let (new, new_epoch, decided_ms) =
-            leadergroup_testenv::wait_until("the Lease moves to another pod", BOUND, || async {
-                Ok::<_, String>(
+            wait_until("the Lease moves to another pod", BOUND, || async {
+                Ok::<_, MeasureError>(
                     self.lease()
                         .await?
                         .filter(|(h, e, _)| *h != old && *e > old_epoch),
                 )
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let new_leader = |s: Seen| s == Seen::Leader(new_epoch);
         let not_leader = |s: Seen| s.leader().is_none();
         let since = triggered_ms;
@@ -628,9 +654,7 @@ impl Run {
             .await?;
         match finish {
             Some(task) => {
-                task.await
-                    .map_err(|e| format!("simulated kubelet task: {e}"))?
-                    .map_err(|e| e.to_string())?;
+                task.await??;
                 // The old pod is gone: its Membership and agent go with it, and a replacement
                 // joins, as its ReplicaSet would make.
                 // (Dropping a candidate stops its recording before its Membership, so the
@@ -639,10 +663,7 @@ impl Run {
                 self.add_candidate(setup).await?;
             }
             None => {
-                self.kubelet
-                    .set_ready(&old, true)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.kubelet.set_ready(&old, true).await?;
             }
         }
         Ok(Handover {

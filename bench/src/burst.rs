@@ -1,0 +1,156 @@
+//! Scenario `burst`: every group's leader turns NotReady in one sweep, as when the node they sit
+//! on fails; the clock starts with the sweep.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
+use crate::observe::{LeaderWatch, ms_between};
+use crate::ours::{Groups, OperatorProcess};
+use crate::results::{Results, Run};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::stats::{Summary, summarize};
+
+/// The scenario.
+pub struct Burst;
+
+/// One burst.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct OneBurst {
+    /// From the start of the sweep until the last group is led again.
+    pub all_re_led_ms: f64,
+    /// How long the sweep of NotReady reports itself took.
+    pub sweep_ms: f64,
+    /// Per group, from the start of the sweep.
+    pub per_group_ms: Vec<f64>,
+}
+
+/// `burst.json`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct BurstResult {
+    /// The run.
+    pub run: Run,
+    /// Groups per burst.
+    pub groups: usize,
+    /// Every burst.
+    pub bursts: Vec<OneBurst>,
+    /// Per-group latencies over all bursts.
+    pub per_group: Option<Summary>,
+    /// All re-led, over the bursts.
+    pub all_re_led: Option<Summary>,
+}
+
+impl Scenario for Burst {
+    fn about(&self) -> About {
+        About::full_run("burst", "The burst of failed leaders")
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        let burst: BurstResult = results.read("burst")?;
+        let run = &burst.run;
+        let setup = Table::new(&["groups", "run"]).with([
+            burst.groups.to_string(),
+            format!("{} (`{}`)", run.started_at, run.command),
+        ]);
+        let latencies = spread_table(&["measure"])
+            .with(spread_row(
+                &["all re-led (per burst)"],
+                burst.all_re_led.as_ref(),
+            ))
+            .with(spread_row(&["per group"], burst.per_group.as_ref()));
+        let sweeps: Vec<String> = burst.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
+        let sweeps =
+            Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
+        let mut targets = Table::new(&["target", "measured", "met"]);
+        if let Some(s) = &burst.all_re_led {
+            targets.row([
+                format!("burst of {}: all re-led within 1 s", burst.groups),
+                format!("max {}", ms(s.max_ms)),
+                met(s.max_ms < 1000.0).to_owned(),
+            ]);
+        }
+        Ok(vec![
+            Block::tables("burst", [setup, latencies, sweeps]),
+            Block::tables("burst-targets", [targets]),
+        ])
+    }
+}
+
+async fn measure(ctx: &Context) -> Result<BurstResult> {
+    let light = ctx.light().await?;
+    let (count, rounds) = ctx.pick((100, 3), (10, 1));
+    tracing::info!("burst: {count} groups, {rounds} bursts");
+    let groups = Groups::create("bench-burst", count).await?;
+    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
+    let log = ctx.log_dir.join("operator-burst.log");
+    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    groups.wait_all_led(&watch).await?;
+    tokio::time::sleep(ctx.settle()).await;
+    let mut bursts = Vec::new();
+    for _ in 0..rounds {
+        bursts.push(one_burst(&groups, &watch).await?);
+        tokio::time::sleep(ctx.settle()).await;
+    }
+    light.add_double_leaders(watch.double_leaders());
+    op.stop().await;
+    let per: Vec<f64> = bursts
+        .iter()
+        .flat_map(|b| b.per_group_ms.iter().copied())
+        .collect();
+    let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
+    let result = BurstResult {
+        run: Run::default(),
+        groups: count,
+        per_group: summarize(&per),
+        all_re_led: summarize(&all),
+        bursts,
+    };
+    Ok(result)
+}
+
+/// One burst: every leader NotReady in one sweep, until every group is led again; then the old
+/// leaders Ready again (as followers).
+async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
+    let old: Vec<(String, String)> = groups
+        .names
+        .iter()
+        .filter_map(|g| watch.leader(g).map(|l| (g.clone(), l.pod)))
+        .collect();
+    let t0 = SystemTime::now();
+    futures::future::try_join_all(
+        old.iter()
+            .map(|(_, pod)| groups.kubelet.set_ready(pod, false)),
+    )
+    .await?;
+    let sweep_ms = ms_between(t0, SystemTime::now());
+    let mut per_group_ms = Vec::new();
+    for (g, pod) in &old {
+        let new = watch
+            .wait_new_leader(g, Some(pod), crate::ours::BOUND)
+            .await?;
+        per_group_ms.push(ms_between(t0, new.at));
+    }
+    futures::future::try_join_all(
+        old.iter()
+            .map(|(_, pod)| groups.kubelet.set_ready(pod, true)),
+    )
+    .await?;
+    Ok(OneBurst {
+        all_re_led_ms: per_group_ms.iter().copied().fold(0.0, f64::max),
+        sweep_ms,
+        per_group_ms,
+    })
+}
+
+impl Outcome for BurstResult {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.run = run.clone();
+        results.write("burst", self)
+    }
+}

@@ -1,0 +1,385 @@
+//! Scenario `handover`: graceful termination and crash of the leader, ours on one group alone on
+//! the server (its latencies are milliseconds, and nothing else may load the machine meanwhile),
+//! then the four peers side by side. Its results files, `graceful.json` and `crash.json`, carry
+//! the full run's record, which the page's run and machine tables show.
+
+use std::time::{Duration, Instant};
+
+use futures::future::LocalBoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::markdown::{Block, Table, counts, spread_row, spread_table};
+use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
+use crate::ours::{Groups, OperatorProcess};
+use crate::peers::{PeerGroup, PeerKind};
+use crate::results::{Results, Run};
+use crate::scenario::{About, Context, Measuring, Outcome, Scenario, measuring};
+use crate::stats::{Summary, summarize};
+
+/// The scenario.
+pub struct Handovers;
+
+/// The samples of one system in one handover scenario.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Handover {
+    /// System name.
+    pub system: String,
+    /// Its settings and how the clock was read.
+    pub settings: String,
+    /// Every sample, milliseconds.
+    pub samples_ms: Vec<f64>,
+    /// Their summary.
+    pub summary: Option<Summary>,
+    /// The operator's API requests per repetition, by verb and resource (ours only).
+    pub api_calls_per_repetition: Option<RequestCounts>,
+}
+
+impl Handover {
+    /// Summarizes `samples`.
+    pub fn new(
+        system: &str,
+        settings: &str,
+        samples: Vec<f64>,
+        calls: Option<RequestCounts>,
+    ) -> Handover {
+        Handover {
+            system: system.into(),
+            settings: settings.into(),
+            summary: summarize(&samples),
+            samples_ms: samples,
+            api_calls_per_repetition: calls,
+        }
+    }
+
+    fn median_ms(&self) -> f64 {
+        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
+    }
+}
+
+/// `graceful.json` and `crash.json`.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct HandoverResult {
+    /// The run.
+    pub run: Run,
+    /// `graceful` or `crash`.
+    pub scenario: String,
+    /// One entry per system, ours first.
+    pub systems: Vec<Handover>,
+}
+
+/// Both results, as measured.
+struct Measured {
+    graceful: HandoverResult,
+    crash: HandoverResult,
+}
+
+/// The two scenarios: name, and how ours is measured.
+const SCENARIOS: [(&str, &str); 2] = [
+    (
+        "graceful",
+        "delete the leader pod; the simulated kubelet removes it 300 ms later; leader label seen by an independent watch",
+    ),
+    (
+        "crash",
+        "leader pod reported NotReady through pods/status; leader label seen by an independent watch",
+    ),
+];
+
+impl Scenario for Handovers {
+    fn about(&self) -> About {
+        About::full_run(
+            "handover",
+            "Graceful and crash handovers: ours on one group, then the peers",
+        )
+    }
+
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a> {
+        measuring(measure_ours(ctx))
+    }
+
+    fn render(&self, results: &Results) -> Result<Vec<Block>> {
+        let graceful: HandoverResult = results.read("graceful")?;
+        let crash: HandoverResult = results.read("crash")?;
+        let floor: crate::floor::FloorResult = results.read("floor")?;
+        let run = &graceful.run;
+        let mut blocks = vec![
+            Block::tables(
+                "run",
+                [Table::new(&["command", "started", "took"]).with([
+                    format!("`{}`", run.command),
+                    run.started_at.clone(),
+                    format!("{:.0} s", run.duration_s),
+                ])],
+            )
+            .notes(run.quick.then(|| {
+                "**This is a `--quick` smoke run: too few repetitions to mean anything.**"
+                    .to_owned()
+            })),
+            Block::tables("machine", [machine(run)]),
+        ];
+        for result in [&graceful, &crash] {
+            blocks.push(handover_block(result, floor.median_ms()));
+        }
+        Ok(blocks)
+    }
+}
+
+async fn measure_ours(ctx: &Context) -> Result<Measured> {
+    let light = ctx.light().await?;
+    let baseline = ctx.baseline().await?;
+    let groups = Groups::create("bench-ours", 1).await?;
+    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
+    let log = ctx.log_dir.join("operator-single.log");
+    let op = OperatorProcess::start(&light.operator, Some(&groups.namespace), &log).await?;
+    groups.wait_all_led(&watch).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reps = ctx.pick(100, 5);
+    let ours = Ours {
+        admin: &light.admin,
+        baseline,
+        groups: &groups,
+        watch: &watch,
+    };
+    let graceful = ours.measure(SCENARIOS[0], reps).await?;
+    let crash = ours.measure(SCENARIOS[1], reps).await?;
+    light.add_double_leaders(watch.double_leaders());
+    op.stop().await;
+    Ok(Measured { graceful, crash })
+}
+
+/// The machine, the versions, and what the run saw besides its figures.
+fn machine(run: &Run) -> Table {
+    let mut table = Table::new(&["item", "value"]);
+    for (k, v) in run.machine.iter().chain(&run.versions) {
+        table.row([k.as_str(), v]);
+    }
+    table.row(["control plane", &run.control_plane]);
+    table.row([
+        "idle API server baseline (subtracted from every window), requests/s",
+        &counts(&run.baseline_requests_per_s),
+    ]);
+    table.row([
+        "the independent watch saw two leaders in one group".to_owned(),
+        format!("{} times", run.double_leaders),
+    ]);
+    for (peer, n) in &run.peer_split_brains {
+        table.row([
+            format!("{peer}: a candidate started leading while another still believed it led (handover scenarios)"),
+            format!("{n} times"),
+        ]);
+    }
+    for (peer, why) in &run.peer_failures {
+        table.row([
+            format!("{peer}: its handover repetitions stopped early"),
+            why.clone(),
+        ]);
+    }
+    table
+}
+
+/// One scenario's table (ours against the floor, the peers against ours), and our requests.
+fn handover_block(result: &HandoverResult, floor_ms: f64) -> Block {
+    let mut table = spread_table(&["system"]);
+    table.columns.push("median vs ours; settings".into());
+    let ours = result.systems.first().map_or(f64::NAN, Handover::median_ms);
+    for (i, s) in result.systems.iter().enumerate() {
+        let mut row = spread_row(&[&s.system], s.summary.as_ref());
+        row.push(if i == 0 {
+            format!("{:.1}× the floor; {}", s.median_ms() / floor_ms, s.settings)
+        } else {
+            format!("{:.0}× ours; {}", s.median_ms() / ours, s.settings)
+        });
+        table.rows.push(row);
+    }
+    let calls = result
+        .systems
+        .first()
+        .and_then(|s| s.api_calls_per_repetition.as_ref())
+        .map(|calls| {
+            Table::new(&["our API requests per repetition, by verb and resource"])
+                .with([counts(calls)])
+        });
+    Block::tables(&result.scenario, [table].into_iter().chain(calls))
+}
+
+impl Outcome for Measured {
+    fn measure_peers<'a>(&'a mut self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let light = ctx.light().await?;
+            tracing::info!("peers: graceful and crash handovers, the four kinds side by side");
+            let reps = ctx.pick(
+                [(10, 5), (15, 10), (8, 4), (8, 4)],
+                [(1, 1), (2, 1), (1, 1), (1, 1)],
+            );
+            let tasks: Vec<_> = ctx
+                .peers()
+                .await?
+                .iter()
+                .zip(reps)
+                .enumerate()
+                .map(|(i, (kind, reps))| {
+                    let (kind, kubeconfig) = (kind.clone(), light.kubeconfig().to_path_buf());
+                    let log_dir = ctx.log_dir.clone();
+                    tokio::spawn(async move {
+                        let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
+                        let group =
+                            PeerGroup::start(&kind, &ns.client, &kubeconfig, &ns.name, 1, &log_dir)
+                                .await?;
+                        peer_handovers(kind, group, reps).await
+                    })
+                })
+                .collect();
+            for task in tasks {
+                let peer = task
+                    .await
+                    .map_err(|e| Error::Other(format!("peer task: {e}")))??;
+                let name = peer.kind.name.to_string();
+                light.record(|run| {
+                    run.peer_split_brains
+                        .insert(name.clone(), peer.split_brains);
+                    if !peer.failures.is_empty() {
+                        run.peer_failures.insert(name, peer.failures.join("; "));
+                    }
+                });
+                let kind = &peer.kind;
+                let [soft, hard] = peer.samples;
+                self.graceful
+                    .systems
+                    .push(Handover::new(kind.name, kind.settings, soft, None));
+                self.crash
+                    .systems
+                    .push(Handover::new(kind.name, kind.settings, hard, None));
+            }
+            Ok(())
+        })
+    }
+
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        for result in [&mut self.graceful, &mut self.crash] {
+            result.run = run.clone();
+            results.write(&result.scenario, result)?;
+        }
+        Ok(())
+    }
+}
+
+/// One peer kind's graceful and crash handovers.
+struct PeerHandovers {
+    kind: PeerKind,
+    /// Graceful, then crash, milliseconds.
+    samples: [Vec<f64>; 2],
+    split_brains: u64,
+    failures: Vec<String>,
+}
+
+/// `reps` (graceful, crash) handovers of `group`. A peer that fails to hand over within its
+/// bound is a result, not a harness error: the failure is recorded and that kind's remaining
+/// repetitions skipped.
+async fn peer_handovers(
+    kind: PeerKind,
+    mut group: PeerGroup,
+    reps: (usize, usize),
+) -> Result<PeerHandovers> {
+    group
+        .wait_all_led(kind.lease * 3 + Duration::from_secs(30))
+        .await?;
+    let mut samples = [Vec::new(), Vec::new()];
+    let mut failures = Vec::new();
+    'scenarios: for (kill, reps, out) in [(false, reps.0, 0), (true, reps.1, 1)] {
+        for _ in 0..reps {
+            match group.handover(kill).await {
+                Ok(ms) => samples[out].push(ms),
+                Err(e) => {
+                    tracing::warn!("peers: {}: {e}", kind.name);
+                    failures.push(e.to_string());
+                    break 'scenarios;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let split_brains = group.overlaps();
+    group.stop().await;
+    tracing::info!("peers: {} done", kind.name);
+    Ok(PeerHandovers {
+        kind,
+        samples,
+        split_brains,
+        failures,
+    })
+}
+
+/// Ours on one group, alone on the server.
+struct Ours<'a> {
+    admin: &'a kube::Client,
+    baseline: &'a RequestCounts,
+    groups: &'a Groups,
+    watch: &'a LeaderWatch,
+}
+
+impl Ours<'_> {
+    /// `reps` handovers of `scenario` (name, settings).
+    async fn measure(
+        &self,
+        (scenario, settings): (&str, &str),
+        reps: usize,
+    ) -> Result<HandoverResult> {
+        tracing::info!("ours: {reps} {scenario} handovers");
+        let (samples, calls) = repeat_counting(self.admin, self.baseline, reps, || async {
+            let ms = if scenario == "graceful" {
+                self.groups.deletion_handover(self.watch, "g-0").await?
+            } else {
+                self.groups.not_ready_handover(self.watch, "g-0").await?
+            };
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            Ok(ms)
+        })
+        .await?;
+        let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
+        Ok(HandoverResult {
+            run: Run::default(),
+            scenario: scenario.into(),
+            systems: vec![ours],
+        })
+    }
+}
+
+/// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
+/// stand-in ReplicaSet): left out of the operator's API calls per handover.
+fn harness_request(key: &str) -> bool {
+    matches!(
+        key,
+        "GET pods" | "PATCH pods/status" | "DELETE pods" | "POST pods"
+    )
+}
+
+/// Runs `rep` `n` times; returns the samples and the operator's API requests per repetition, by
+/// verb and resource, from the API server's counters (less the idle baseline and the harness's
+/// own requests).
+async fn repeat_counting<F, Fut>(
+    admin: &kube::Client,
+    baseline: &RequestCounts,
+    n: usize,
+    mut rep: F,
+) -> Result<(Vec<f64>, RequestCounts)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<f64>>,
+{
+    let before = api_requests(admin).await?;
+    let t0 = Instant::now();
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        samples.push(rep().await?);
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let after = api_requests(admin).await?;
+    let per_rep = rates(&before, &after, seconds, Some(baseline))
+        .into_iter()
+        .filter(|(k, _)| !harness_request(k))
+        .map(|(k, per_s)| (k, per_s * seconds / n.max(1) as f64))
+        .filter(|(_, v)| *v >= 0.05)
+        .collect();
+    Ok((samples, per_rep))
+}

@@ -1,0 +1,183 @@
+//! The results files `bench/results/<name>.json` (every sample), and what each says about the
+//! run that made it. Knows no scenario.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::observe::RequestCounts;
+
+/// What every results file says about the run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct Run {
+    /// When it started (UTC).
+    pub started_at: String,
+    /// The command that made it.
+    pub command: String,
+    /// `--quick`: a smoke run, not figures to publish.
+    pub quick: bool,
+    /// CPU model, cores, memory.
+    pub machine: BTreeMap<String, String>,
+    /// Versions of everything measured.
+    pub versions: BTreeMap<String, String>,
+    /// Own control plane or a shared one.
+    pub control_plane: String,
+    /// The idle API server's own requests per second (subtracted from every window).
+    pub baseline_requests_per_s: RequestCounts,
+    /// Times the independent watch saw two pods of one group labeled leader (must be 0).
+    pub double_leaders: u64,
+    /// Per peer kind, in the handover scenarios: how often a candidate started leading while
+    /// another still believed it led (a split brain; each library's own OnStartedLeading).
+    pub peer_split_brains: BTreeMap<String, u64>,
+    /// Per peer kind: why its handover repetitions stopped early, if they did.
+    pub peer_failures: BTreeMap<String, String>,
+    /// Wall time of the whole run.
+    pub duration_s: f64,
+}
+
+impl Run {
+    /// The machine, the versions and the control plane `cp`, now.
+    pub async fn describe(
+        admin: &kube::Client,
+        repo: &Path,
+        cp: &leadergroup_testenv::ControlPlane,
+        quick: bool,
+    ) -> Result<Run> {
+        let proc_line = |file: &str, key: &str| {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with(key))
+                .map(str::to_owned)
+        };
+        let mut machine = BTreeMap::new();
+        if let Some((_, model)) = proc_line("/proc/cpuinfo", "model name")
+            .as_deref()
+            .and_then(|l| l.split_once(':'))
+        {
+            machine.insert("cpu".into(), model.trim().to_owned());
+        }
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        machine.insert("cores".into(), cores.to_string());
+        if let Some(kib) = proc_line("/proc/meminfo", "MemTotal:")
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        {
+            machine.insert("memory".into(), format!("{:.1} GiB", kib / 1024.0 / 1024.0));
+        }
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        machine.insert("kernel".into(), kernel.trim().to_owned());
+
+        let request = http::Request::get("/version")
+            .body(Vec::new())
+            .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
+        let version: serde_json::Value = serde_json::from_str(&admin.request_text(request).await?)?;
+        let repo = repo.display().to_string();
+        let head = command_line("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]);
+        let versions = [
+            (
+                "kube-apiserver",
+                version["gitVersion"].as_str().unwrap_or("?"),
+            ),
+            (
+                "leadergroup-operator",
+                &format!("{} ({head})", env!("CARGO_PKG_VERSION")),
+            ),
+            ("client-go", "v0.37.2 (tools/leaderelection, LeaseLock)"),
+            ("kube-leader-election", "0.44.0 (kube 4)"),
+            ("kube-lease-manager", "0.13.1 (kube 5)"),
+            ("operator kube", "kube 5, k8s-openapi 0.29 (v1_37)"),
+            ("rustc", &command_line("rustc", &["--version"])),
+            ("go", &command_line("go", &["version"])),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let control_plane = match cp.cluster_dir() {
+            Some(dir) => format!(
+                "its own, started by leadergroup-testenv in {} (etcd + kube-apiserver on loopback)",
+                dir.display()
+            ),
+            None => format!(
+                "shared, from {} (other clients may add load and requests)",
+                leadergroup_testenv::KUBECONFIG_ENV
+            ),
+        };
+        // The arguments the binary got are the BENCH_ARGS of `make bench`.
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let command = if args.is_empty() {
+            "make bench".into()
+        } else {
+            format!("make bench BENCH_ARGS='{}'", args.join(" "))
+        };
+        Ok(Run {
+            started_at: jiff::Timestamp::now()
+                .strftime("%Y-%m-%d %H:%M:%S UTC")
+                .to_string(),
+            command,
+            quick,
+            machine,
+            versions,
+            control_plane,
+            ..Run::default()
+        })
+    }
+}
+
+/// A program's trimmed stdout, or "?".
+fn command_line(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The folder of the results files.
+#[derive(Clone, Debug)]
+pub struct Results {
+    dir: PathBuf,
+}
+
+impl Results {
+    /// `<repo>/bench/results`.
+    pub fn of(repo: &Path) -> Results {
+        Results {
+            dir: repo.join("bench/results"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// Reads `<name>.json`.
+    pub fn read<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T> {
+        let path = self.path(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("reading {}", path.display())))?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Reads `<name>.json`, None when there is none (a scenario not run yet).
+    pub fn read_opt<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        if self.path(name).is_file() {
+            self.read(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Writes `<name>.json`, pretty.
+    pub fn write(&self, name: &str, value: &impl Serialize) -> Result<()> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(Error::io(format!("creating {}", self.dir.display())))?;
+        let path = self.path(name);
+        let text = serde_json::to_string_pretty(value)?;
+        std::fs::write(&path, text + "\n").map_err(Error::io(format!("writing {}", path.display())))
+    }
+}

@@ -1,0 +1,238 @@
+//! What every scenario is to the harness ([`Scenario`]), and what it measures with
+//! ([`Context`]): the light control plane (started when a scenario first needs it), the operator
+//! binary, the idle baseline, the peers, and the run's record.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::future::LocalBoxFuture;
+use tokio::sync::OnceCell;
+
+use crate::error::{Error, Result};
+use crate::markdown::Block;
+use crate::observe::{RequestCounts, api_requests, rates};
+use crate::ours::Operator;
+use crate::peers::PeerKind;
+use crate::results::{Results, Run};
+
+/// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
+/// results files; from them, it renders its blocks of docs/benchmarks.md.
+pub trait Scenario: Sync {
+    /// Its name, its help, and whether the full run measures it.
+    fn about(&self) -> About;
+    /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
+    fn measure<'a>(&'a self, ctx: &'a Context) -> Measuring<'a>;
+    /// Its blocks of the page from the results files; none while it has no results yet (the
+    /// page keeps what it had).
+    fn render(&self, results: &Results) -> Result<Vec<Block>>;
+}
+
+/// What the command line knows of a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct About {
+    /// Its name: `--only NAME`, and the prefix of its blocks' names.
+    pub name: &'static str,
+    /// What `--help` says of it.
+    pub help: &'static str,
+    /// Whether the full run (no `--only`) measures it.
+    pub in_full_run: bool,
+}
+
+impl About {
+    /// A scenario of the full run.
+    pub const fn full_run(name: &'static str, help: &'static str) -> About {
+        About {
+            name,
+            help,
+            in_full_run: true,
+        }
+    }
+
+    /// A scenario that runs only alone (`--only NAME`).
+    pub const fn alone(name: &'static str, help: &'static str) -> About {
+        About {
+            name,
+            help,
+            in_full_run: false,
+        }
+    }
+}
+
+/// What [`Scenario::measure`] returns.
+pub type Measuring<'a> = LocalBoxFuture<'a, Result<Box<dyn Outcome>>>;
+
+/// `measurement` as a [`Measuring`].
+pub fn measuring<'a, O: Outcome + 'static>(
+    measurement: impl Future<Output = Result<O>> + 'a,
+) -> Measuring<'a> {
+    Box::pin(async move { Ok(Box::new(measurement.await?) as Box<dyn Outcome>) })
+}
+
+/// A scenario's measurement, until it is written.
+pub trait Outcome {
+    /// Measures the peers: after every scenario measured ours, since the peers' many processes
+    /// load the machine more.
+    fn measure_peers<'a>(&'a mut self, _ctx: &'a Context) -> LocalBoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Writes its results files, each with `run` (the run's record as it ended).
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()>;
+    /// What its checks found over the run (must be empty): a scenario run alone fails on it.
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The command line's settings of the scenarios.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// A few repetitions of everything: a smoke test of the harness.
+    pub quick: bool,
+    /// One scenario alone (`--only`), not the full run.
+    pub alone: bool,
+    /// `--scale`: the scale scenario's group counts; scale-10k's first.
+    pub scale: Option<Vec<usize>>,
+    /// `--grace`: the real cluster's node-monitor grace period, seconds.
+    pub grace: Option<u32>,
+    /// `--lease`: scale-10k's Lease duration, seconds.
+    pub lease: Option<i32>,
+}
+
+/// The light control plane, the operator binary measured on it, and the run's record.
+pub struct Light {
+    /// The control plane (its own, or the one `LEADERGROUP_KUBECONFIG` names).
+    pub cp: &'static leadergroup_testenv::ControlPlane,
+    /// Its admin client.
+    pub admin: kube::Client,
+    /// The operator measured on it.
+    pub operator: Operator,
+    /// The kernel's clock ticks per second, for /proc's CPU times.
+    pub ticks: f64,
+    run: Mutex<Run>,
+}
+
+impl Light {
+    /// The kubeconfig of the control plane.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.operator.kubeconfig
+    }
+
+    /// Counts what the independent watch saw: two pods of one group labeled leader.
+    pub fn add_double_leaders(&self, n: u64) {
+        self.record(|run| run.double_leaders += n);
+    }
+
+    /// The run's record so far.
+    pub fn run(&self) -> Run {
+        self.run.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Changes the run's record.
+    pub fn record(&self, change: impl FnOnce(&mut Run)) {
+        if let Ok(mut run) = self.run.lock() {
+            change(&mut run);
+        }
+    }
+}
+
+/// What the scenarios of one invocation share.
+pub struct Context {
+    /// The repository written to.
+    pub repo: PathBuf,
+    /// Where processes' logs and the `--only` excerpts go (`target/bench-logs`).
+    pub log_dir: PathBuf,
+    /// The command line's settings.
+    pub options: Options,
+    started: Instant,
+    light: OnceCell<Light>,
+    baseline: OnceCell<RequestCounts>,
+    peers: OnceCell<Vec<PeerKind>>,
+}
+
+impl Context {
+    /// A context for `repo`; nothing started yet.
+    pub fn new(repo: PathBuf, options: Options) -> Result<Context> {
+        let log_dir = repo.join("target/bench-logs");
+        std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
+        Ok(Context {
+            repo,
+            log_dir,
+            options,
+            started: Instant::now(),
+            light: OnceCell::new(),
+            baseline: OnceCell::new(),
+            peers: OnceCell::new(),
+        })
+    }
+
+    /// `full` repetitions, or `quick` ones with `--quick`.
+    pub fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.options.quick { quick } else { full }
+    }
+
+    /// A steady-state window of ours.
+    pub fn window(&self) -> Duration {
+        self.pick(Duration::from_secs(30), Duration::from_secs(5))
+    }
+
+    /// How long to let things settle once every group is led.
+    pub fn settle(&self) -> Duration {
+        self.pick(Duration::from_secs(10), Duration::from_secs(2))
+    }
+
+    /// The light control plane with the CRD installed, started on the first call.
+    pub async fn light(&self) -> Result<&Light> {
+        self.light
+            .get_or_try_init(|| async {
+                let binary = crate::ours::release_binary("leadergroup-operator")?;
+                tracing::info!("control plane");
+                let cp = leadergroup_testenv::control_plane().await?;
+                let admin = cp.client().await?;
+                crate::ours::install_crd(&admin).await?;
+                let run = Run::describe(&admin, &self.repo, cp, self.options.quick).await?;
+                let kubeconfig = cp.kubeconfig_path().to_path_buf();
+                Ok(Light {
+                    cp,
+                    admin,
+                    operator: Operator { binary, kubeconfig },
+                    ticks: crate::observe::ticks_per_second(),
+                    run: Mutex::new(run),
+                })
+            })
+            .await
+    }
+
+    /// The idle API server's own requests per second, measured on the first call.
+    pub async fn baseline(&self) -> Result<&RequestCounts> {
+        self.baseline
+            .get_or_try_init(|| async {
+                let light = self.light().await?;
+                let window = self.pick(Duration::from_secs(15), Duration::from_secs(3));
+                tracing::info!("baseline: {} s of an idle API server", window.as_secs());
+                let before = api_requests(&light.admin).await?;
+                tokio::time::sleep(window).await;
+                let after = api_requests(&light.admin).await?;
+                let baseline = rates(&before, &after, window.as_secs_f64(), None);
+                light.record(|run| run.baseline_requests_per_s = baseline.clone());
+                Ok(baseline)
+            })
+            .await
+    }
+
+    /// The four peer configurations, their binaries built or checked on the first call.
+    pub async fn peers(&self) -> Result<&[PeerKind]> {
+        let kinds = self
+            .peers
+            .get_or_try_init(|| crate::peers::build(&self.repo))
+            .await?;
+        Ok(kinds)
+    }
+
+    /// The run's record as it ends now (a default one when nothing ran on the light cluster).
+    pub fn finished_run(&self) -> Run {
+        let mut run = self.light.get().map(Light::run).unwrap_or_default();
+        run.duration_s = self.started.elapsed().as_secs_f64();
+        run
+    }
+}

@@ -1,0 +1,90 @@
+//! The names the operator writes and everything else reads: the LeaderGroup resource, the marks
+//! on pods, the annotations on the group's Lease and the Lease's name. The operator, this crate,
+//! the agent and the tests all read them from here, so they cannot drift apart; changing one is
+//! a change of the wire format that running pods, agents and clients see.
+
+/// API group of the LeaderGroup resource and prefix of every label and annotation below.
+pub const API_GROUP: &str = "leadergroup.io";
+/// The LeaderGroup resource's served version.
+pub const API_VERSION: &str = "v1alpha1";
+/// The resource's kind.
+pub const KIND: &str = "LeaderGroup";
+/// The resource's plural (its REST path segment).
+pub const PLURAL: &str = "leadergroups";
+
+/// Label on every candidate pod: [`ROLE_LEADER`] on the one leader, [`ROLE_FOLLOWER`] on the
+/// others.
+pub const ROLE_LABEL: &str = "leadergroup.io/role";
+/// Value of [`ROLE_LABEL`] on the leader.
+pub const ROLE_LEADER: &str = "leader";
+/// Value of [`ROLE_LABEL`] on every other candidate.
+pub const ROLE_FOLLOWER: &str = "follower";
+/// Annotation holding the fencing token (the epoch) as a decimal `i64`, on the leader pod and on
+/// the group's Lease; the Lease's is authoritative.
+pub const EPOCH_ANNOTATION: &str = "leadergroup.io/epoch";
+/// Annotation naming the group on every pod the operator marked.
+pub const GROUP_ANNOTATION: &str = "leadergroup.io/group";
+/// Label naming the group on its Lease: the operator watches only the Leases that carry it.
+pub const LEASE_GROUP_LABEL: &str = "leadergroup.io/group";
+/// Annotation on the group's Lease naming the operator replica that last wrote it (the arbiter).
+pub const ARBITER_ANNOTATION: &str = "leadergroup.io/arbiter";
+/// Annotation on the group's Lease in Heartbeat mode, value [`LIVENESS_HEARTBEAT`]: the leader's
+/// agent or client renews the Lease itself.
+pub const LIVENESS_ANNOTATION: &str = "leadergroup.io/liveness";
+/// Value of [`LIVENESS_ANNOTATION`] in Heartbeat mode.
+pub const LIVENESS_HEARTBEAT: &str = "Heartbeat";
+/// Annotation on the operator's own Lease naming the replica that released it on shutdown: the
+/// replica that takes over knows it stopped on purpose, and takes its groups over at once.
+pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
+/// Annotation on the group's Lease: the UID of the holder's pod. Leadership belongs to one pod
+/// incarnation: a pod created again under the same name (a StatefulSet's, or a force-deleted
+/// one) is another candidate, and never holds its predecessor's token.
+pub const HOLDER_UID_ANNOTATION: &str = "leadergroup.io/holder-uid";
+/// Annotation of the operator's barrier: written on a group's pods before a promotion while an
+/// earlier promotion may still be in flight, and on every leader it deposes, it changes their
+/// resourceVersion, which that promotion is conditional on. Its wire name predates the word
+/// barrier, and pods of running groups carry it. Not the same thing as
+/// [`FENCED_OBJECT_EPOCH_ANNOTATION`].
+pub const BARRIER_ANNOTATION: &str = "leadergroup.io/fence";
+/// Annotation on an application's object guarded by `fence::replace_fenced`: the highest epoch
+/// that object has accepted. Written by applications through this crate, never by the operator;
+/// not the same thing as [`BARRIER_ANNOTATION`].
+pub const FENCED_OBJECT_EPOCH_ANNOTATION: &str = "leadergroup.io/fence-epoch";
+/// Finalizer that removes the operator's marks from pods and deletes the Lease.
+pub const FINALIZER: &str = "leadergroup.io/cleanup";
+/// The group's Lease is named this prefix followed by the group's name ([`lease_name_for`]).
+pub const LEASE_PREFIX: &str = "leadergroup-";
+
+/// Name of the Lease of the group called `group`.
+pub fn lease_name_for(group: &str) -> String {
+    format!("{LEASE_PREFIX}{group}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mark_is_in_the_api_group() {
+        for name in [
+            ROLE_LABEL,
+            EPOCH_ANNOTATION,
+            GROUP_ANNOTATION,
+            LEASE_GROUP_LABEL,
+            ARBITER_ANNOTATION,
+            LIVENESS_ANNOTATION,
+            RELEASED_BY_ANNOTATION,
+            HOLDER_UID_ANNOTATION,
+            BARRIER_ANNOTATION,
+            FENCED_OBJECT_EPOCH_ANNOTATION,
+            FINALIZER,
+        ] {
+            assert_eq!(name.split_once('/').map(|(g, _)| g), Some(API_GROUP));
+        }
+    }
+
+    #[test]
+    fn the_lease_of_a_group_is_the_prefix_and_its_name() {
+        assert_eq!(lease_name_for("payments"), "leadergroup-payments");
+    }
+}
