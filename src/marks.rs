@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL};
+use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
 
 /// The pod's role label: `leader`, `follower`, or none.
 pub fn role(pod: &Pod) -> Option<&str> {
@@ -29,6 +29,12 @@ pub fn is_marked_for(pod: &Pod, group: &str) -> bool {
     marked_group(pod) == Some(group)
 }
 
+/// Whether the pod carries `group`'s leader marks: the label `role=leader` and the group's
+/// annotation.
+pub fn leads_for(pod: &Pod, group: &str) -> bool {
+    role(pod) == Some(ROLE_LEADER) && is_marked_for(pod, group)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -36,7 +42,6 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::crd::ROLE_LEADER;
 
     fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         let map = |kv: &[(&str, &str)]| {
