@@ -72,6 +72,12 @@ mod tests {
         assert_eq!(marked_group(&leader), Some("pay"));
         assert!(is_marked_for(&leader, "pay"));
         assert!(!is_marked_for(&leader, "shop"));
+        assert!(leads_for(&leader, "pay"));
+        assert!(!leads_for(&leader, "shop"));
+        let follower = pod(&[(ROLE_LABEL, "follower")], &[(GROUP_ANNOTATION, "pay")]);
+        assert!(!leads_for(&follower, "pay"));
+        let foreign_label = pod(&[(ROLE_LABEL, ROLE_LEADER)], &[]);
+        assert!(!leads_for(&foreign_label, "pay"));
     }
 
     #[test]

@@ -103,12 +103,35 @@ impl Config {
         }
     }
 
+    /// A pod deleted and created again under its name (a new UID) around a settled group,
+    /// with a crash, a lost answer, a failover and a preference edit: one token per incarnation.
+    pub fn recreation() -> Self {
+        Config {
+            name: "recreation",
+            pods: 2,
+            from_settled: true,
+            failures: 1,
+            deadlines: 0,
+            crashes: 1,
+            failovers: 1,
+            expiries: 1,
+            readiness: 0,
+            deletions: 1,
+            selector_edits: 0,
+            preference_edits: 1,
+            pause_edits: 0,
+            recovery: false,
+            max_epoch: 4,
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             Config::combined(),
             Config::selector(),
             Config::unknown_outcome(),
             Config::large(),
+            Config::recreation(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -367,7 +390,8 @@ impl LeaderGroupModel {
             }
             Action::RecreatePod(p) => {
                 let rv = s.next_rv();
-                user::recreate_pod(&mut s.server, *p, 1, rv);
+                let incarnation = s.ghost.recreate(*p);
+                user::recreate_pod(&mut s.server, *p, incarnation, rv);
             }
             Action::ToggleSelected(p) => {
                 s.spent.selector_edits += 1;

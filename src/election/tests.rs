@@ -1127,3 +1127,18 @@ fn the_same_incarnation_keeps_its_token() {
     assert!(p.transition.is_none(), "{p:?}");
     assert!(p.promote.is_none());
 }
+
+#[test]
+fn a_promotion_is_committed_only_in_a_lease_naming_its_pod_at_its_epoch() {
+    let promotion = Promotion {
+        pod: "pay-1".into(),
+        epoch: 4,
+    };
+    let holds = lease(Some("pay-1"), 4, 0, "op-a");
+    assert!(promotion.is_committed_in(Some(&holds)));
+    let moved_on = lease(Some("pay-2"), 5, 0, "op-a");
+    assert!(!promotion.is_committed_in(Some(&moved_on)));
+    let older = lease(Some("pay-1"), 3, 0, "op-a");
+    assert!(!promotion.is_committed_in(Some(&older)));
+    assert!(!promotion.is_committed_in(None));
+}

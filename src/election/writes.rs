@@ -260,6 +260,12 @@ mod tests {
     }
 
     #[test]
+    fn the_check_lists_every_leader_until_the_groups_barrier_is_up() {
+        assert!(handover().writes(false).list_every_leader);
+        assert!(!handover().writes(true).list_every_leader);
+    }
+
+    #[test]
     fn a_released_leader_needs_no_barrier() {
         let plan = Plan {
             deposed: vec![deposed("gone", false)],
