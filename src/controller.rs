@@ -202,20 +202,17 @@ pub async fn run(
 
     let group_stream = {
         let index = group_index.clone();
-        watcher(
-            settings.api::<LeaderGroup>(&client),
-            watcher::Config::default(),
-        )
-        .modify(|g| g.metadata.managed_fields = None)
-        .backoff(watch_backoff())
-        .reflect(groups_writer)
-        .inspect_ok(move |event| index.apply(event))
-        .touched_objects()
+        watcher(settings.api::<LeaderGroup>(&client), watch_config())
+            .modify(|g| g.metadata.managed_fields = None)
+            .backoff(watch_backoff())
+            .reflect(groups_writer)
+            .inspect_ok(move |event| index.apply(event))
+            .touched_objects()
     };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
-        watcher::Config::default().labels(LEASE_GROUP_LABEL),
+        watch_config().labels(LEASE_GROUP_LABEL),
     )
     // Nothing reads who wrote which field; at 10,000 groups that is megabytes held.
     .modify(|l| l.metadata.managed_fields = None)
@@ -295,6 +292,19 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     )
 }
 
+/// Every watch asks the API server to end it after [`WATCH_SECONDS`], and kube-runtime takes a
+/// watch that has carried nothing for that long plus 5 s as dead and starts it again (from its
+/// last resourceVersion: no relist). With kube's default, 290 s, a watch on a half-open
+/// connection (its peer gone without a FIN: a cut network, a stuck middlebox) stays silent for
+/// almost 5 minutes, and every handover waits on the stale cache (tests/it/stalled_watch.rs).
+/// Ending each watch every few seconds costs one request per watch each time.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_SECONDS)
+}
+
+/// How long a watch lasts before the API server ends it (see [`watch_config`]).
+const WATCH_SECONDS: u32 = 10;
+
 /// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
 /// the store, and applied to the index on its way to the Controller.
 fn pod_stream(
@@ -302,7 +312,7 @@ fn pod_stream(
     writer: reflector::store::Writer<Pod>,
     index: PodIndex,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    watcher(api, watcher::Config::default())
+    watcher(api, watch_config())
         .modify(crate::pod_index::trim_pod)
         .backoff(watch_backoff())
         .reflect(writer)

@@ -1,5 +1,6 @@
 //! The election decision: from a group, the pods and groups of its namespace, its Lease and the
-//! time to a [`Plan`] of steps. Pure: no client in reach, so every rule of DESIGN.md is tested here.
+//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule (README, "What it
+//! does") is tested here.
 
 mod candidates;
 mod commit;
@@ -231,7 +232,7 @@ pub fn named_leaders<'a>(
     status_leader.into_iter().chain(lease_holder)
 }
 
-/// Decides what to do for `obs.group`, in the order of DESIGN.md: the refusals, who leads, with
+/// Decides what to do for `obs.group`, in this order: the refusals, who leads, with
 /// which token, then the protocol's steps (commit, record, demote, promote, tell).
 pub fn decide(obs: &Observation<'_>) -> Decision {
     let records = Records::read(obs);

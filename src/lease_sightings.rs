@@ -5,9 +5,14 @@
 //! with its own time: it notes when it saw each renewal arrive, and times the leader's silence
 //! from there. A replica that starts (or takes over) knows nothing of the past, so it gives the
 //! holder a whole Lease duration from its first sighting: late, never early.
+//!
+//! The sightings are kept on the monotonic clock, and handed to the decision in the frame of the
+//! wall clock of the moment: a step of the wall clock (NTP, a VM resumed) between two sightings
+//! moves neither the silence nor the handover.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -27,34 +32,63 @@ pub struct LeaseSeen {
     pub renewed_at: Option<Timestamp>,
 }
 
+/// The moment of a sighting on both clocks: the wall clock for the decision (which writes it into
+/// objects), the monotonic one for every interval.
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    pub wall: Timestamp,
+    pub monotonic: Instant,
+}
+
+impl Now {
+    pub fn read() -> Now {
+        Now {
+            wall: Timestamp::now(),
+            monotonic: Instant::now(),
+        }
+    }
+
+    /// `then`, a moment of the monotonic clock, on the wall clock as it reads now.
+    fn wall_of(&self, then: Instant) -> Timestamp {
+        let ago = self.monotonic.saturating_duration_since(then);
+        self.wall.checked_sub(ago).unwrap_or(Timestamp::MIN)
+    }
+}
+
 /// One Lease's sighting.
 #[derive(Clone, Debug)]
 struct Sighting {
     written: Written,
     renew_time: Option<Timestamp>,
-    seen: LeaseSeen,
+    written_at: Instant,
+    renewed_at: Option<Instant>,
 }
 
 impl Sighting {
-    fn first(record: &LeaseRecord, now: Timestamp) -> Sighting {
+    fn first(record: &LeaseRecord, now: Instant) -> Sighting {
         Sighting {
             written: record.written(),
             renew_time: record.renew_time,
-            seen: LeaseSeen {
-                written_at: now,
-                renewed_at: record.renewed_by_holder().then_some(now),
-            },
+            written_at: now,
+            renewed_at: record.renewed_by_holder().then_some(now),
         }
     }
 
     /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
     /// renewal by the holder.
-    fn update(&mut self, record: &LeaseRecord, now: Timestamp) {
+    fn update(&mut self, record: &LeaseRecord, now: Instant) {
         if self.written != record.written() {
             *self = Sighting::first(record, now);
         } else if self.renew_time != record.renew_time {
             self.renew_time = record.renew_time;
-            self.seen.renewed_at = Some(now);
+            self.renewed_at = Some(now);
+        }
+    }
+
+    fn seen(&self, now: &Now) -> LeaseSeen {
+        LeaseSeen {
+            written_at: now.wall_of(self.written_at),
+            renewed_at: self.renewed_at.map(|r| now.wall_of(r)),
         }
     }
 }
@@ -64,14 +98,15 @@ impl Sighting {
 pub struct LeaseSightings(Mutex<HashMap<ObjectRef<LeaderGroup>, Sighting>>);
 
 impl LeaseSightings {
-    /// Notes the group's Lease as read at `now` and says when its state was first seen. `None`
+    /// Notes the group's Lease as read at `now` and says when its state was first seen, on the
+    /// wall clock as it reads at `now` (see [`Now`]). `None`
     /// when there is no Lease (or the lock is poisoned: the decision then treats the Lease as
     /// seen just now, which only ever waits longer).
     pub fn observe(
         &self,
         group: &ObjectRef<LeaderGroup>,
         lease: Option<&Lease>,
-        now: Timestamp,
+        now: Now,
     ) -> Option<LeaseSeen> {
         let mut sightings = self.0.lock().ok()?;
         let Some(lease) = lease else {
@@ -81,9 +116,9 @@ impl LeaseSightings {
         let record = LeaseRecord::from_lease(lease);
         let sighting = sightings
             .entry(group.clone())
-            .and_modify(|s| s.update(&record, now))
-            .or_insert_with(|| Sighting::first(&record, now));
-        Some(sighting.seen)
+            .and_modify(|s| s.update(&record, now.monotonic))
+            .or_insert_with(|| Sighting::first(&record, now.monotonic));
+        Some(sighting.seen(&now))
     }
 
     /// Drops what was seen of a deleted group's Lease.
@@ -96,12 +131,29 @@ impl LeaseSightings {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+    use std::time::Duration;
+
     use jiff::SignedDuration;
 
     use super::*;
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
+    }
+
+    /// The monotonic clock's reading at `secs`, on a base shared by the tests.
+    fn m(secs: i64) -> Instant {
+        static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+        *BASE + Duration::from_secs(u64::try_from(secs).expect("a test time is not negative"))
+    }
+
+    /// The same moment on both clocks: no step of the wall clock.
+    fn at(secs: i64) -> Now {
+        Now {
+            wall: t(secs),
+            monotonic: m(secs),
+        }
     }
 
     fn record(holder: &str, epoch: i64, renewed: i64) -> LeaseRecord {
@@ -123,12 +175,46 @@ mod tests {
         record: &LeaseRecord,
         now: i64,
     ) -> (Timestamp, Option<Timestamp>) {
+        sight_at(sightings, record, at(now))
+    }
+
+    fn sight_at(
+        sightings: &LeaseSightings,
+        record: &LeaseRecord,
+        now: Now,
+    ) -> (Timestamp, Option<Timestamp>) {
         let group = ObjectRef::new("pay").within("ns");
         let lease = record.apply_to(None, "leadergroup-pay", "ns", None, None);
         let seen = sightings
-            .observe(&group, Some(&lease), t(now))
+            .observe(&group, Some(&lease), now)
             .expect("a Lease is seen");
         (seen.written_at, seen.renewed_at)
+    }
+
+    #[test]
+    fn a_step_of_the_wall_clock_moves_no_silence() {
+        let s = LeaseSightings::default();
+        sight(&s, &record("a", 1, 0), 100);
+        sight(&s, &record("a", 1, 4), 104);
+        // Six seconds later the wall clock has jumped an hour ahead: the renewal seen six
+        // seconds ago is six seconds old, not an hour.
+        let stepped = Now {
+            wall: t(110 + 3600),
+            monotonic: m(110),
+        };
+        assert_eq!(
+            sight_at(&s, &record("a", 1, 4), stepped),
+            (t(3600 + 100), Some(t(3600 + 104)))
+        );
+        // And an hour back: no renewal seems to come from the future.
+        let back = Now {
+            wall: t(111 - 3600),
+            monotonic: m(111),
+        };
+        assert_eq!(
+            sight_at(&s, &record("a", 1, 4), back),
+            (t(100 - 3600), Some(t(104 - 3600)))
+        );
     }
 
     #[test]
@@ -180,7 +266,7 @@ mod tests {
         let s = LeaseSightings::default();
         let group = ObjectRef::new("pay").within("ns");
         sight(&s, &record("a", 1, 0), 100);
-        assert_eq!(s.observe(&group, None, t(101)), None);
+        assert_eq!(s.observe(&group, None, at(101)), None);
         assert_eq!(sight(&s, &record("a", 1, 0), 102), (t(102), None));
         s.forget(&group);
         assert_eq!(sight(&s, &record("a", 1, 0), 103), (t(103), None));

@@ -1,4 +1,4 @@
-//! The transition protocol (DESIGN.md, "The transition protocol"), run for one group: observe
+//! The transition protocol (docs/protocol.md), run for one group: observe
 //! (the group, its namespace's groups, the pods that concern it and its Lease), decide
 //! ([`election::decide`], pure), then act on the plan in protocol order:
 //! 1. commit the Lease;
@@ -35,7 +35,7 @@ use crate::election::{
 };
 use crate::error::{ConflictOn, ReconcileError, Result};
 use crate::lease_record::LeaseRecord;
-use crate::lease_sightings::LeaseSeen;
+use crate::lease_sightings::{LeaseSeen, Now};
 
 /// How many times one reconcile may decide: after as many 409s, the last one goes to the error
 /// policy.
@@ -124,7 +124,7 @@ impl Snapshot {
 /// The observe step: the group and its Lease as given, with the rest of what the decision reads
 /// from the watch caches, and when this replica saw the Lease reach that state.
 fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) -> Snapshot {
-    let now = Timestamp::now();
+    let now = Now::read();
     let lease_seen = ctx
         .lease_sightings
         .observe(&ObjectRef::from_obj(&group), lease.as_ref(), now);
@@ -140,7 +140,7 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         pods,
         lease,
         lease_seen,
-        now,
+        now: now.wall,
         retired: ctx.retired.snapshot(),
     }
 }

@@ -1,4 +1,4 @@
-//! Who should lead, by the election semantics of DESIGN.md.
+//! Who should lead, by the election rules (README, "What it does").
 
 use kube::ResourceExt;
 

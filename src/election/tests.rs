@@ -1,4 +1,4 @@
-//! The election rules of DESIGN.md, one test each, on small fixtures and no cluster.
+//! The election rules (README, "What it does"), one test each, on small fixtures and no cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -217,7 +217,7 @@ pub struct Report {
 }
 
 impl Report {
-    /// What DESIGN.md guarantees the application, checked over every report of the run; empty
+    /// What the docs guarantee the application, checked over every report of the run; empty
     /// when all holds. It makes no claim about speed.
     ///
     /// - a token is never held by two pods: every `Leader` report at an epoch, crate or agent,

@@ -241,6 +241,23 @@ impl ControlPlane {
         kube::Client::try_from(config).map_err(Error::kube("building an anonymous client"))
     }
 
+    /// The admin kubeconfig with the server replaced by `via` (a [`crate::Proxy`] in front of the
+    /// API server: the certificate covers 127.0.0.1), written beside the admin one; its path, for
+    /// a process such as the operator binary.
+    pub fn kubeconfig_via(&self, via: std::net::SocketAddr) -> Result<PathBuf> {
+        let admin = std::fs::read_to_string(&self.kubeconfig_path).map_err(Error::io(format!(
+            "reading {}",
+            self.kubeconfig_path.display()
+        )))?;
+        let path = self
+            .kubeconfig_path
+            .with_file_name(format!("via-{}.kubeconfig", via.port()));
+        let server = self.server.trim_start_matches("https://");
+        std::fs::write(&path, admin.replace(server, &via.to_string()))
+            .map_err(Error::io(format!("writing {}", path.display())))?;
+        Ok(path)
+    }
+
     /// A kubeconfig (YAML text) for this server that authenticates with `token`: what a process
     /// such as the operator binary gets with `--kubeconfig` to run as a ServiceAccount.
     pub fn token_kubeconfig(&self, token: &str) -> String {

@@ -24,7 +24,7 @@ pub fn terminating(pod: &Pod) -> bool {
 }
 
 /// Running, Ready and not terminating: what the operator may elect (the selector and older
-/// groups aside; DESIGN.md, "Election semantics").
+/// groups aside; README, "What it does").
 pub fn eligible(pod: &Pod) -> bool {
     !terminating(pod) && running(pod) && ready(pod)
 }

@@ -39,6 +39,8 @@ struct Link {
     cut: bool,
     /// How many times it was healed: a connection open at a heal is closed.
     heals: u64,
+    /// How many times it was stalled: a connection open at a stall carries no byte again.
+    stalls: u64,
 }
 
 impl Proxy {
@@ -53,6 +55,7 @@ impl Proxy {
         let (link, link_rx) = watch::channel(Link {
             cut: false,
             heals: 0,
+            stalls: 0,
         });
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -75,6 +78,13 @@ impl Proxy {
         });
     }
 
+    /// Stalls every open connection for good (it stays open and carries no byte, until
+    /// [`Proxy::heal`] closes it), while new ones are forwarded: a half-open connection, such as
+    /// a watch whose peer vanished without a FIN, beside requests that get through.
+    pub fn stall(&self) {
+        self.link.send_modify(|l| l.stalls += 1);
+    }
+
     /// Delivers what the hung connections held, late, and forwards again.
     pub fn release(&self) {
         self.link.send_modify(|l| l.cut = false);
@@ -89,7 +99,7 @@ impl Drop for Proxy {
 }
 
 async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Link>) {
-    let heals = link.borrow().heals;
+    let Link { heals, stalls, .. } = *link.borrow();
     let forward = async {
         // Accepted while cut: hangs (a SYN answered, nothing else) until released.
         let mut up = link.clone();
@@ -108,12 +118,12 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
         // ending (the server closed, or went away) closes both: the client must see it, or it
         // would send its next request into a dead connection.
         let requests = async {
-            pump(client_read, &mut server_write, link.clone()).await;
+            pump(client_read, &mut server_write, link.clone(), stalls).await;
             std::future::pending::<()>().await;
         };
         tokio::select! {
             () = requests => {}
-            () = pump(server_read, &mut client_write, link.clone()) => {}
+            () = pump(server_read, &mut client_write, link.clone(), stalls) => {}
         }
     };
     tokio::select! {
@@ -122,15 +132,25 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
     }
 }
 
-/// Copies `from` to `to`, holding each chunk while the link is cut.
-async fn pump(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, mut link: watch::Receiver<Link>) {
+/// Copies `from` to `to`, holding each chunk while the link is cut, and for good once it was
+/// stalled after this connection opened (`stalls`: the count then).
+async fn pump(
+    mut from: OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut link: watch::Receiver<Link>,
+    stalls: u64,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if link.wait_for(|l| !l.cut).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+        let flowing = link
+            .wait_for(|l| !l.cut && l.stalls == stalls)
+            .await
+            .is_ok();
+        if !flowing || to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }

@@ -21,6 +21,7 @@ mod cluster;
 mod downward;
 mod faults;
 mod gc_pause;
+mod incarnation;
 mod node_loss;
 mod operator_ha;
 mod service;

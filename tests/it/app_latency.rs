@@ -34,7 +34,7 @@ fn agent_bin() -> std::path::PathBuf {
 /// `Leader`; nothing reports the new state before the operator's decision (the Lease's
 /// `acquireTime`); and over every report of the run no epoch is reported `Leader` by two pods.
 /// The order between the old leader's stop and the new leader's start is printed, not asserted:
-/// they are two processes with their own watches, and DESIGN.md does not promise it (the fence
+/// they are two processes with their own watches, and the docs do not promise it (the fence
 /// does the rest).
 #[tokio::test]
 async fn each_new_leader_learns_its_epoch_and_the_old_one_stops() {

@@ -23,5 +23,6 @@ mod metrics;
 mod overlap;
 mod restarts;
 mod rollout;
+mod stalled_watch;
 mod stray;
 mod validation;

@@ -57,20 +57,9 @@ async fn converges_through(faults: &[&str]) {
     .await;
     w.ordered_ready_pods("app", 3, "pay").await;
     // The operator reaches the API server through a proxy the test can cut.
-    let kubeconfig = std::fs::read_to_string(pc.kubeconfig_path()).unwrap();
-    let server = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .trim_start_matches("https://")
-        .to_string();
+    let server = pc.server_url().trim_start_matches("https://");
     let proxy = Proxy::start(server.parse().unwrap()).await.unwrap();
-    let operator_kubeconfig = pc.kubeconfig_path().with_file_name("operator.kubeconfig");
-    std::fs::write(
-        &operator_kubeconfig,
-        kubeconfig.replace(&server, &proxy.addr.to_string()),
-    )
-    .unwrap();
+    let operator_kubeconfig = pc.kubeconfig_via(proxy.addr).unwrap();
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
     let op = Operator::start_with_kubeconfig(&operator_kubeconfig, &w.ns.name, "op-1", &[]).await;
     let mut g = group("pay", "pay");

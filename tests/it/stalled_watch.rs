@@ -1,0 +1,57 @@
+//! A stalled watch: the operator's connections to the API server go half-open (they stay open and
+//! carry nothing, as when a middlebox or the peer vanishes without a FIN) while new connections get
+//! through. The operator's watches then deliver nothing; the leader turns NotReady; the handover
+//! must not wait for kube's default watch timeout (290 s, plus 5) to notice.
+
+use std::time::{Duration, Instant};
+
+use kube::api::PostParams;
+use leadergroup_testenv::{InvariantWatcher, Proxy, api_server_addr, control_plane, wait_until};
+
+use crate::common::{Operator, World, group};
+
+/// Far below the ~295 s an unbounded watch stays silent, far above the operator's bound (its
+/// watches last 10 s, and 5 s more of silence ends one), for a loaded 2-core machine.
+const HANDOVER_WITHIN: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_stalled_watch_does_not_hold_up_a_handover() {
+    let w = World::new("stalled").await;
+    w.ordered_ready_pods("app", 2, "pay").await;
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let kubeconfig = control_plane()
+        .await
+        .unwrap()
+        .kubeconfig_via(proxy.addr)
+        .unwrap();
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-stall", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pay", "pay"))
+        .await
+        .unwrap();
+    let first = w
+        .wait_settled("pay", "the first leader", |s| s.leader == "app-0")
+        .await;
+
+    // Every connection the operator holds now, its watches among them, goes silent.
+    proxy.stall();
+    let stalled = Instant::now();
+    w.kubelet.set_ready(&first.leader, false).await.unwrap();
+    let second = wait_until(
+        "a handover past the stalled watch",
+        HANDOVER_WITHIN,
+        || async { Ok::<_, String>(w.settled("pay").await?.filter(|s| s.leader == "app-1")) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    eprintln!(
+        "stalled watch: app-1 leads at epoch {} {:.1} s after the stall",
+        second.epoch,
+        stalled.elapsed().as_secs_f64()
+    );
+    assert!(second.epoch > first.epoch);
+    watch.assert_held().await;
+}
