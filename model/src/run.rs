@@ -64,6 +64,17 @@ pub fn check(
     }
     let checker = joined(checker);
     let elapsed = started.elapsed();
+    if progress {
+        let found: Vec<&str> = properties::all(&model.config)
+            .iter()
+            .filter(|p| checker.discovery(p.name).is_some())
+            .map(|p| p.name)
+            .collect();
+        eprintln!(
+            "  explored in {:.0} s; discoveries (each searched again breadth first for a shortest path): {found:?}",
+            elapsed.as_secs_f64()
+        );
+    }
     let mut discoveries = Vec::new();
     for property in properties::all(&model.config) {
         if checker.discovery(property.name).is_none() {
