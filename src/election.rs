@@ -133,6 +133,17 @@ pub struct Promotion {
     pub epoch: i64,
 }
 
+impl Promotion {
+    /// Whether `lease` (read afresh before the promotion) names this pod holder at this epoch: a
+    /// decision taken on a Lease cache older than the Lease hands out a token the Lease no
+    /// longer holds, unless a commit in the same pass made it so.
+    pub fn is_committed_in(&self, lease: Option<&Lease>) -> bool {
+        lease.map(LeaseRecord::from_lease).is_some_and(|record| {
+            record.holder.as_deref() == Some(self.pod.as_str()) && record.epoch == self.epoch
+        })
+    }
+}
+
 /// A pod by name, with the resourceVersion it was seen at: a write conditional on it lands only
 /// if the pod is unchanged since.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL};
+use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
 
 /// The pod's role label: `leader`, `follower`, or none.
 pub fn role(pod: &Pod) -> Option<&str> {
@@ -29,6 +29,12 @@ pub fn is_marked_for(pod: &Pod, group: &str) -> bool {
     marked_group(pod) == Some(group)
 }
 
+/// Whether the pod carries `group`'s leader marks: the label `role=leader` and the group's
+/// annotation.
+pub fn leads_for(pod: &Pod, group: &str) -> bool {
+    role(pod) == Some(ROLE_LEADER) && is_marked_for(pod, group)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -36,7 +42,6 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::crd::ROLE_LEADER;
 
     fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         let map = |kv: &[(&str, &str)]| {
@@ -67,6 +72,12 @@ mod tests {
         assert_eq!(marked_group(&leader), Some("pay"));
         assert!(is_marked_for(&leader, "pay"));
         assert!(!is_marked_for(&leader, "shop"));
+        assert!(leads_for(&leader, "pay"));
+        assert!(!leads_for(&leader, "shop"));
+        let follower = pod(&[(ROLE_LABEL, "follower")], &[(GROUP_ANNOTATION, "pay")]);
+        assert!(!leads_for(&follower, "pay"));
+        let foreign_label = pod(&[(ROLE_LABEL, ROLE_LEADER)], &[]);
+        assert!(!leads_for(&foreign_label, "pay"));
     }
 
     #[test]

@@ -268,6 +268,7 @@ impl World {
                     return (Reply::Conflict, Effect::Refused);
                 }
                 let before = obj.clone();
+                let incarnation = obj.incarnation;
                 match *patch {
                     PodPatch::Promote { epoch } => {
                         obj.role = Some(Role::Leader);
@@ -311,7 +312,7 @@ impl World {
                 }
                 obj.rv = next_rv;
                 if let PodPatch::Promote { epoch } = patch {
-                    ghost.handed(*pod, *epoch);
+                    ghost.handed(*pod, incarnation, *epoch);
                 }
                 (Reply::Ok, Effect::Written)
             }

@@ -85,7 +85,7 @@ impl fmt::Display for Action {
             }
             Action::Check(r) => write!(
                 f,
-                "{} lists the selected pods afresh (step 4's check)",
+                "{} lists the leaders and reads the pod and the Lease afresh (step 4's check)",
                 replica_name(*r)
             ),
             Action::Deliver(m) => write!(f, "API server applies {m}"),

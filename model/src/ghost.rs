@@ -25,6 +25,13 @@ pub struct Ghost {
     pub epoch_went_down: bool,
     /// A promotion landed with an epoch another pod was handed (I3: never handed twice).
     pub epoch_handed_twice: bool,
+    /// Per pod: how many times it was created again under its name (its incarnation now).
+    pub recreated: Vec<u8>,
+    /// Per pod, per incarnation: the epochs a promotion of it landed with.
+    pub handed_by_incarnation: Vec<Vec<u32>>,
+    /// A promotion landed on an incarnation of a pod with an epoch an earlier or later
+    /// incarnation of the same name was handed (one token per incarnation).
+    pub epoch_shared_by_incarnations: bool,
 }
 
 impl Ghost {
@@ -33,6 +40,8 @@ impl Ghost {
             lease_named: vec![0; pods],
             status_named: vec![0; pods],
             handed: vec![0; pods],
+            recreated: vec![0; pods],
+            handed_by_incarnation: vec![vec![0]; pods],
             ..Ghost::default()
         }
     }
@@ -49,7 +58,19 @@ impl Ghost {
         }
     }
 
-    pub fn handed(&mut self, pod: PodId, epoch: i64) {
+    /// The pod was created again: the incarnation the new object is.
+    pub fn recreate(&mut self, pod: PodId) -> u8 {
+        let Some(n) = self.recreated.get_mut(usize::from(pod)) else {
+            return 0;
+        };
+        *n = n.saturating_add(1);
+        if let Some(by) = self.handed_by_incarnation.get_mut(usize::from(pod)) {
+            by.push(0);
+        }
+        *n
+    }
+
+    pub fn handed(&mut self, pod: PodId, incarnation: u8, epoch: i64) {
         if epoch < self.last_handed {
             self.epoch_went_down = true;
         }
@@ -64,6 +85,18 @@ impl Ghost {
         }
         if let Some(m) = self.handed.get_mut(usize::from(pod)) {
             *m |= b;
+        }
+        if let Some(by) = self.handed_by_incarnation.get_mut(usize::from(pod)) {
+            let other = by
+                .iter()
+                .enumerate()
+                .any(|(i, m)| i != usize::from(incarnation) && m & b != 0);
+            if other {
+                self.epoch_shared_by_incarnations = true;
+            }
+            if let Some(m) = by.get_mut(usize::from(incarnation)) {
+                *m |= b;
+            }
         }
         self.last_handed = self.last_handed.max(epoch);
     }

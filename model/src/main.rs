@@ -1,6 +1,6 @@
 //! `cargo run -p leadergroup-model --release -- --config large`: explores a configuration
 //! exhaustively and prints what it found, counterexamples as numbered API calls.
-//! `--replay` prints the two known holes' interleavings instead.
+//! `--replay` prints the interleavings of the holes it found, kept as regression cases, instead.
 
 use std::process::ExitCode;
 
@@ -9,7 +9,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 enum UsageError {
-    #[error("unknown configuration {0:?} (small, selector, unknown-outcome, large)")]
+    #[error("unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation)")]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
     Threads(String),
@@ -71,6 +71,13 @@ fn main() -> ExitCode {
         println!("hole 1, late promotion after a selector edit: {outcome:?}\n{text}");
         let (outcome, text) = regressions::replay_barrier_flag_survives_unknown_outcome();
         println!("hole 2, barrier flag survives an unknown outcome: {outcome:?}\n{text}");
+        let (outcome, text) =
+            regressions::replay_stale_cache_beside_a_leader_outside_the_selector();
+        println!(
+            "hole 3, a stale pod cache beside a leader outside the selector: {outcome:?}\n{text}"
+        );
+        let (outcome, text) = regressions::replay_promotion_on_a_stale_lease_cache();
+        println!("hole 4, a promotion on a stale Lease cache: {outcome:?}\n{text}");
         return ExitCode::SUCCESS;
     }
     let model = LeaderGroupModel::new(args.config.clone());

@@ -37,10 +37,11 @@ pub struct Config {
 }
 
 impl Config {
-    /// The unit-test configuration: every kind of fault and edit once, two pods.
-    pub fn small() -> Self {
+    /// Both holes' ingredients on two pods, from the group's creation and from a settled group
+    /// (too large to exhaust breadth first in memory: the base of the two below).
+    pub fn combined() -> Self {
         Config {
-            name: "small",
+            name: "combined",
             pods: 2,
             from_settled: true,
             failures: 1,
@@ -65,7 +66,7 @@ impl Config {
             failures: 0,
             preference_edits: 0,
             from_settled: false,
-            ..Config::small()
+            ..Config::combined()
         }
     }
 
@@ -76,7 +77,7 @@ impl Config {
             selector_edits: 0,
             failovers: 0,
             expiries: 0,
-            ..Config::small()
+            ..Config::combined()
         }
     }
 
@@ -102,12 +103,35 @@ impl Config {
         }
     }
 
+    /// A pod deleted and created again under its name (a new UID) around a settled group,
+    /// with a crash, a lost answer, a failover and a preference edit: one token per incarnation.
+    pub fn recreation() -> Self {
+        Config {
+            name: "recreation",
+            pods: 2,
+            from_settled: true,
+            failures: 1,
+            deadlines: 0,
+            crashes: 1,
+            failovers: 1,
+            expiries: 1,
+            readiness: 0,
+            deletions: 1,
+            selector_edits: 0,
+            preference_edits: 1,
+            pause_edits: 0,
+            recovery: false,
+            max_epoch: 4,
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
-            Config::small(),
+            Config::combined(),
             Config::selector(),
             Config::unknown_outcome(),
             Config::large(),
+            Config::recreation(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -366,7 +390,8 @@ impl LeaderGroupModel {
             }
             Action::RecreatePod(p) => {
                 let rv = s.next_rv();
-                user::recreate_pod(&mut s.server, *p, 1, rv);
+                let incarnation = s.ghost.recreate(*p);
+                user::recreate_pod(&mut s.server, *p, incarnation, rv);
             }
             Action::ToggleSelected(p) => {
                 s.spent.selector_edits += 1;

@@ -19,6 +19,8 @@ pub const I1: &str = "I1: at most one pod labeled leader";
 pub const I3: &str = "I3: epochs only grow, none handed to two pods";
 pub const ORDER: &str =
     "order: a pod carries epoch e only after the Lease and the status named it at e";
+pub const INCARNATIONS: &str =
+    "incarnations: no two incarnations of a pod name are handed the same epoch";
 pub const CONSISTENT: &str = "model consistent";
 pub const RECOVERS: &str = "recovers: once faults stop, one leader is labeled";
 pub const LEADS: &str = "sometimes a pod leads";
@@ -29,6 +31,9 @@ pub fn all(config: &Config) -> Vec<Property<LeaderGroupModel>> {
         Property::always(I1, |_, s| i1(s)),
         Property::always(I3, |_, s| i3(s)),
         Property::always(ORDER, |_, s| order(s)),
+        Property::always(INCARNATIONS, |_, s: &State| {
+            !s.ghost.epoch_shared_by_incarnations
+        }),
         Property::always(CONSISTENT, |_, s: &State| !s.anomaly),
         Property::sometimes(LEADS, |_, s: &State| s.server.leaders().count() == 1),
         Property::sometimes(MOVES, |_, s: &State| s.ghost.last_handed >= 2),

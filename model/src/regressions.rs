@@ -1,8 +1,7 @@
-//! The two known I1 holes of the barrier, as exact interleavings replayed step by step against
-//! the model (the operator's own decisions at every step). Each `replay_*` returns what happened;
-//! the tests beside them assert today's outcome, and say which assertion flips once every
-//! decision that moves the Lease away from a named pod bars that pod with a write that always
-//! changes it.
+//! The I1 holes the checker found, as exact interleavings replayed step by step against the
+//! model (the operator's own decisions at every step). Each `replay_*` returns what happened;
+//! the tests beside them assert that the operator's code as it is now leaves one leader, and
+//! say how the interleaving ended on the code before its fix.
 
 use stateright::Model;
 
@@ -17,7 +16,10 @@ use crate::state::{Msg, State};
 pub enum Outcome {
     /// I1 broke: these pods (name, epoch) carry the group's leader label at once.
     TwoLeaders(Vec<(String, i64)>),
-    /// The interleaving ran to its end and I1 held.
+    /// I3 broke: a promotion landed with an epoch lower than one handed before, or handed to
+    /// another pod already.
+    TokenReused,
+    /// The interleaving ran to its end and I1 and I3 held.
     OneLeader,
     /// A step was not possible in the model: the path no longer exists as written.
     Blocked { step: usize, wanted: String },
@@ -128,6 +130,20 @@ impl Replay {
         self
     }
 
+    /// Delivers every request in flight, oldest first, whoever sent it.
+    fn drain(&mut self) -> &mut Self {
+        for _ in 0..64 {
+            let next = self.state().and_then(|s| s.inflight.first().cloned());
+            match next {
+                Some(m) if self.blocked.is_none() => {
+                    self.act(Action::Deliver(m));
+                }
+                _ => break,
+            }
+        }
+        self
+    }
+
     fn outcome(&self) -> Outcome {
         if let Some((step, wanted)) = &self.blocked {
             return Outcome::Blocked {
@@ -145,6 +161,8 @@ impl Replay {
             .collect();
         if leaders.len() > 1 {
             Outcome::TwoLeaders(leaders)
+        } else if !crate::properties::i3(s) {
+            Outcome::TokenReused
         } else {
             Outcome::OneLeader
         }
@@ -159,6 +177,16 @@ const A: ReplicaId = 0;
 const B: ReplicaId = 1;
 const P1: PodId = 0;
 const P2: PodId = 1;
+
+/// A Lease write of `from`.
+fn is_lease_write(m: &Msg, from: ReplicaId) -> bool {
+    m.from == from && matches!(m.req, Request::LeaseCas { .. })
+}
+
+/// A status write of `from`.
+fn is_status_write(m: &Msg, from: ReplicaId) -> bool {
+    m.from == from && matches!(m.req, Request::Status { .. })
+}
 
 /// Hole 1, a late promotion after a selector edit: `op-a`'s first election promotes `p1`, which
 /// carries no marks yet; the promotion is held in flight and `op-a` pauses (the HA Lease moves
@@ -196,6 +224,63 @@ pub fn replay_barrier_flag_survives_unknown_outcome() -> (Outcome, String) {
     (r.outcome(), r.transcript())
 }
 
+/// Hole 3, a leader label outside the selector that a newly active replica's stale pod cache
+/// never showed: `op-a` elects `p1` (its barrier up). The user edits spec.selector so that it no
+/// longer selects `p1`; `op-a` moves leadership to `p2` (Lease and status at epoch 2) and sends
+/// the release of `p1` (its marks off, only if unchanged), which is held in flight. The HA Lease
+/// moves to `op-b`, whose pod cache is as old as the group's creation: its first decision
+/// (creating a Lease) fails, it reads the group and the Lease afresh, the Lease runs out, and it
+/// takes the group over for `p2`. Neither its decision (`p1` not selected, not named, seen
+/// unmarked) nor a check listing only the new selector's pods shows `p1`'s leader label: `p2`
+/// is promoted beside it.
+pub fn replay_stale_cache_beside_a_leader_outside_the_selector() -> (Outcome, String) {
+    let mut r = Replay::new(Config::selector(), false);
+    r.pass(A, |_| false)
+        .act(Action::ToggleSelected(P1))
+        .act(Action::Sync(A))
+        .act(Action::Reconcile(A))
+        .act(Action::Failover(B))
+        .act(Action::Reconcile(B))
+        .request(|m| is_lease_write(m, A), false, "op-a's Lease write")
+        .request(|m| is_status_write(m, A), false, "op-a's status write")
+        .request(|m| is_lease_write(m, B), false, "op-b's Lease create")
+        .act(Action::Expire)
+        .pass(B, |_| false);
+    (r.outcome(), r.transcript())
+}
+
+/// A barrier write of `pod` by `from`.
+fn is_barrier(m: &Msg, from: ReplicaId, pod: PodId) -> bool {
+    m.from == from
+        && matches!(m.req, Request::Patch { pod: p, patch: PodPatch::Barrier { .. }, .. } if p == pod)
+}
+
+/// Hole 4 (I3), a promotion decided on a stale Lease cache: `op-b` takes over `op-a`'s first
+/// election of `p1` (epoch 1). The user edits spec.selector so that it no longer selects `p1`;
+/// `op-b`, reading the group afresh after a 409, moves leadership to `p2` at epoch 2 and
+/// promotes it. Its next pass decides on its caches, which still show the group before the
+/// edit, the Lease naming `p1` at epoch 1 and `p1` unmarked: nothing to commit, `p1` to
+/// promote at epoch 1. A check that reads only pods finds `p1` selected (by the selector as
+/// observed) and unchanged since the read: `p1` is handed epoch 1 after `p2` was handed 2.
+pub fn replay_promotion_on_a_stale_lease_cache() -> (Outcome, String) {
+    let mut r = Replay::new(Config::selector(), false);
+    r.act(Action::Reconcile(A))
+        .act(Action::Failover(B))
+        .request(|m| is_lease_write(m, A), false, "op-a's Lease create")
+        .act(Action::Sync(B))
+        .request(|m| is_status_write(m, A), false, "op-a's status write")
+        .act(Action::Expire)
+        .pass(B, |_| false)
+        .act(Action::Sync(B))
+        .act(Action::ToggleSelected(P1))
+        .pass(B, |_| false)
+        .act(Action::Reconcile(B))
+        .request(|m| is_barrier(m, A, P2), false, "op-a's barrier of p2")
+        .act(Action::Check(B))
+        .drain();
+    (r.outcome(), r.transcript())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +311,26 @@ mod tests {
         println!("{transcript}");
         assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
         assert!(names(&outcome).is_empty());
+    }
+
+    /// Before step 4's check listed every leader label of the namespace when the group's barrier
+    /// is not known up, `p1` (epoch 1) and `p2` (epoch 2) were both labeled leader. Now `op-b`'s
+    /// check finds `p1`'s label and demotes it as a stray before the promotion.
+    #[test]
+    fn stale_cache_beside_a_leader_outside_the_selector_demotes_it() {
+        let (outcome, transcript) = replay_stale_cache_beside_a_leader_outside_the_selector();
+        println!("{transcript}");
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+    }
+
+    /// Before step 4's check read the Lease afresh and promoted only the pod it names at the
+    /// decided epoch, `p1` was handed epoch 1 after `p2` had been handed epoch 2. Now the check
+    /// finds the Lease at `p2`, epoch 2: the pass ends in a conflict, and the decision taken
+    /// afresh promotes nobody new.
+    #[test]
+    fn promotion_on_a_stale_lease_cache_is_refused() {
+        let (outcome, transcript) = replay_promotion_on_a_stale_lease_cache();
+        println!("{transcript}");
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
     }
 }

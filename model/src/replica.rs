@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::election::{self, Barrier, Decision, Observation, Plan};
+use leadergroup_operator::election::{self, Barrier, Decision, Observation, Plan, Promotion};
+use leadergroup_operator::marks;
 
 use crate::api::{PodId, PodPatch, ReplicaId, Reply, Request, World};
 use crate::error::ModelError;
@@ -173,6 +174,7 @@ fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError
         raises_barrier: writes.raises_barrier,
         expected_leaders,
         selector: world.group.spec.clone(),
+        every_leader: writes.list_every_leader,
         mark_followers: writes
             .mark_followers
             .iter()
@@ -256,25 +258,35 @@ pub fn awaits_check(state: &State, replica: ReplicaId) -> bool {
         })
 }
 
-/// Step 4's fresh list (`actions::pods::check`): the pods the observed selector matches, of
-/// them those carrying the group's leader marks, and the pod to promote.
+/// Step 4's fresh reads (`actions::pods::check` and the Lease): the pods the observed selector
+/// matches (every pod labeled leader, with `every_leader`), of them those carrying the group's
+/// leader marks by the operator's own [`marks::leads_for`], the pod to promote, and whether the
+/// Lease names it at the promotion's epoch, by the operator's own
+/// [`Promotion::is_committed_in`].
 pub fn check(state: &mut State, replica: ReplicaId) {
     let server = state.server.clone();
     let Some(pass) = pass_mut(state, replica) else {
         return;
     };
-    let Some((target, _)) = pass.promote else {
+    let Some((target, epoch)) = pass.promote else {
         return;
     };
     let mut strays = 0u8;
     for (id, pod) in server.pods() {
-        if pass.selector.selects(id) && pod.is_leader() && pass.expected_leaders & (1 << id) == 0 {
+        let listed = pass.every_leader || pass.selector.selects(id);
+        let leads = marks::leads_for(&objects::pod(id, pod), objects::GROUP);
+        if listed && leads && pass.expected_leaders & (1 << id) == 0 {
             strays |= 1 << id;
         }
     }
+    let promotion = Promotion {
+        pod: objects::pod_name(target),
+        epoch,
+    };
+    let committed = promotion.is_committed_in(server.lease.as_ref().map(objects::lease).as_ref());
     let target = server
         .pod(target)
-        .filter(|_| pass.selector.selects(target))
+        .filter(|_| pass.selector.selects(target) && committed)
         .map(|p| p.rv);
     if let Phase::Fanout { check, .. } = &mut pass.phase {
         *check = Some(Check { strays, target });

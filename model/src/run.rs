@@ -64,6 +64,17 @@ pub fn check(
     }
     let checker = joined(checker);
     let elapsed = started.elapsed();
+    if progress {
+        let found: Vec<&str> = properties::all(&model.config)
+            .iter()
+            .filter(|p| checker.discovery(p.name).is_some())
+            .map(|p| p.name)
+            .collect();
+        eprintln!(
+            "  explored in {:.0} s; discoveries (each searched again breadth first for a shortest path): {found:?}",
+            elapsed.as_secs_f64()
+        );
+    }
     let mut discoveries = Vec::new();
     for property in properties::all(&model.config) {
         if checker.discovery(property.name).is_none() {
@@ -117,7 +128,8 @@ pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
             (Some(_), stateright::Expectation::Sometimes) => "example found",
             (None, stateright::Expectation::Sometimes) => "NO EXAMPLE",
             (Some(_), _) => "COUNTEREXAMPLE",
-            (None, _) => "holds",
+            (None, _) if report.complete => "holds",
+            (None, _) => "none found yet",
         };
         out.push_str(&format!("  {verdict:>14}: {}\n", property.name));
     }
@@ -145,22 +157,22 @@ fn joined(mut checker: Box<dyn Checker<LeaderGroupModel>>) -> Box<dyn Checker<Le
 mod tests {
     use super::*;
 
-    /// The bounded configuration of the unit-test suite, explored exhaustively. The two known
-    /// holes are closed (the regression replays hold), and the checker still finds a third: a
-    /// replica that turns active with a pod cache that never showed a leader label the old
-    /// replica put on a pod since dropped by the selector (the old replica's removal of it held
-    /// in flight) promotes beside it, because its check lists by the new selector. Should the
-    /// model stop reaching a hole while one remains, this fails; once that hole is closed, this
-    /// assertion flips and I1 (and I3) hold over every state.
+    /// The bounded configuration of the unit-test suite, explored exhaustively: every property
+    /// holds over every state. On the code before step 4's check listed every leader label of
+    /// the namespace (when the group's barrier is not known up) and read the Lease afresh, it
+    /// found two counterexamples, kept as the replays of `regressions`: a stale pod cache
+    /// beside a leader label outside the selector (I1), and a promotion on a stale Lease cache
+    /// (I3).
     #[test]
-    fn exhaustive_check_finds_the_i1_hole_today() {
+    fn exhaustive_check_holds() {
         let report = check(Config::selector(), 2, false, false, None);
         println!(
             "{}",
             render(&report, &LeaderGroupModel::new(Config::selector()))
         );
         assert!(report.complete, "the checker stopped before the end");
-        assert!(report.found(properties::I1).is_some());
+        assert!(report.found(properties::I1).is_none());
+        assert!(report.found(properties::I3).is_none());
         assert!(report.found(properties::CONSISTENT).is_none());
         assert!(report.found(properties::ORDER).is_none());
         assert!(report.found(properties::LEADS).is_some());

@@ -36,7 +36,8 @@ pub struct Msg {
 pub struct Check {
     /// Bit `p`: pod `p` carries the group's leader marks and the plan did not expect it.
     pub strays: u8,
-    /// The pod to promote as read then (`None`: gone, or not selected).
+    /// The pod to promote as read then (`None`: gone, or not selected, or the Lease read beside
+    /// it does not name it at the promotion's epoch: either way a conflict).
     pub target: Option<Rv>,
 }
 
@@ -84,6 +85,8 @@ pub struct Pass {
     pub expected_leaders: u8,
     /// The selector the check lists by (the group as observed).
     pub selector: Spec,
+    /// The check lists every pod labeled leader, selected or not (`PodWrites::list_every_leader`).
+    pub every_leader: bool,
     pub mark_followers: Vec<PodId>,
     pub unmark: Vec<(PodId, Rv)>,
 }

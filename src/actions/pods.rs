@@ -3,9 +3,9 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::Selector;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::crd::{
@@ -126,20 +126,32 @@ pub async fn labeled_leaders(
     list_marked(api, &narrowed, group).await
 }
 
-/// Step 4's fresh reads in one request where the selector allows: the group's pods labeled
-/// leader (as [`labeled_leaders`]) and `pod`, the pod to promote, as the API server has them now
-/// (None: gone, or no longer selected). One list of the pods the selector matches answers both;
-/// a selector that cannot be sent (empty) takes the leaders' list and a read of `pod`.
+/// Step 4's fresh reads: the group's pods labeled leader and `pod`, the pod to promote, as the
+/// API server has them now (None: gone, or no longer selected). With `every_leader`, the
+/// leaders are those of the whole namespace (every pod labeled leader that carries the group's
+/// annotation, selected or not), beside a read of `pod`. Otherwise one list of the pods the
+/// selector matches answers both; a selector that cannot be sent (empty) takes the leaders'
+/// list and a read of `pod`.
 pub async fn check(
     api: &Api<Pod>,
     group: &str,
     selector: &PodSelector,
     pod: &str,
+    every_leader: bool,
 ) -> Result<(Vec<Pod>, Option<Pod>)> {
     let selected = match Selector::try_from(selector.to_label_selector()) {
-        Ok(s) if !selector.is_empty() => s.to_string(),
+        Ok(s) if !selector.is_empty() && !every_leader => s.to_string(),
         _ => {
-            return futures::try_join!(labeled_leaders(api, group, selector), read(api, pod));
+            let leaders = async {
+                if every_leader {
+                    list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
+                } else {
+                    labeled_leaders(api, group, selector).await
+                }
+            };
+            let (leaders, target) = futures::try_join!(leaders, read(api, pod))?;
+            let target = target.filter(|p| selector.matches(p.labels()));
+            return Ok((leaders, target));
         }
     };
     let pods = api.list(&ListParams::default().labels(&selected)).await?;
@@ -149,7 +161,7 @@ pub async fn check(
         if p.metadata.name.as_deref() == Some(pod) {
             target = Some(p.clone());
         }
-        if marks::role(&p) == Some(ROLE_LEADER) && marks::is_marked_for(&p, group) {
+        if marks::leads_for(&p, group) {
             leaders.push(p);
         }
     }

@@ -306,6 +306,10 @@ async fn execute(
         let version = check
             .target_version
             .ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
+        // The decision saw a Lease older than the one the API server holds: decide again.
+        if !check.committed {
+            return Err(ReconcileError::Conflict(ConflictOn::Lease));
+        }
         steps.still_current()?;
         // 5. Promote.
         steps.promote(promotion, &version).await?;
@@ -328,6 +332,8 @@ struct Check {
     leaders: Vec<Pod>,
     /// The resourceVersion of the pod to promote, read fresh (None: gone, or not selected).
     target_version: Option<String>,
+    /// The Lease, read fresh, names the pod to promote at the promotion's epoch.
+    committed: bool,
     /// When the barrier writes had landed.
     barred_at: Duration,
     /// When the check's list had been read.
@@ -407,8 +413,10 @@ impl<'a> Steps<'a> {
     }
 
     /// Step 4: the barriers, then, when there is a promotion, a fresh list, so that a stray
-    /// leader the cache has not shown yet is demoted before the promotion, and the pod to promote
-    /// read afresh: its promotion is conditional on this version.
+    /// leader the cache has not shown yet is demoted before the promotion, the pod to promote
+    /// read afresh (its promotion is conditional on this version), and the Lease read afresh
+    /// beside them: a decision on a Lease cache that lags behind the Lease (with nothing to
+    /// commit, so no precondition to fail) would hand out a token the Lease no longer holds.
     async fn bar_and_check(&self, writes: &PodWrites) -> Result<Option<Check>> {
         self.raise_barriers(&writes.barriers).await?;
         let Some(promotion) = &writes.promote else {
@@ -416,11 +424,21 @@ impl<'a> Steps<'a> {
         };
         let barred_at = self.elapsed();
         let selector = &self.group.spec.selector;
-        let (leaders, target) =
-            actions::pods::check(&self.pods, &self.name, selector, &promotion.pod).await?;
+        let lease_name = self.group.lease_name();
+        let ((leaders, target), lease) = futures::try_join!(
+            actions::pods::check(
+                &self.pods,
+                &self.name,
+                selector,
+                &promotion.pod,
+                writes.list_every_leader,
+            ),
+            actions::lease::read(&self.leases, &lease_name),
+        )?;
         Ok(Some(Check {
             leaders,
             target_version: target.and_then(|p| p.resource_version()),
+            committed: promotion.is_committed_in(lease.as_ref()),
             barred_at,
             checked_at: self.elapsed(),
         }))

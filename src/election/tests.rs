@@ -1199,3 +1199,18 @@ fn a_lease_epoch_below_the_records_is_written_back_up() {
         );
     }
 }
+
+#[test]
+fn a_promotion_is_committed_only_in_a_lease_naming_its_pod_at_its_epoch() {
+    let promotion = Promotion {
+        pod: "pay-1".into(),
+        epoch: 4,
+    };
+    let holds = lease(Some("pay-1"), 4, 0, "op-a");
+    assert!(promotion.is_committed_in(Some(&holds)));
+    let moved_on = lease(Some("pay-2"), 5, 0, "op-a");
+    assert!(!promotion.is_committed_in(Some(&moved_on)));
+    let older = lease(Some("pay-1"), 3, 0, "op-a");
+    assert!(!promotion.is_committed_in(Some(&older)));
+    assert!(!promotion.is_committed_in(None));
+}

@@ -49,6 +49,13 @@ pub struct PodWrites {
     /// Whether the promotion, once it lands, leaves the group with no earlier promotion in
     /// flight: the group's barrier went up in this pass (it may be empty: nobody else to bar).
     pub raises_barrier: bool,
+    /// Step 4's check lists every pod of the namespace labeled leader (those carrying the
+    /// group's annotation are its leaders), not only the pods the selector matches: set when the
+    /// group's barrier is not known to be up. A replica that has not itself promoted in the
+    /// group since it started or turned active may have a pod cache that never showed a leader
+    /// label another replica put on a pod the selector has dropped since (the other replica's
+    /// release of it still in flight): only a list beyond the selector shows that label.
+    pub list_every_leader: bool,
     /// After step 6: follower marks for the other candidates not barred.
     pub mark_followers: Vec<String>,
     /// After step 6: all of the group's marks off pods that left it, only if unchanged.
@@ -121,6 +128,7 @@ impl Plan {
             promote: self.promote.clone(),
             expected_leaders,
             raises_barrier,
+            list_every_leader: !barrier_up,
             mark_followers: unwritten(&self.mark_followers),
             unmark: self.unmark.clone(),
             deposed,
@@ -249,6 +257,12 @@ mod tests {
         assert_eq!(w.deposed, vec![barrier("old", true)]);
         assert!(w.barriers.is_empty());
         assert_eq!(w.expected_leaders, names(&["old", "gone"]));
+    }
+
+    #[test]
+    fn the_check_lists_every_leader_until_the_groups_barrier_is_up() {
+        assert!(handover().writes(false).list_every_leader);
+        assert!(!handover().writes(true).list_every_leader);
     }
 
     #[test]
