@@ -1,0 +1,116 @@
+//! The backoff of groups whose reconcile met a permanent error ([`crate::retry`]): 2 s, doubling
+//! with each consecutive failure to at most 5 minutes, reset by a reconcile that succeeds or by a
+//! change of the group's spec. Until the wait is over, the group's watch events do not run the
+//! failing requests again: a pod event cannot grant a permission or fix an object.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::ObjectRef;
+
+use crate::crd::LeaderGroup;
+
+/// The first wait after a permanent error.
+pub const FIRST: Duration = Duration::from_secs(2);
+/// The longest wait.
+pub const CAP: Duration = Duration::from_secs(300);
+
+/// The wait after the `failures`-th consecutive permanent error (1 is the first).
+pub fn delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(31);
+    FIRST.saturating_mul(1 << doublings).min(CAP)
+}
+
+/// One group's run of permanent errors.
+struct Failing {
+    failures: u32,
+    retry_at: Instant,
+    /// The spec generation that failed: a new one is tried at once.
+    generation: Option<i64>,
+}
+
+/// The groups in a run of permanent errors.
+#[derive(Default)]
+pub struct PermanentBackoff(Mutex<HashMap<ObjectRef<LeaderGroup>, Failing>>);
+
+impl PermanentBackoff {
+    /// Counts a permanent error of `group` at `generation`; returns the wait before the next try.
+    pub fn failed(&self, group: &ObjectRef<LeaderGroup>, generation: Option<i64>) -> Duration {
+        let Ok(mut groups) = self.0.lock() else {
+            return FIRST;
+        };
+        let failing = groups.entry(group.clone()).or_insert(Failing {
+            failures: 0,
+            retry_at: Instant::now(),
+            generation,
+        });
+        if failing.generation != generation {
+            failing.failures = 0;
+            failing.generation = generation;
+        }
+        failing.failures = failing.failures.saturating_add(1);
+        let wait = delay(failing.failures);
+        failing.retry_at = Instant::now() + wait;
+        wait
+    }
+
+    /// Ends `group`'s run: its reconcile succeeded.
+    pub fn succeeded(&self, group: &ObjectRef<LeaderGroup>) {
+        if let Ok(mut groups) = self.0.lock() {
+            groups.remove(group);
+        }
+    }
+
+    /// How long `group` at `generation` must still wait, if it is in a run of permanent errors
+    /// and its spec has not changed since.
+    pub fn waiting(
+        &self,
+        group: &ObjectRef<LeaderGroup>,
+        generation: Option<i64>,
+    ) -> Option<Duration> {
+        let groups = self.0.lock().ok()?;
+        let failing = groups.get(group)?;
+        if failing.generation != generation {
+            return None;
+        }
+        let left = failing.retry_at.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// How many consecutive permanent errors `group` has met.
+    pub fn failures(&self, group: &ObjectRef<LeaderGroup>) -> u32 {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|groups| groups.get(group).map(|f| f.failures))
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_doubles_from_two_seconds_to_five_minutes() {
+        let waits: Vec<u64> = (1..=10).map(|n| delay(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(delay(u32::MAX), CAP);
+    }
+
+    #[test]
+    fn a_success_or_a_new_spec_resets_the_run() {
+        let backoff = PermanentBackoff::default();
+        let g = ObjectRef::new("g").within("ns");
+        assert_eq!(backoff.failed(&g, Some(1)), FIRST);
+        assert_eq!(backoff.failed(&g, Some(1)), FIRST * 2);
+        assert!(backoff.waiting(&g, Some(1)).is_some());
+        // A new generation is tried at once, and starts its own run.
+        assert_eq!(backoff.waiting(&g, Some(2)), None);
+        assert_eq!(backoff.failed(&g, Some(2)), FIRST);
+        backoff.succeeded(&g);
+        assert_eq!(backoff.waiting(&g, Some(2)), None);
+        assert_eq!(backoff.failures(&g), 0);
+    }
+}
