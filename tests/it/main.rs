@@ -21,6 +21,7 @@ mod lease;
 mod ledger_manifests;
 mod metrics;
 mod overlap;
+mod refusals;
 mod restarts;
 mod rollout;
 mod stray;
