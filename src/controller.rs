@@ -405,11 +405,17 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
             ctx.permanent.succeeded(&group_ref);
             refused::clear(&api, &cached).await;
         }
-        Err(e) => {
-            if let Retry::Permanent(refusal) = retry::classify(e) {
-                refused::report(&ctx, &api, &name, &refusal).await;
+        Err(e) => match retry::classify(e) {
+            Retry::Permanent(refusal) => refused::report(&ctx, &api, &name, &refusal).await,
+            Retry::Transient(retry::TransientKind::Stale) => {
+                if ctx.permanent.missed_deadline(&group_ref) >= backoff::STALE_RUN {
+                    let lease = cached.spec.lease_duration_seconds;
+                    let slow = retry::too_slow(backoff::STALE_RUN, deadline, lease);
+                    refused::report(&ctx, &api, &name, &slow).await;
+                }
             }
-        }
+            Retry::Transient(_) => {}
+        },
     }
     ctx.metrics.reconciled(started.elapsed());
     ctx.count_leaders();
@@ -427,7 +433,9 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
     match &retry {
         Retry::Permanent(refusal) => {
             let group_ref = ObjectRef::from_obj(group.as_ref());
-            let wait = ctx.permanent.failed(&group_ref, group.metadata.generation);
+            let wait = ctx
+                .permanent
+                .failed(&group_ref, group.metadata.generation, backoff::CAP);
             warn!(
                 group = %name,
                 namespace = %namespace,
@@ -448,6 +456,29 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
             // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
             debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
             Action::requeue(Duration::from_millis(100))
+        }
+        Retry::Transient(retry::TransientKind::Stale)
+            if ctx
+                .permanent
+                .missed_deadlines(&ObjectRef::from_obj(group.as_ref()))
+                >= backoff::STALE_RUN =>
+        {
+            // Retrying at once only adds to the load that makes the API server slow.
+            let group_ref = ObjectRef::from_obj(group.as_ref());
+            let wait =
+                ctx.permanent
+                    .failed(&group_ref, group.metadata.generation, backoff::CAP_SLOW);
+            warn!(
+                group = %name,
+                namespace = %namespace,
+                error_class = retry.class(),
+                error_kind = retry.kind(),
+                misses = ctx.permanent.missed_deadlines(&group_ref),
+                retry_in_seconds = wait.as_secs(),
+                error = %error,
+                "reconciles keep missing their deadline: retrying with backoff"
+            );
+            Action::requeue(wait)
         }
         Retry::Transient(_) => {
             warn!(

@@ -81,6 +81,9 @@ pub enum PermanentKind {
     Refused,
     /// A group without a namespace.
     MissingNamespace,
+    /// Not a refusal: reconcile after reconcile missed its deadline, half the group's Lease (the
+    /// API server answers slower than the Lease allows).
+    TooSlow,
 }
 
 impl PermanentKind {
@@ -93,6 +96,7 @@ impl PermanentKind {
             PermanentKind::NamespaceNotFound => "NamespaceNotFound",
             PermanentKind::Refused => "Refused",
             PermanentKind::MissingNamespace => "MissingNamespace",
+            PermanentKind::TooSlow => "DeadlineExceeded",
         }
     }
 }
@@ -144,6 +148,9 @@ impl Permanent {
                     .unwrap_or_default()
             ),
             (None, Some(object)) => format!("the API server refused a write to {object}"),
+            (None, None) if self.kind == PermanentKind::TooSlow => {
+                "no leader can be elected in time".to_string()
+            }
             (None, None) => "the API server refused a request".to_string(),
         };
         if !self.fields.is_empty() {
@@ -161,6 +168,25 @@ impl Permanent {
         }
         text.push_str("; retried with a growing backoff until it succeeds");
         text
+    }
+}
+
+/// What a run of `misses` reconciles in a row that missed their deadline (half a Lease of
+/// `lease_seconds`) says on the group: the Lease is too short for how fast the API server
+/// answers now.
+pub fn too_slow(misses: u32, deadline: std::time::Duration, lease_seconds: i32) -> Permanent {
+    Permanent {
+        kind: PermanentKind::TooSlow,
+        code: 0,
+        object: None,
+        fields: vec!["spec.leaseDurationSeconds".into()],
+        message: format!(
+            "{misses} reconciles in a row did not finish within {} ms, half the Lease of \
+             {lease_seconds} s: the API server answers slower than this Lease allows; a longer \
+             leaseDurationSeconds gives the writes time to land",
+            deadline.as_millis()
+        ),
+        denied: None,
     }
 }
 

@@ -15,6 +15,7 @@ mod gc_pause;
 mod ha;
 mod heartbeat;
 mod incarnation;
+mod inputs;
 mod kubectl;
 mod late_promote;
 mod lease;
