@@ -22,6 +22,7 @@ help:
 	@echo "make check             no cluster: fmt check, clippy, shellcheck, CRD drift, the chart's static checks, unit tests"
 	@echo "make it                the integration tests on a light cluster it starts and always stops"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
+	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
@@ -195,6 +196,19 @@ bench-e2e: bench-venv
 	trap 'controlplane/realcluster.sh down --dir "$(E2E_BENCH_CLUSTER)"' EXIT; \
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench --only e2e --grace $(E2E_BENCH_GRACE) $(BENCH_ARGS); \
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR) e2e
+
+# The input space at length (tests/it/inputs.rs): PROPTEST_CASES generated LeaderGroups (make test
+# runs 240) on a light cluster of its own, always stopped. INPUTS_SEED replays a random half.
+PROPTEST_CASES ?= 1000
+PROPTEST_CLUSTER := $(CURDIR)/target/proptest-cluster
+.PHONY: proptest
+proptest:
+	cargo test --test it --no-run
+	@bin=$$(controlplane/build.sh); \
+	trap 'controlplane/cluster.sh down --dir "$(PROPTEST_CLUSTER)"' EXIT; \
+	controlplane/cluster.sh up --dir "$(PROPTEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$$bin"; \
+	LEADERGROUP_KUBECONFIG="$(PROPTEST_CLUSTER)/kubeconfig" PROPTEST_CASES=$(PROPTEST_CASES) \
+	  cargo test --test it inputs:: -- --nocapture
 
 # The published chaos run (issue 13, item 8): 11,000 seeded faults against two operator replicas on a
 # control plane of its own (about 45 minutes on 2 cores), then docs/chaos.md. CHAOS_ARGS: --seed N,

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -35,6 +36,8 @@ use crate::common::{Operator, World, metric};
 const DEFAULT_CASES: usize = 240;
 /// Groups applied at once in one namespace, under one operator.
 const BATCH: usize = 60;
+/// Batches of one seed running at once (each with its operator): a larger run goes in waves.
+const BATCHES_AT_ONCE: usize = 2;
 /// The fixed seed.
 const FIXED_SEED: u64 = 29;
 /// How long a batch may take to end every case, from its operator's start.
@@ -62,45 +65,31 @@ struct Case {
 /// A DNS-1123 subdomain of exactly `len` characters: labels of [a-z0-9-] joined by dots, each
 /// starting and ending alphanumeric.
 fn subdomain(len: usize) -> impl Strategy<Value = String> {
-    let alnum = "abcdefghijklmnopqrstuvwxyz0123456789";
-    let inner = "abcdefghijklmnopqrstuvwxyz0123456789-.";
-    proptest::collection::vec((0..alnum.len(), 0..inner.len()), len).prop_map(move |picks| {
-        let mut out: Vec<char> = Vec::with_capacity(len);
-        for (i, (a, b)) in picks.iter().enumerate() {
+    const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    const INNER: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789-.";
+    proptest::collection::vec((0..ALNUM.len(), 0..INNER.len()), len).prop_map(move |picks| {
+        let mut out = String::with_capacity(len);
+        let mut prev = None;
+        for (i, (a, b)) in picks.into_iter().enumerate() {
+            let mut c = char::from(INNER[b]);
             let edge = i == 0 || i + 1 == len;
-            let prev = out.last().copied();
-            let c = inner.as_bytes()[*b] as char;
-            // Alphanumeric at both ends and on both sides of a dot.
-            let c = if edge
-                || prev == Some('.')
-                || prev == Some('-') && c == '.'
-                || !matches!(c, '-' | '.')
-            {
-                if matches!(c, '-' | '.') {
-                    alnum.as_bytes()[*a] as char
-                } else {
-                    c
-                }
-            } else {
-                c
-            };
-            out.push(c);
-        }
-        // A dot followed by a dash or ending a label before a dot: make it alphanumeric.
-        for i in 1..len {
-            if out[i - 1] == '.' && out[i] == '-' || out[i - 1] == '-' && out[i] == '.' {
-                out[i] = 'x';
+            // No dot after a dot or a dash, no dash after a dot: every label ends alphanumeric.
+            let bad_pair = matches!((prev, c), (Some('.' | '-'), '.') | (Some('.'), '-'));
+            if (edge && !c.is_ascii_alphanumeric()) || bad_pair {
+                c = char::from(ALNUM[a]);
             }
+            out.push(c);
+            prev = Some(c);
         }
-        out.into_iter().collect()
+        out
     })
 }
 
 /// Names of every allowed length (1 to 63, the edges more often) and, rarely, refused ones.
 fn name() -> impl Strategy<Value = String> {
     prop_oneof![
-        8 => (1usize..=63).prop_flat_map(subdomain),
-        2 => prop_oneof![Just(1usize), Just(2), Just(62), Just(63)].prop_flat_map(subdomain),
+        16 => (1usize..=63).prop_flat_map(subdomain),
+        4 => prop_oneof![Just(1usize), Just(2), Just(62), Just(63)].prop_flat_map(subdomain),
         1 => prop_oneof![
             subdomain(64),
             "[A-Z][a-z]{1,10}",
@@ -112,8 +101,8 @@ fn name() -> impl Strategy<Value = String> {
 
 fn key() -> impl Strategy<Value = String> {
     prop_oneof![
-        10 => proptest::sample::select(KEYS.to_vec()).prop_map(str::to_string),
-        3 => Just("case".to_string()),
+        30 => proptest::sample::select(KEYS.to_vec()).prop_map(str::to_string),
+        6 => Just("case".to_string()),
         // Refused: the operator's own keys, an empty key.
         1 => prop_oneof![Just("leadergroup.io/role".to_string()), Just(String::new())],
     ]
@@ -129,7 +118,7 @@ fn expression() -> impl Strategy<Value = Value> {
         key(),
         proptest::sample::select(operators.to_vec()),
         proptest::collection::vec(value(), 1..=3),
-        0..20u8,
+        0..40u8,
     )
         .prop_map(|(key, op, values, odd)| {
             let with_values = matches!(op, "In" | "NotIn");
@@ -147,9 +136,9 @@ fn expression() -> impl Strategy<Value = Value> {
 /// the case's own pods (`case: <id>`), shared ones, or none.
 fn selector() -> impl Strategy<Value = Value> {
     (
-        proptest::collection::btree_map(key(), value(), 0..=2),
+        proptest::collection::btree_map(key(), value(), 0..=1),
         proptest::collection::vec(expression(), 0..=2),
-        any::<bool>(),
+        proptest::bool::weighted(0.8),
     )
         .prop_map(|(labels, expressions, own)| {
             let mut labels: serde_json::Map<String, Value> = labels
@@ -172,8 +161,8 @@ fn selector() -> impl Strategy<Value = Value> {
 
 fn lease_seconds() -> impl Strategy<Value = i64> {
     prop_oneof![
-        6 => 4i64..=3600,
-        2 => prop_oneof![Just(1i64), Just(2), Just(3), Just(3600)],
+        14 => 4i64..=3600,
+        4 => prop_oneof![Just(1i64), Just(2), Just(3), Just(3600)],
         // Refused.
         1 => prop_oneof![Just(0i64), Just(3601), Just(-1)],
     ]
@@ -277,6 +266,8 @@ struct Tally {
     refused: usize,
     led: usize,
     leaderless: usize,
+    /// The leaderless ones by the reason of their condition.
+    why: BTreeMap<String, usize>,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -284,6 +275,9 @@ impl std::ops::AddAssign for Tally {
         self.refused += other.refused;
         self.led += other.led;
         self.leaderless += other.leaderless;
+        for (reason, n) in other.why {
+            *self.why.entry(reason).or_default() += n;
+        }
     }
 }
 
@@ -592,20 +586,24 @@ async fn run_batch(
         return Err(context("colour codes in the operator's log file".into()));
     }
     for (name, end) in last {
-        ends.insert(name, end.map_err(|e| context(e))?);
+        ends.insert(name, end.map_err(&context)?);
     }
     let mut tally = Tally::default();
     for end in ends.values() {
         match end {
             End::Refused(_) => tally.refused += 1,
             End::Led(_) => tally.led += 1,
-            End::Leaderless(_) => tally.leaderless += 1,
+            End::Leaderless(why) => {
+                tally.leaderless += 1;
+                let reason = why.split(':').next().unwrap_or_default().to_string();
+                *tally.why.entry(reason).or_default() += 1;
+            }
         }
     }
     Ok(tally)
 }
 
-/// The cases of one seed, in batches of [`BATCH`], all batches at once.
+/// The cases of one seed, in batches of [`BATCH`], [`BATCHES_AT_ONCE`] at a time.
 async fn run_seed(seed: u64, cases: usize) -> Result<Tally, String> {
     let mut runner = runner(seed);
     let mut batches = Vec::new();
@@ -617,7 +615,8 @@ async fn run_seed(seed: u64, cases: usize) -> Result<Tally, String> {
         batches.push(run_batch(seed, first, batch, shared));
     }
     let mut ended = Tally::default();
-    for result in join_all(batches).await {
+    let mut results = futures::stream::iter(batches).buffer_unordered(BATCHES_AT_ONCE);
+    while let Some(result) = results.next().await {
         ended += result?;
     }
     Ok(ended)
