@@ -426,78 +426,56 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
     ctx.metrics.error(error);
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
+    let group_ref = ObjectRef::from_obj(group.as_ref());
     let retry = retry::classify(error);
+    if retry == Retry::Transient(retry::TransientKind::StaleFinalizer) {
+        // Not a failure: the group's next event, or this requeue, sees the finalizer. The
+        // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
+        debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
+        return Action::requeue(Duration::from_millis(100));
+    }
     let api_message = retry::api_status(error)
         .map(|s| s.message.as_str())
         .unwrap_or_default();
-    match &retry {
-        Retry::Permanent(refusal) => {
-            let group_ref = ObjectRef::from_obj(group.as_ref());
-            let wait = ctx
-                .permanent
-                .failed(&group_ref, group.metadata.generation, backoff::CAP);
-            warn!(
-                group = %name,
-                namespace = %namespace,
-                error_class = retry.class(),
-                error_kind = retry.kind(),
-                api_message,
-                object = refusal.object.as_deref().unwrap_or_default(),
-                field = refusal.fields.join(","),
-                failures = ctx.permanent.failures(&group_ref),
-                retry_in_seconds = wait.as_secs(),
-                error = %error,
-                "reconcile refused by the API server: retrying with backoff"
-            );
-            Action::requeue(wait)
-        }
-        Retry::Transient(retry::TransientKind::StaleFinalizer) => {
-            // Not a failure: the group's next event, or this requeue, sees the finalizer. The
-            // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
-            debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
-            Action::requeue(Duration::from_millis(100))
-        }
+    // A refusal backs off; so does a run of missed deadlines, since retrying at once only adds to
+    // the load that makes the API server slow.
+    let cap = match &retry {
+        Retry::Permanent(_) => Some(backoff::CAP),
         Retry::Transient(retry::TransientKind::Stale)
-            if ctx
-                .permanent
-                .missed_deadlines(&ObjectRef::from_obj(group.as_ref()))
-                >= backoff::STALE_RUN =>
+            if ctx.permanent.missed_deadlines(&group_ref) >= backoff::STALE_RUN =>
         {
-            // Retrying at once only adds to the load that makes the API server slow.
-            let group_ref = ObjectRef::from_obj(group.as_ref());
-            let wait =
-                ctx.permanent
-                    .failed(&group_ref, group.metadata.generation, backoff::CAP_SLOW);
-            warn!(
-                group = %name,
-                namespace = %namespace,
-                error_class = retry.class(),
-                error_kind = retry.kind(),
-                misses = ctx.permanent.missed_deadlines(&group_ref),
-                retry_in_seconds = wait.as_secs(),
-                error = %error,
-                "reconciles keep missing their deadline: retrying with backoff"
-            );
-            Action::requeue(wait)
+            Some(backoff::CAP_SLOW)
         }
-        Retry::Transient(_) => {
-            warn!(
-                group = %name,
-                namespace = %namespace,
-                error_class = retry.class(),
-                error_kind = retry.kind(),
-                api_message,
-                category = error.category().as_str(),
-                error = %error,
-                "reconcile failed"
-            );
-            match error {
-                ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
-                // Its deadline is the group's own clock: look again soon.
-                ReconcileError::Deadline { .. } => Action::requeue(Duration::from_millis(200)),
-                _ => Action::requeue(Duration::from_secs(2)),
-            }
-        }
+        Retry::Transient(_) => None,
+    };
+    let (object, field) = match &retry {
+        Retry::Permanent(p) => (p.object.clone().unwrap_or_default(), p.fields.join(",")),
+        Retry::Transient(_) => (String::new(), String::new()),
+    };
+    let wait = cap.map(|cap| {
+        ctx.permanent
+            .failed(&group_ref, group.metadata.generation, cap)
+    });
+    warn!(
+        group = %name,
+        namespace = %namespace,
+        error_class = retry.class(),
+        error_kind = retry.kind(),
+        api_message,
+        object,
+        field,
+        category = error.category().as_str(),
+        failures = ctx.permanent.failures(&group_ref),
+        backoff_seconds = wait.map(|w| w.as_secs()),
+        error = %error,
+        "reconcile failed"
+    );
+    match (wait, error) {
+        (Some(wait), _) => Action::requeue(wait),
+        (None, ReconcileError::Conflict(_)) => Action::requeue(Duration::from_millis(50)),
+        // Its deadline is the group's own clock: look again soon.
+        (None, ReconcileError::Deadline { .. }) => Action::requeue(Duration::from_millis(200)),
+        (None, _) => Action::requeue(Duration::from_secs(2)),
     }
 }
 

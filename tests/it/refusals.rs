@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use leadergroup_operator::crd::LeaderGroupStatus;
 use leadergroup_testenv::control_plane;
 use serde_json::{Value, json};
@@ -66,38 +66,11 @@ async fn a_forbidden_write_is_a_condition_and_one_event_and_backs_off() {
     let cp = control_plane().await.unwrap();
     let w = World::new("refused").await;
     let ns = w.ns.name.clone();
-    w.ns.create_service_account("op").await.unwrap();
+    let token =
+        w.ns.create_account_with_role("op", rules(false))
+            .await
+            .unwrap();
     let roles: Api<Role> = w.ns.api();
-    let mut role = Role {
-        metadata: kube::api::ObjectMeta {
-            name: Some("op".into()),
-            ..Default::default()
-        },
-        rules: Some(rules(false)),
-    };
-    roles.create(&PostParams::default(), &role).await.unwrap();
-    let binding = RoleBinding {
-        metadata: kube::api::ObjectMeta {
-            name: Some("op".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: "op".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "op".into(),
-            namespace: Some(ns.clone()),
-            ..Subject::default()
-        }]),
-    };
-    w.ns.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    let token = w.ns.service_account_token("op").await.unwrap();
     let kubeconfig =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}-op.kubeconfig"));
     std::fs::write(&kubeconfig, cp.token_kubeconfig(&token)).unwrap();
@@ -197,8 +170,8 @@ async fn a_forbidden_write_is_a_condition_and_one_event_and_backs_off() {
 
     // Granted, and the spec touched (a new generation is tried at once): a leader, and the
     // condition is gone.
+    let mut role = roles.get("op").await.unwrap();
     role.rules = Some(rules(true));
-    role.metadata.resource_version = roles.get("op").await.unwrap().resource_version();
     roles
         .replace("op", &PostParams::default(), &role)
         .await
