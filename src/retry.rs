@@ -39,6 +39,8 @@ impl Retry {
 pub enum TransientKind {
     /// A 409: someone else wrote first.
     Conflict,
+    /// A 404 for an object, not its namespace: the race with a deletion the next event tells.
+    NotFound,
     /// The reconcile's deadline, or its decision grew stale.
     Stale,
     /// The finalizer was added by an earlier pass that the cache has not seen yet.
@@ -56,6 +58,7 @@ impl TransientKind {
     pub const fn as_str(self) -> &'static str {
         match self {
             TransientKind::Conflict => "Conflict",
+            TransientKind::NotFound => "NotFound",
             TransientKind::Stale => "Stale",
             TransientKind::StaleFinalizer => "StaleFinalizer",
             TransientKind::Throttled => "Throttled",
@@ -240,7 +243,7 @@ pub fn classify_kube(error: &kube::Error) -> Retry {
         // A 404 for the object itself is the ordinary race with a deletion (the next event
         // tells); only the namespace's absence lasts.
         404 if is_namespace(status) => PermanentKind::NamespaceNotFound,
-        404 => return Retry::Transient(TransientKind::Conflict),
+        404 => return Retry::Transient(TransientKind::NotFound),
         401..=499 => PermanentKind::Refused,
         _ => return Retry::Transient(TransientKind::Server),
     };

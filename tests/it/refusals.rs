@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
-use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use leadergroup_operator::crd::LeaderGroupStatus;
 use leadergroup_testenv::control_plane;
 use serde_json::{Value, json};
