@@ -23,6 +23,7 @@ help:
 	@echo "make it                the integration tests on a light cluster it starts and always stops"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
+	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
@@ -206,6 +207,19 @@ MODEL_ARGS ?= --config large --timeout 900
 model:
 	nice -n 10 cargo build --release --locked -p leadergroup-model
 	target/release/leadergroup-model $(MODEL_ARGS)
+
+# The input space at length (tests/it/inputs.rs): PROPTEST_CASES generated LeaderGroups (make test
+# runs 240) on a light cluster of its own, always stopped. INPUTS_SEED replays a random half.
+PROPTEST_CASES ?= 1000
+PROPTEST_CLUSTER := $(CURDIR)/target/proptest-cluster
+.PHONY: proptest
+proptest:
+	cargo test --test it --no-run
+	@bin=$$(controlplane/build.sh); \
+	trap 'controlplane/cluster.sh down --dir "$(PROPTEST_CLUSTER)"' EXIT; \
+	controlplane/cluster.sh up --dir "$(PROPTEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$$bin"; \
+	LEADERGROUP_KUBECONFIG="$(PROPTEST_CLUSTER)/kubeconfig" PROPTEST_CASES=$(PROPTEST_CASES) \
+	  cargo test --test it inputs:: -- --nocapture
 
 # The published chaos run (issue 13, item 8): 11,000 seeded faults against two operator replicas on a
 # control plane of its own (about 45 minutes on 2 cores), then docs/chaos.md. CHAOS_ARGS: --seed N,

@@ -4,9 +4,11 @@
 //! A reconcile runs the transition protocol ([`converge`]: observe, decide, act) or, when the
 //! group is being deleted, its [`cleanup`].
 
+mod backoff;
 mod cleanup;
 mod converge;
 mod lease_triggers;
+mod refused;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,6 +37,7 @@ use crate::lease_sightings::LeaseSightings;
 use crate::marks;
 use crate::metrics::Metrics;
 use crate::pod_index::PodIndex;
+use crate::retry::{self, Retry};
 
 /// The caches every decision reads from.
 #[derive(Clone)]
@@ -102,6 +105,8 @@ pub struct Context {
     barriers: Barriers,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
     handover_clocks: HandoverClocks,
+    /// The groups whose reconciles the API server refuses for good, and when to try again.
+    permanent: backoff::PermanentBackoff,
     /// Whether this replica may act (always true without `--leader-elect`).
     active: watch::Receiver<bool>,
     /// Whether every watch has delivered its first list.
@@ -239,6 +244,7 @@ pub async fn run(
         pod_index,
         group_index,
         handover_clocks: HandoverClocks::default(),
+        permanent: backoff::PermanentBackoff::default(),
         lease_sightings: LeaseSightings::default(),
         retired: settings.retired.clone(),
         barriers: Barriers::default(),
@@ -361,6 +367,15 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     if !ctx.is_active() {
         return Ok(Action::await_change());
     }
+    let group_ref = ObjectRef::from_obj(group.as_ref());
+    // A group the API server refuses for good waits out its backoff whatever events arrive,
+    // unless its spec changed or it is being deleted.
+    if group.metadata.deletion_timestamp.is_none()
+        && let Some(wait) = ctx.permanent.waiting(&group_ref, group.metadata.generation)
+    {
+        debug!(group = %group.name_any(), ?wait, "refused for good before: waiting out the backoff");
+        return Ok(Action::requeue(wait));
+    }
     // The Controller starts as soon as the groups are listed; deciding before the pods are would
     // see no candidate and depose a healthy leader (a spurious NoCandidates, then a new epoch).
     let _ = ctx.synced.clone().wait_for(|synced| *synced).await;
@@ -375,8 +390,8 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     // Never less than half of a 1 s Lease (the least the API server lets through): a zero
     // deadline would fail every reconcile.
     let deadline = group.half_lease().max(Duration::from_millis(500));
-    let group_ref = ObjectRef::from_obj(group.as_ref());
     let name = group.name_any();
+    let cached = group.clone();
     let work = finalizer(&api, FINALIZER, group, |event| async {
         match event {
             FinalizerEvent::Apply(g) => converge::converge(g, &ctx, &ns, started).await,
@@ -390,11 +405,28 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
             // An abandoned request may still land, a promotion included.
             ctx.barriers.remove(&group_ref);
             Err(ReconcileError::Deadline {
-                group: name,
+                group: name.clone(),
                 after: deadline,
             })
         }
     };
+    match &result {
+        Ok(_) => {
+            ctx.permanent.succeeded(&group_ref);
+            refused::clear(&api, &cached).await;
+        }
+        Err(e) => match retry::classify(e) {
+            Retry::Permanent(refusal) => refused::report(&ctx, &api, &name, &refusal).await,
+            Retry::Transient(retry::TransientKind::Stale) => {
+                if ctx.permanent.missed_deadline(&group_ref) >= backoff::STALE_RUN {
+                    let lease = cached.spec.lease_duration_seconds;
+                    let slow = retry::too_slow(backoff::STALE_RUN, deadline, lease);
+                    refused::report(&ctx, &api, &name, &slow).await;
+                }
+            }
+            Retry::Transient(_) => {}
+        },
+    }
     ctx.metrics.reconciled(started.elapsed());
     ctx.count_leaders();
     result
@@ -402,18 +434,58 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
 
 fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error);
-    if error.is_stale_finalizer() {
+    let name = group.name_any();
+    let namespace = group.namespace().unwrap_or_default();
+    let group_ref = ObjectRef::from_obj(group.as_ref());
+    let retry = retry::classify(error);
+    if retry == Retry::Transient(retry::TransientKind::StaleFinalizer) {
         // Not a failure: the group's next event, or this requeue, sees the finalizer. The
         // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
-        debug!(group = %group.name_any(), "finalizer added by an earlier pass; the cache is behind");
+        debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
         return Action::requeue(Duration::from_millis(100));
     }
-    warn!(group = %group.name_any(), category = error.category().as_str(), error = %error, "reconcile failed");
-    match error {
-        ReconcileError::Conflict(_) => Action::requeue(Duration::from_millis(50)),
+    let api_message = retry::api_status(error)
+        .map(|s| s.message.as_str())
+        .unwrap_or_default();
+    // A refusal backs off; so does a run of missed deadlines, since retrying at once only adds to
+    // the load that makes the API server slow.
+    let cap = match &retry {
+        Retry::Permanent(_) => Some(backoff::CAP),
+        Retry::Transient(retry::TransientKind::Stale)
+            if ctx.permanent.missed_deadlines(&group_ref) >= backoff::STALE_RUN =>
+        {
+            Some(backoff::CAP_SLOW)
+        }
+        Retry::Transient(_) => None,
+    };
+    let (object, field) = match &retry {
+        Retry::Permanent(p) => (p.object.clone().unwrap_or_default(), p.fields.join(",")),
+        Retry::Transient(_) => (String::new(), String::new()),
+    };
+    let wait = cap.map(|cap| {
+        ctx.permanent
+            .failed(&group_ref, group.metadata.generation, cap)
+    });
+    warn!(
+        group = %name,
+        namespace = %namespace,
+        error_class = retry.class(),
+        error_kind = retry.kind(),
+        api_message,
+        object,
+        field,
+        category = error.category().as_str(),
+        failures = ctx.permanent.failures(&group_ref),
+        backoff_seconds = wait.map(|w| w.as_secs()),
+        error = %error,
+        "reconcile failed"
+    );
+    match (wait, error) {
+        (Some(wait), _) => Action::requeue(wait),
+        (None, ReconcileError::Conflict(_)) => Action::requeue(Duration::from_millis(50)),
         // Its deadline is the group's own clock: look again soon.
-        ReconcileError::Deadline { .. } => Action::requeue(Duration::from_millis(200)),
-        _ => Action::requeue(Duration::from_secs(2)),
+        (None, ReconcileError::Deadline { .. }) => Action::requeue(Duration::from_millis(200)),
+        (None, _) => Action::requeue(Duration::from_secs(2)),
     }
 }
 

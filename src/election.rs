@@ -28,6 +28,7 @@ use self::heartbeat::Heartbeat;
 use self::marking::Marking;
 use self::records::Records;
 use self::refusal::refusal;
+pub use self::status::{api_accepted, api_refused};
 use self::token::Token;
 pub use self::transition::{Reason, Transition};
 pub use self::writes::{Barrier, PodWrites};
@@ -43,6 +44,9 @@ pub const LEADER_ELECTED: &str = "LeaderElected";
 pub const HEARTBEAT: &str = "Heartbeat";
 /// Type of the condition that says some selected pods belong to an older group.
 pub const OVERLAPPING: &str = "Overlapping";
+/// Type of the condition that says the API server refuses the operator's requests for the group
+/// for good (False, with the refusal), until a reconcile succeeds again (then it is removed).
+pub const RECONCILED: &str = "Reconciled";
 
 /// Everything the decision looks at, as read from the API server (or its watch cache).
 pub struct Observation<'a> {

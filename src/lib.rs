@@ -15,5 +15,6 @@ pub mod lease_sightings;
 pub mod marks;
 pub mod metrics;
 pub mod pod_index;
+pub mod retry;
 
 pub use error::{ReconcileError, Result, StartupError};

@@ -106,10 +106,15 @@ fn print_crd() -> Result<(), StartupError> {
     Ok(())
 }
 
+/// Logs to stdout; colours only when stdout is a terminal (not in a file, a pipe or a
+/// collector's capture, where the escape codes would be noise).
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -10,7 +10,7 @@ use super::candidates::Candidates;
 use super::heartbeat::Heartbeat;
 use super::records::Records;
 use super::token::Token;
-use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, Transition};
+use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, RECONCILED, Transition};
 use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
@@ -203,6 +203,35 @@ pub(super) fn refused(
     s.lease_name = Some(group.lease_name());
     s.observed_generation = group.metadata.generation;
     s
+}
+
+/// The status with the `Reconciled` condition False, saying why the API server refuses the
+/// group's requests for good (see [`crate::retry`]); None when the status says exactly that
+/// already, so that a run of the same refusal writes once.
+pub fn api_refused(
+    current: &LeaderGroupStatus,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Option<LeaderGroupStatus> {
+    let same = current
+        .condition(RECONCILED)
+        .is_some_and(|c| c.status == FALSE && c.reason == reason && c.message == message);
+    if same {
+        return None;
+    }
+    let mut next = current.clone();
+    set_condition(&mut next, RECONCILED, FALSE, reason, message, now);
+    Some(next)
+}
+
+/// The status without the `Reconciled` condition, once a reconcile succeeded; None when it has
+/// none.
+pub fn api_accepted(current: &LeaderGroupStatus) -> Option<LeaderGroupStatus> {
+    current.condition(RECONCILED)?;
+    let mut next = current.clone();
+    next.conditions.retain(|c| c.type_ != RECONCILED);
+    Some(next)
 }
 
 const TRUE: &str = "True";

@@ -6,17 +6,10 @@
 //! that a missing permission fails them as it would fail a deployment. The client and the agent
 //! must not depend on the operator crate, so the operator's marks are written by hand ([`Marks`]).
 
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::Pod,
-    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
-};
-use kube::{
-    Api,
-    api::{ObjectMeta, PostParams},
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod, rbac::v1::PolicyRule};
+use kube::Api;
 
-use crate::{Error, Kubelet, Marks, Result, TestNamespace, namespace};
+use crate::{Kubelet, Marks, Result, TestNamespace, namespace};
 
 /// Which of the member Role's two rules to grant (the permission tests leave some out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,41 +83,7 @@ pub async fn member_account(
     group: &str,
     rules: MemberRules,
 ) -> Result<String> {
-    ns.create_service_account(name).await?;
-    let metadata = ObjectMeta {
-        name: Some(name.to_owned()),
-        ..ObjectMeta::default()
-    };
-    let role = Role {
-        metadata: metadata.clone(),
-        rules: Some(rules.policy(group)),
-    };
-    ns.api::<Role>()
-        .create(&PostParams::default(), &role)
-        .await
-        .map_err(Error::kube(format!("creating Role {}/{name}", ns.name)))?;
-    let binding = RoleBinding {
-        metadata,
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            kind: "Role".to_owned(),
-            name: name.to_owned(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".to_owned(),
-            name: name.to_owned(),
-            namespace: Some(ns.name.clone()),
-            ..Subject::default()
-        }]),
-    };
-    ns.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .map_err(Error::kube(format!(
-            "creating RoleBinding {}/{name}",
-            ns.name
-        )))?;
-    ns.service_account_token(name).await
+    ns.create_account_with_role(name, rules.policy(group)).await
 }
 
 /// What the client's and the agent's tests work in: a fresh namespace, its simulated kubelet,

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::{
     authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
     core::v1::{Namespace, Pod, ServiceAccount},
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
 };
 use kube::{
     Api, Client,
@@ -206,6 +207,50 @@ impl TestNamespace {
             .and_then(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| Error::Unexpected(format!("{what}: the answer has no token")))
+    }
+
+    /// Creates ServiceAccount `name`, a Role `name` with `rules` and a RoleBinding `name`
+    /// between them in this namespace; returns a token for the ServiceAccount.
+    pub async fn create_account_with_role(
+        &self,
+        name: &str,
+        rules: Vec<PolicyRule>,
+    ) -> Result<String> {
+        self.create_service_account(name).await?;
+        let metadata = ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        };
+        let role = Role {
+            metadata: metadata.clone(),
+            rules: Some(rules),
+        };
+        self.api::<Role>()
+            .create(&PostParams::default(), &role)
+            .await
+            .map_err(Error::kube(format!("creating Role {}/{name}", self.name)))?;
+        let binding = RoleBinding {
+            metadata,
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "Role".to_owned(),
+                name: name.to_owned(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_owned(),
+                name: name.to_owned(),
+                namespace: Some(self.name.clone()),
+                ..Subject::default()
+            }]),
+        };
+        self.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await
+            .map_err(Error::kube(format!(
+                "creating RoleBinding {}/{name}",
+                self.name
+            )))?;
+        self.service_account_token(name).await
     }
 
     /// A client authenticated as ServiceAccount `name` of this namespace (through a fresh
