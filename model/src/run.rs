@@ -9,6 +9,9 @@ use crate::model::{Config, LeaderGroupModel};
 use crate::properties;
 
 /// What one exhaustive run found.
+/// The largest exhausted space searched again for shortest counterexamples.
+const SHORTEST_PATH_STATES: usize = 2_000_000;
+
 pub struct Report {
     pub config: &'static str,
     pub unique_states: usize,
@@ -82,15 +85,23 @@ pub fn check(
         }
         // The exhaustive run keeps the last path it met, not the shortest: a second run,
         // breadth first and stopping at the first, finds a shortest one.
-        let mut builder = model
-            .clone()
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf([property.name].into()));
-        if let Some(limit) = limit {
-            builder = builder.timeout(limit);
-        }
-        let first = builder.spawn_bfs().join();
-        if let Some(path) = first.discovery(property.name) {
+        // Only on a space small enough to have been exhausted: breadth first, a large one fills
+        // the memory (24 GB at 11 million states) before it ends. There the first run's path
+        // stands.
+        let exhausted = checker.is_done() && limit.is_none_or(|l| elapsed < l);
+        let shortest = (exhausted && checker.unique_state_count() <= SHORTEST_PATH_STATES)
+            .then(|| {
+                let mut builder = model
+                    .clone()
+                    .checker()
+                    .finish_when(HasDiscoveries::AnyOf([property.name].into()));
+                if let Some(limit) = limit {
+                    builder = builder.timeout(limit);
+                }
+                builder.spawn_bfs().join().discovery(property.name)
+            })
+            .flatten();
+        if let Some(path) = shortest.or_else(|| checker.discovery(property.name)) {
             let states = path.clone().into_states();
             let actions = path.into_actions();
             let text = display::path(&model, &states, &actions);
