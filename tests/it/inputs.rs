@@ -37,7 +37,7 @@ const DEFAULT_CASES: usize = 240;
 /// Groups applied at once in one namespace, under one operator.
 const BATCH: usize = 60;
 /// Batches of one seed running at once (each with its operator): a larger run goes in waves.
-const BATCHES_AT_ONCE: usize = 2;
+const BATCHES_AT_ONCE: usize = 1;
 /// The fixed seed.
 const FIXED_SEED: u64 = 29;
 /// How long a batch may take to end every case, from its operator's start.
