@@ -10,10 +10,12 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
+use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER, lease_name_for};
 pub use leadergroup_testenv::pods::{epoch, role};
 use leadergroup_testenv::pods::{is_leader, marked_group};
-use leadergroup_testenv::{ControlPlane, OperatorLaunch, OperatorProcess, wait_until};
+use leadergroup_testenv::{
+    ControlPlane, HeldRequests, HoldRule, OperatorLaunch, OperatorProcess, wait_until,
+};
 pub use leadergroup_testenv::{InvariantWatcher, Settled, readyz_role, run_ok, run_tool};
 
 /// Generous bound for anything the operator should do "at once": the machine is small and noisy,
@@ -191,6 +193,19 @@ impl World {
             names.push(name);
         }
         names
+    }
+
+    /// Holds every promotion of pod `pod` inside the API server (an admission webhook for this
+    /// namespace) until the returned guard releases it or drops.
+    pub async fn hold_promotions_of(&self, cp: &ControlPlane, pod: &str) -> HeldRequests {
+        let rule = HoldRule {
+            pod: Some(pod.to_owned()),
+            label: ROLE_LABEL.into(),
+            value: ROLE_LEADER.into(),
+        };
+        HeldRequests::start(cp, self.ns.client.clone(), &self.ns.name, rule, pod)
+            .await
+            .unwrap_or_else(|e| panic!("holding the promotions of {pod}: {e}"))
     }
 
     /// Waits until `group`'s status satisfies `cond`; returns that status.

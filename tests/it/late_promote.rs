@@ -11,8 +11,7 @@ use std::time::Duration;
 use kube::api::{Patch, PatchParams, PostParams};
 
 use crate::common::{InvariantWatcher, Operator, World, group};
-use leadergroup_operator::crd::{ROLE_LABEL, ROLE_LEADER};
-use leadergroup_testenv::{HeldRequests, HoldRule, control_plane};
+use leadergroup_testenv::control_plane;
 
 #[tokio::test]
 async fn a_promotion_held_past_the_lease_cannot_land() {
@@ -29,19 +28,7 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
     assert_eq!(first.leader, pods[0]);
 
     // The next promotion of app-1 is held inside the API server, and its sender paused at once.
-    let hold = HeldRequests::start(
-        cp,
-        w.ns.client.clone(),
-        &w.ns.name,
-        HoldRule {
-            pod: Some(pods[1].clone()),
-            label: ROLE_LABEL.into(),
-            value: ROLE_LEADER.into(),
-        },
-        &pods[1],
-    )
-    .await
-    .unwrap();
+    let hold = w.hold_promotions_of(cp, &pods[1]).await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
     first_op.signal("-STOP");
@@ -98,19 +85,7 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
     }
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
     // The group's first promotion (app-0, unmarked until then) is held inside the API server.
-    let hold = HeldRequests::start(
-        cp,
-        w.ns.client.clone(),
-        &w.ns.name,
-        HoldRule {
-            pod: Some(pods[0].clone()),
-            label: ROLE_LABEL.into(),
-            value: ROLE_LEADER.into(),
-        },
-        &pods[0],
-    )
-    .await
-    .unwrap();
+    let hold = w.hold_promotions_of(cp, &pods[0]).await;
     let mut first_op = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
     let mut g = group("late", "late");
     g.spec.lease_duration_seconds = 3;

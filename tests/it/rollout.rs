@@ -10,10 +10,9 @@ use kube::Api;
 use kube::api::PostParams;
 
 use crate::common::{InvariantWatcher, Operator, World, group};
-use leadergroup_operator::crd::{ROLE_LABEL, ROLE_LEADER};
 use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
-use leadergroup_testenv::{HeldRequests, HoldRule, control_plane, wait_until};
+use leadergroup_testenv::{control_plane, wait_until};
 
 /// Far below the group Lease (15 s): only a takeover that does not wait it out passes.
 const BOUND: Duration = Duration::from_secs(5);
@@ -102,19 +101,7 @@ async fn a_stopping_replica_releases_the_operator_lease_after_its_last_reconcile
         .await;
 
     // The handover's promotion of app-1 is held: the reconcile waits on it.
-    let hold = HeldRequests::start(
-        cp,
-        w.ns.client.clone(),
-        &w.ns.name,
-        HoldRule {
-            pod: Some(pods[1].clone()),
-            label: ROLE_LABEL.into(),
-            value: ROLE_LEADER.into(),
-        },
-        &pods[1],
-    )
-    .await
-    .unwrap();
+    let hold = w.hold_promotions_of(cp, &pods[1]).await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
     op.signal("-TERM");
