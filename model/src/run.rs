@@ -78,6 +78,7 @@ pub fn check(
             elapsed.as_secs_f64()
         );
     }
+    let complete = checker.is_done() && limit.is_none_or(|l| elapsed < l);
     let mut discoveries = Vec::new();
     for property in properties::all(&model.config) {
         if checker.discovery(property.name).is_none() {
@@ -88,8 +89,7 @@ pub fn check(
         // Only on a space small enough to have been exhausted: breadth first, a large one fills
         // the memory (24 GB at 11 million states) before it ends. There the first run's path
         // stands.
-        let exhausted = checker.is_done() && limit.is_none_or(|l| elapsed < l);
-        let shortest = (exhausted && checker.unique_state_count() <= SHORTEST_PATH_STATES)
+        let shortest = (complete && checker.unique_state_count() <= SHORTEST_PATH_STATES)
             .then(|| {
                 let mut builder = model
                     .clone()
@@ -115,7 +115,7 @@ pub fn check(
         max_depth: checker.max_depth(),
         elapsed,
         discoveries,
-        complete: checker.is_done() && limit.is_none_or(|l| elapsed < l),
+        complete,
     }
 }
 
