@@ -158,8 +158,26 @@ mounts_under() { awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/moun
 # tasks N: how many containers (pod sandboxes included) node N's containerd still runs.
 tasks() { timeout 5 ctr --address "$dir/node$1/containerd.sock" --namespace k8s.io tasks ls -q 2>/dev/null | grep -c . || true; }
 
+# kill_containers I: node I+1's containers and shims. Containers outlive containerd (their shims
+# keep them): kill and delete them through runc's state under the node's runc root, then the shims
+# that served the node's containerd. A shim may exit while it is looked at (its /proc entry gone).
+kill_containers() {
+  local i=$1 nd=$dir/node$(($1 + 1)) c pid
+  if [[ -d $nd/runc ]]; then
+    for c in $(runc --root "$nd/runc/k8s.io" list -q 2>/dev/null); do
+      runc --root "$nd/runc/k8s.io" delete --force "$c" >/dev/null 2>&1 || say "runc delete $c failed"
+      rm -f "/var/lib/cni/results/${nodes[$i]}-$c-eth0" "/var/lib/cni/results/cni-loopback-$c-lo"
+    done
+  fi
+  for pid in $(pgrep -f containerd-shim-runc-v2 || true); do
+    if { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -F -- "$nd/containerd.sock" >/dev/null; then
+      stop_pid containerd-shim "$pid"
+    fi
+  done
+}
+
 teardown() {
-  local i nd pid c t
+  local i c t
   stop kube-controller-manager # nothing recreates the pods deleted below
   stop kube-scheduler
   # Pods go the way a node stops them (the kubelet asks the CRI, which runs CNI DEL, so the IP, the
@@ -178,22 +196,9 @@ teardown() {
     say "pods stopped by their kubelets in $(since "$t") s"
   fi
   for i in 0 1; do
-    nd=$dir/node$((i + 1))
     stop "kubelet-$((i + 1))"
     stop "containerd-$((i + 1))"
-    # Containers outlive containerd (their shims keep them): kill and delete them through runc's
-    # state under this node's runc root, then the shims that served this node's containerd.
-    if [[ -d $nd/runc ]]; then
-      for c in $(runc --root "$nd/runc/k8s.io" list -q 2>/dev/null); do
-        runc --root "$nd/runc/k8s.io" delete --force "$c" >/dev/null 2>&1 || say "runc delete $c failed"
-        rm -f "/var/lib/cni/results/${nodes[$i]}-$c-eth0" "/var/lib/cni/results/cni-loopback-$c-lo"
-      done
-    fi
-    for pid in $(pgrep -f containerd-shim-runc-v2 || true); do
-      if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$nd/containerd.sock" >/dev/null; then
-        stop_pid containerd-shim "$pid"
-      fi
-    done
+    kill_containers "$i"
   done
   if alive kube-proxy; then
     stop kube-proxy
@@ -266,6 +271,16 @@ wipe() {
   [[ -d $dir ]] || return 0
   if [[ -e $dir/$marker ]]; then
     [[ -z $(mounts_under "$dir") ]] || die "mounts left under $dir; not removing it: $(mounts_under "$dir" | head -3)"
+    # A container still running writes on while the folder goes (one of a node that was cut and
+    # started again just before `down`): kill what is left and try again.
+    local try
+    for try in 1 2 3 4 5; do
+      rm -rf "$dir" 2>/dev/null && return 0
+      say "$dir not removed (try $try): $(find "$dir" -mindepth 3 2>/dev/null | head -3 | tr '\n' ' ')"
+      kill_containers 0
+      kill_containers 1
+      sleep 1
+    done
     rm -rf "$dir"
   elif only_lock_left; then
     rm -f "$dir/.lock"

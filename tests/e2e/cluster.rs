@@ -622,15 +622,28 @@ pub struct Move {
     pub at: Instant,
 }
 
-/// Every pod state a watch of a namespace delivered, in order, with the moment it arrived.
-pub struct PodLog {
-    events: Arc<Mutex<Vec<(Instant, Pod, bool)>>>,
+/// Every state of a kind of object a watch delivered, in order, with the moment it arrived
+/// (and whether it was a deletion).
+pub struct WatchLog<K> {
+    events: Arc<Mutex<Vec<(Instant, K, bool)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl PodLog {
+/// Every pod state a watch of a namespace delivered.
+pub type PodLog = WatchLog<Pod>;
+
+impl<K> WatchLog<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     /// Starts watching; returns once the first list arrived.
-    pub async fn start(api: Api<Pod>) -> PodLog {
+    pub async fn start(api: Api<K>) -> WatchLog<K> {
         let events = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let log = events.clone();
@@ -641,10 +654,10 @@ impl PodLog {
                 let Ok(event) = event else { continue };
                 let now = Instant::now();
                 match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                        log.lock().unwrap().push((now, p, false));
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        log.lock().unwrap().push((now, o, false));
                     }
-                    watcher::Event::Delete(p) => log.lock().unwrap().push((now, p, true)),
+                    watcher::Event::Delete(o) => log.lock().unwrap().push((now, o, true)),
                     watcher::Event::Init => {}
                     watcher::Event::InitDone => {
                         if let Some(tx) = tx.take() {
@@ -656,11 +669,24 @@ impl PodLog {
         });
         tokio::time::timeout(CONVERGE, rx)
             .await
-            .expect("the pod watch delivered its first list")
+            .expect("the watch delivered its first list")
             .unwrap();
-        PodLog { events, task }
+        WatchLog { events, task }
     }
 
+    /// Every state of `name` the watch delivered (deletions left out), with its arrival.
+    pub fn states_of(&self, name: &str) -> Vec<(Instant, K)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, o, deleted)| !deleted && o.meta().name.as_deref() == Some(name))
+            .map(|(t, o, _)| (*t, o.clone()))
+            .collect()
+    }
+}
+
+impl PodLog {
     /// When the watch first showed `pod` labeled leader after `after`.
     pub fn leader_seen(&self, pod: &str, after: Instant) -> Option<Instant> {
         self.events
@@ -704,7 +730,7 @@ impl PodLog {
     }
 }
 
-impl Drop for PodLog {
+impl<K> Drop for WatchLog<K> {
     fn drop(&mut self) {
         self.task.abort();
     }

@@ -39,7 +39,7 @@ use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_obje
 use serde_json::json;
 
 use crate::cluster::{
-    APP, CONVERGE, Cluster, PODS, PodLog, create, is_ready, pod_summary, repo_root,
+    APP, CONVERGE, Cluster, PODS, PodLog, WatchLog, create, is_ready, pod_summary, repo_root,
     webapp_container,
 };
 
@@ -83,6 +83,25 @@ fn since(a: SystemTime, b: SystemTime) -> Duration {
 /// The instant of wall-clock time `t` (in the past), for comparing it with the watches' instants.
 fn instant_of(t: SystemTime) -> Instant {
     Instant::now() - since(t, SystemTime::now())
+}
+
+/// When the test's own watch saw each renewal of `lease` by `holder` (a moved `renewTime` while it
+/// names `holder`): no later than the operator's watch saw it, give or take the two watches' lag.
+fn renewals_seen(log: &WatchLog<Lease>, lease: &str, holder: &str) -> Vec<Instant> {
+    let mut seen = Vec::new();
+    let mut last_renew_time = None;
+    for (at, l) in log.states_of(lease) {
+        let Some(spec) = l.spec else { continue };
+        if spec.holder_identity.as_deref() != Some(holder) {
+            continue;
+        }
+        let renew_time = spec.renew_time.map(|t| t.0);
+        if last_renew_time.is_some() && renew_time != last_renew_time {
+            seen.push(at);
+        }
+        last_renew_time = renew_time;
+    }
+    seen
 }
 
 /// The example's Deployment's pod template (`examples/ledger/manifests/sidecar`).
@@ -260,6 +279,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     let leases: Api<Lease> = ns.api();
     let watch = InvariantWatcher::start(&c.client, &ns.name).await;
     let log = PodLog::start(pods.clone()).await;
+    let lease_log = WatchLog::start(leases.clone()).await;
     // (a) The Readiness group: the default liveness.
     let _: LeaderGroup = create(
         &ns,
@@ -480,9 +500,41 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     let old_unknown = files
         .first(&old_heartbeat, "unknown", cut_at)
         .unwrap_or_else(|| panic!("the cut-off leader never read unknown\n{}", histories()));
+    // The agent stops two thirds of the Lease duration after its last renewal that landed was
+    // sent; the operator hands over a whole duration after it saw that renewal. What the test's
+    // watch saw says which side broke that margin, if one did.
+    let renewals = renewals_seen(&lease_log, &lease_name_for(HEARTBEAT), &old_heartbeat);
+    let last_renewal = renewals
+        .iter()
+        .copied()
+        .filter(|r| *r <= instant_of(old_unknown))
+        .max();
+    let timeline = || {
+        let after_renewal = |t: Instant| {
+            last_renewal.map_or("no renewal seen".to_owned(), |r| {
+                format!(
+                    "{} after the last renewal seen",
+                    secs(t.saturating_duration_since(r))
+                )
+            })
+        };
+        format!(
+            "{} renewal(s) of {old_heartbeat} seen, the last {} after the cut; {old_heartbeat}'s agent wrote \
+             unknown {} (its rule: {} after it sent it); {new_heartbeat} labeled leader {}, its agent wrote \
+             leader {} (the operator's rule: {} after it saw it)",
+            renewals.len(),
+            last_renewal.map_or("-".to_owned(), |r| secs(r.saturating_duration_since(cut))),
+            after_renewal(instant_of(old_unknown)),
+            secs(lease * 2 / 3),
+            after_renewal(cut + heartbeat_moved),
+            after_renewal(instant_of(new_leader_file)),
+            secs(lease),
+        )
+    };
     assert!(
         old_unknown < new_leader_file,
-        "the cut-off leader read unknown after the new leader read leader\n{}",
+        "the cut-off leader read unknown after the new leader read leader: {}\n{}",
+        timeline(),
         histories()
     );
     assert_eq!(
@@ -509,6 +561,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         secs(since(cut_at, old_unknown)),
         secs(since(old_unknown, new_leader_file))
     );
+    println!("node loss: Heartbeat margins: {}", timeline());
     println!(
         "node loss: client-go ({CLIENT_GO_TIMING}): {client_go_lease} held by {new_client_go} {} after the cut",
         secs(client_go_moved)
