@@ -96,8 +96,10 @@ fmt-check:
 
 lint: clippy shellcheck
 
+# --all-targets leaves out the end-to-end tests (`test = false`): linted by name.
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --test e2e -- -D warnings
 
 # Every shell script of the repository (tracked or new, not ignored) and .ci/run. -x -P SCRIPTDIR:
 # follow `source` into lib.sh, pki.sh and versions.env, found beside the script.

@@ -75,6 +75,14 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
+/// `t - from` in seconds, negative when `t` is earlier.
+fn signed_secs(t: Instant, from: Instant) -> String {
+    match t.checked_duration_since(from) {
+        Some(d) => format!("+{}", secs(d)),
+        None => format!("-{}", secs(from - t)),
+    }
+}
+
 /// `b - a`, zero when b is earlier.
 fn since(a: SystemTime, b: SystemTime) -> Duration {
     b.duration_since(a).unwrap_or_default()
@@ -519,11 +527,11 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
             })
         };
         format!(
-            "{} renewal(s) of {old_heartbeat} seen, the last {} after the cut; {old_heartbeat}'s agent wrote \
+            "{} renewal(s) of {old_heartbeat} seen, the last at {} from the cut; {old_heartbeat}'s agent wrote \
              unknown {} (its rule: {} after it sent it); {new_heartbeat} labeled leader {}, its agent wrote \
              leader {} (the operator's rule: {} after it saw it)",
             renewals.len(),
-            last_renewal.map_or("-".to_owned(), |r| secs(r.saturating_duration_since(cut))),
+            last_renewal.map_or("-".to_owned(), |r| signed_secs(r, cut)),
             after_renewal(instant_of(old_unknown)),
             secs(lease * 2 / 3),
             after_renewal(cut + heartbeat_moved),
