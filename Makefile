@@ -19,7 +19,7 @@ help:
 	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
 	@echo "make test              make check, make it, then make e2e (what CI runs)"
-	@echo "make check             no cluster: fmt check, clippy, shellcheck, CRD drift, the chart's static checks, unit tests"
+	@echo "make check             no cluster: fmt check, clippy, shellcheck, cargo deny, CRD drift, the chart's static checks, unit tests"
 	@echo "make it                the integration tests on a light cluster it starts and always stops"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
@@ -126,7 +126,12 @@ helm-lint: chart-static
 test: check it e2e
 
 # Layer 1, no cluster: what a change must pass before any cluster is started.
-check: fmt-check lint crd-check chart-static unit
+check: fmt-check lint deny crd-check chart-static unit
+
+# Licenses, bans and sources of every dependency (deny.toml), with the pinned cargo-deny.
+.PHONY: deny
+deny:
+	"$$(controlplane/cargo-deny.sh)" check licenses bans sources
 
 # The tests that need no cluster: every crate's library and binary unit tests, the doc tests (all
 # no_run: compiled, not run) and the ledger example's unit tests (cargo only builds examples
