@@ -62,6 +62,10 @@ alive() {
 spawn() {
   local name=$1 i
   shift
+  # The pid file of an earlier run of NAME (a node stopped and started again) would pass the wait
+  # below at once, before the new process wrote its own: `alive` would then find the old pid
+  # dead, and the caller start NAME a second time, the first copy running on untracked.
+  rm -f "$dir/$name.pid"
   # shellcheck disable=SC2016 # the inner shell expands $$, $1 and $@: its own pid and arguments
   setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' spawn "$dir/$name.pid" "$@" </dev/null >"$dir/$name.log" 2>&1 9>&- &
   for ((i = 0; i < 50; i++)); do

@@ -101,6 +101,18 @@ stop_pid() { # stop_pid NAME PID: SIGTERM, SIGKILL after 15 s
   say "$1 (pid $2) survives SIGKILL"
 }
 stop() { alive "$1" || return 0; stop_pid "$1" "$(cat "$dir/$1.pid")"; }
+# stop_strays: every process left whose command line names a path under DIR (its config, socket or
+# data), which no pid file tracks any more: a kubelet started twice while a node came back, one
+# copy orphaned. This script's own runs are left alone.
+stop_strays() {
+  local pid cmd
+  for pid in $(pgrep -f -- "$dir/" || true); do
+    cmd=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || continue
+    [[ $cmd == *cluster.sh* || $pid == "$$" ]] && continue
+    say "a process of this cluster no pid file tracks: $pid (${cmd:0:120})"
+    stop_pid "${cmd%% *}" "$pid"
+  done
+}
 wait_for() { # wait_for NAME SECONDS CHECK...: polls CHECK; fails at the limit or when NAME died
   local name=$1 limit=$2 i
   shift 2
@@ -206,6 +218,7 @@ teardown() {
   # The API server before its address on lg-host goes: on SIGTERM it deletes its own lease through
   # that address (and hangs for 10 s when the address is gone).
   [[ -d $dir/control ]] && "$here/cluster.sh" down --dir "$dir/control" 2>&1 | sed 's/^/  /' >&2
+  stop_strays
   # kube-proxy's own cleanup removes its iptables (and nftables) rules, both families.
   if [[ -x ${node_bin:-} ]] || node_bin=$(sed -n 's/^NODE_BIN_DIR=//p' "$dir/env" 2>/dev/null) && [[ -x $node_bin/kube-proxy ]]; then
     timeout 60 "$node_bin/kube-proxy" --cleanup >"$dir/kube-proxy-cleanup.log" 2>&1 || say "kube-proxy --cleanup failed (log: $dir/kube-proxy-cleanup.log)"
@@ -354,7 +367,12 @@ resume_node() { # resume_node N: with the configuration `up` wrote
 }
 
 if [[ $cmd == down ]]; then
-  [[ -d $dir ]] || { say "nothing to stop in $dir"; exit 0; }
+  if [[ ! -d $dir ]]; then
+    dir=$(realpath -m "$dir")
+    stop_strays
+    say "nothing else to stop in $dir"
+    exit 0
+  fi
   [[ $(id -u) == 0 ]] || die "down needs root (it removes bridges, mounts and iptables rules)"
   dir=$(cd "$dir" && pwd)
   lock
