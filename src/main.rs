@@ -8,7 +8,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, CustomResourceExt};
 use tokio::sync::watch;
 use tracing::{error, info};
-use tracing_subscriber::EnvFilter;
 
 use leadergroup_operator::StartupError;
 use leadergroup_operator::controller::{self, Settings};
@@ -81,13 +80,21 @@ enum LogFormat {
     Json,
 }
 
+/// What is logged when `RUST_LOG` is not set.
+const DEFAULT_LOG_FILTER: &str = "info,kube=warn";
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Held to the end: dropping it writes out the lines still queued.
+    let mut _log = None;
     let outcome = match cli.command {
         Some(Command::Crd) => print_crd(),
         None => {
-            init_logging(cli.log_format);
+            _log = Some(leadergroup_client::log::init(
+                matches!(cli.log_format, LogFormat::Json),
+                DEFAULT_LOG_FILTER,
+            ));
             run(cli).await
         }
     };
@@ -104,21 +111,6 @@ async fn main() -> std::process::ExitCode {
 fn print_crd() -> Result<(), StartupError> {
     print!("{}", serde_yaml_ng::to_string(&LeaderGroup::crd())?);
     Ok(())
-}
-
-/// Logs to stdout; colours only when stdout is a terminal (not in a file, a pipe or a
-/// collector's capture, where the escape codes would be noise).
-fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
 }
 
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupError> {

@@ -23,7 +23,6 @@ use tokio::{
     sync::watch,
 };
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
 use crate::{error::StartupError, files::RoleFiles, on_change::OnChange, state::Published};
 
@@ -70,10 +69,17 @@ enum LogFormat {
     Json,
 }
 
+/// What is logged when `RUST_LOG` is not set.
+const DEFAULT_LOG_FILTER: &str = "info,kube=warn";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Held to the end: dropping it writes out the lines still queued.
+    let _log = leadergroup_client::log::init(
+        matches!(cli.log_format, LogFormat::Json),
+        DEFAULT_LOG_FILTER,
+    );
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -81,16 +87,6 @@ async fn main() -> ExitCode {
             eprintln!("leadergroup-agent: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
 

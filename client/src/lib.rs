@@ -81,6 +81,8 @@ mod epoch;
 mod error;
 pub mod fence;
 mod follow;
+#[cfg(feature = "log")]
+pub mod log;
 mod membership;
 mod renew;
 pub mod role;

@@ -14,7 +14,7 @@ use std::{
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
-    process::{Child, Command},
+    process::{Child, ChildStdout, Command},
 };
 
 /// Every test's Lease duration: the agent's validity is 2 s.
@@ -63,47 +63,107 @@ pub struct Agent {
     pub dir: PathBuf,
     pub addr: SocketAddr,
     pub log: PathBuf,
+    /// With [`Output::Unread`], the read end of its stdout, held open and never read.
+    _unread: Option<ChildStdout>,
+}
+
+/// Where the agent's log lines go.
+pub enum Output {
+    /// A file the test reads (its address is found there).
+    File,
+    /// A pipe nobody reads, as a container's stdout on a node whose container runtime stopped;
+    /// `RUST_LOG` is `trace`, so that it fills soon.
+    Unread,
 }
 
 impl Agent {
     /// Starts the agent as pod `pod` of `namespace` with `kubeconfig`, its files in a fresh
     /// folder, its endpoint on a free port (it logs the port it bound), and `extra` flags.
     pub async fn start(kubeconfig: &Path, namespace: &str, pod: &str, extra: &[&str]) -> Agent {
+        Agent::start_with(kubeconfig, namespace, pod, extra, Output::File).await
+    }
+
+    /// [`Agent::start`] with its log lines going to `output`. With [`Output::Unread`] its endpoint
+    /// is on a port picked here (its log cannot be read for the one it bound).
+    pub async fn start_with(
+        kubeconfig: &Path,
+        namespace: &str,
+        pod: &str,
+        extra: &[&str],
+        output: Output,
+    ) -> Agent {
         let base = scratch(&format!("{namespace}-{pod}"));
         let dir = base.join("run");
         std::fs::create_dir_all(&base).unwrap();
         let log = base.join("agent.log");
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_leadergroup-agent"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leadergroup-agent"));
+        command
             .arg("--dir")
             .arg(&dir)
-            .args(["--http-addr", "127.0.0.1:0", "--log-format", "json"])
+            .args(["--log-format", "json"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod)
             .env("POD_NAMESPACE", namespace)
             .env_remove("LEADERGROUP_GROUP")
-            .env("RUST_LOG", "info,leadergroup_client=debug,kube=warn")
             .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start leadergroup-agent");
+            .kill_on_drop(true);
+        let picked = match output {
+            Output::File => {
+                command
+                    .args(["--http-addr", "127.0.0.1:0"])
+                    .env("RUST_LOG", "info,leadergroup_client=debug,kube=warn")
+                    .stdout(file.try_clone().unwrap())
+                    .stderr(file);
+                None
+            }
+            Output::Unread => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap();
+                command
+                    .arg("--http-addr")
+                    .arg(port.to_string())
+                    .env("RUST_LOG", "trace")
+                    .stdout(Stdio::piped())
+                    .stderr(file);
+                Some(port)
+            }
+        };
+        let mut child = command.spawn().expect("start leadergroup-agent");
+        let unread = child.stdout.take();
         let mut agent = Agent {
             child,
             dir,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             log,
+            _unread: unread,
         };
-        agent.addr = wait_until("the agent logs its address", WAIT, || async {
-            Ok::<_, String>(bound_addr(
-                &std::fs::read_to_string(&agent.log).unwrap_or_default(),
-            ))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", agent.logs()));
+        agent.addr = match picked {
+            Some(addr) => {
+                let serving = wait_until("the agent serving", WAIT, || async {
+                    Ok::<_, String>(TcpStream::connect(addr).await.ok().map(|_| ()))
+                })
+                .await;
+                serving.unwrap_or_else(|e| panic!("{e}\n{}", agent.logs()));
+                addr
+            }
+            None => wait_until("the agent logs its address", WAIT, || async {
+                Ok::<_, String>(bound_addr(
+                    &std::fs::read_to_string(&agent.log).unwrap_or_default(),
+                ))
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", agent.logs())),
+        };
         agent
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the agent runs")
     }
 
     pub fn logs(&self) -> String {

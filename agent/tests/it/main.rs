@@ -7,3 +7,4 @@ mod common;
 mod cut;
 mod follow;
 mod startup;
+mod stdout;
