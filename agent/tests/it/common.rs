@@ -285,3 +285,19 @@ pub async fn through(kubeconfig: &Path, proxy: SocketAddr) -> PathBuf {
     .unwrap();
     path
 }
+
+/// A world where pod `app-0` leads group `g` at epoch 5, and the kubeconfig of its documented
+/// ServiceAccount through a cut-able proxy: the set-up of the tests that cut a leader off.
+pub async fn leader_behind_proxy(prefix: &str) -> (World, leadergroup_testenv::Proxy, PathBuf) {
+    let w = world(prefix).await;
+    w.ready_leader("app-0", &[("app", "a")], "g", 5)
+        .await
+        .unwrap();
+    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    let proxy =
+        leadergroup_testenv::Proxy::start(leadergroup_testenv::api_server_addr().await.unwrap())
+            .await
+            .unwrap();
+    let kubeconfig = through(&kubeconfig, proxy.addr).await;
+    (w, proxy, kubeconfig)
+}

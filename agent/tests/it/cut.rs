@@ -1,22 +1,13 @@
 //! Cut off from the API server, a leading agent publishes `unknown` within two thirds of the
 //! Lease duration (the crate's rule); reconnected, `leader` again; stopped, `unknown`.
 
-use leadergroup_testenv::{Proxy, api_server_addr};
 use std::time::{Duration, Instant};
 
-use crate::common::{Agent, DURATION_SECS, WAIT, member_kubeconfig, through, world};
+use crate::common::{Agent, DURATION_SECS, WAIT, leader_behind_proxy};
 
 #[tokio::test]
 async fn a_cut_off_leader_publishes_unknown_in_time_and_unknown_when_stopped() {
-    let w = world("agent-cut").await;
-    w.ready_leader("app-0", &[("app", "a")], "g", 5)
-        .await
-        .unwrap();
-    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let kubeconfig = through(&kubeconfig, proxy.addr).await;
+    let (w, proxy, kubeconfig) = leader_behind_proxy("agent-cut").await;
     let mut agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &["--group", "g"]).await;
     let leading = agent.wait_role("leader", Some(5)).await;
     // A few confirming GETs go through (a third of the duration apart).

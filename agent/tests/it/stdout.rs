@@ -4,10 +4,10 @@
 //! 128 KiB and every write to it blocks. Here the pipe is the test's, never read, and the agent
 //! logs at `trace` to fill it.
 
-use leadergroup_testenv::{Proxy, api_server_addr, wait_until};
+use leadergroup_testenv::wait_until;
 use std::time::{Duration, Instant};
 
-use crate::common::{Agent, DURATION_SECS, Output, WAIT, member_kubeconfig, through, world};
+use crate::common::{Agent, DURATION_SECS, Output, WAIT, leader_behind_proxy};
 
 /// Whether a thread of process `pid` waits to write into a full pipe.
 fn waits_on_a_full_pipe(pid: u32) -> bool {
@@ -23,15 +23,7 @@ fn waits_on_a_full_pipe(pid: u32) -> bool {
 
 #[tokio::test]
 async fn a_cut_off_leader_whose_stdout_is_full_publishes_unknown_in_time() {
-    let w = world("agent-stdout").await;
-    w.ready_leader("app-0", &[("app", "a")], "g", 5)
-        .await
-        .unwrap();
-    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let kubeconfig = through(&kubeconfig, proxy.addr).await;
+    let (w, proxy, kubeconfig) = leader_behind_proxy("agent-stdout").await;
     let agent = Agent::start_with(
         &kubeconfig,
         &w.ns.name,
