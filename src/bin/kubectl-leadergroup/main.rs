@@ -1,0 +1,215 @@
+//! `kubectl leadergroup`: a kubectl plugin for LeaderGroups. kubectl runs it for
+//! `kubectl leadergroup ...` when it is on the PATH; it reads the same kubeconfig.
+//!
+//! - `status [GROUP] [-w] [-o text|json|yaml]`: leader, epoch, the succession, the Lease's holder
+//!   and the age of its last renewal, the conditions;
+//! - `switchover GROUP [POD]`: moves leadership (through `spec.preferredLeader`), waits for the
+//!   handover and prints how long it took; refuses a pod that cannot lead and says why;
+//! - `pause GROUP`, `resume GROUP`: `spec.paused`.
+
+mod error;
+mod groups;
+mod report;
+mod switchover;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config, ResourceExt};
+use serde_json::json;
+
+use error::PluginError;
+use groups::Groups;
+use report::GroupReport;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-leadergroup",
+    version,
+    about = "Status, switchover, pause and resume of LeaderGroups"
+)]
+struct Cli {
+    /// The namespace (default: the kubeconfig context's, else `default`).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Leader, epoch, succession, Lease and conditions of one group, or of every group.
+    Status {
+        group: Option<String>,
+        /// Print again on every change.
+        #[arg(short, long)]
+        watch: bool,
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Moves leadership to POD (default: the next eligible pod) and waits for the handover.
+    Switchover {
+        group: String,
+        pod: Option<String>,
+        /// The longest wait for the handover, in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// Leave spec.preferredLeader set to POD afterwards: leadership then returns to POD
+        /// whenever it is eligible again.
+        #[arg(long)]
+        keep_preference: bool,
+    },
+    /// Stops every transition of GROUP (spec.paused: true).
+    Pause { group: String },
+    /// Lets GROUP's transitions happen again (spec.paused: false).
+    Resume { group: String },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), PluginError> {
+    let config = Config::infer()
+        .await
+        .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
+    let namespace = cli
+        .namespace
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(PluginError::Connect)?;
+    let groups = Groups { client, namespace };
+    match cli.command {
+        Command::Status {
+            group,
+            watch,
+            output,
+        } => status(&groups, group.as_deref(), watch, output).await,
+        Command::Switchover {
+            group,
+            pod,
+            timeout,
+            keep_preference,
+        } => {
+            let done = switchover::switchover(
+                &groups,
+                &group,
+                pod.as_deref(),
+                Duration::from_secs(timeout),
+                keep_preference,
+            )
+            .await?;
+            match done.from {
+                Some(from) if from == done.to => {
+                    println!("{} already leads {group} (epoch {})", done.to, done.epoch)
+                }
+                from => println!(
+                    "{group}: {} -> {} at epoch {} in {} ms",
+                    from.unwrap_or_else(|| "(none)".to_owned()),
+                    done.to,
+                    done.epoch,
+                    done.took.as_millis()
+                ),
+            }
+            Ok(())
+        }
+        Command::Pause { group } => set_paused(&groups, &group, true).await,
+        Command::Resume { group } => set_paused(&groups, &group, false).await,
+    }
+}
+
+async fn set_paused(groups: &Groups, name: &str, paused: bool) -> Result<(), PluginError> {
+    groups.get(name).await?;
+    groups
+        .api()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": paused}})),
+        )
+        .await
+        .map_err(|e| groups.api_error(name, e))?;
+    println!("{name}: {}", if paused { "paused" } else { "resumed" });
+    Ok(())
+}
+
+async fn status(
+    groups: &Groups,
+    name: Option<&str>,
+    watch: bool,
+    output: Output,
+) -> Result<(), PluginError> {
+    let selected = match name {
+        Some(name) => vec![groups.get(name).await?],
+        None => groups.list().await?,
+    };
+    if selected.is_empty() && !watch {
+        println!("no LeaderGroups in namespace {}", groups.namespace);
+        return Ok(());
+    }
+    let mut reports = Vec::new();
+    for group in &selected {
+        reports.push(GroupReport::of(
+            group,
+            groups.lease_of(group).await?.as_ref(),
+            jiff::Timestamp::now(),
+        ));
+    }
+    print(&reports, output)?;
+    if !watch {
+        return Ok(());
+    }
+    let config = match name {
+        Some(name) => watcher::Config::default().fields(&format!("metadata.name={name}")),
+        None => watcher::Config::default(),
+    };
+    let mut changes = std::pin::pin!(
+        watcher(groups.api(), config)
+            .default_backoff()
+            .applied_objects()
+    );
+    while let Some(changed) = changes.next().await {
+        let Ok(group) = changed else { continue };
+        let lease = groups.lease_of(&group).await?;
+        let report = GroupReport::of(&group, lease.as_ref(), jiff::Timestamp::now());
+        println!("--- {} at {}", group.name_any(), jiff::Timestamp::now());
+        print(&[report], output)?;
+    }
+    Ok(())
+}
+
+fn print(reports: &[GroupReport], output: Output) -> Result<(), PluginError> {
+    let text = match output {
+        Output::Text => reports
+            .iter()
+            .map(GroupReport::text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Output::Json => {
+            serde_json::to_string_pretty(reports).map_err(|e| PluginError::Print(e.to_string()))?
+        }
+        Output::Yaml => {
+            serde_yaml_ng::to_string(reports).map_err(|e| PluginError::Print(e.to_string()))?
+        }
+    };
+    println!("{}", text.trim_end());
+    Ok(())
+}

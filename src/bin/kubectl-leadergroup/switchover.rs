@@ -1,0 +1,149 @@
+//! `kubectl leadergroup switchover GROUP [POD]`: moves leadership to POD (default: the next in
+//! the succession) through `spec.preferredLeader`, waits for the handover and says how long it took.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use leadergroup_operator::crd::LeaderGroup;
+use serde_json::json;
+
+use crate::error::PluginError;
+use crate::groups::Groups;
+
+/// How a switchover ended.
+pub struct Switched {
+    pub from: Option<String>,
+    pub to: String,
+    pub epoch: i64,
+    pub took: Duration,
+}
+
+/// Moves leadership of `name` to `pod` (or the next eligible pod) and waits up to `timeout`. With
+/// `keep_preference` false the preference is removed again once `pod` leads: it keeps leading as
+/// long as it is eligible, and leadership does not come back to it after it fails.
+pub async fn switchover(
+    groups: &Groups,
+    name: &str,
+    pod: Option<&str>,
+    timeout: Duration,
+    keep_preference: bool,
+) -> Result<Switched, PluginError> {
+    let group = groups.get(name).await?;
+    let status = group.status.clone().unwrap_or_default();
+    if group.spec.paused {
+        return Err(PluginError::Paused {
+            group: name.to_owned(),
+            namespace: groups.namespace.clone(),
+        });
+    }
+    let leader = status.leader.clone();
+    let target = match pod {
+        Some(pod) => pod.to_owned(),
+        None => status
+            .succession
+            .iter()
+            .find(|p| Some(*p) != leader.as_ref())
+            .cloned()
+            .ok_or_else(|| PluginError::NoOtherCandidate {
+                group: name.to_owned(),
+                namespace: groups.namespace.clone(),
+                leader: leader.clone().unwrap_or_else(|| "(none)".to_owned()),
+            })?,
+    };
+    if leader.as_deref() == Some(target.as_str()) {
+        return Ok(Switched {
+            from: leader,
+            to: target,
+            epoch: status.epoch,
+            took: Duration::ZERO,
+        });
+    }
+    if !status.succession.contains(&target) {
+        let pods: Api<Pod> = Api::namespaced(groups.client.clone(), &groups.namespace);
+        let found = pods
+            .get_opt(&target)
+            .await
+            .map_err(|e| groups.api_error(name, e))?;
+        return Err(PluginError::Ineligible {
+            pod: target.clone(),
+            group: name.to_owned(),
+            namespace: groups.namespace.clone(),
+            reason: why_not(found.as_ref(), &group),
+        });
+    }
+
+    let started = Instant::now();
+    set_preference(groups, name, Some(&target)).await?;
+    let led = groups
+        .wait(name, timeout, |g| {
+            g.status.as_ref().and_then(|s| s.leader.as_deref()) == Some(target.as_str())
+        })
+        .await;
+    let took = started.elapsed();
+    let outcome = match led {
+        Ok(g) => Ok(Switched {
+            from: leader,
+            to: target.clone(),
+            epoch: g.status.map_or(0, |s| s.epoch),
+            took,
+        }),
+        Err(PluginError::Timeout { .. }) => {
+            let now = groups.get(name).await?;
+            Err(PluginError::Timeout {
+                group: name.to_owned(),
+                namespace: groups.namespace.clone(),
+                pod: target.clone(),
+                leader: now
+                    .status
+                    .and_then(|s| s.leader)
+                    .unwrap_or_else(|| "(none)".to_owned()),
+                after: timeout,
+            })
+        }
+        Err(e) => Err(e),
+    };
+    if !keep_preference {
+        set_preference(groups, name, None).await?;
+    }
+    outcome
+}
+
+async fn set_preference(groups: &Groups, name: &str, pod: Option<&str>) -> Result<(), PluginError> {
+    let api: Api<LeaderGroup> = groups.api();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"preferredLeader": pod}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| groups.api_error(name, e))
+}
+
+/// Why a pod the succession leaves out cannot lead, as far as the plugin can tell.
+fn why_not(pod: Option<&Pod>, group: &LeaderGroup) -> String {
+    let Some(pod) = pod else {
+        return "no such pod".to_owned();
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return "it is terminating".to_owned();
+    }
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    if !group.spec.selector.matches(&labels) {
+        return "the group's spec.selector does not select it".to_owned();
+    }
+    let ready = pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Running")
+            && s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    });
+    if !ready {
+        return "it is not Running and Ready".to_owned();
+    }
+    "the operator has not counted it yet, or another group holds it (see `kubectl describe leadergroup`)"
+        .to_owned()
+}

@@ -1,0 +1,121 @@
+//! `kubectl leadergroup` (the plugin binary) against the light cluster with the operator running:
+//! `status` as text and JSON, a `switchover` to a named pod and to the next in the succession with
+//! its time, the refusal of a pod that cannot lead (it names the reason), `pause` and `resume`.
+
+use std::process::Output;
+
+use kube::api::PostParams;
+use leadergroup_testenv::control_plane;
+
+use crate::common::{Operator, World, group};
+
+/// Runs the plugin in namespace `ns` with the light cluster's kubeconfig.
+async fn plugin(ns: &str, args: &[&str]) -> Output {
+    let cp = control_plane().await.unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-leadergroup"))
+        .args(["--namespace", ns])
+        .args(args)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .output()
+        .await
+        .expect("run kubectl-leadergroup")
+}
+
+/// The plugin's stdout; panics with its stderr unless it succeeded.
+async fn plugin_ok(ns: &str, args: &[&str]) -> String {
+    let out = plugin(ns, args).await;
+    assert!(
+        out.status.success(),
+        "kubectl leadergroup {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn status_switchover_pause_and_resume() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("plugin").await;
+    let pods = w.ordered_ready_pods("app", 3, "pay").await;
+    let operator = Operator::start(cp, &w.ns.name, "op-plugin", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pay", "pay"))
+        .await
+        .unwrap();
+    w.wait_settled("pay", "a leader at epoch 1", |s| s.epoch == 1)
+        .await;
+    w.wait_status("pay", "3/3 ready", |s| s.ready.as_deref() == Some("3/3"))
+        .await;
+    let ns = w.ns.name.as_str();
+
+    let text = plugin_ok(ns, &["status", "pay"]).await;
+    assert!(
+        text.contains(&format!("leader:      {}, epoch 1", pods[0]))
+            && text.contains("3/3 ready")
+            && text.contains(&format!("held by {}", pods[0])),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&plugin_ok(ns, &["status", "-o", "json"]).await).unwrap();
+    assert_eq!(json[0]["leader"], pods[0].as_str(), "{json}");
+    assert_eq!(json[0]["lease"]["holder"], pods[0].as_str(), "{json}");
+
+    // To a named pod: it leads at the next epoch, and the preference is gone again.
+    let out = plugin_ok(ns, &["switchover", "pay", &pods[2]]).await;
+    println!("{}", out.trim());
+    assert!(
+        out.starts_with(&format!("pay: {} -> {} at epoch 2 in ", pods[0], pods[2])),
+        "{out}\n{}",
+        operator.logs()
+    );
+    let settled = w
+        .wait_settled("pay", "the switchover's leader", |s| s.epoch == 2)
+        .await;
+    assert_eq!(settled.leader, pods[2]);
+    let spec = w.groups.get("pay").await.unwrap().spec;
+    assert_eq!(spec.preferred_leader, None, "the preference is removed");
+
+    // A pod that cannot lead is refused, and the reason named.
+    w.kubelet.set_ready(&pods[1], false).await.unwrap();
+    w.wait_status("pay", "2/3 ready", |s| s.ready.as_deref() == Some("2/3"))
+        .await;
+    let refused = plugin(ns, &["switchover", "pay", &pods[1]]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "pod {} cannot lead LeaderGroup pay in namespace {ns}: it is not Running and Ready",
+            pods[1]
+        )),
+        "{stderr}"
+    );
+    let missing = plugin(ns, &["status", "nosuch"]).await;
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains(&format!("no LeaderGroup nosuch in namespace {ns}")),
+        "{missing:?}"
+    );
+
+    // To the next in the succession (the only other eligible pod).
+    let out = plugin_ok(ns, &["switchover", "pay"]).await;
+    assert!(
+        out.starts_with(&format!("pay: {} -> {} at epoch 3 in ", pods[2], pods[0])),
+        "{out}"
+    );
+
+    // Paused: a switchover is refused; resumed: it works again.
+    plugin_ok(ns, &["pause", "pay"]).await;
+    assert!(w.groups.get("pay").await.unwrap().spec.paused);
+    let paused = plugin(ns, &["switchover", "pay", &pods[2]]).await;
+    assert!(
+        String::from_utf8_lossy(&paused.stderr).contains("is paused"),
+        "{paused:?}"
+    );
+    plugin_ok(ns, &["resume", "pay"]).await;
+    assert!(!w.groups.get("pay").await.unwrap().spec.paused);
+    plugin_ok(ns, &["switchover", "pay", &pods[2]]).await;
+    w.wait_settled("pay", "led by the last switchover's pod", |s| {
+        s.epoch == 4 && s.leader == pods[2]
+    })
+    .await;
+}
