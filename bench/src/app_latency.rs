@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// Where each clock starts.
@@ -98,69 +98,78 @@ pub struct AppLatencyResult {
 }
 
 /// The scenario.
-pub const APP_LATENCY: Scenario = Scenario {
-    about: About::full_run(
+pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
+    About::full_run(
         "app-latency",
         "How fast the application learns its role (crate and agent)",
     ),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+    |ctx| measuring(measure(ctx)),
+);
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let app: AppLatencyResult = results.read("app-latency")?;
-    let deletions = app
-        .handovers
-        .iter()
-        .filter(|h| h.trigger == "deletion")
-        .count();
-    let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"]).with([
-        app.handovers.len().to_string(),
-        deletions.to_string(),
-        (app.handovers.len() - deletions).to_string(),
-        format!("{} s", measure::LEASE_SECONDS),
-    ]);
-    let mut clocks = spread_table(&["clock", "trigger"]);
-    for c in &app.clocks {
-        clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
+impl Recorded for AppLatencyResult {
+    const FILE: &'static str = "app-latency";
+
+    fn set_run(&mut self, run: &Run) {
+        self.run = run.clone();
     }
-    clocks.row([
-        "downward API file changes",
-        "label PATCH",
-        "see `make e2e`",
-        "see `make e2e`",
-        "–",
-        "–",
-    ]);
-    let before: Vec<f64> = app
-        .handovers
-        .iter()
-        .map(|h| h.trigger_to_decision_ms)
-        .collect();
-    let before = summarize(&before);
-    let overlaps = app
-        .handovers
-        .iter()
-        .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
-        .count();
-    let checks = Table::new(&[
-        "before the decision: median",
-        "p99",
-        "new leader's `Leader` before the old one stopped",
-        "checks over every report",
-    ])
-    .with([
-        before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
-        before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
-        format!("{overlaps} of {} handovers", app.handovers.len()),
-        if app.violations.is_empty() {
-            "all held".to_owned()
-        } else {
-            format!("**{}**", app.violations.join("; "))
-        },
-    ]);
-    Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
+
+    fn blocks(&self) -> Vec<Block> {
+        let deletions = self
+            .handovers
+            .iter()
+            .filter(|h| h.trigger == "deletion")
+            .count();
+        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"]).with([
+            self.handovers.len().to_string(),
+            deletions.to_string(),
+            (self.handovers.len() - deletions).to_string(),
+            format!("{} s", measure::LEASE_SECONDS),
+        ]);
+        let mut clocks = spread_table(&["clock", "trigger"]);
+        for c in &self.clocks {
+            clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
+        }
+        clocks.row([
+            "downward API file changes",
+            "label PATCH",
+            "see `make e2e`",
+            "see `make e2e`",
+            "–",
+            "–",
+        ]);
+        let before: Vec<f64> = self
+            .handovers
+            .iter()
+            .map(|h| h.trigger_to_decision_ms)
+            .collect();
+        let before = summarize(&before);
+        let overlaps = self
+            .handovers
+            .iter()
+            .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
+            .count();
+        let checks = Table::new(&[
+            "before the decision: median",
+            "p99",
+            "new leader's `Leader` before the old one stopped",
+            "checks over every report",
+        ])
+        .with([
+            before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
+            before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
+            format!("{overlaps} of {} handovers", self.handovers.len()),
+            if self.violations.is_empty() {
+                "all held".to_owned()
+            } else {
+                format!("**{}**", self.violations.join("; "))
+            },
+        ]);
+        vec![Block::tables("app-latency", [setup, clocks, checks])]
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.violations.clone()
+    }
 }
 
 async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
@@ -224,16 +233,5 @@ impl AppLatencyResult {
             handovers,
             downward_api: None,
         }
-    }
-}
-
-impl Outcome for AppLatencyResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("app-latency", self)
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.violations.clone()
     }
 }

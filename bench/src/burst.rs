@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::{LeaderWatch, ms_between};
 use crate::ours::Groups;
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring};
 use crate::stats::{Summary, summarize};
 
 /// One burst.
@@ -40,41 +40,43 @@ pub struct BurstResult {
 }
 
 /// The scenario.
-pub const BURST: Scenario = Scenario {
-    about: About::full_run("burst", "The burst of failed leaders"),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+pub const BURST: Scenario = Scenario::of::<BurstResult>(
+    About::full_run("burst", "The burst of failed leaders"),
+    |ctx| measuring(measure(ctx)),
+);
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let burst: BurstResult = results.read("burst")?;
-    let run = &burst.run;
-    let setup = Table::new(&["groups", "run"]).with([
-        burst.groups.to_string(),
-        format!("{} (`{}`)", run.started_at, run.command),
-    ]);
-    let latencies = spread_table(&["measure"])
-        .with(spread_row(
-            &["all re-led (per burst)"],
-            burst.all_re_led.as_ref(),
-        ))
-        .with(spread_row(&["per group"], burst.per_group.as_ref()));
-    let sweeps: Vec<String> = burst.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
-    let sweeps =
-        Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
-    let mut targets = Table::new(&["target", "measured", "met"]);
-    if let Some(s) = &burst.all_re_led {
-        targets.row([
-            format!("burst of {}: all re-led within 1 s", burst.groups),
-            format!("max {}", ms(s.max_ms)),
-            met(s.max_ms < 1000.0).to_owned(),
-        ]);
+impl Recorded for BurstResult {
+    const FILE: &'static str = "burst";
+
+    fn set_run(&mut self, run: &Run) {
+        self.run = run.clone();
     }
-    Ok(vec![
-        Block::tables("burst", [setup, latencies, sweeps]),
-        Block::tables("burst-targets", [targets]),
-    ])
+
+    fn blocks(&self) -> Vec<Block> {
+        let run = &self.run;
+        let setup = Table::new(&["groups", "run"]).with([
+            self.groups.to_string(),
+            format!("{} (`{}`)", run.started_at, run.command),
+        ]);
+        let latencies = spread_table(&["measure"])
+            .with(spread_row(&["all re-led (per burst)"], self.all_re_led.as_ref()))
+            .with(spread_row(&["per group"], self.per_group.as_ref()));
+        let sweeps: Vec<String> = self.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
+        let sweeps =
+            Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
+        let mut targets = Table::new(&["target", "measured", "met"]);
+        if let Some(s) = &self.all_re_led {
+            targets.row([
+                format!("burst of {}: all re-led within 1 s", self.groups),
+                format!("max {}", ms(s.max_ms)),
+                met(s.max_ms < 1000.0).to_owned(),
+            ]);
+        }
+        vec![
+            Block::tables("burst", [setup, latencies, sweeps]),
+            Block::tables("burst-targets", [targets]),
+        ]
+    }
 }
 
 async fn measure(ctx: &Context) -> Result<BurstResult> {
@@ -100,14 +102,13 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         .flat_map(|b| b.per_group_ms.iter().copied())
         .collect();
     let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
-    let result = BurstResult {
+    Ok(BurstResult {
         run: Run::default(),
         groups: count,
         per_group: summarize(&per),
         all_re_led: summarize(&all),
         bursts,
-    };
-    Ok(result)
+    })
 }
 
 /// One burst: every leader NotReady in one sweep, until every group is led again; then the old
@@ -142,11 +143,4 @@ async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
         sweep_ms,
         per_group_ms,
     })
-}
-
-impl Outcome for BurstResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("burst", self)
-    }
 }

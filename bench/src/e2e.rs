@@ -39,13 +39,12 @@ use leadergroup_testenv::{
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
+use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
-use crate::markdown::Block;
 use crate::observe::ms_between;
 use crate::peers::{PEERS, Peer};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario as BenchScenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -150,45 +149,39 @@ pub enum Scenario {
 }
 
 impl Scenario {
+    /// Its key, its title, and where its clock starts.
+    fn about(self) -> [&'static str; 3] {
+        match self {
+            Scenario::Graceful => [
+                "graceful",
+                "Graceful: the leader pod deleted, as a rolling update does",
+                "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would",
+            ],
+            Scenario::Crash => [
+                "crash",
+                "Container crash: the leader's process killed",
+                "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)",
+            ],
+            Scenario::Frozen => [
+                "frozen",
+                "Frozen process: the leader's container stopped (SIGSTOP)",
+                "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing",
+            ],
+            Scenario::NodeLoss => [
+                "node-loss",
+                "Node lost: the leader's node cut off",
+                "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut",
+            ],
+        }
+    }
+
     fn key(self) -> &'static str {
-        match self {
-            Scenario::Graceful => "graceful",
-            Scenario::Crash => "crash",
-            Scenario::Frozen => "frozen",
-            Scenario::NodeLoss => "node-loss",
-        }
-    }
-
-    fn title(self) -> &'static str {
-        match self {
-            Scenario::Graceful => "Graceful: the leader pod deleted, as a rolling update does",
-            Scenario::Crash => "Container crash: the leader's process killed",
-            Scenario::Frozen => "Frozen process: the leader's container stopped (SIGSTOP)",
-            Scenario::NodeLoss => "Node lost: the leader's node cut off",
-        }
-    }
-
-    fn start(self) -> &'static str {
-        match self {
-            Scenario::Graceful => {
-                "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would"
-            }
-            Scenario::Crash => {
-                "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)"
-            }
-            Scenario::Frozen => {
-                "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing"
-            }
-            Scenario::NodeLoss => {
-                "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut"
-            }
-        }
-    }
-
-    fn stop(self) -> &'static str {
-        "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity"
+        self.about()[0]
     }
 }
+
+/// Where every scenario's clock stops.
+const CLOCK_STOP: &str = "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity";
 
 /// The image references `images/build.sh` wrote (`target/images/<name>.ref`).
 struct Images {
@@ -631,22 +624,13 @@ async fn node_loss(
 }
 
 /// The scenario.
-pub const E2E: BenchScenario = BenchScenario {
-    about: About::alone(
+pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
+    About::alone(
         "e2e",
         "The end-to-end scenarios on a real cluster of their own (as root)",
     ),
-    measure: |ctx| measuring(run_e2e(ctx)),
-    render: blocks,
-};
-
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    Ok(results
-        .read_opt::<E2eResult>("e2e")?
-        .map(|r| render(&r))
-        .unwrap_or_default())
-}
+    |ctx| measuring(run_e2e(ctx)),
+);
 
 async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     let started = Instant::now();
@@ -674,13 +658,6 @@ async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     drop(cluster);
     result.run.duration_s = started.elapsed().as_secs_f64();
     Ok(result)
-}
-
-impl Outcome for E2eResult {
-    /// Its run is the real cluster's, which it described itself, not the light one's.
-    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
-        results.write("e2e", self)
-    }
 }
 
 async fn measure(
@@ -811,11 +788,12 @@ async fn handover_runs(
 }
 
 fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioResult {
+    let [key, title, start] = scenario.about();
     ScenarioResult {
-        scenario: scenario.key().into(),
-        title: scenario.title().into(),
-        clock_start: scenario.start().into(),
-        clock_stop: scenario.stop().into(),
+        scenario: key.into(),
+        title: title.into(),
+        clock_start: start.into(),
+        clock_stop: CLOCK_STOP.into(),
         systems,
     }
 }

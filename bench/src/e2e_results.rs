@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::markdown::{Block, Table, met};
+use crate::markdown::{Block, Table, met, ratio, secs};
 use crate::results::Run;
+use crate::scenario::Recorded;
 use crate::stats::Summary;
 
 /// The samples of one system in one scenario.
@@ -81,31 +82,21 @@ pub struct E2eResult {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-fn secs(ms: f64) -> String {
-    if !ms.is_finite() {
-        "–".into()
-    } else if ms >= 10_000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1000.0)
-    } else {
-        format!("{ms:.0} ms")
+impl Recorded for E2eResult {
+    const FILE: &'static str = "e2e";
+    /// Measured only alone, on the real cluster.
+    const OPTIONAL: bool = true;
+
+    /// Its run is the real cluster's, which it described itself, not the light one's.
+    fn set_run(&mut self, _light: &Run) {}
+
+    /// The run, the headline, every scenario's table and the targets.
+    fn blocks(&self) -> Vec<Block> {
+        render(self)
     }
 }
 
-fn ratio(peer: f64, ours: f64) -> String {
-    let r = peer / ours;
-    if !r.is_finite() {
-        "–".into()
-    } else if r >= 10.0 {
-        format!("{r:.0}×")
-    } else {
-        format!("{r:.1}×")
-    }
-}
-
-/// The run, the headline, every scenario's table and the targets.
-pub fn render(result: &E2eResult) -> Vec<Block> {
+fn render(result: &E2eResult) -> Vec<Block> {
     let run = &result.run;
     let grace = result.node_monitor_grace_period_s;
     let setup = Table::new(&["command", "started", "took", "node-monitor-grace-period"]).with([

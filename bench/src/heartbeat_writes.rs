@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
 use crate::ours::Groups;
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring};
 
 /// Groups measured.
 const GROUPS: usize = 100;
@@ -55,43 +55,48 @@ pub struct HeartbeatWritesResult {
 }
 
 /// The scenario.
-pub const HEARTBEAT_WRITES: Scenario = Scenario {
-    about: About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
+    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    |ctx| measuring(measure(ctx)),
+);
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
-    let setup = Table::new(&["groups", "Lease duration"]).with([
-        result.groups.to_string(),
-        format!("{} s", result.lease_duration_seconds),
-    ]);
-    let mut table = Table::new(&[
-        "mode",
-        "window s",
-        "writes/s (all groups)",
-        "writes per group per s",
-        "by verb and resource",
-    ]);
-    for w in &result.windows {
-        let detail = w
-            .requests_per_s
-            .iter()
-            .filter(|(k, v)| **v >= 0.005 && is_write(k))
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        table.row([
-            w.mode.clone(),
-            format!("{:.0}", w.seconds),
-            format!("{:.2}", w.writes_per_s),
-            format!("{:.3}", w.writes_per_group_per_s),
-            detail,
-        ]);
+impl Recorded for HeartbeatWritesResult {
+    const FILE: &'static str = "heartbeat-writes";
+
+    fn set_run(&mut self, run: &Run) {
+        self.run = run.clone();
     }
-    Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
+
+    fn blocks(&self) -> Vec<Block> {
+        let setup = Table::new(&["groups", "Lease duration"]).with([
+            self.groups.to_string(),
+            format!("{} s", self.lease_duration_seconds),
+        ]);
+        let mut table = Table::new(&[
+            "mode",
+            "window s",
+            "writes/s (all groups)",
+            "writes per group per s",
+            "by verb and resource",
+        ]);
+        for w in &self.windows {
+            let writes = w
+                .requests_per_s
+                .iter()
+                .filter(|(k, v)| **v >= 0.005 && is_write(k))
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            table.row([
+                w.mode.clone(),
+                format!("{:.0}", w.seconds),
+                format!("{:.2}", w.writes_per_s),
+                format!("{:.3}", w.writes_per_group_per_s),
+                writes,
+            ]);
+        }
+        vec![Block::tables("heartbeat-writes", [setup, table])]
+    }
 }
 
 async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
@@ -145,20 +150,12 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
     drop(op);
-    let result = HeartbeatWritesResult {
+    Ok(HeartbeatWritesResult {
         run: Run::default(),
         groups: GROUPS,
         lease_duration_seconds: crate::ours::LEASE_SECONDS,
         windows: vec![readiness, heartbeat],
-    };
-    Ok(result)
-}
-
-impl Outcome for HeartbeatWritesResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("heartbeat-writes", self)
-    }
+    })
 }
 
 /// Waits until every group's Heartbeat condition says its leader renews.

@@ -39,6 +39,13 @@ impl Table {
         }
     }
 
+    /// A table of two columns, a row per pair.
+    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
+        let mut table = Table::new(&columns);
+        table.rows = rows.into_iter().map(|(a, b)| vec![a, b]).collect();
+        table
+    }
+
     /// Adds a row.
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
@@ -157,6 +164,31 @@ pub fn ms(v: f64) -> String {
         format!("{v:.0} ms")
     } else {
         format!("{v:.1} ms")
+    }
+}
+
+/// Milliseconds as the end-to-end tables show them ("–" when unknown).
+pub fn secs(ms: f64) -> String {
+    if !ms.is_finite() {
+        "–".into()
+    } else if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// How many times ours `peer` is.
+pub fn ratio(peer: f64, ours: f64) -> String {
+    let r = peer / ours;
+    if !r.is_finite() {
+        "–".into()
+    } else if r >= 10.0 {
+        format!("{r:.0}×")
+    } else {
+        format!("{r:.1}×")
     }
 }
 

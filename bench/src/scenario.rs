@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use kube::CustomResourceExt;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{OperatorLaunch, OperatorProcess};
@@ -28,6 +30,18 @@ pub struct Scenario {
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
     pub render: fn(&Results) -> Result<Vec<Block>>,
+}
+
+impl Scenario {
+    /// A scenario whose page blocks come from one results file, `T`.
+    pub const fn of<T: Recorded>(about: About, measure: fn(&Context) -> Measuring<'_>) -> Self {
+        let render = render_file::<T>;
+        Scenario {
+            about,
+            measure,
+            render,
+        }
+    }
 }
 
 /// What the command line knows of a scenario.
@@ -58,6 +72,43 @@ impl About {
             help,
             in_full_run: false,
         }
+    }
+}
+
+/// A results file, `bench/results/<FILE>.json`, that renders its own blocks of the page.
+pub trait Recorded: Serialize + DeserializeOwned + 'static {
+    /// The file's name.
+    const FILE: &'static str;
+    /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
+    const OPTIONAL: bool = false;
+    /// Takes the run's record as it ended.
+    fn set_run(&mut self, run: &Run);
+    /// Its blocks of the page.
+    fn blocks(&self) -> Vec<Block>;
+    /// What its checks found over the run (must be empty).
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The blocks of `T`'s results file.
+fn render_file<T: Recorded>(results: &Results) -> Result<Vec<Block>> {
+    let found = if T::OPTIONAL {
+        results.read_opt::<T>(T::FILE)?
+    } else {
+        Some(results.read::<T>(T::FILE)?)
+    };
+    Ok(found.map(|r| r.blocks()).unwrap_or_default())
+}
+
+impl<T: Recorded> Outcome for T {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.set_run(run);
+        results.write(T::FILE, self)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        Recorded::problems(self)
     }
 }
 
