@@ -46,15 +46,12 @@ const CLOCKS: [(&str, &str, Read); 4] = [
 /// One clock over one set of handovers.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Clock {
-    /// What is timed.
     pub clock: String,
     /// `all`, `deletion` or `NotReady`.
     pub trigger: String,
     /// Where it stops (it starts at [`START`]).
     pub stop: String,
-    /// Every sample, ms.
     pub samples_ms: Vec<f64>,
-    /// Their summary.
     pub summary: Option<Summary>,
 }
 
@@ -82,13 +79,11 @@ pub struct HandoverRow {
 /// `bench/results/app-latency.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct AppLatencyResult {
-    /// The run.
     pub run: Run,
     /// Where every clock starts.
     pub start: String,
     /// The clocks, over all handovers and per trigger.
     pub clocks: Vec<Clock>,
-    /// Every handover.
     pub handovers: Vec<HandoverRow>,
     /// What the test's checks found over the run (must be empty).
     pub violations: Vec<String>,
@@ -97,7 +92,6 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-/// The scenario.
 pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
     About::full_run(
         "app-latency",
@@ -119,12 +113,13 @@ impl Recorded for AppLatencyResult {
             .iter()
             .filter(|h| h.trigger == "deletion")
             .count();
-        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"]).with([
-            self.handovers.len().to_string(),
-            deletions.to_string(),
-            (self.handovers.len() - deletions).to_string(),
-            format!("{} s", measure::LEASE_SECONDS),
-        ]);
+        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"])
+            .with([
+                self.handovers.len().to_string(),
+                deletions.to_string(),
+                (self.handovers.len() - deletions).to_string(),
+                format!("{} s", measure::LEASE_SECONDS),
+            ]);
         let mut clocks = spread_table(&["clock", "trigger"]);
         for c in &self.clocks {
             clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));

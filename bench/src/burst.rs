@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
-use crate::observe::{LeaderWatch, ms_between};
+use crate::observe::ms_between;
 use crate::ours::Groups;
 use crate::results::Run;
 use crate::scenario::{About, Context, Recorded, Scenario, measuring};
@@ -27,11 +27,9 @@ pub struct OneBurst {
 /// `burst.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct BurstResult {
-    /// The run.
     pub run: Run,
     /// Groups per burst.
     pub groups: usize,
-    /// Every burst.
     pub bursts: Vec<OneBurst>,
     /// Per-group latencies over all bursts.
     pub per_group: Option<Summary>,
@@ -39,7 +37,6 @@ pub struct BurstResult {
     pub all_re_led: Option<Summary>,
 }
 
-/// The scenario.
 pub const BURST: Scenario = Scenario::of::<BurstResult>(
     About::full_run("burst", "The burst of failed leaders"),
     |ctx| measuring(measure(ctx)),
@@ -59,7 +56,10 @@ impl Recorded for BurstResult {
             format!("{} (`{}`)", run.started_at, run.command),
         ]);
         let latencies = spread_table(&["measure"])
-            .with(spread_row(&["all re-led (per burst)"], self.all_re_led.as_ref()))
+            .with(spread_row(
+                &["all re-led (per burst)"],
+                self.all_re_led.as_ref(),
+            ))
             .with(spread_row(&["per group"], self.per_group.as_ref()));
         let sweeps: Vec<String> = self.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
         let sweeps =
@@ -83,19 +83,16 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
     let light = ctx.light().await?;
     let (count, rounds) = ctx.pick((100, 3), (10, 1));
     tracing::info!("burst: {count} groups, {rounds} bursts");
-    let groups = Groups::create("bench-burst", count).await?;
-    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let op = ctx
-        .start_operator(Some(&groups.namespace), "operator-burst.log")
+    let (groups, op) = ctx
+        .led_groups("bench-burst", count, "operator-burst.log")
         .await?;
-    groups.wait_all_led(&watch).await?;
     tokio::time::sleep(ctx.settle()).await;
     let mut bursts = Vec::new();
     for _ in 0..rounds {
-        bursts.push(one_burst(&groups, &watch).await?);
+        bursts.push(one_burst(&groups).await?);
         tokio::time::sleep(ctx.settle()).await;
     }
-    light.add_double_leaders(watch.double_leaders());
+    light.add_double_leaders(groups.watch.double_leaders());
     drop(op);
     let per: Vec<f64> = bursts
         .iter()
@@ -113,11 +110,11 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
 
 /// One burst: every leader NotReady in one sweep, until every group is led again; then the old
 /// leaders Ready again (as followers).
-async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
+async fn one_burst(groups: &Groups) -> Result<OneBurst> {
     let old: Vec<(String, String)> = groups
         .names
         .iter()
-        .filter_map(|g| watch.leader(g).map(|l| (g.clone(), l.pod)))
+        .filter_map(|g| groups.leader(g).map(|l| (g.clone(), l.pod)))
         .collect();
     let t0 = SystemTime::now();
     futures::future::try_join_all(
@@ -128,7 +125,8 @@ async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
     let sweep_ms = ms_between(t0, SystemTime::now());
     let mut per_group_ms = Vec::new();
     for (g, pod) in &old {
-        let new = watch
+        let new = groups
+            .watch
             .wait_new_leader(g, Some(pod), crate::ours::BOUND)
             .await?;
         per_group_ms.push(ms_between(t0, new.at));

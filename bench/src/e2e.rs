@@ -60,9 +60,6 @@ const CANDIDATES: usize = 3;
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
 
-/// The web app's readiness probe in our pods (what the frozen scenario waits on).
-const PROBE: &str = "HTTP GET every 1 s, timeout 1 s, failureThreshold 1";
-
 /// The Heartbeat group's Lease.
 const HEARTBEAT_LEASE_SECONDS: u32 = 5;
 
@@ -82,21 +79,42 @@ struct Plan {
 
 /// A system measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum System {
-    /// Ours, Readiness liveness (the default).
-    Ours,
-    /// Ours, Heartbeat liveness, `leaseDurationSeconds: 5` (node loss only).
-    OursHeartbeat,
-    Peer(&'static Peer),
+struct System {
+    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
+    label: &'static str,
+    /// The name in the tables.
+    name: &'static str,
+    settings: &'static str,
+    /// A peer's configuration; None for ours.
+    peer: Option<&'static Peer>,
 }
 
+/// Ours, Readiness liveness (the default). The web app's readiness probe is what the frozen
+/// scenario waits on.
+const OURS: System = System {
+    label: "ours",
+    name: "leadergroup-operator (Readiness)",
+    settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
+    peer: None,
+};
+
+/// Ours, Heartbeat liveness, `leaseDurationSeconds` [`HEARTBEAT_LEASE_SECONDS`] (node loss only).
+const OURS_HEARTBEAT: System = System {
+    label: "ours-hb",
+    name: "leadergroup-operator (Heartbeat)",
+    settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
+    peer: None,
+};
+
 impl System {
-    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
-    fn label(self) -> &'static str {
-        match self {
-            System::Ours => "ours",
-            System::OursHeartbeat => "ours-hb",
-            System::Peer(peer) => peer.label,
+    fn peer(peer: &'static Peer) -> System {
+        let (label, name, settings) = (peer.label, peer.name, peer.settings);
+        let peer = Some(peer);
+        System {
+            label,
+            name,
+            settings,
+            peer,
         }
     }
 
@@ -104,39 +122,18 @@ impl System {
         label.starts_with("ours")
     }
 
-    /// The name in the tables.
-    fn name(self) -> &'static str {
-        match self {
-            System::Ours => "leadergroup-operator (Readiness)",
-            System::OursHeartbeat => "leadergroup-operator (Heartbeat)",
-            System::Peer(peer) => peer.name,
-        }
-    }
-
-    fn settings(self) -> String {
-        match self {
-            System::Ours => format!(
-                "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe {PROBE}"
-            ),
-            System::OursHeartbeat => format!(
-                "LeaderGroup leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}, liveness Heartbeat (the leader's agent renews every third); agent sidecar"
-            ),
-            System::Peer(peer) => peer.settings.to_owned(),
-        }
-    }
-
     /// How long a handover may take before the repetition counts as failed.
     fn bound(self) -> Duration {
-        match self {
-            System::Peer(_) => Duration::from_secs(15 * 3 + 30),
-            _ => Duration::from_secs(60),
+        match self.peer {
+            Some(_) => Duration::from_secs(15 * 3 + 30),
+            None => Duration::from_secs(60),
         }
     }
 }
 
 /// The four peers.
 fn peers() -> impl Iterator<Item = System> {
-    PEERS.iter().map(System::Peer)
+    PEERS.iter().map(System::peer)
 }
 
 /// The scenarios.
@@ -241,12 +238,12 @@ impl<'a> World<'a> {
     ) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
-        let mut wanted = vec![(System::Ours, 15, "Readiness")];
+        let mut wanted = vec![(OURS, 15, "Readiness")];
         if heartbeat {
-            wanted.push((System::OursHeartbeat, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
+            wanted.push((OURS_HEARTBEAT, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
         }
         for (system, lease, liveness) in wanted {
-            let mut group = leader_group(system.label(), SYSTEM_LABEL, system.label(), lease)?;
+            let mut group = leader_group(system.label, SYSTEM_LABEL, system.label, lease)?;
             group.data["spec"]["liveness"] = json!(liveness);
             leader_groups(&ns.client, &ns.name)
                 .create(&PostParams::default(), &group)
@@ -269,15 +266,15 @@ impl<'a> World<'a> {
     /// Creates a candidate of `system` on `node`.
     async fn add_pod(&self, system: System, node: &str) -> Result<()> {
         let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
-        let pod = self.pod(system, &format!("{}-{n}", system.label()), node)?;
+        let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(())
     }
 
     /// The pod of a candidate of `system`, from bench/manifests.
     fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
-        let common = [("NAME", name), ("SYSTEM", system.label()), ("NODE", node)];
-        let System::Peer(peer) = system else {
+        let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
+        let Some(peer) = system.peer else {
             let images = [
                 ("AGENT_IMAGE", self.images.agent.as_str()),
                 ("WEBAPP_IMAGE", &self.images.webapp),
@@ -313,14 +310,14 @@ impl<'a> World<'a> {
         self.exclusions
             .lock()
             .ok()
-            .and_then(|x| x.get(system.label()).cloned())
+            .and_then(|x| x.get(system.label).cloned())
             .unwrap_or_default()
     }
 
     /// From `from` on, `identity` does not count as believing it leads (see [`Exclusion`]).
     fn exclude(&self, system: System, identity: &str, from: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock() {
-            x.entry(system.label()).or_default().push(Exclusion {
+            x.entry(system.label).or_default().push(Exclusion {
                 identity: identity.to_owned(),
                 from,
                 until: None,
@@ -331,7 +328,7 @@ impl<'a> World<'a> {
     /// From `until` on, `identity` counts again (a frozen process thawed).
     fn end_exclusion(&self, system: System, identity: &str, until: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock()
-            && let Some(list) = x.get_mut(system.label())
+            && let Some(list) = x.get_mut(system.label)
         {
             for e in list.iter_mut().filter(|e| e.identity == identity) {
                 e.until.get_or_insert(until);
@@ -343,7 +340,7 @@ impl<'a> World<'a> {
     /// terminating), exactly one believer, and the API agreeing (ours: the group settled on its
     /// pod, I2; a peer: its Lease's holder is that identity).
     async fn at_rest(&self, system: System, pods: usize) -> Result<Option<Leader>> {
-        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label()));
+        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label));
         let listed = self.pods.list(&params).await?.items;
         let live: Vec<&Pod> = listed
             .iter()
@@ -352,7 +349,7 @@ impl<'a> World<'a> {
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
-        let events = self.tracker.events(system.label());
+        let events = self.tracker.events(system.label);
         let believers = believers_at(&events, SystemTime::now(), &self.exclusions(system));
         let [sole] = believers.as_slice() else {
             return Ok(None);
@@ -361,13 +358,13 @@ impl<'a> World<'a> {
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
-        let agrees = match system {
-            System::Peer(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
+        let agrees = match system.peer {
+            Some(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
                 .get_opt(&format!("{}-0", peer.label))
                 .await?
                 .and_then(|l| l.spec?.holder_identity)
                 .is_some_and(|h| h == *sole),
-            _ => settled(&self.client, &self.ns, system.label())
+            None => settled(&self.client, &self.ns, system.label)
                 .await?
                 .is_ok_and(|s| s.leader == pod),
         };
@@ -380,13 +377,13 @@ impl<'a> World<'a> {
     async fn wait_at_rest(&self, system: System, pods: usize) -> Result<Leader> {
         let what = format!(
             "{} at rest with {pods} Ready candidates and one leader",
-            system.name()
+            system.name
         );
         let every = Duration::from_millis(200);
         wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
             .await
             .map_err(|e| {
-                let events = self.tracker.events(system.label());
+                let events = self.tracker.events(system.label);
                 Error::Other(format!("{e} (events: {events:?})"))
             })
     }
@@ -399,10 +396,10 @@ impl<'a> World<'a> {
         t0: SystemTime,
         bound: Duration,
     ) -> Result<SystemTime> {
-        let what = format!("{}: a leader other than {old}", system.name());
+        let what = format!("{}: a leader other than {old}", system.name);
         let every = Duration::from_millis(20);
         Ok(wait_until_every(&what, bound, every, || async {
-            let events = self.tracker.events(system.label());
+            let events = self.tracker.events(system.label);
             Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
         })
         .await?)
@@ -516,8 +513,8 @@ struct Collected {
 impl Collected {
     fn result(self, system: System) -> SystemResult {
         SystemResult {
-            system: system.name().into(),
-            settings: system.settings(),
+            system: system.name.into(),
+            settings: system.settings.into(),
             summary: summarize(&self.samples),
             samples_ms: self.samples,
             split_brains: self.split_brains,
@@ -533,7 +530,7 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected
         let from = SystemTime::now();
         for i in 1..=reps {
             let rep = world.repetition(system, scenario).await;
-            let (name, key) = (system.name(), scenario.key());
+            let (name, key) = (system.name, scenario.key());
             match rep {
                 Ok(ms) => {
                     tracing::info!("e2e: {name} {key} #{i}: {ms:.0} ms");
@@ -549,7 +546,7 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected
         }
         // The last handover's other candidates have settled once the system is at rest again.
         let _ = world.wait_at_rest(system, CANDIDATES).await;
-        let events = world.tracker.events(system.label());
+        let events = world.tracker.events(system.label);
         let exclusions = world.exclusions(system);
         c.split_brains = split_brains(&events, from, SystemTime::now(), &exclusions);
     }
@@ -580,7 +577,7 @@ async fn node_loss(
     }
     let mut old = BTreeMap::new();
     for &s in systems {
-        old.insert(s.label(), world.wait_at_rest(s, CANDIDATES).await?.identity);
+        old.insert(s.label, world.wait_at_rest(s, CANDIDATES).await?.identity);
     }
     // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -589,7 +586,7 @@ async fn node_loss(
     tracing::info!("e2e: node loss: {CUT_NODE} cut");
     let bound = Duration::from_secs(u64::from(grace) + 90);
     let moved = futures::future::join_all(systems.iter().map(|&s| {
-        let (world, old) = (&world, old.get(s.label()).cloned().unwrap_or_default());
+        let (world, old) = (&world, old.get(s.label).cloned().unwrap_or_default());
         async move { (s, world.wait_new_leader(s, &old, t0, bound).await) }
     }))
     .await;
@@ -610,20 +607,19 @@ async fn node_loss(
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut out = BTreeMap::new();
     for (s, r) in moved {
-        let events = world.tracker.events(s.label());
+        let events = world.tracker.events(s.label);
         let brains = split_brains(&events, from, SystemTime::now(), &[]);
         let ms = r.map(|at| ms_between(t0, at));
         match &ms {
-            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name()),
-            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name()),
+            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name),
+            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name),
         }
-        out.insert(s.label(), (ms, brains));
+        out.insert(s.label, (ms, brains));
     }
     delete_namespace(client, &world.ns).await;
     Ok(out)
 }
 
-/// The scenario.
 pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
     About::alone(
         "e2e",
@@ -715,10 +711,7 @@ async fn measure(
     }
 
     // Node loss: every system in each cut.
-    let losses: Vec<System> = [System::Ours, System::OursHeartbeat]
-        .into_iter()
-        .chain(peers())
-        .collect();
+    let losses: Vec<System> = [OURS, OURS_HEARTBEAT].into_iter().chain(peers()).collect();
     let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
     for i in 0..plan.node_losses {
         tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
@@ -734,7 +727,7 @@ async fn measure(
     }
     let systems = losses
         .iter()
-        .map(|s| collected.remove(s.label()).unwrap_or_default().result(*s))
+        .map(|s| collected.remove(s.label).unwrap_or_default().result(*s))
         .collect();
     scenarios.push(scenario_result(Scenario::NodeLoss, systems));
 
@@ -758,7 +751,7 @@ async fn handover_runs(
     client: &Client,
 ) -> Result<Vec<(System, [Collected; 3])>> {
     let world = World::create(cluster, images, client, "e2e-bench", false).await?;
-    let all: Vec<System> = std::iter::once(System::Ours).chain(peers()).collect();
+    let all: Vec<System> = std::iter::once(OURS).chain(peers()).collect();
     for &s in &all {
         world.add_pod(s, CUT_NODE).await?;
         for _ in 1..CANDIDATES {
@@ -772,10 +765,7 @@ async fn handover_runs(
         "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
         plan.reps
     );
-    let mut per_system = vec![(
-        System::Ours,
-        handovers(&world, System::Ours, plan.reps).await,
-    )];
+    let mut per_system = vec![(OURS, handovers(&world, OURS, plan.reps).await)];
     let world = &world;
     per_system.extend(
         futures::future::join_all(

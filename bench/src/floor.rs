@@ -17,11 +17,9 @@ use crate::stats::{Summary, summarize};
 /// `floor.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct FloorResult {
-    /// The run.
     pub run: Run,
     /// One Lease update with a resourceVersion precondition, each.
     pub samples_ms: Vec<f64>,
-    /// Their summary.
     pub summary: Option<Summary>,
 }
 
@@ -32,7 +30,6 @@ impl FloorResult {
     }
 }
 
-/// The scenario.
 pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
     About::full_run(
         "floor",

@@ -18,8 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
-use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
-use crate::ours::Groups;
+use crate::observe::{RequestCounts, is_write, steady_window};
 use crate::results::Run;
 use crate::scenario::{About, Context, Recorded, Scenario, measuring};
 
@@ -31,22 +30,17 @@ const GROUPS: usize = 100;
 pub struct Window {
     /// `Readiness` or `Heartbeat`.
     pub mode: String,
-    /// Seconds measured.
     pub seconds: f64,
     /// Requests per second by verb and resource, less the baseline.
     pub requests_per_s: RequestCounts,
-    /// Writes per second, all groups.
     pub writes_per_s: f64,
-    /// Writes per group per second.
     pub writes_per_group_per_s: f64,
 }
 
 /// `heartbeat-writes.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HeartbeatWritesResult {
-    /// The run.
     pub run: Run,
-    /// Groups.
     pub groups: usize,
     /// Their Lease duration, s.
     pub lease_duration_seconds: i32,
@@ -54,7 +48,6 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-/// The scenario.
 pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
     About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
     |ctx| measuring(measure(ctx)),
@@ -106,12 +99,9 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     let idle = steady_window(admin, Duration::from_secs(10), None, Default::default)
         .await?
         .requests;
-    let set = Groups::create("bench-hb", GROUPS).await?;
-    let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-    let op = ctx
-        .start_operator(Some(&set.namespace), "operator-heartbeat-writes.log")
+    let (set, op) = ctx
+        .led_groups("bench-hb", GROUPS, "operator-heartbeat-writes.log")
         .await?;
-    set.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
 
@@ -120,7 +110,7 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .names
         .iter()
         .map(|g| {
-            let leader = watch
+            let leader = set
                 .leader(g)
                 .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
             Ok(Membership::start(

@@ -84,7 +84,6 @@ pub fn rates(
 /// A steady-state window of one system.
 #[derive(Clone, Debug, Default)]
 pub struct Steady {
-    /// Its length.
     pub seconds: f64,
     /// Requests per second by verb and resource, less the baseline.
     pub requests: RequestCounts,
@@ -178,7 +177,6 @@ pub fn ticks_per_second() -> f64 {
 /// The leader of one group as the independent watcher saw it.
 #[derive(Clone, Debug)]
 pub struct SeenLeader {
-    /// The pod labeled leader.
     pub pod: String,
     /// When the watch event that showed it arrived.
     pub at: SystemTime,
@@ -265,20 +263,10 @@ impl LeaderWatch {
         not: Option<&str>,
         timeout: Duration,
     ) -> Result<SeenLeader> {
-        self.wait(&format!("a new leader of {group}"), timeout, || {
+        recheck(&format!("a new leader of {group}"), timeout, || {
             self.leader(group).filter(|l| Some(l.pod.as_str()) != not)
         })
         .await
-    }
-
-    /// Waits until `check` returns something.
-    pub async fn wait<T>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        check: impl FnMut() -> Option<T>,
-    ) -> Result<T> {
-        recheck(what, timeout, check).await
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,16 +14,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
+use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
 use crate::timeline::{
-    Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
+    Beliefs, Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
 };
 
 /// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
 /// pods on the real one (the end-to-end run).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Peer {
-    /// Name in the tables.
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
@@ -31,7 +31,6 @@ pub struct Peer {
     pub label: &'static str,
     /// client-go's candidate, or the Rust crates' one.
     pub go: bool,
-    /// The candidate's arguments.
     pub args: &'static [&'static str],
     /// Lease duration, s: the bound on detecting a crash.
     pub lease_seconds: u64,
@@ -98,7 +97,6 @@ pub const PEERS: [Peer; 4] = [
 /// A peer configuration with its candidate binary on this machine.
 #[derive(Clone, Debug)]
 pub struct PeerKind {
-    /// The configuration.
     pub peer: &'static Peer,
     program: PathBuf,
 }
@@ -155,7 +153,7 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
-    events: Arc<Mutex<HashMap<String, Vec<Event>>>>,
+    events: Beliefs,
     /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
     /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
     /// it prints nothing more), so only two live candidates make a split brain.
@@ -182,7 +180,7 @@ impl PeerGroup {
             log_dir: log_dir.to_path_buf(),
             candidates: HashMap::new(),
             next: 0,
-            events: Arc::default(),
+            events: Beliefs::default(),
             stopped: Vec::new(),
         };
         for _ in 0..3 {
@@ -238,9 +236,7 @@ impl PeerGroup {
                 let Some((lease, event)) = parse_peer_line(&line) else {
                     continue;
                 };
-                if let Ok(mut all) = events.lock() {
-                    all.entry(lease).or_default().push(event);
-                }
+                events.push(&lease, event);
             }
         });
         self.candidates.insert(identity, child);
@@ -249,11 +245,7 @@ impl PeerGroup {
 
     /// Every change of belief printed for `lease`.
     fn events(&self, lease: &str) -> Vec<Event> {
-        self.events
-            .lock()
-            .ok()
-            .and_then(|all| all.get(lease).cloned())
-            .unwrap_or_default()
+        self.events.of(lease)
     }
 
     /// How often a candidate started leading a Lease while another still believed it led (a
@@ -293,22 +285,12 @@ impl PeerGroup {
         Ok(holder.await?)
     }
 
-    async fn wait<T>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        check: impl FnMut() -> Option<T>,
-    ) -> Result<T> {
-        let what = format!("{} {what}", self.kind.peer.name);
-        crate::observe::recheck(&what, timeout, check).await
-    }
-
     /// Waits until every Lease has a leader; returns when the last one started.
     pub async fn wait_all_led(&self, timeout: Duration) -> Result<SystemTime> {
-        self.wait("every Lease led", timeout, || {
-            let all = self.events.lock().ok()?;
+        let what = format!("{} every Lease led", self.kind.peer.name);
+        recheck(&what, timeout, || {
             (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
-                let events = all.get(&Self::lease(i))?;
+                let events = self.events(&Self::lease(i));
                 let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
                 Some(last.max(first))
             })
@@ -342,11 +324,11 @@ impl PeerGroup {
                 .map_err(Error::io("kill -TERM"))?;
         }
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
-        let new = self
-            .wait("a new leader of Lease 0", bound, || {
-                first_new_leader(&self.events(&lease), &old, t0)
-            })
-            .await?;
+        let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
+        let new = recheck(&what, bound, || {
+            first_new_leader(&self.events(&lease), &old, t0)
+        })
+        .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
         self.spawn()?;
         Ok(crate::observe::ms_between(t0, new.at))

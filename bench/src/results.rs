@@ -15,7 +15,6 @@ use crate::observe::RequestCounts;
 pub struct Run {
     /// When it started (UTC).
     pub started_at: String,
-    /// The command that made it.
     pub command: String,
     /// `--quick`: a smoke run, not figures to publish.
     pub quick: bool,
@@ -34,7 +33,6 @@ pub struct Run {
     pub peer_split_brains: BTreeMap<String, u64>,
     /// Per peer kind: why its handover repetitions stopped early, if they did.
     pub peer_failures: BTreeMap<String, String>,
-    /// Wall time of the whole run.
     pub duration_s: f64,
 }
 

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
-use crate::observe::{LeaderWatch, Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{Groups, LEASE_SECONDS, sample};
+use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
+use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
 use crate::scenario::{About, Context, Outcome, Scenario, measuring};
@@ -23,7 +23,6 @@ pub const OURS: &str = "leadergroup-operator";
 /// One system at one group count.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleEntry {
-    /// System name.
     pub system: String,
     /// Groups (of three candidates).
     pub groups: usize,
@@ -42,7 +41,6 @@ pub struct ScaleEntry {
     pub cpu_s_per_min: f64,
     /// RSS at the end of the window, MiB (peers: summed).
     pub rss_mib: f64,
-    /// Peak RSS, MiB.
     pub peak_rss_mib: f64,
     /// Ours: handovers after NotReady at this size.
     pub handover_notready: Option<Handover>,
@@ -110,9 +108,7 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 /// `scale.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleResult {
-    /// The run.
     pub run: Run,
-    /// Every system at every size.
     pub entries: Vec<ScaleEntry>,
 }
 
@@ -123,7 +119,6 @@ struct Measured {
     alone: bool,
 }
 
-/// The scenario.
 pub const SCALE: Scenario = Scenario {
     about: About::full_run(
         "scale",
@@ -133,7 +128,6 @@ pub const SCALE: Scenario = Scenario {
     render: blocks,
 };
 
-/// Its blocks of the page.
 fn blocks(results: &Results) -> Result<Vec<Block>> {
     let scale: ScaleResult = results.read("scale")?;
     let mut table = Table::new(&[
@@ -285,7 +279,6 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let light = ctx.light().await?;
     let baseline = ctx.baseline().await?;
     let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
-    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
     let log = format!("operator-scale-{size}.log");
     let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
@@ -294,22 +287,18 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
             sample(&op, light.ticks)
         })
     };
-    let led = match groups.wait_all_led(&watch).await {
+    let led = match groups.wait_all_led(ALL_LED_BOUND).await {
         Ok(led) => led,
         Err(e) => {
             // Record what the operator managed and what it cost, rather than losing the run.
-            let count = groups
-                .names
-                .iter()
-                .filter(|g| watch.leader(g).is_some())
-                .count();
+            let count = groups.led();
             tracing::warn!("scale {size}: {e}; {count} of {size} groups led");
             let steady = window().await?;
             drop(op);
             let mut entry = ScaleEntry::new(OURS, size, f64::NAN, &steady, LEASE_SECONDS);
             entry.note = Some(format!(
                 "not every group was led within {} s: {count} of {size} were; the window was measured while it still converged",
-                crate::ours::ALL_LED_BOUND.as_secs()
+                ALL_LED_BOUND.as_secs()
             ));
             return Ok(entry);
         }
@@ -324,15 +313,15 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     };
     let mut notready = Vec::new();
     for i in spread(ctx.pick(40, 3), |_| 0) {
-        notready.push(groups.not_ready_handover(&watch, &groups.names[i]).await?);
+        notready.push(groups.handover(&groups.names[i], Fault::NotReady).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let mut deleted = Vec::new();
     for i in spread(ctx.pick(20, 2), |step| step / 2) {
-        deleted.push(groups.deletion_handover(&watch, &groups.names[i]).await?);
+        deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    light.add_double_leaders(watch.double_leaders());
+    light.add_double_leaders(groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);
     entry.handover_notready = Some(Handover::new(OURS, "NotReady at this size", notready, None));

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, met};
-use crate::observe::{LeaderWatch, ms_between, steady_window};
+use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
@@ -52,14 +52,12 @@ pub struct Restart {
     pub watched_s: f64,
     /// RSS of the new process at the end, and its peak, MiB.
     pub rss_mib: f64,
-    /// Its peak RSS, MiB.
     pub peak_rss_mib: f64,
 }
 
 /// `bench/results/scale-10k.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleBigResult {
-    /// The run.
     pub run: Run,
     /// The groups' Lease duration, s.
     pub lease_seconds: i32,
@@ -83,7 +81,6 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-/// The scenario.
 pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
     About::alone(
         "scale-10k",
@@ -141,18 +138,13 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         .await?;
     let create_s = t_create.elapsed().as_secs_f64();
     tracing::info!("scale-10k: created in {create_s:.0} s");
-    let watches = try_join_all(
-        sets.iter()
-            .map(|s| LeaderWatch::start(&s.client, &s.namespace)),
-    )
-    .await?;
 
     let op = ctx.start_operator(None, "operator-scale-10k.log").await?;
     let t0 = SystemTime::now() - op.started.elapsed();
     let mut led = Some(t0);
-    for (set, watch) in sets.iter().zip(&watches) {
+    for set in &sets {
         let deadline = BOUND.saturating_sub(op.started.elapsed());
-        match set.wait_all_led_within(watch, deadline).await {
+        match set.wait_all_led(deadline).await {
             Ok(at) => led = led.map(|l| l.max(at)),
             Err(e) => {
                 tracing::warn!("scale-10k: {e}");
@@ -161,11 +153,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
             }
         }
     }
-    let led_count: usize = sets
-        .iter()
-        .zip(&watches)
-        .map(|(s, w)| s.names.iter().filter(|g| w.leader(g).is_some()).count())
-        .sum();
+    let led_count: usize = sets.iter().map(Groups::led).sum();
     let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
     let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
     tracing::info!(
@@ -200,7 +188,6 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
             ctx,
             light,
             sets: &sets,
-            watches: &watches,
             groups,
             watched: Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle(),
         };
@@ -208,7 +195,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         (op, Some(restart))
     };
     drop(op);
-    light.add_double_leaders(watches.iter().map(LeaderWatch::double_leaders).sum::<u64>());
+    light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
     Ok(ScaleBigResult {
         run: Run::default(),
         lease_seconds,
@@ -228,7 +215,6 @@ struct Restarting<'a> {
     ctx: &'a Context,
     light: &'a Light,
     sets: &'a [Groups],
-    watches: &'a [LeaderWatch],
     groups: usize,
     /// How long after the restart the watches keep counting: past a whole Lease duration, so
     /// that every group was renewed by the new process, or changed.
@@ -242,7 +228,7 @@ impl Restarting<'_> {
     async fn measure(&self, op: OperatorProcess) -> Result<(OperatorProcess, Restart)> {
         tracing::info!("scale-10k: restart (SIGKILL, a new process)");
         let before = statuses(self.sets).await?;
-        let flaps = || -> u64 { self.watches.iter().map(LeaderWatch::leader_changes).sum() };
+        let flaps = || -> u64 { self.sets.iter().map(|s| s.watch.leader_changes()).sum() };
         let flaps_before = flaps();
         let mut op = op;
         let _ = op.kill().await;
@@ -369,7 +355,10 @@ impl ScaleBigResult {
                     "from operator start to every group led (independent watches)".into(),
                     to_all_led,
                 ),
-                ("CPU until then".into(), format!("{:.1} s", self.converge_cpu_s)),
+                (
+                    "CPU until then".into(),
+                    format!("{:.1} s", self.converge_cpu_s),
+                ),
                 (window, counts(&e.requests_per_s_per_group)),
                 (
                     "writes per group per third of the Lease".into(),
@@ -379,7 +368,10 @@ impl ScaleBigResult {
                     "polling reads/s per group".into(),
                     format!("{:.3}", e.polling_reads_per_s_per_group),
                 ),
-                ("CPU s/min, steady".into(), format!("{:.2}", e.cpu_s_per_min)),
+                (
+                    "CPU s/min, steady".into(),
+                    format!("{:.2}", e.cpu_s_per_min),
+                ),
                 (
                     "RSS steady (peak)".into(),
                     format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
@@ -419,8 +411,7 @@ impl ScaleBigResult {
                     x.label_flaps,
                     x.to_all_reconciled_ms / 1000.0
                 ),
-                met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0)
-                    .to_owned(),
+                met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
             ]);
         }
         targets
@@ -443,8 +434,14 @@ fn restart_table(x: &Restart) -> Table {
                 "... to every group reconciled once".into(),
                 format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
             ),
-            ("groups whose epoch changed".into(), x.epoch_changes.to_string()),
-            ("groups whose leader changed".into(), x.leader_changes.to_string()),
+            (
+                "groups whose epoch changed".into(),
+                x.epoch_changes.to_string(),
+            ),
+            (
+                "groups whose leader changed".into(),
+                x.leader_changes.to_string(),
+            ),
             (flaps, x.label_flaps.to_string()),
             (
                 "RSS of the new process at the end (peak)".into(),

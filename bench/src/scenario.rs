@@ -7,16 +7,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use kube::CustomResourceExt;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{OperatorLaunch, OperatorProcess};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
+use crate::ours::{ALL_LED_BOUND, Groups};
 use crate::peers::PeerKind;
 use crate::results::{Results, Run};
 
@@ -83,7 +84,6 @@ pub trait Recorded: Serialize + DeserializeOwned + 'static {
     const OPTIONAL: bool = false;
     /// Takes the run's record as it ended.
     fn set_run(&mut self, run: &Run);
-    /// Its blocks of the page.
     fn blocks(&self) -> Vec<Block>;
     /// What its checks found over the run (must be empty).
     fn problems(&self) -> Vec<String> {
@@ -156,9 +156,7 @@ pub struct Options {
 pub struct Light {
     /// The control plane (its own, or the one `LEADERGROUP_KUBECONFIG` names).
     pub cp: &'static leadergroup_testenv::ControlPlane,
-    /// Its admin client.
     pub admin: kube::Client,
-    /// The operator binary measured on it.
     pub operator: PathBuf,
     /// The kernel's clock ticks per second, for /proc's CPU times.
     pub ticks: f64,
@@ -191,11 +189,9 @@ impl Light {
 
 /// What the scenarios of one invocation share.
 pub struct Context {
-    /// The repository written to.
     pub repo: PathBuf,
     /// Where processes' logs and the `--only` excerpts go (`target/bench-logs`).
     pub log_dir: PathBuf,
-    /// The command line's settings.
     pub options: Options,
     started: Instant,
     light: OnceCell<Light>,
@@ -277,6 +273,20 @@ impl Context {
         )
         .rust_log(&level);
         Ok(OperatorProcess::start(&launch).await?)
+    }
+
+    /// `count` groups of three Ready pods in a fresh namespace, every one led by an operator
+    /// watching that namespace (logging to `<log_dir>/<log>`).
+    pub async fn led_groups(
+        &self,
+        prefix: &str,
+        count: usize,
+        log: &str,
+    ) -> Result<(Groups, OperatorProcess)> {
+        let groups = Groups::create(prefix, count).await?;
+        let op = self.start_operator(Some(&groups.namespace), log).await?;
+        groups.wait_all_led(ALL_LED_BOUND).await?;
+        Ok((groups, op))
     }
 
     /// The idle API server's own requests per second, measured on the first call.

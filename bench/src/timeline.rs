@@ -31,6 +31,32 @@ pub struct Event {
     pub leading: bool,
 }
 
+/// Every change of belief seen so far, per key (a system's, or a Lease's), shared by the task
+/// that reads them and the harness that judges them.
+#[derive(Clone, Default)]
+pub struct Beliefs(Arc<Mutex<BTreeMap<String, Vec<Event>>>>);
+
+impl Beliefs {
+    /// Records `event` under `key`.
+    pub fn push(&self, key: &str, event: Event) {
+        if let Ok(mut all) = self.0.lock() {
+            all.entry(key.to_owned()).or_default().push(event);
+        }
+    }
+
+    /// Every event of `key` so far, by time.
+    pub fn of(&self, key: &str) -> Vec<Event> {
+        let mut list = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|all| all.get(key).cloned())
+            .unwrap_or_default();
+        list.sort_by_key(|e| e.at);
+        list
+    }
+}
+
 /// The pod an identity runs in.
 pub fn pod_of(identity: &str) -> &str {
     identity.split('_').next().unwrap_or(identity)
@@ -203,7 +229,7 @@ pub fn empty_dir(cluster: &Path, node: &str, uid: &str, volume: &str) -> PathBuf
 /// Polls the files of every candidate pod of a namespace (the pods listed every second, the
 /// files read every 10 ms) and keeps every event, per system.
 pub struct Tracker {
-    events: Arc<Mutex<BTreeMap<String, Vec<Event>>>>,
+    events: Beliefs,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -214,7 +240,7 @@ const EVENTS_VOLUME: &str = "events";
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
     pub fn start(pods: Api<Pod>, cluster: PathBuf, ours: fn(&str) -> bool) -> Tracker {
-        let events: Arc<Mutex<BTreeMap<String, Vec<Event>>>> = Arc::default();
+        let events = Beliefs::default();
         let record = events.clone();
         let task = tokio::spawn(async move {
             let mut sources: BTreeMap<String, Source> = BTreeMap::new();
@@ -257,16 +283,9 @@ impl Tracker {
                     }
                 }
                 for src in sources.values_mut() {
-                    let fresh = src.poll();
-                    if fresh.is_empty() {
-                        continue;
-                    }
-                    if let Ok(mut all) = record.lock() {
-                        let list = all.entry(src.system.clone()).or_default();
-                        for e in fresh {
-                            tracing_event(&src.system, &src.pod, &e);
-                            list.push(e);
-                        }
+                    for e in src.poll() {
+                        tracing_event(&src.system, &src.pod, &e);
+                        record.push(&src.system, e);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -277,14 +296,7 @@ impl Tracker {
 
     /// Every event of `system` so far, by time.
     pub fn events(&self, system: &str) -> Vec<Event> {
-        let mut list = self
-            .events
-            .lock()
-            .ok()
-            .and_then(|all| all.get(system).cloned())
-            .unwrap_or_default();
-        list.sort_by_key(|e| e.at);
-        list
+        self.events.of(system)
     }
 }
 
