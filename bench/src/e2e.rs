@@ -301,7 +301,12 @@ impl<'a> World<'a> {
             .and_then(|s| s.containers.first_mut())
             .and_then(|c| c.command.as_mut())
         {
-            command.extend(peer.args.iter().chain(&prefix).map(|a| (*a).to_owned()));
+            command.extend(
+                peer.args
+                    .split_whitespace()
+                    .chain(prefix)
+                    .map(str::to_owned),
+            );
         }
         Ok(pod)
     }
@@ -663,30 +668,8 @@ async fn measure(
     images: &Images,
     quick: bool,
 ) -> Result<E2eResult> {
-    let t = Instant::now();
-    let mut import = std::process::Command::new(repo.join("images/build.sh"));
-    import.arg("--import").arg(cluster.dir()).args([
-        "--no-build",
-        "webapp",
-        "operator",
-        "agent",
-        "client-go",
-        "rust-peer",
-    ]);
-    run_command(import).await?;
-    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
-    let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
+    let cp = install(repo, cluster).await?;
     let client = cp.client().await?;
-    // The chart with one replica on node 2: losing node 1 measures the groups' failover, not the
-    // operator's own.
-    let mut helm = RealCluster::helm_install(&cp);
-    helm.args(["--set", "replicas=1", "--set"])
-        .arg(format!(
-            "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
-        ))
-        .args(["--wait", "--timeout", "180s"]);
-    run_command(helm).await?;
-    tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
     let mut run = Run::describe(&client, repo, &cp, quick).await?;
     run.command = format!(
         "make bench-e2e (leadergroup-bench --only e2e{})",
@@ -710,12 +693,58 @@ async fn measure(
         scenarios.push(scenario_result(scenario, systems));
     }
 
-    // Node loss: every system in each cut.
+    scenarios.push(node_losses(plan, cluster, images, &client).await?);
+
+    Ok(E2eResult {
+        run,
+        node_monitor_grace_period_s: plan.grace,
+        setup: format!(
+            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
+            plan.reps, plan.node_losses
+        ),
+        scenarios,
+    })
+}
+
+/// Imports the images into the cluster's nodes and installs the operator with its chart: one
+/// replica on node 2, so that losing node 1 measures the groups' failover, not the operator's own.
+async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_testenv::ControlPlane> {
+    let t = Instant::now();
+    let mut import = std::process::Command::new(repo.join("images/build.sh"));
+    import.arg("--import").arg(cluster.dir()).args([
+        "--no-build",
+        "webapp",
+        "operator",
+        "agent",
+        "client-go",
+        "rust-peer",
+    ]);
+    run_command(import).await?;
+    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
+    let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
+    let mut helm = RealCluster::helm_install(&cp);
+    helm.args(["--set", "replicas=1", "--set"])
+        .arg(format!(
+            "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
+        ))
+        .args(["--wait", "--timeout", "180s"]);
+    run_command(helm).await?;
+    tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
+    Ok(cp)
+}
+
+/// The node losses, every system measured in each cut.
+async fn node_losses(
+    plan: &Plan,
+    cluster: &RealCluster,
+    images: &Images,
+    client: &Client,
+) -> Result<ScenarioResult> {
     let losses: Vec<System> = [OURS, OURS_HEARTBEAT].into_iter().chain(peers()).collect();
     let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
     for i in 0..plan.node_losses {
         tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
-        let out = node_loss(cluster, images, &client, &losses, plan.grace).await?;
+        let out = node_loss(cluster, images, client, &losses, plan.grace).await?;
         for (label, (ms, brains)) in out {
             let c = collected.entry(label).or_default();
             c.split_brains += brains;
@@ -729,17 +758,7 @@ async fn measure(
         .iter()
         .map(|s| collected.remove(s.label).unwrap_or_default().result(*s))
         .collect();
-    scenarios.push(scenario_result(Scenario::NodeLoss, systems));
-
-    Ok(E2eResult {
-        run,
-        node_monitor_grace_period_s: plan.grace,
-        setup: format!(
-            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
-            plan.reps, plan.node_losses
-        ),
-        scenarios,
-    })
+    Ok(scenario_result(Scenario::NodeLoss, systems))
 }
 
 /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own

@@ -31,7 +31,8 @@ pub struct Peer {
     pub label: &'static str,
     /// client-go's candidate, or the Rust crates' one.
     pub go: bool,
-    pub args: &'static [&'static str],
+    /// The candidate's arguments, separated by spaces.
+    pub args: &'static str,
     /// Lease duration, s: the bound on detecting a crash.
     pub lease_seconds: u64,
 }
@@ -43,11 +44,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
         label: "cgd",
         go: true,
-        args: &[
-            "--lease-duration=15s",
-            "--renew-deadline=10s",
-            "--retry-period=2s",
-        ],
+        args: "--lease-duration=15s --renew-deadline=10s --retry-period=2s",
         lease_seconds: 15,
     },
     Peer {
@@ -55,11 +52,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
         label: "cgt",
         go: true,
-        args: &[
-            "--lease-duration=4s",
-            "--renew-deadline=2s",
-            "--retry-period=1s",
-        ],
+        args: "--lease-duration=4s --renew-deadline=2s --retry-period=1s",
         lease_seconds: 4,
     },
     Peer {
@@ -67,14 +60,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
         label: "kle",
         go: false,
-        args: &[
-            "--lib",
-            "kle",
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            "5",
-        ],
+        args: "--lib kle --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
     Peer {
@@ -82,14 +68,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
         label: "klm",
         go: false,
-        args: &[
-            "--lib",
-            "klm",
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            "5",
-        ],
+        args: "--lib klm --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
 ];
@@ -203,7 +182,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(self.kind.peer.args)
+        cmd.args(self.kind.peer.args.split_whitespace())
             .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
             .args([
                 "--groups",

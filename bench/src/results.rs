@@ -44,30 +44,6 @@ impl Run {
         cp: &leadergroup_testenv::ControlPlane,
         quick: bool,
     ) -> Result<Run> {
-        let proc_line = |file: &str, key: &str| {
-            std::fs::read_to_string(file)
-                .unwrap_or_default()
-                .lines()
-                .find(|l| l.starts_with(key))
-                .map(str::to_owned)
-        };
-        let mut machine = BTreeMap::new();
-        if let Some((_, model)) = proc_line("/proc/cpuinfo", "model name")
-            .as_deref()
-            .and_then(|l| l.split_once(':'))
-        {
-            machine.insert("cpu".into(), model.trim().to_owned());
-        }
-        let cores = std::thread::available_parallelism().map_or(0, usize::from);
-        machine.insert("cores".into(), cores.to_string());
-        if let Some(kib) = proc_line("/proc/meminfo", "MemTotal:")
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        {
-            machine.insert("memory".into(), format!("{:.1} GiB", kib / 1024.0 / 1024.0));
-        }
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        machine.insert("kernel".into(), kernel.trim().to_owned());
-
         let request = http::Request::get("/version")
             .body(Vec::new())
             .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
@@ -111,17 +87,45 @@ impl Run {
             format!("make bench BENCH_ARGS='{}'", args.join(" "))
         };
         Ok(Run {
+            machine: machine(),
             started_at: jiff::Timestamp::now()
                 .strftime("%Y-%m-%d %H:%M:%S UTC")
                 .to_string(),
             command,
             quick,
-            machine,
             versions,
             control_plane,
             ..Run::default()
         })
     }
+}
+
+/// CPU model, cores, memory and kernel of this machine.
+fn machine() -> BTreeMap<String, String> {
+    let proc_line = |file: &str, key: &str| {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(key))
+            .map(str::to_owned)
+    };
+    let mut machine = BTreeMap::new();
+    if let Some((_, model)) = proc_line("/proc/cpuinfo", "model name")
+        .as_deref()
+        .and_then(|l| l.split_once(':'))
+    {
+        machine.insert("cpu".into(), model.trim().to_owned());
+    }
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    machine.insert("cores".into(), cores.to_string());
+    if let Some(kib) = proc_line("/proc/meminfo", "MemTotal:")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    {
+        machine.insert("memory".into(), format!("{:.1} GiB", kib / 1024.0 / 1024.0));
+    }
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    machine.insert("kernel".into(), kernel.trim().to_owned());
+    machine
 }
 
 /// A program's trimmed stdout, or "?".

@@ -122,37 +122,14 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         .unwrap_or(ctx.pick(10_000, 200));
     let lease_seconds = ctx.options.lease.unwrap_or(LEASE_SECONDS);
     let namespaces = groups.div_ceil(GROUPS_PER_NAMESPACE).max(1);
-    tracing::info!(
-        "scale-10k: creating {groups} groups, {} pods, in {namespaces} namespaces ({CREATE_CONCURRENCY} creations in flight)",
-        groups * 3
-    );
     let t_create = Instant::now();
-    let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
-    let sets =
-        try_join_all((0..namespaces).map(|i| {
-            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
-            async move {
-                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
-            }
-        }))
-        .await?;
+    let sets = create(groups, namespaces, lease_seconds).await?;
     let create_s = t_create.elapsed().as_secs_f64();
     tracing::info!("scale-10k: created in {create_s:.0} s");
 
     let op = ctx.start_operator(None, "operator-scale-10k.log").await?;
     let t0 = SystemTime::now() - op.started.elapsed();
-    let mut led = Some(t0);
-    for set in &sets {
-        let deadline = BOUND.saturating_sub(op.started.elapsed());
-        match set.wait_all_led(deadline).await {
-            Ok(at) => led = led.map(|l| l.max(at)),
-            Err(e) => {
-                tracing::warn!("scale-10k: {e}");
-                led = None;
-                break;
-            }
-        }
-    }
+    let led = all_led(&sets, &op, t0).await;
     let led_count: usize = sets.iter().map(Groups::led).sum();
     let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
     let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
@@ -208,6 +185,41 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         led_at_bound,
         restart,
     })
+}
+
+/// `groups` groups over `namespaces` namespaces, their Leases lasting `lease_seconds`.
+async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<Vec<Groups>> {
+    tracing::info!(
+        "scale-10k: creating {groups} groups, {} pods, in {namespaces} namespaces ({CREATE_CONCURRENCY} creations in flight)",
+        groups * 3
+    );
+    let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
+    try_join_all(
+        (0..namespaces).map(|i| {
+            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
+            async move {
+                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
+            }
+        }),
+    )
+    .await
+}
+
+/// When the last group of `sets` was seen led (no earlier than `t0`), or None when not every
+/// group was led within [`BOUND`] of the operator's start.
+async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Option<SystemTime> {
+    let mut led = t0;
+    for set in sets {
+        let deadline = BOUND.saturating_sub(op.started.elapsed());
+        match set.wait_all_led(deadline).await {
+            Ok(at) => led = led.max(at),
+            Err(e) => {
+                tracing::warn!("scale-10k: {e}");
+                return None;
+            }
+        }
+    }
+    Some(led)
 }
 
 /// What an operator restart at this size works on.

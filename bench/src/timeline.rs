@@ -248,39 +248,7 @@ impl Tracker {
             loop {
                 if listed.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     listed = Some(Instant::now());
-                    let params = ListParams::default().labels(SYSTEM_LABEL);
-                    if let Ok(list) = pods.list(&params).await {
-                        for p in list.items {
-                            let (Some(uid), Some(node), Some(system)) = (
-                                p.uid(),
-                                p.spec.as_ref().and_then(|s| s.node_name.clone()),
-                                p.labels().get(SYSTEM_LABEL).cloned(),
-                            ) else {
-                                continue;
-                            };
-                            if sources.contains_key(&uid) {
-                                continue;
-                            }
-                            let (kind, path) = if ours(&system) {
-                                let dir = empty_dir(&cluster, &node, &uid, AGENT_VOLUME);
-                                (Kind::RoleFile, dir.join("role"))
-                            } else {
-                                let dir = empty_dir(&cluster, &node, &uid, EVENTS_VOLUME);
-                                (Kind::EventLog, dir.join("events.log"))
-                            };
-                            sources.insert(
-                                uid,
-                                Source {
-                                    system,
-                                    pod: p.name_any(),
-                                    path,
-                                    kind,
-                                    leading: None,
-                                    consumed: 0,
-                                },
-                            );
-                        }
-                    }
+                    discover(&pods, &cluster, ours, &mut sources).await;
                 }
                 for src in sources.values_mut() {
                     for e in src.poll() {
@@ -297,6 +265,50 @@ impl Tracker {
     /// Every event of `system` so far, by time.
     pub fn events(&self, system: &str) -> Vec<Event> {
         self.events.of(system)
+    }
+}
+
+/// Adds a source for every candidate pod of `pods` not followed yet (`ours` tells which
+/// systems publish through the agent).
+async fn discover(
+    pods: &Api<Pod>,
+    cluster: &Path,
+    ours: fn(&str) -> bool,
+    sources: &mut BTreeMap<String, Source>,
+) {
+    let params = ListParams::default().labels(SYSTEM_LABEL);
+    let Ok(list) = pods.list(&params).await else {
+        return;
+    };
+    for p in list.items {
+        let (Some(uid), Some(node), Some(system)) = (
+            p.uid(),
+            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            p.labels().get(SYSTEM_LABEL).cloned(),
+        ) else {
+            continue;
+        };
+        if sources.contains_key(&uid) {
+            continue;
+        }
+        let (kind, path) = if ours(&system) {
+            let dir = empty_dir(cluster, &node, &uid, AGENT_VOLUME);
+            (Kind::RoleFile, dir.join("role"))
+        } else {
+            let dir = empty_dir(cluster, &node, &uid, EVENTS_VOLUME);
+            (Kind::EventLog, dir.join("events.log"))
+        };
+        let pod = p.name_any();
+        let (leading, consumed) = (None, 0);
+        let source = Source {
+            system,
+            pod,
+            path,
+            kind,
+            leading,
+            consumed,
+        };
+        sources.insert(uid, source);
     }
 }
 
