@@ -174,7 +174,7 @@ async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
     let ns = leadergroup_testenv::namespace("bench-app-latency").await?;
     let setup = measure::Setup {
         ns: &ns,
-        kubeconfig: light.kubeconfig(),
+        kubeconfig: light.cp.kubeconfig_path(),
         cp: light.cp,
         operator_bin: light.operator.clone(),
         agent_bin: crate::ours::release_binary("leadergroup-agent")?,

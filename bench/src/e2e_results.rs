@@ -99,19 +99,16 @@ impl Recorded for E2eResult {
 fn render(result: &E2eResult) -> Vec<Block> {
     let run = &result.run;
     let grace = result.node_monitor_grace_period_s;
-    let setup = Table::new(&["command", "started", "took", "node-monitor-grace-period"]).with([
-        format!("`{}`", run.command),
-        run.started_at.clone(),
-        format!("{:.0} s", run.duration_s),
-        format!(
-            "{grace} s{}",
-            if grace == 50 {
-                " (Kubernetes' default)"
-            } else {
-                " (Kubernetes' default is 50 s)"
-            }
-        ),
-    ]);
+    let mut setup = run.table(&["node-monitor-grace-period"]);
+    let default = if grace == 50 {
+        " (Kubernetes' default)"
+    } else {
+        " (Kubernetes' default is 50 s)"
+    };
+    setup
+        .rows
+        .iter_mut()
+        .for_each(|r| r.push(format!("{grace} s{default}")));
     let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
     let quick = run
         .quick

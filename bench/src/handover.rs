@@ -96,15 +96,7 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
     let floor: crate::floor::FloorResult = results.read("floor")?;
     let run = &graceful.run;
     let mut blocks = vec![
-        Block::tables(
-            "run",
-            [Table::new(&["command", "started", "took"]).with([
-                format!("`{}`", run.command),
-                run.started_at.clone(),
-                format!("{:.0} s", run.duration_s),
-            ])],
-        )
-        .notes(run.quick.then(|| {
+        Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
             "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
         })),
         Block::tables("machine", [machine(run)]),
@@ -201,7 +193,8 @@ impl Outcome for Measured {
                 .zip(reps)
                 .enumerate()
                 .map(|(i, (kind, reps))| {
-                    let (kind, kubeconfig) = (kind.clone(), light.kubeconfig().to_path_buf());
+                    let (kind, kubeconfig) =
+                        (kind.clone(), light.cp.kubeconfig_path().to_path_buf());
                     let log_dir = ctx.log_dir.clone();
                     tokio::spawn(async move {
                         let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
 /// What every results file says about the run.
@@ -97,6 +98,19 @@ impl Run {
             control_plane,
             ..Run::default()
         })
+    }
+}
+
+impl Run {
+    /// Its command, when it started and how long it took, as the page's run tables begin.
+    pub fn table(&self, more_columns: &[&str]) -> Table {
+        let mut table = Table::new(&[&["command", "started", "took"], more_columns].concat());
+        table.row([
+            format!("`{}`", self.command),
+            self.started_at.clone(),
+            format!("{:.0} s", self.duration_s),
+        ]);
+        table
     }
 }
 

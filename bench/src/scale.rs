@@ -338,7 +338,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     let group = PeerGroup::start(
         kind,
         &ns.client,
-        light.kubeconfig(),
+        light.cp.kubeconfig_path(),
         &ns.name,
         size,
         &ctx.log_dir,

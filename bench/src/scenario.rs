@@ -2,7 +2,7 @@
 //! ([`Context`]): the light control plane (started when a scenario first needs it), the operator
 //! binary, the idle baseline, the peers, and the run's record.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -164,11 +164,6 @@ pub struct Light {
 }
 
 impl Light {
-    /// The kubeconfig of the control plane.
-    pub fn kubeconfig(&self) -> &Path {
-        self.cp.kubeconfig_path()
-    }
-
     /// Counts what the independent watch saw: two pods of one group labeled leader.
     pub fn add_double_leaders(&self, n: u64) {
         self.record(|run| run.double_leaders += n);
@@ -266,7 +261,7 @@ impl Context {
         let level = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
         let launch = OperatorLaunch::new(
             &light.operator,
-            light.kubeconfig(),
+            light.cp.kubeconfig_path(),
             namespace,
             "bench-operator",
             log,
