@@ -10,8 +10,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring};
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
+    About::full_run(
+        "app-latency",
+        "How fast the application learns its role (crate and agent)",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Where each clock starts.
 pub const START: &str = "the Lease's `acquireTime`, written by the operator in step 1 of the transition (the Lease CAS) and set to the `now` of the decision that picked the new leader";
@@ -92,21 +100,9 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
-    About::full_run(
-        "app-latency",
-        "How fast the application learns its role (crate and agent)",
-    ),
-    |ctx| measuring(measure(ctx)),
-);
+stamped!(AppLatencyResult, "app-latency");
 
 impl Recorded for AppLatencyResult {
-    const FILE: &'static str = "app-latency";
-
-    fn set_run(&mut self, run: &Run) {
-        self.run = run.clone();
-    }
-
     fn blocks(&self) -> Vec<Block> {
         let deletions = self
             .handovers

@@ -10,8 +10,13 @@ use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::ms_between;
 use crate::ours::Groups;
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring};
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const BURST: Scenario = Scenario::of::<BurstResult>(
+    About::full_run("burst", "The burst of failed leaders"),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// One burst.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -37,18 +42,9 @@ pub struct BurstResult {
     pub all_re_led: Option<Summary>,
 }
 
-pub const BURST: Scenario = Scenario::of::<BurstResult>(
-    About::full_run("burst", "The burst of failed leaders"),
-    |ctx| measuring(measure(ctx)),
-);
+stamped!(BurstResult, "burst");
 
 impl Recorded for BurstResult {
-    const FILE: &'static str = "burst";
-
-    fn set_run(&mut self, run: &Run) {
-        self.run = run.clone();
-    }
-
     fn blocks(&self) -> Vec<Block> {
         let run = &self.run;
         let setup = Table::new(&["groups", "run"]).with([

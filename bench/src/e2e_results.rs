@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::markdown::{Block, Table, met, ratio, secs};
+use crate::markdown::{Block, Table, met};
 use crate::results::Run;
-use crate::scenario::Recorded;
+use crate::scenario::{Recorded, Stamped};
 use crate::stats::Summary;
 
 /// The samples of one system in one scenario.
@@ -82,14 +82,41 @@ pub struct E2eResult {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-impl Recorded for E2eResult {
+/// Milliseconds as the end-to-end tables show them ("–" when unknown).
+fn secs(ms: f64) -> String {
+    if !ms.is_finite() {
+        "–".into()
+    } else if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// How many times ours `peer` is.
+fn ratio(peer: f64, ours: f64) -> String {
+    let r = peer / ours;
+    if !r.is_finite() {
+        "–".into()
+    } else if r >= 10.0 {
+        format!("{r:.0}×")
+    } else {
+        format!("{r:.1}×")
+    }
+}
+
+impl Stamped for E2eResult {
     const FILE: &'static str = "e2e";
     /// Measured only alone, on the real cluster.
     const OPTIONAL: bool = true;
 
     /// Its run is the real cluster's, which it described itself, not the light one's.
     fn set_run(&mut self, _light: &Run) {}
+}
 
+impl Recorded for E2eResult {
     /// The run, the headline, every scenario's table and the targets.
     fn blocks(&self) -> Vec<Block> {
         render(self)

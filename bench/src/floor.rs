@@ -11,8 +11,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring};
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
+    About::full_run(
+        "floor",
+        "Lease updates back to back: the floor of any handover",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// `floor.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -30,21 +38,9 @@ impl FloorResult {
     }
 }
 
-pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
-    About::full_run(
-        "floor",
-        "Lease updates back to back: the floor of any handover",
-    ),
-    |ctx| measuring(measure(ctx)),
-);
+stamped!(FloorResult, "floor");
 
 impl Recorded for FloorResult {
-    const FILE: &'static str = "floor";
-
-    fn set_run(&mut self, run: &Run) {
-        self.run = run.clone();
-    }
-
     fn blocks(&self) -> Vec<Block> {
         let table = spread_table(&["operation"])
             .with(spread_row(&["Lease CAS update"], self.summary.as_ref()));

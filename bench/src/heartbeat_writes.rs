@@ -20,7 +20,12 @@ use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{RequestCounts, is_write, steady_window};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring};
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
+
+pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
+    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Groups measured.
 const GROUPS: usize = 100;
@@ -48,18 +53,9 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
-    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
-    |ctx| measuring(measure(ctx)),
-);
+stamped!(HeartbeatWritesResult, "heartbeat-writes");
 
 impl Recorded for HeartbeatWritesResult {
-    const FILE: &'static str = "heartbeat-writes";
-
-    fn set_run(&mut self, run: &Run) {
-        self.run = run.clone();
-    }
-
     fn blocks(&self) -> Vec<Block> {
         let setup = Table::new(&["groups", "Lease duration"]).with([
             self.groups.to_string(),

@@ -160,31 +160,6 @@ pub fn ms(v: f64) -> String {
     }
 }
 
-/// Milliseconds as the end-to-end tables show them ("–" when unknown).
-pub fn secs(ms: f64) -> String {
-    if !ms.is_finite() {
-        "–".into()
-    } else if ms >= 10_000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1000.0)
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
-/// How many times ours `peer` is.
-pub fn ratio(peer: f64, ours: f64) -> String {
-    let r = peer / ours;
-    if !r.is_finite() {
-        "–".into()
-    } else if r >= 10.0 {
-        format!("{r:.0}×")
-    } else {
-        format!("{r:.1}×")
-    }
-}
-
 /// A table of latencies: the columns `lead`, then median, p99, min–max and n.
 pub fn spread_table(lead: &[&str]) -> Table {
     Table::new(&[lead, &["median", "p99", "min–max", "n"]].concat())

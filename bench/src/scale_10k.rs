@@ -21,8 +21,16 @@ use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Recorded, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Recorded, Scenario, measuring, stamped};
 use leadergroup_testenv::OperatorProcess;
+
+pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
+    About::alone(
+        "scale-10k",
+        "10,000 groups (or the first value of `--scale`), then an operator restart",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -81,22 +89,9 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
-    About::alone(
-        "scale-10k",
-        "10,000 groups (or the first value of `--scale`), then an operator restart",
-    ),
-    |ctx| measuring(measure(ctx)),
-);
+stamped!(ScaleBigResult, "scale-10k", optional);
 
 impl Recorded for ScaleBigResult {
-    const FILE: &'static str = "scale-10k";
-    const OPTIONAL: bool = true;
-
-    fn set_run(&mut self, run: &Run) {
-        self.run = run.clone();
-    }
-
     /// The setup, the start, the restart, and the targets.
     fn blocks(&self) -> Vec<Block> {
         let mut tables = vec![self.setup(), self.start()];

@@ -76,14 +76,41 @@ impl About {
     }
 }
 
-/// A results file, `bench/results/<FILE>.json`, that renders its own blocks of the page.
-pub trait Recorded: Serialize + DeserializeOwned + 'static {
+/// A results file, `bench/results/<FILE>.json`, and the run's record it carries.
+pub trait Stamped: Serialize + DeserializeOwned + 'static {
     /// The file's name.
     const FILE: &'static str;
     /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
     const OPTIONAL: bool = false;
     /// Takes the run's record as it ended.
     fn set_run(&mut self, run: &Run);
+}
+
+/// [`Stamped`] for a results type whose `run` field takes the run's record as it ended:
+/// `stamped!(Type, "file")`, or `stamped!(Type, "file", optional)` for a scenario that runs only
+/// alone.
+macro_rules! stamped {
+    ($type:ty, $file:literal) => {
+        stamped!(@ $type, $file, false);
+    };
+    ($type:ty, $file:literal, optional) => {
+        stamped!(@ $type, $file, true);
+    };
+    (@ $type:ty, $file:literal, $optional:literal) => {
+        impl $crate::scenario::Stamped for $type {
+            const FILE: &'static str = $file;
+            const OPTIONAL: bool = $optional;
+            fn set_run(&mut self, run: &$crate::results::Run) {
+                self.run = run.clone();
+            }
+        }
+    };
+}
+pub(crate) use stamped;
+
+/// A results file that renders its own blocks of the page.
+pub trait Recorded: Stamped {
+    /// Its blocks of the page.
     fn blocks(&self) -> Vec<Block>;
     /// What its checks found over the run (must be empty).
     fn problems(&self) -> Vec<String> {
