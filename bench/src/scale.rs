@@ -15,7 +15,7 @@ use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_windo
 use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Outcome, Recorded, Scenario, measuring, stamped};
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -119,65 +119,67 @@ struct Measured {
     alone: bool,
 }
 
-pub const SCALE: Scenario = Scenario {
-    about: About::full_run(
+pub const SCALE: Scenario = Scenario::of::<ScaleResult>(
+    About::full_run(
         "scale",
         "Ours, then the peers (not alone), at the sizes of `--scale`",
     ),
-    measure: |ctx| measuring(measure_ours(ctx)),
-    render: blocks,
-};
+    |ctx| measuring(measure_ours(ctx)),
+);
 
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let scale: ScaleResult = results.read("scale")?;
-    let mut table = Table::new(&[
-        "system",
-        "groups",
-        "to all led",
-        "requests/s per group (by verb, resource)",
-        "writes per group per 5 s",
-        "polling reads/s per group",
-        "CPU s/min",
-        "RSS (peak)",
-    ]);
-    let mut handovers = spread_table(&["groups", "trigger"]);
-    let mut notes = Vec::new();
-    for e in &scale.entries {
-        table.row([
-            e.system.clone(),
-            e.groups.to_string(),
-            ms(e.time_to_all_led_ms),
-            counts(&e.requests_per_s_per_group),
-            format!("{:.2}", e.writes_per_group_per_third),
-            format!("{:.3}", e.polling_reads_per_s_per_group),
-            format!("{:.2}", e.cpu_s_per_min),
-            format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+stamped!(ScaleResult, "scale");
+
+impl Recorded for ScaleResult {
+    fn blocks(&self) -> Vec<Block> {
+        let mut table = Table::new(&[
+            "system",
+            "groups",
+            "to all led",
+            "requests/s per group (by verb, resource)",
+            "writes per group per 5 s",
+            "polling reads/s per group",
+            "CPU s/min",
+            "RSS (peak)",
         ]);
-        for (trigger, h) in [
-            ("NotReady", &e.handover_notready),
-            ("deletion", &e.handover_deleted),
-        ] {
-            if let Some(h) = h {
-                let groups = e.groups.to_string();
-                handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
+        let mut handovers = spread_table(&["groups", "trigger"]);
+        let mut notes = Vec::new();
+        for e in &self.entries {
+            table.row([
+                e.system.clone(),
+                e.groups.to_string(),
+                ms(e.time_to_all_led_ms),
+                counts(&e.requests_per_s_per_group),
+                format!("{:.2}", e.writes_per_group_per_third),
+                format!("{:.3}", e.polling_reads_per_s_per_group),
+                format!("{:.2}", e.cpu_s_per_min),
+                format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+            ]);
+            for (trigger, h) in [
+                ("NotReady", &e.handover_notready),
+                ("deletion", &e.handover_deleted),
+            ] {
+                if let Some(h) = h {
+                    let groups = e.groups.to_string();
+                    handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
+                }
+            }
+            if let Some(run) = &e.measured_in {
+                notes.push(format!(
+                    "{} at {} groups: measured alone, in the run of {run}.",
+                    e.system, e.groups
+                ));
             }
         }
-        if let Some(run) = &e.measured_in {
-            notes.push(format!(
-                "{} at {} groups: measured alone, in the run of {run}.",
-                e.system, e.groups
-            ));
-        }
+        notes.extend(self.entries.iter().filter_map(|e| {
+            let note = e.note.as_ref()?;
+            Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
+        }));
+        vec![
+            Block::tables("scale", [table]).notes(notes),
+            Block::tables("scale-handovers", [handovers]),
+            Block::tables("scale-targets", [targets(self)]),
+        ]
     }
-    notes.extend(scale.entries.iter().filter_map(|e| {
-        let note = e.note.as_ref()?;
-        Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
-    }));
-    Ok(vec![
-        Block::tables("scale", [table]).notes(notes),
-        Block::tables("scale-handovers", [handovers]),
-        Block::tables("scale-targets", [targets(&scale)]),
-    ])
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
