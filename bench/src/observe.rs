@@ -10,7 +10,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use leadergroup_operator::crd::{GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_operator::crd::ROLE_LABEL;
+use leadergroup_testenv::pods::{is_leader, marked_group};
 
 use crate::error::{Error, Result};
 
@@ -293,13 +294,8 @@ impl Drop for LeaderWatch {
 impl LeaderState {
     fn apply(&mut self, pod: &Pod, now: SystemTime) {
         let name = pod.name_any();
-        let group = pod
-            .annotations()
-            .get(GROUP_ANNOTATION)
-            .cloned()
-            .unwrap_or_default();
-        let leads = pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER);
-        self.pods.insert(name, (group.clone(), leads));
+        let group = marked_group(pod).unwrap_or_default().to_owned();
+        self.pods.insert(name, (group.clone(), is_leader(pod)));
         self.settle(&group, now);
     }
 
