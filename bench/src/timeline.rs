@@ -7,7 +7,6 @@
 //! same rules.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use leadergroup_testenv::{RealCluster, read_with_mtime};
 
 /// The label naming a candidate pod's system (`ours`, `cgd`, ...).
 pub const SYSTEM_LABEL: &str = "bench.leadergroup.io/system";
@@ -207,25 +207,6 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
     Some(((*lease).to_owned(), event))
 }
 
-fn read_with_mtime(path: &Path) -> std::io::Result<(SystemTime, String)> {
-    let mut file = std::fs::File::open(path)?;
-    let mtime = file.metadata()?.modified()?;
-    let mut contents = String::new();
-    file.read_to_string(&mut contents)?;
-    Ok((mtime, contents))
-}
-
-/// The emptyDir `volume` of pod `uid` on node `node` (`lg-node-<N>`), as its kubelet mounted it
-/// under the cluster folder.
-pub fn empty_dir(cluster: &Path, node: &str, uid: &str, volume: &str) -> PathBuf {
-    let n = node.strip_prefix("lg-node-").unwrap_or(node);
-    cluster
-        .join(format!("node{n}/kubelet/pods"))
-        .join(uid)
-        .join("volumes/kubernetes.io~empty-dir")
-        .join(volume)
-}
-
 /// Polls the files of every candidate pod of a namespace (the pods listed every second, the
 /// files read every 10 ms) and keeps every event, per system.
 pub struct Tracker {
@@ -291,13 +272,15 @@ async fn discover(
         if sources.contains_key(&uid) {
             continue;
         }
-        let (kind, path) = if ours(&system) {
-            let dir = empty_dir(cluster, &node, &uid, AGENT_VOLUME);
-            (Kind::RoleFile, dir.join("role"))
+        let (kind, volume, file) = if ours(&system) {
+            (Kind::RoleFile, AGENT_VOLUME, "role")
         } else {
-            let dir = empty_dir(cluster, &node, &uid, EVENTS_VOLUME);
-            (Kind::EventLog, dir.join("events.log"))
+            (Kind::EventLog, EVENTS_VOLUME, "events.log")
         };
+        let Ok(dir) = RealCluster::empty_dir(cluster, &node, &uid, volume) else {
+            continue;
+        };
+        let path = dir.join(file);
         let pod = p.name_any();
         let (leading, consumed) = (None, 0);
         let source = Source {
