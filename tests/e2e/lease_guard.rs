@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroup, LeaderGroupStatus, lease_name_for};
 use leadergroup_operator::election::HEARTBEAT;
-use leadergroup_testenv::{TestNamespace, wait_for_object, wait_settled, wait_until};
+use leadergroup_testenv::{wait_for_object, wait_settled, wait_until};
 use serde_json::{Value, json};
 
 use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
