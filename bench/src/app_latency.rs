@@ -9,9 +9,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
+    About::full_run(
+        "app-latency",
+        "How fast the application learns its role (crate and agent)",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Where each clock starts.
 pub const START: &str = "the Lease's `acquireTime`, written by the operator in step 1 of the transition (the Lease CAS) and set to the `now` of the decision that picked the new leader";
@@ -46,15 +54,12 @@ const CLOCKS: [(&str, &str, Read); 4] = [
 /// One clock over one set of handovers.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Clock {
-    /// What is timed.
     pub clock: String,
     /// `all`, `deletion` or `NotReady`.
     pub trigger: String,
     /// Where it stops (it starts at [`START`]).
     pub stop: String,
-    /// Every sample, ms.
     pub samples_ms: Vec<f64>,
-    /// Their summary.
     pub summary: Option<Summary>,
 }
 
@@ -82,13 +87,11 @@ pub struct HandoverRow {
 /// `bench/results/app-latency.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct AppLatencyResult {
-    /// The run.
     pub run: Run,
     /// Where every clock starts.
     pub start: String,
     /// The clocks, over all handovers and per trigger.
     pub clocks: Vec<Clock>,
-    /// Every handover.
     pub handovers: Vec<HandoverRow>,
     /// What the test's checks found over the run (must be empty).
     pub violations: Vec<String>,
@@ -97,70 +100,67 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-/// The scenario.
-pub const APP_LATENCY: Scenario = Scenario {
-    about: About::full_run(
-        "app-latency",
-        "How fast the application learns its role (crate and agent)",
-    ),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+stamped!(AppLatencyResult, "app-latency");
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let app: AppLatencyResult = results.read("app-latency")?;
-    let deletions = app
-        .handovers
-        .iter()
-        .filter(|h| h.trigger == "deletion")
-        .count();
-    let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"]).with([
-        app.handovers.len().to_string(),
-        deletions.to_string(),
-        (app.handovers.len() - deletions).to_string(),
-        format!("{} s", measure::LEASE_SECONDS),
-    ]);
-    let mut clocks = spread_table(&["clock", "trigger"]);
-    for c in &app.clocks {
-        clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
+impl Recorded for AppLatencyResult {
+    fn blocks(&self) -> Vec<Block> {
+        let deletions = self
+            .handovers
+            .iter()
+            .filter(|h| h.trigger == "deletion")
+            .count();
+        let setup = Table::new(&["handovers", "by deletion", "by NotReady", "Lease duration"])
+            .with([
+                self.handovers.len().to_string(),
+                deletions.to_string(),
+                (self.handovers.len() - deletions).to_string(),
+                format!("{} s", measure::LEASE_SECONDS),
+            ]);
+        let mut clocks = spread_table(&["clock", "trigger"]);
+        for c in &self.clocks {
+            clocks.row(spread_row(&[&c.clock, &c.trigger], c.summary.as_ref()));
+        }
+        clocks.row([
+            "downward API file changes",
+            "label PATCH",
+            "see `make e2e`",
+            "see `make e2e`",
+            "–",
+            "–",
+        ]);
+        let before: Vec<f64> = self
+            .handovers
+            .iter()
+            .map(|h| h.trigger_to_decision_ms)
+            .collect();
+        let before = summarize(&before);
+        let overlaps = self
+            .handovers
+            .iter()
+            .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
+            .count();
+        let checks = Table::new(&[
+            "before the decision: median",
+            "p99",
+            "new leader's `Leader` before the old one stopped",
+            "checks over every report",
+        ])
+        .with([
+            before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
+            before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
+            format!("{overlaps} of {} handovers", self.handovers.len()),
+            if self.violations.is_empty() {
+                "all held".to_owned()
+            } else {
+                format!("**{}**", self.violations.join("; "))
+            },
+        ]);
+        vec![Block::tables("app-latency", [setup, clocks, checks])]
     }
-    clocks.row([
-        "downward API file changes",
-        "label PATCH",
-        "see `make e2e`",
-        "see `make e2e`",
-        "–",
-        "–",
-    ]);
-    let before: Vec<f64> = app
-        .handovers
-        .iter()
-        .map(|h| h.trigger_to_decision_ms)
-        .collect();
-    let before = summarize(&before);
-    let overlaps = app
-        .handovers
-        .iter()
-        .filter(|h| h.crate_new_leader_ms < h.crate_old_not_leader_ms)
-        .count();
-    let checks = Table::new(&[
-        "before the decision: median",
-        "p99",
-        "new leader's `Leader` before the old one stopped",
-        "checks over every report",
-    ])
-    .with([
-        before.as_ref().map_or("–".into(), |s| ms(s.median_ms)),
-        before.as_ref().map_or("–".into(), |s| ms(s.p99_ms)),
-        format!("{overlaps} of {} handovers", app.handovers.len()),
-        if app.violations.is_empty() {
-            "all held".to_owned()
-        } else {
-            format!("**{}**", app.violations.join("; "))
-        },
-    ]);
-    Ok(vec![Block::tables("app-latency", [setup, clocks, checks])])
+
+    fn problems(&self) -> Vec<String> {
+        self.violations.clone()
+    }
 }
 
 async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
@@ -170,7 +170,7 @@ async fn measure(ctx: &Context) -> Result<AppLatencyResult> {
     let ns = leadergroup_testenv::namespace("bench-app-latency").await?;
     let setup = measure::Setup {
         ns: &ns,
-        kubeconfig: light.kubeconfig(),
+        kubeconfig: light.cp.kubeconfig_path(),
         cp: light.cp,
         operator_bin: light.operator.clone(),
         agent_bin: crate::ours::release_binary("leadergroup-agent")?,
@@ -224,16 +224,5 @@ impl AppLatencyResult {
             handovers,
             downward_api: None,
         }
-    }
-}
-
-impl Outcome for AppLatencyResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("app-latency", self)
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.violations.clone()
     }
 }

@@ -7,11 +7,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
-use crate::observe::{LeaderWatch, ms_between};
+use crate::observe::ms_between;
 use crate::ours::Groups;
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const BURST: Scenario = Scenario::of::<BurstResult>(
+    About::full_run("burst", "The burst of failed leaders"),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// One burst.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -27,11 +32,9 @@ pub struct OneBurst {
 /// `burst.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct BurstResult {
-    /// The run.
     pub run: Run,
     /// Groups per burst.
     pub groups: usize,
-    /// Every burst.
     pub bursts: Vec<OneBurst>,
     /// Per-group latencies over all bursts.
     pub per_group: Option<Summary>,
@@ -39,84 +42,75 @@ pub struct BurstResult {
     pub all_re_led: Option<Summary>,
 }
 
-/// The scenario.
-pub const BURST: Scenario = Scenario {
-    about: About::full_run("burst", "The burst of failed leaders"),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+stamped!(BurstResult, "burst");
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let burst: BurstResult = results.read("burst")?;
-    let run = &burst.run;
-    let setup = Table::new(&["groups", "run"]).with([
-        burst.groups.to_string(),
-        format!("{} (`{}`)", run.started_at, run.command),
-    ]);
-    let latencies = spread_table(&["measure"])
-        .with(spread_row(
-            &["all re-led (per burst)"],
-            burst.all_re_led.as_ref(),
-        ))
-        .with(spread_row(&["per group"], burst.per_group.as_ref()));
-    let sweeps: Vec<String> = burst.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
-    let sweeps =
-        Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
-    let mut targets = Table::new(&["target", "measured", "met"]);
-    if let Some(s) = &burst.all_re_led {
-        targets.row([
-            format!("burst of {}: all re-led within 1 s", burst.groups),
-            format!("max {}", ms(s.max_ms)),
-            met(s.max_ms < 1000.0).to_owned(),
+impl Recorded for BurstResult {
+    fn blocks(&self) -> Vec<Block> {
+        let run = &self.run;
+        let setup = Table::new(&["groups", "run"]).with([
+            self.groups.to_string(),
+            format!("{} (`{}`)", run.started_at, run.command),
         ]);
+        let latencies = spread_table(&["measure"])
+            .with(spread_row(
+                &["all re-led (per burst)"],
+                self.all_re_led.as_ref(),
+            ))
+            .with(spread_row(&["per group"], self.per_group.as_ref()));
+        let sweeps: Vec<String> = self.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
+        let sweeps =
+            Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
+        let mut targets = Table::new(&["target", "measured", "met"]);
+        if let Some(s) = &self.all_re_led {
+            targets.row([
+                format!("burst of {}: all re-led within 1 s", self.groups),
+                format!("max {}", ms(s.max_ms)),
+                met(s.max_ms < 1000.0).to_owned(),
+            ]);
+        }
+        vec![
+            Block::tables("burst", [setup, latencies, sweeps]),
+            Block::tables("burst-targets", [targets]),
+        ]
     }
-    Ok(vec![
-        Block::tables("burst", [setup, latencies, sweeps]),
-        Block::tables("burst-targets", [targets]),
-    ])
 }
 
 async fn measure(ctx: &Context) -> Result<BurstResult> {
     let light = ctx.light().await?;
     let (count, rounds) = ctx.pick((100, 3), (10, 1));
     tracing::info!("burst: {count} groups, {rounds} bursts");
-    let groups = Groups::create("bench-burst", count).await?;
-    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let op = ctx
-        .start_operator(Some(&groups.namespace), "operator-burst.log")
+    let (groups, op) = ctx
+        .led_groups("bench-burst", count, "operator-burst.log")
         .await?;
-    groups.wait_all_led(&watch).await?;
     tokio::time::sleep(ctx.settle()).await;
     let mut bursts = Vec::new();
     for _ in 0..rounds {
-        bursts.push(one_burst(&groups, &watch).await?);
+        bursts.push(one_burst(&groups).await?);
         tokio::time::sleep(ctx.settle()).await;
     }
-    light.add_double_leaders(watch.double_leaders());
+    light.add_double_leaders(groups.watch.double_leaders());
     drop(op);
     let per: Vec<f64> = bursts
         .iter()
         .flat_map(|b| b.per_group_ms.iter().copied())
         .collect();
     let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
-    let result = BurstResult {
+    Ok(BurstResult {
         run: Run::default(),
         groups: count,
         per_group: summarize(&per),
         all_re_led: summarize(&all),
         bursts,
-    };
-    Ok(result)
+    })
 }
 
 /// One burst: every leader NotReady in one sweep, until every group is led again; then the old
 /// leaders Ready again (as followers).
-async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
+async fn one_burst(groups: &Groups) -> Result<OneBurst> {
     let old: Vec<(String, String)> = groups
         .names
         .iter()
-        .filter_map(|g| watch.leader(g).map(|l| (g.clone(), l.pod)))
+        .filter_map(|g| groups.leader(g).map(|l| (g.clone(), l.pod)))
         .collect();
     let t0 = SystemTime::now();
     futures::future::try_join_all(
@@ -127,7 +121,8 @@ async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
     let sweep_ms = ms_between(t0, SystemTime::now());
     let mut per_group_ms = Vec::new();
     for (g, pod) in &old {
-        let new = watch
+        let new = groups
+            .watch
             .wait_new_leader(g, Some(pod), crate::ours::BOUND)
             .await?;
         per_group_ms.push(ms_between(t0, new.at));
@@ -142,11 +137,4 @@ async fn one_burst(groups: &Groups, watch: &LeaderWatch) -> Result<OneBurst> {
         sweep_ms,
         per_group_ms,
     })
-}
-
-impl Outcome for BurstResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("burst", self)
-    }
 }

@@ -39,13 +39,12 @@ use leadergroup_testenv::{
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult, render};
+use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
-use crate::markdown::Block;
 use crate::observe::ms_between;
 use crate::peers::{PEERS, Peer};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario as BenchScenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Scenario as BenchScenario, measuring};
 use crate::stats::summarize;
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
@@ -60,9 +59,6 @@ const CANDIDATES: usize = 3;
 
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
-
-/// The web app's readiness probe in our pods (what the frozen scenario waits on).
-const PROBE: &str = "HTTP GET every 1 s, timeout 1 s, failureThreshold 1";
 
 /// The Heartbeat group's Lease.
 const HEARTBEAT_LEASE_SECONDS: u32 = 5;
@@ -83,21 +79,42 @@ struct Plan {
 
 /// A system measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum System {
-    /// Ours, Readiness liveness (the default).
-    Ours,
-    /// Ours, Heartbeat liveness, `leaseDurationSeconds: 5` (node loss only).
-    OursHeartbeat,
-    Peer(&'static Peer),
+struct System {
+    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
+    label: &'static str,
+    /// The name in the tables.
+    name: &'static str,
+    settings: &'static str,
+    /// A peer's configuration; None for ours.
+    peer: Option<&'static Peer>,
 }
 
+/// Ours, Readiness liveness (the default). The web app's readiness probe is what the frozen
+/// scenario waits on.
+const OURS: System = System {
+    label: "ours",
+    name: "leadergroup-operator (Readiness)",
+    settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
+    peer: None,
+};
+
+/// Ours, Heartbeat liveness, `leaseDurationSeconds` [`HEARTBEAT_LEASE_SECONDS`] (node loss only).
+const OURS_HEARTBEAT: System = System {
+    label: "ours-hb",
+    name: "leadergroup-operator (Heartbeat)",
+    settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
+    peer: None,
+};
+
 impl System {
-    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
-    fn label(self) -> &'static str {
-        match self {
-            System::Ours => "ours",
-            System::OursHeartbeat => "ours-hb",
-            System::Peer(peer) => peer.label,
+    fn peer(peer: &'static Peer) -> System {
+        let (label, name, settings) = (peer.label, peer.name, peer.settings);
+        let peer = Some(peer);
+        System {
+            label,
+            name,
+            settings,
+            peer,
         }
     }
 
@@ -105,39 +122,18 @@ impl System {
         label.starts_with("ours")
     }
 
-    /// The name in the tables.
-    fn name(self) -> &'static str {
-        match self {
-            System::Ours => "leadergroup-operator (Readiness)",
-            System::OursHeartbeat => "leadergroup-operator (Heartbeat)",
-            System::Peer(peer) => peer.name,
-        }
-    }
-
-    fn settings(self) -> String {
-        match self {
-            System::Ours => format!(
-                "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe {PROBE}"
-            ),
-            System::OursHeartbeat => format!(
-                "LeaderGroup leaseDurationSeconds {HEARTBEAT_LEASE_SECONDS}, liveness Heartbeat (the leader's agent renews every third); agent sidecar"
-            ),
-            System::Peer(peer) => peer.settings.to_owned(),
-        }
-    }
-
     /// How long a handover may take before the repetition counts as failed.
     fn bound(self) -> Duration {
-        match self {
-            System::Peer(_) => Duration::from_secs(15 * 3 + 30),
-            _ => Duration::from_secs(60),
+        match self.peer {
+            Some(_) => Duration::from_secs(15 * 3 + 30),
+            None => Duration::from_secs(60),
         }
     }
 }
 
 /// The four peers.
 fn peers() -> impl Iterator<Item = System> {
-    PEERS.iter().map(System::Peer)
+    PEERS.iter().map(System::peer)
 }
 
 /// The scenarios.
@@ -150,45 +146,39 @@ pub enum Scenario {
 }
 
 impl Scenario {
+    /// Its key, its title, and where its clock starts.
+    fn about(self) -> [&'static str; 3] {
+        match self {
+            Scenario::Graceful => [
+                "graceful",
+                "Graceful: the leader pod deleted, as a rolling update does",
+                "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would",
+            ],
+            Scenario::Crash => [
+                "crash",
+                "Container crash: the leader's process killed",
+                "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)",
+            ],
+            Scenario::Frozen => [
+                "frozen",
+                "Frozen process: the leader's container stopped (SIGSTOP)",
+                "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing",
+            ],
+            Scenario::NodeLoss => [
+                "node-loss",
+                "Node lost: the leader's node cut off",
+                "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut",
+            ],
+        }
+    }
+
     fn key(self) -> &'static str {
-        match self {
-            Scenario::Graceful => "graceful",
-            Scenario::Crash => "crash",
-            Scenario::Frozen => "frozen",
-            Scenario::NodeLoss => "node-loss",
-        }
-    }
-
-    fn title(self) -> &'static str {
-        match self {
-            Scenario::Graceful => "Graceful: the leader pod deleted, as a rolling update does",
-            Scenario::Crash => "Container crash: the leader's process killed",
-            Scenario::Frozen => "Frozen process: the leader's container stopped (SIGSTOP)",
-            Scenario::NodeLoss => "Node lost: the leader's node cut off",
-        }
-    }
-
-    fn start(self) -> &'static str {
-        match self {
-            Scenario::Graceful => {
-                "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would"
-            }
-            Scenario::Crash => {
-                "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)"
-            }
-            Scenario::Frozen => {
-                "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing"
-            }
-            Scenario::NodeLoss => {
-                "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut"
-            }
-        }
-    }
-
-    fn stop(self) -> &'static str {
-        "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity"
+        self.about()[0]
     }
 }
+
+/// Where every scenario's clock stops.
+const CLOCK_STOP: &str = "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity";
 
 /// The image references `images/build.sh` wrote (`target/images/<name>.ref`).
 struct Images {
@@ -248,12 +238,12 @@ impl<'a> World<'a> {
     ) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
-        let mut wanted = vec![(System::Ours, 15, "Readiness")];
+        let mut wanted = vec![(OURS, 15, "Readiness")];
         if heartbeat {
-            wanted.push((System::OursHeartbeat, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
+            wanted.push((OURS_HEARTBEAT, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
         }
         for (system, lease, liveness) in wanted {
-            let mut group = leader_group(system.label(), SYSTEM_LABEL, system.label(), lease)?;
+            let mut group = leader_group(system.label, SYSTEM_LABEL, system.label, lease)?;
             group.data["spec"]["liveness"] = json!(liveness);
             leader_groups(&ns.client, &ns.name)
                 .create(&PostParams::default(), &group)
@@ -276,15 +266,15 @@ impl<'a> World<'a> {
     /// Creates a candidate of `system` on `node`.
     async fn add_pod(&self, system: System, node: &str) -> Result<()> {
         let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
-        let pod = self.pod(system, &format!("{}-{n}", system.label()), node)?;
+        let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(())
     }
 
     /// The pod of a candidate of `system`, from bench/manifests.
     fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
-        let common = [("NAME", name), ("SYSTEM", system.label()), ("NODE", node)];
-        let System::Peer(peer) = system else {
+        let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
+        let Some(peer) = system.peer else {
             let images = [
                 ("AGENT_IMAGE", self.images.agent.as_str()),
                 ("WEBAPP_IMAGE", &self.images.webapp),
@@ -311,7 +301,12 @@ impl<'a> World<'a> {
             .and_then(|s| s.containers.first_mut())
             .and_then(|c| c.command.as_mut())
         {
-            command.extend(peer.args.iter().chain(&prefix).map(|a| (*a).to_owned()));
+            command.extend(
+                peer.args
+                    .split_whitespace()
+                    .chain(prefix)
+                    .map(str::to_owned),
+            );
         }
         Ok(pod)
     }
@@ -320,14 +315,14 @@ impl<'a> World<'a> {
         self.exclusions
             .lock()
             .ok()
-            .and_then(|x| x.get(system.label()).cloned())
+            .and_then(|x| x.get(system.label).cloned())
             .unwrap_or_default()
     }
 
     /// From `from` on, `identity` does not count as believing it leads (see [`Exclusion`]).
     fn exclude(&self, system: System, identity: &str, from: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock() {
-            x.entry(system.label()).or_default().push(Exclusion {
+            x.entry(system.label).or_default().push(Exclusion {
                 identity: identity.to_owned(),
                 from,
                 until: None,
@@ -338,7 +333,7 @@ impl<'a> World<'a> {
     /// From `until` on, `identity` counts again (a frozen process thawed).
     fn end_exclusion(&self, system: System, identity: &str, until: SystemTime) {
         if let Ok(mut x) = self.exclusions.lock()
-            && let Some(list) = x.get_mut(system.label())
+            && let Some(list) = x.get_mut(system.label)
         {
             for e in list.iter_mut().filter(|e| e.identity == identity) {
                 e.until.get_or_insert(until);
@@ -350,7 +345,7 @@ impl<'a> World<'a> {
     /// terminating), exactly one believer, and the API agreeing (ours: the group settled on its
     /// pod, I2; a peer: its Lease's holder is that identity).
     async fn at_rest(&self, system: System, pods: usize) -> Result<Option<Leader>> {
-        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label()));
+        let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label));
         let listed = self.pods.list(&params).await?.items;
         let live: Vec<&Pod> = listed
             .iter()
@@ -359,7 +354,7 @@ impl<'a> World<'a> {
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
-        let events = self.tracker.events(system.label());
+        let events = self.tracker.events(system.label);
         let believers = believers_at(&events, SystemTime::now(), &self.exclusions(system));
         let [sole] = believers.as_slice() else {
             return Ok(None);
@@ -368,13 +363,13 @@ impl<'a> World<'a> {
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
-        let agrees = match system {
-            System::Peer(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
+        let agrees = match system.peer {
+            Some(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
                 .get_opt(&format!("{}-0", peer.label))
                 .await?
                 .and_then(|l| l.spec?.holder_identity)
                 .is_some_and(|h| h == *sole),
-            _ => settled(&self.client, &self.ns, system.label())
+            None => settled(&self.client, &self.ns, system.label)
                 .await?
                 .is_ok_and(|s| s.leader == pod),
         };
@@ -387,13 +382,13 @@ impl<'a> World<'a> {
     async fn wait_at_rest(&self, system: System, pods: usize) -> Result<Leader> {
         let what = format!(
             "{} at rest with {pods} Ready candidates and one leader",
-            system.name()
+            system.name
         );
         let every = Duration::from_millis(200);
         wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
             .await
             .map_err(|e| {
-                let events = self.tracker.events(system.label());
+                let events = self.tracker.events(system.label);
                 Error::Other(format!("{e} (events: {events:?})"))
             })
     }
@@ -406,10 +401,10 @@ impl<'a> World<'a> {
         t0: SystemTime,
         bound: Duration,
     ) -> Result<SystemTime> {
-        let what = format!("{}: a leader other than {old}", system.name());
+        let what = format!("{}: a leader other than {old}", system.name);
         let every = Duration::from_millis(20);
         Ok(wait_until_every(&what, bound, every, || async {
-            let events = self.tracker.events(system.label());
+            let events = self.tracker.events(system.label);
             Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
         })
         .await?)
@@ -523,8 +518,8 @@ struct Collected {
 impl Collected {
     fn result(self, system: System) -> SystemResult {
         SystemResult {
-            system: system.name().into(),
-            settings: system.settings(),
+            system: system.name.into(),
+            settings: system.settings.into(),
             summary: summarize(&self.samples),
             samples_ms: self.samples,
             split_brains: self.split_brains,
@@ -540,7 +535,7 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected
         let from = SystemTime::now();
         for i in 1..=reps {
             let rep = world.repetition(system, scenario).await;
-            let (name, key) = (system.name(), scenario.key());
+            let (name, key) = (system.name, scenario.key());
             match rep {
                 Ok(ms) => {
                     tracing::info!("e2e: {name} {key} #{i}: {ms:.0} ms");
@@ -556,7 +551,7 @@ async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected
         }
         // The last handover's other candidates have settled once the system is at rest again.
         let _ = world.wait_at_rest(system, CANDIDATES).await;
-        let events = world.tracker.events(system.label());
+        let events = world.tracker.events(system.label);
         let exclusions = world.exclusions(system);
         c.split_brains = split_brains(&events, from, SystemTime::now(), &exclusions);
     }
@@ -587,7 +582,7 @@ async fn node_loss(
     }
     let mut old = BTreeMap::new();
     for &s in systems {
-        old.insert(s.label(), world.wait_at_rest(s, CANDIDATES).await?.identity);
+        old.insert(s.label, world.wait_at_rest(s, CANDIDATES).await?.identity);
     }
     // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -596,7 +591,7 @@ async fn node_loss(
     tracing::info!("e2e: node loss: {CUT_NODE} cut");
     let bound = Duration::from_secs(u64::from(grace) + 90);
     let moved = futures::future::join_all(systems.iter().map(|&s| {
-        let (world, old) = (&world, old.get(s.label()).cloned().unwrap_or_default());
+        let (world, old) = (&world, old.get(s.label).cloned().unwrap_or_default());
         async move { (s, world.wait_new_leader(s, &old, t0, bound).await) }
     }))
     .await;
@@ -617,36 +612,26 @@ async fn node_loss(
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut out = BTreeMap::new();
     for (s, r) in moved {
-        let events = world.tracker.events(s.label());
+        let events = world.tracker.events(s.label);
         let brains = split_brains(&events, from, SystemTime::now(), &[]);
         let ms = r.map(|at| ms_between(t0, at));
         match &ms {
-            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name()),
-            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name()),
+            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name),
+            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name),
         }
-        out.insert(s.label(), (ms, brains));
+        out.insert(s.label, (ms, brains));
     }
     delete_namespace(client, &world.ns).await;
     Ok(out)
 }
 
-/// The scenario.
-pub const E2E: BenchScenario = BenchScenario {
-    about: About::alone(
+pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
+    About::alone(
         "e2e",
         "The end-to-end scenarios on a real cluster of their own (as root)",
     ),
-    measure: |ctx| measuring(run_e2e(ctx)),
-    render: blocks,
-};
-
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    Ok(results
-        .read_opt::<E2eResult>("e2e")?
-        .map(|r| render(&r))
-        .unwrap_or_default())
-}
+    |ctx| measuring(run_e2e(ctx)),
+);
 
 async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     let started = Instant::now();
@@ -676,13 +661,6 @@ async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     Ok(result)
 }
 
-impl Outcome for E2eResult {
-    /// Its run is the real cluster's, which it described itself, not the light one's.
-    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
-        results.write("e2e", self)
-    }
-}
-
 async fn measure(
     plan: &Plan,
     repo: &Path,
@@ -690,30 +668,8 @@ async fn measure(
     images: &Images,
     quick: bool,
 ) -> Result<E2eResult> {
-    let t = Instant::now();
-    let mut import = std::process::Command::new(repo.join("images/build.sh"));
-    import.arg("--import").arg(cluster.dir()).args([
-        "--no-build",
-        "webapp",
-        "operator",
-        "agent",
-        "client-go",
-        "rust-peer",
-    ]);
-    run_command(import).await?;
-    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
-    let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
+    let cp = install(repo, cluster).await?;
     let client = cp.client().await?;
-    // The chart with one replica on node 2: losing node 1 measures the groups' failover, not the
-    // operator's own.
-    let mut helm = RealCluster::helm_install(&cp);
-    helm.args(["--set", "replicas=1", "--set"])
-        .arg(format!(
-            "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
-        ))
-        .args(["--wait", "--timeout", "180s"]);
-    run_command(helm).await?;
-    tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
     let mut run = Run::describe(&client, repo, &cp, quick).await?;
     run.command = format!(
         "make bench-e2e (leadergroup-bench --only e2e{})",
@@ -737,29 +693,7 @@ async fn measure(
         scenarios.push(scenario_result(scenario, systems));
     }
 
-    // Node loss: every system in each cut.
-    let losses: Vec<System> = [System::Ours, System::OursHeartbeat]
-        .into_iter()
-        .chain(peers())
-        .collect();
-    let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
-    for i in 0..plan.node_losses {
-        tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
-        let out = node_loss(cluster, images, &client, &losses, plan.grace).await?;
-        for (label, (ms, brains)) in out {
-            let c = collected.entry(label).or_default();
-            c.split_brains += brains;
-            match ms {
-                Ok(ms) => c.samples.push(ms),
-                Err(e) => c.failures.push(e.to_string()),
-            }
-        }
-    }
-    let systems = losses
-        .iter()
-        .map(|s| collected.remove(s.label()).unwrap_or_default().result(*s))
-        .collect();
-    scenarios.push(scenario_result(Scenario::NodeLoss, systems));
+    scenarios.push(node_losses(plan, cluster, images, &client).await?);
 
     Ok(E2eResult {
         run,
@@ -772,6 +706,61 @@ async fn measure(
     })
 }
 
+/// Imports the images into the cluster's nodes and installs the operator with its chart: one
+/// replica on node 2, so that losing node 1 measures the groups' failover, not the operator's own.
+async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_testenv::ControlPlane> {
+    let t = Instant::now();
+    let mut import = std::process::Command::new(repo.join("images/build.sh"));
+    import.arg("--import").arg(cluster.dir()).args([
+        "--no-build",
+        "webapp",
+        "operator",
+        "agent",
+        "client-go",
+        "rust-peer",
+    ]);
+    run_command(import).await?;
+    tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
+    let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
+    let mut helm = RealCluster::helm_install(&cp);
+    helm.args(["--set", "replicas=1", "--set"])
+        .arg(format!(
+            "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
+        ))
+        .args(["--wait", "--timeout", "180s"]);
+    run_command(helm).await?;
+    tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
+    Ok(cp)
+}
+
+/// The node losses, every system measured in each cut.
+async fn node_losses(
+    plan: &Plan,
+    cluster: &RealCluster,
+    images: &Images,
+    client: &Client,
+) -> Result<ScenarioResult> {
+    let losses: Vec<System> = [OURS, OURS_HEARTBEAT].into_iter().chain(peers()).collect();
+    let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
+    for i in 0..plan.node_losses {
+        tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
+        let out = node_loss(cluster, images, client, &losses, plan.grace).await?;
+        for (label, (ms, brains)) in out {
+            let c = collected.entry(label).or_default();
+            c.split_brains += brains;
+            match ms {
+                Ok(ms) => c.samples.push(ms),
+                Err(e) => c.failures.push(e.to_string()),
+            }
+        }
+    }
+    let systems = losses
+        .iter()
+        .map(|s| collected.remove(s.label).unwrap_or_default().result(*s))
+        .collect();
+    Ok(scenario_result(Scenario::NodeLoss, systems))
+}
+
 /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
 /// (deleted, its tracker stopped, before the node losses).
 async fn handover_runs(
@@ -781,7 +770,7 @@ async fn handover_runs(
     client: &Client,
 ) -> Result<Vec<(System, [Collected; 3])>> {
     let world = World::create(cluster, images, client, "e2e-bench", false).await?;
-    let all: Vec<System> = std::iter::once(System::Ours).chain(peers()).collect();
+    let all: Vec<System> = std::iter::once(OURS).chain(peers()).collect();
     for &s in &all {
         world.add_pod(s, CUT_NODE).await?;
         for _ in 1..CANDIDATES {
@@ -795,10 +784,7 @@ async fn handover_runs(
         "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
         plan.reps
     );
-    let mut per_system = vec![(
-        System::Ours,
-        handovers(&world, System::Ours, plan.reps).await,
-    )];
+    let mut per_system = vec![(OURS, handovers(&world, OURS, plan.reps).await)];
     let world = &world;
     per_system.extend(
         futures::future::join_all(
@@ -811,11 +797,12 @@ async fn handover_runs(
 }
 
 fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioResult {
+    let [key, title, start] = scenario.about();
     ScenarioResult {
-        scenario: scenario.key().into(),
-        title: scenario.title().into(),
-        clock_start: scenario.start().into(),
-        clock_stop: scenario.stop().into(),
+        scenario: key.into(),
+        title: title.into(),
+        clock_start: start.into(),
+        clock_stop: CLOCK_STOP.into(),
         systems,
     }
 }

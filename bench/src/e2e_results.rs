@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::markdown::{Block, Table, met};
 use crate::results::Run;
+use crate::scenario::{Recorded, Stamped};
 use crate::stats::Summary;
 
 /// The samples of one system in one scenario.
@@ -81,6 +82,7 @@ pub struct E2eResult {
     pub scenarios: Vec<ScenarioResult>,
 }
 
+/// Milliseconds as the end-to-end tables show them ("–" when unknown).
 fn secs(ms: f64) -> String {
     if !ms.is_finite() {
         "–".into()
@@ -93,6 +95,7 @@ fn secs(ms: f64) -> String {
     }
 }
 
+/// How many times ours `peer` is.
 fn ratio(peer: f64, ours: f64) -> String {
     let r = peer / ours;
     if !r.is_finite() {
@@ -104,23 +107,35 @@ fn ratio(peer: f64, ours: f64) -> String {
     }
 }
 
-/// The run, the headline, every scenario's table and the targets.
-pub fn render(result: &E2eResult) -> Vec<Block> {
+impl Stamped for E2eResult {
+    const FILE: &'static str = "e2e";
+    /// Measured only alone, on the real cluster.
+    const OPTIONAL: bool = true;
+
+    /// Its run is the real cluster's, which it described itself, not the light one's.
+    fn set_run(&mut self, _light: &Run) {}
+}
+
+impl Recorded for E2eResult {
+    /// The run, the headline, every scenario's table and the targets.
+    fn blocks(&self) -> Vec<Block> {
+        render(self)
+    }
+}
+
+fn render(result: &E2eResult) -> Vec<Block> {
     let run = &result.run;
     let grace = result.node_monitor_grace_period_s;
-    let setup = Table::new(&["command", "started", "took", "node-monitor-grace-period"]).with([
-        format!("`{}`", run.command),
-        run.started_at.clone(),
-        format!("{:.0} s", run.duration_s),
-        format!(
-            "{grace} s{}",
-            if grace == 50 {
-                " (Kubernetes' default)"
-            } else {
-                " (Kubernetes' default is 50 s)"
-            }
-        ),
-    ]);
+    let mut setup = run.table(&["node-monitor-grace-period"]);
+    let default = if grace == 50 {
+        " (Kubernetes' default)"
+    } else {
+        " (Kubernetes' default is 50 s)"
+    };
+    setup
+        .rows
+        .iter_mut()
+        .for_each(|r| r.push(format!("{grace} s{default}")));
     let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
     let quick = run
         .quick

@@ -12,9 +12,7 @@ pub enum Error {
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {
-        /// What was being done.
         what: String,
-        /// The cause.
         #[source]
         source: std::io::Error,
     },

@@ -10,18 +10,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
 use crate::stats::{Summary, summarize};
+
+pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
+    About::full_run(
+        "floor",
+        "Lease updates back to back: the floor of any handover",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// `floor.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct FloorResult {
-    /// The run.
     pub run: Run,
     /// One Lease update with a resourceVersion precondition, each.
     pub samples_ms: Vec<f64>,
-    /// Their summary.
     pub summary: Option<Summary>,
 }
 
@@ -32,22 +38,14 @@ impl FloorResult {
     }
 }
 
-/// The scenario.
-pub const FLOOR: Scenario = Scenario {
-    about: About::full_run(
-        "floor",
-        "Lease updates back to back: the floor of any handover",
-    ),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+stamped!(FloorResult, "floor");
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let floor: FloorResult = results.read("floor")?;
-    let table = spread_table(&["operation"])
-        .with(spread_row(&["Lease CAS update"], floor.summary.as_ref()));
-    Ok(vec![Block::tables("floor", [table])])
+impl Recorded for FloorResult {
+    fn blocks(&self) -> Vec<Block> {
+        let table = spread_table(&["operation"])
+            .with(spread_row(&["Lease CAS update"], self.summary.as_ref()));
+        vec![Block::tables("floor", [table])]
+    }
 }
 
 async fn measure(ctx: &Context) -> Result<FloorResult> {
@@ -81,17 +79,9 @@ async fn measure(ctx: &Context) -> Result<FloorResult> {
         lease = api.replace("floor", &PostParams::default(), &lease).await?;
         samples.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
-    let result = FloorResult {
+    Ok(FloorResult {
         run: Run::default(),
         summary: summarize(&samples),
         samples_ms: samples,
-    };
-    Ok(result)
-}
-
-impl Outcome for FloorResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("floor", self)
-    }
+    })
 }

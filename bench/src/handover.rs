@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
-use crate::observe::{LeaderWatch, RequestCounts, api_requests, rates};
-use crate::ours::Groups;
+use crate::observe::{RequestCounts, api_requests, rates};
+use crate::ours::{Fault, Groups};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
 use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
@@ -20,13 +20,10 @@ use crate::stats::{Summary, summarize};
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Handover {
-    /// System name.
     pub system: String,
     /// Its settings and how the clock was read.
     pub settings: String,
-    /// Every sample, milliseconds.
     pub samples_ms: Vec<f64>,
-    /// Their summary.
     pub summary: Option<Summary>,
     /// The operator's API requests per repetition, by verb and resource (ours only).
     pub api_calls_per_repetition: Option<RequestCounts>,
@@ -57,7 +54,6 @@ impl Handover {
 /// `graceful.json` and `crash.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverResult {
-    /// The run.
     pub run: Run,
     /// `graceful` or `crash`.
     pub scenario: String,
@@ -71,19 +67,20 @@ struct Measured {
     crash: HandoverResult,
 }
 
-/// The two scenarios: name, and how ours is measured.
-const SCENARIOS: [(&str, &str); 2] = [
+/// The two scenarios: name, fault, and how ours is measured.
+const SCENARIOS: [(&str, Fault, &str); 2] = [
     (
         "graceful",
+        Fault::Deletion,
         "delete the leader pod; the simulated kubelet removes it 300 ms later; leader label seen by an independent watch",
     ),
     (
         "crash",
+        Fault::NotReady,
         "leader pod reported NotReady through pods/status; leader label seen by an independent watch",
     ),
 ];
 
-/// The scenario.
 pub const HANDOVERS: Scenario = Scenario {
     about: About::full_run(
         "handover",
@@ -93,22 +90,13 @@ pub const HANDOVERS: Scenario = Scenario {
     render: blocks,
 };
 
-/// Its blocks of the page.
 fn blocks(results: &Results) -> Result<Vec<Block>> {
     let graceful: HandoverResult = results.read("graceful")?;
     let crash: HandoverResult = results.read("crash")?;
     let floor: crate::floor::FloorResult = results.read("floor")?;
     let run = &graceful.run;
     let mut blocks = vec![
-        Block::tables(
-            "run",
-            [Table::new(&["command", "started", "took"]).with([
-                format!("`{}`", run.command),
-                run.started_at.clone(),
-                format!("{:.0} s", run.duration_s),
-            ])],
-        )
-        .notes(run.quick.then(|| {
+        Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
             "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
         })),
         Block::tables("machine", [machine(run)]),
@@ -122,18 +110,14 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let light = ctx.light().await?;
     let baseline = ctx.baseline().await?;
-    let groups = Groups::create("bench-ours", 1).await?;
-    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
-    let op = ctx
-        .start_operator(Some(&groups.namespace), "operator-single.log")
+    let (groups, op) = ctx
+        .led_groups("bench-ours", 1, "operator-single.log")
         .await?;
-    groups.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reps = ctx.pick(100, 5);
-    let on = (&groups, &watch);
-    let graceful = ours(light, baseline, on, SCENARIOS[0], reps).await?;
-    let crash = ours(light, baseline, on, SCENARIOS[1], reps).await?;
-    light.add_double_leaders(watch.double_leaders());
+    let graceful = ours(light, baseline, &groups, SCENARIOS[0], reps).await?;
+    let crash = ours(light, baseline, &groups, SCENARIOS[1], reps).await?;
+    light.add_double_leaders(groups.watch.double_leaders());
     drop(op);
     Ok(Measured { graceful, crash })
 }
@@ -209,7 +193,8 @@ impl Outcome for Measured {
                 .zip(reps)
                 .enumerate()
                 .map(|(i, (kind, reps))| {
-                    let (kind, kubeconfig) = (kind.clone(), light.kubeconfig().to_path_buf());
+                    let (kind, kubeconfig) =
+                        (kind.clone(), light.cp.kubeconfig_path().to_path_buf());
                     let log_dir = ctx.log_dir.clone();
                     tokio::spawn(async move {
                         let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
@@ -232,20 +217,15 @@ impl Outcome for Measured {
                         run.peer_failures.insert(name, peer.failures.join("; "));
                     }
                 });
-                let kind = &peer.kind;
-                let [soft, hard] = peer.samples;
-                self.graceful.systems.push(Handover::new(
-                    kind.peer.name,
-                    kind.peer.settings,
-                    soft,
-                    None,
-                ));
-                self.crash.systems.push(Handover::new(
-                    kind.peer.name,
-                    kind.peer.settings,
-                    hard,
-                    None,
-                ));
+                let [name, settings] = [peer.kind.peer.name, peer.kind.peer.settings];
+                for (result, samples) in [&mut self.graceful, &mut self.crash]
+                    .into_iter()
+                    .zip(peer.samples)
+                {
+                    result
+                        .systems
+                        .push(Handover::new(name, settings, samples, None));
+                }
             }
             Ok(())
         })
@@ -315,14 +295,14 @@ fn harness_request(key: &str) -> bool {
     )
 }
 
-/// `reps` of our handovers of `scenario` (name, settings) of group `g-0`, with the operator's API
+/// `reps` of our handovers of `scenario` (name, fault, settings) of group `g-0`, with the operator's API
 /// requests per repetition, by verb and resource, from the API server's counters (less the idle
 /// baseline and the harness's own requests).
 async fn ours(
     light: &Light,
     baseline: &RequestCounts,
-    (groups, watch): (&Groups, &LeaderWatch),
-    (scenario, settings): (&str, &str),
+    groups: &Groups,
+    (scenario, fault, settings): (&str, Fault, &str),
     reps: usize,
 ) -> Result<HandoverResult> {
     tracing::info!("ours: {reps} {scenario} handovers");
@@ -330,11 +310,7 @@ async fn ours(
     let t0 = Instant::now();
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
-        samples.push(if scenario == "graceful" {
-            groups.deletion_handover(watch, "g-0").await?
-        } else {
-            groups.not_ready_handover(watch, "g-0").await?
-        });
+        samples.push(groups.handover("g-0", fault).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let seconds = t0.elapsed().as_secs_f64();

@@ -18,10 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
-use crate::observe::{LeaderWatch, RequestCounts, is_write, steady_window};
-use crate::ours::Groups;
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::observe::{RequestCounts, is_write, steady_window};
+use crate::results::Run;
+use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
+
+pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
+    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Groups measured.
 const GROUPS: usize = 100;
@@ -31,22 +35,17 @@ const GROUPS: usize = 100;
 pub struct Window {
     /// `Readiness` or `Heartbeat`.
     pub mode: String,
-    /// Seconds measured.
     pub seconds: f64,
     /// Requests per second by verb and resource, less the baseline.
     pub requests_per_s: RequestCounts,
-    /// Writes per second, all groups.
     pub writes_per_s: f64,
-    /// Writes per group per second.
     pub writes_per_group_per_s: f64,
 }
 
 /// `heartbeat-writes.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HeartbeatWritesResult {
-    /// The run.
     pub run: Run,
-    /// Groups.
     pub groups: usize,
     /// Their Lease duration, s.
     pub lease_duration_seconds: i32,
@@ -54,44 +53,39 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-/// The scenario.
-pub const HEARTBEAT_WRITES: Scenario = Scenario {
-    about: About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+stamped!(HeartbeatWritesResult, "heartbeat-writes");
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let result: HeartbeatWritesResult = results.read("heartbeat-writes")?;
-    let setup = Table::new(&["groups", "Lease duration"]).with([
-        result.groups.to_string(),
-        format!("{} s", result.lease_duration_seconds),
-    ]);
-    let mut table = Table::new(&[
-        "mode",
-        "window s",
-        "writes/s (all groups)",
-        "writes per group per s",
-        "by verb and resource",
-    ]);
-    for w in &result.windows {
-        let detail = w
-            .requests_per_s
-            .iter()
-            .filter(|(k, v)| **v >= 0.005 && is_write(k))
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        table.row([
-            w.mode.clone(),
-            format!("{:.0}", w.seconds),
-            format!("{:.2}", w.writes_per_s),
-            format!("{:.3}", w.writes_per_group_per_s),
-            detail,
+impl Recorded for HeartbeatWritesResult {
+    fn blocks(&self) -> Vec<Block> {
+        let setup = Table::new(&["groups", "Lease duration"]).with([
+            self.groups.to_string(),
+            format!("{} s", self.lease_duration_seconds),
         ]);
+        let mut table = Table::new(&[
+            "mode",
+            "window s",
+            "writes/s (all groups)",
+            "writes per group per s",
+            "by verb and resource",
+        ]);
+        for w in &self.windows {
+            let writes = w
+                .requests_per_s
+                .iter()
+                .filter(|(k, v)| **v >= 0.005 && is_write(k))
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            table.row([
+                w.mode.clone(),
+                format!("{:.0}", w.seconds),
+                format!("{:.2}", w.writes_per_s),
+                format!("{:.3}", w.writes_per_group_per_s),
+                writes,
+            ]);
+        }
+        vec![Block::tables("heartbeat-writes", [setup, table])]
     }
-    Ok(vec![Block::tables("heartbeat-writes", [setup, table])])
 }
 
 async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
@@ -101,12 +95,9 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     let idle = steady_window(admin, Duration::from_secs(10), None, Default::default)
         .await?
         .requests;
-    let set = Groups::create("bench-hb", GROUPS).await?;
-    let watch = LeaderWatch::start(&set.client, &set.namespace).await?;
-    let op = ctx
-        .start_operator(Some(&set.namespace), "operator-heartbeat-writes.log")
+    let (set, op) = ctx
+        .led_groups("bench-hb", GROUPS, "operator-heartbeat-writes.log")
         .await?;
-    set.wait_all_led(&watch).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
 
@@ -115,7 +106,7 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .names
         .iter()
         .map(|g| {
-            let leader = watch
+            let leader = set
                 .leader(g)
                 .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
             Ok(Membership::start(
@@ -145,20 +136,12 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
     drop(op);
-    let result = HeartbeatWritesResult {
+    Ok(HeartbeatWritesResult {
         run: Run::default(),
         groups: GROUPS,
         lease_duration_seconds: crate::ours::LEASE_SECONDS,
         windows: vec![readiness, heartbeat],
-    };
-    Ok(result)
-}
-
-impl Outcome for HeartbeatWritesResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("heartbeat-writes", self)
-    }
+    })
 }
 
 /// Waits until every group's Heartbeat condition says its leader renews.

@@ -159,19 +159,33 @@ async fn run(cli: Cli) -> Result<()> {
         outcome.write(&run, &results)?;
     }
     page::rewrite(&ctx.repo, SCENARIOS)?;
-    let problems: Vec<String> = outcomes.iter().flat_map(|o| o.problems()).collect();
     if let Some(name) = only {
-        let excerpt = page::excerpt(&scenarios, &results)?;
-        let log = ctx.log_dir.join(format!("{name}.md"));
-        std::fs::write(&log, &excerpt).map_err(Error::io(format!("writing {}", log.display())))?;
-        eprintln!("{excerpt}");
-        if !problems.is_empty() {
-            return Err(Error::Other(format!("{name}: {}", problems.join("; "))));
-        }
+        let problems: Vec<String> = outcomes.iter().flat_map(|o| o.problems()).collect();
+        report_alone(name, &scenarios, &results, &ctx.log_dir, &problems)?;
     }
     tracing::info!(
         "done in {:.0} s: bench/results/*.json, docs/benchmarks.md",
         run.duration_s
     );
     Ok(())
+}
+
+/// What a scenario run alone prints and logs (`<log_dir>/<name>.md`): its blocks as the page now
+/// holds them; it fails on what its checks found.
+fn report_alone(
+    name: &str,
+    scenarios: &[&Scenario],
+    results: &Results,
+    log_dir: &Path,
+    problems: &[String],
+) -> Result<()> {
+    let excerpt = page::excerpt(scenarios, results)?;
+    let log = log_dir.join(format!("{name}.md"));
+    std::fs::write(&log, &excerpt).map_err(Error::io(format!("writing {}", log.display())))?;
+    eprintln!("{excerpt}");
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!("{name}: {}", problems.join("; "))))
+    }
 }

@@ -12,11 +12,8 @@ pub enum MarkerError {
     /// The page lacks a block's markers (or has them in the wrong order).
     #[error("docs/benchmarks.md has no `{begin}` ... `{end}` for block {name}")]
     Missing {
-        /// The block's name.
         name: String,
-        /// The begin marker looked for.
         begin: String,
-        /// The end marker looked for.
         end: String,
     },
 }
@@ -24,9 +21,7 @@ pub enum MarkerError {
 /// A table: its column titles and its rows of cells.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Table {
-    /// The column titles.
     pub columns: Vec<String>,
-    /// The rows, a cell per column.
     pub rows: Vec<Vec<String>>,
 }
 
@@ -37,6 +32,13 @@ impl Table {
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
             rows: Vec::new(),
         }
+    }
+
+    /// A table of two columns, a row per pair.
+    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
+        let mut table = Table::new(&columns);
+        table.rows = rows.into_iter().map(|(a, b)| vec![a, b]).collect();
+        table
     }
 
     /// Adds a row.
@@ -73,9 +75,7 @@ pub enum Part {
 /// What the page holds between one pair of markers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
-    /// The markers' name.
     pub name: String,
-    /// Its tables and notes, in order.
     pub parts: Vec<Part>,
 }
 

@@ -10,7 +10,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use leadergroup_operator::crd::{GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_operator::crd::ROLE_LABEL;
+use leadergroup_testenv::pods::{is_leader, marked_group};
 
 use crate::error::{Error, Result};
 
@@ -84,7 +85,6 @@ pub fn rates(
 /// A steady-state window of one system.
 #[derive(Clone, Debug, Default)]
 pub struct Steady {
-    /// Its length.
     pub seconds: f64,
     /// Requests per second by verb and resource, less the baseline.
     pub requests: RequestCounts,
@@ -178,7 +178,6 @@ pub fn ticks_per_second() -> f64 {
 /// The leader of one group as the independent watcher saw it.
 #[derive(Clone, Debug)]
 pub struct SeenLeader {
-    /// The pod labeled leader.
     pub pod: String,
     /// When the watch event that showed it arrived.
     pub at: SystemTime,
@@ -265,20 +264,10 @@ impl LeaderWatch {
         not: Option<&str>,
         timeout: Duration,
     ) -> Result<SeenLeader> {
-        self.wait(&format!("a new leader of {group}"), timeout, || {
+        recheck(&format!("a new leader of {group}"), timeout, || {
             self.leader(group).filter(|l| Some(l.pod.as_str()) != not)
         })
         .await
-    }
-
-    /// Waits until `check` returns something.
-    pub async fn wait<T>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        check: impl FnMut() -> Option<T>,
-    ) -> Result<T> {
-        recheck(what, timeout, check).await
     }
 }
 
@@ -305,13 +294,8 @@ impl Drop for LeaderWatch {
 impl LeaderState {
     fn apply(&mut self, pod: &Pod, now: SystemTime) {
         let name = pod.name_any();
-        let group = pod
-            .annotations()
-            .get(GROUP_ANNOTATION)
-            .cloned()
-            .unwrap_or_default();
-        let leads = pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER);
-        self.pods.insert(name, (group.clone(), leads));
+        let group = marked_group(pod).unwrap_or_default().to_owned();
+        self.pods.insert(name, (group.clone(), is_leader(pod)));
         self.settle(&group, now);
     }
 

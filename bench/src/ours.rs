@@ -11,7 +11,7 @@ use leadergroup_testenv::crd::{leader_group, leader_groups};
 use leadergroup_testenv::{Kubelet, OperatorProcess};
 
 use crate::error::{Error, Result};
-use crate::observe::{LeaderWatch, ProcSample, ms_between, proc_sample};
+use crate::observe::{LeaderWatch, ProcSample, SeenLeader, ms_between, proc_sample, recheck};
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
@@ -48,21 +48,29 @@ pub fn sample(op: &OperatorProcess, ticks: f64) -> ProcSample {
         .unwrap_or_default()
 }
 
-/// Groups `g-<i>` of three pods each (`g-<i>-<j>`, label `app=g-<i>`) in one namespace.
+/// Groups `g-<i>` of three pods each (`g-<i>-<j>`, label `app=g-<i>`) in one namespace, and the
+/// independent watch of their leader labels.
 pub struct Groups {
-    /// The namespace.
     pub namespace: String,
-    /// Its admin client.
     pub client: Client,
-    /// The simulated kubelet of the namespace.
     pub kubelet: Kubelet,
-    /// The group names.
     pub names: Vec<String>,
+    pub watch: LeaderWatch,
     next_pod: std::sync::atomic::AtomicUsize,
 }
 
+/// How a handover of ours is caused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Crash: the leader turns NotReady (and Ready again afterwards: it stays a follower).
+    NotReady,
+    /// Graceful termination: the leader pod is deleted (deletionTimestamp; the simulated kubelet
+    /// removes it shortly after), and a replacement created afterwards, as its ReplicaSet would.
+    Deletion,
+}
+
 impl Groups {
-    /// Creates `count` groups of three Ready pods in a fresh namespace.
+    /// Creates `count` groups of three Ready pods in a fresh namespace, and watches them.
     pub async fn create(prefix: &str, count: usize) -> Result<Groups> {
         Self::create_with(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await
     }
@@ -106,6 +114,7 @@ impl Groups {
             .try_collect::<Vec<()>>()
             .await?;
         Ok(Groups {
+            watch: LeaderWatch::start(&ns.client, &ns.name).await?,
             namespace: ns.name,
             client: ns.client,
             kubelet,
@@ -114,63 +123,58 @@ impl Groups {
         })
     }
 
-    /// Waits until the watcher sees every group led.
-    pub async fn wait_all_led(&self, watch: &LeaderWatch) -> Result<SystemTime> {
-        self.wait_all_led_within(watch, ALL_LED_BOUND).await
+    /// Waits, for at most `bound`, until the watch sees every group led; returns when the last
+    /// leader label was seen.
+    pub async fn wait_all_led(&self, bound: Duration) -> Result<SystemTime> {
+        recheck("every group led", bound, || {
+            let seen: Option<Vec<SystemTime>> = self
+                .names
+                .iter()
+                .map(|g| Some(self.leader(g)?.at))
+                .collect();
+            seen?.into_iter().max()
+        })
+        .await
     }
 
-    /// [`Groups::wait_all_led`], for at most `bound`.
-    pub async fn wait_all_led_within(
-        &self,
-        watch: &LeaderWatch,
-        bound: Duration,
-    ) -> Result<SystemTime> {
-        watch
-            .wait("every group led", bound, || {
-                // When the last leader label was seen.
-                let seen: Option<Vec<SystemTime>> = self
-                    .names
-                    .iter()
-                    .map(|g| Some(watch.leader(g)?.at))
-                    .collect();
-                seen?.into_iter().max()
-            })
-            .await
+    /// The leader of `group` the watch saw last.
+    pub fn leader(&self, group: &str) -> Option<SeenLeader> {
+        self.watch.leader(group)
     }
 
-    /// Crash: the leader of `group` turns NotReady; milliseconds until the watcher sees another
-    /// pod labeled leader. The pod is made Ready again afterwards (it stays a follower).
-    pub async fn not_ready_handover(&self, watch: &LeaderWatch, group: &str) -> Result<f64> {
-        let old = watch
+    /// The groups led now.
+    pub fn led(&self) -> usize {
+        self.names
+            .iter()
+            .filter(|g| self.leader(g).is_some())
+            .count()
+    }
+
+    /// A handover of `group` by `fault`: milliseconds until the watch sees another pod labeled
+    /// leader.
+    pub async fn handover(&self, group: &str, fault: Fault) -> Result<f64> {
+        let old = self
             .leader(group)
-            .ok_or_else(|| Error::Other(format!("{group} has no leader")))?;
+            .ok_or_else(|| Error::Other(format!("{group} has no leader")))?
+            .pod;
         let t0 = SystemTime::now();
-        self.kubelet.set_ready(&old.pod, false).await?;
-        let new = watch.wait_new_leader(group, Some(&old.pod), BOUND).await?;
-        let ms = ms_between(t0, new.at);
-        self.kubelet.set_ready(&old.pod, true).await?;
-        Ok(ms)
-    }
-
-    /// Graceful termination: delete the leader pod of `group` (deletionTimestamp; the simulated
-    /// kubelet removes it shortly after); milliseconds until the watcher sees another leader.
-    /// A replacement pod is created afterwards, as its ReplicaSet would.
-    pub async fn deletion_handover(&self, watch: &LeaderWatch, group: &str) -> Result<f64> {
-        let old = watch
-            .leader(group)
-            .ok_or_else(|| Error::Other(format!("{group} has no leader")))?;
-        let t0 = SystemTime::now();
-        self.kubelet.begin_termination(&old.pod).await?;
-        let finish = {
-            let kubelet = self.kubelet.clone();
-            let pod = old.pod.clone();
-            tokio::spawn(async move {
+        let finish = if fault == Fault::NotReady {
+            self.kubelet.set_ready(&old, false).await?;
+            None
+        } else {
+            self.kubelet.begin_termination(&old).await?;
+            let (kubelet, pod) = (self.kubelet.clone(), old.clone());
+            Some(tokio::spawn(async move {
                 tokio::time::sleep(KUBELET_FINISH_AFTER).await;
                 kubelet.finish_termination(&pod).await
-            })
+            }))
         };
-        let new = watch.wait_new_leader(group, Some(&old.pod), BOUND).await?;
+        let new = self.watch.wait_new_leader(group, Some(&old), BOUND).await?;
         let ms = ms_between(t0, new.at);
+        let Some(finish) = finish else {
+            self.kubelet.set_ready(&old, true).await?;
+            return Ok(ms);
+        };
         finish
             .await
             .map_err(|e| Error::Other(format!("simulated kubelet task: {e}")))??;

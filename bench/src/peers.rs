@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,16 +14,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
+use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
 use crate::timeline::{
-    Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
+    Beliefs, Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
 };
 
 /// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
 /// pods on the real one (the end-to-end run).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Peer {
-    /// Name in the tables.
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
@@ -31,8 +31,8 @@ pub struct Peer {
     pub label: &'static str,
     /// client-go's candidate, or the Rust crates' one.
     pub go: bool,
-    /// The candidate's arguments.
-    pub args: &'static [&'static str],
+    /// The candidate's arguments, separated by spaces.
+    pub args: &'static str,
     /// Lease duration, s: the bound on detecting a crash.
     pub lease_seconds: u64,
 }
@@ -44,11 +44,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
         label: "cgd",
         go: true,
-        args: &[
-            "--lease-duration=15s",
-            "--renew-deadline=10s",
-            "--retry-period=2s",
-        ],
+        args: "--lease-duration=15s --renew-deadline=10s --retry-period=2s",
         lease_seconds: 15,
     },
     Peer {
@@ -56,11 +52,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
         label: "cgt",
         go: true,
-        args: &[
-            "--lease-duration=4s",
-            "--renew-deadline=2s",
-            "--retry-period=1s",
-        ],
+        args: "--lease-duration=4s --renew-deadline=2s --retry-period=1s",
         lease_seconds: 4,
     },
     Peer {
@@ -68,14 +60,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
         label: "kle",
         go: false,
-        args: &[
-            "--lib",
-            "kle",
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            "5",
-        ],
+        args: "--lib kle --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
     Peer {
@@ -83,14 +68,7 @@ pub const PEERS: [Peer; 4] = [
         settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
         label: "klm",
         go: false,
-        args: &[
-            "--lib",
-            "klm",
-            "--lease-seconds",
-            "15",
-            "--renew-seconds",
-            "5",
-        ],
+        args: "--lib klm --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
 ];
@@ -98,7 +76,6 @@ pub const PEERS: [Peer; 4] = [
 /// A peer configuration with its candidate binary on this machine.
 #[derive(Clone, Debug)]
 pub struct PeerKind {
-    /// The configuration.
     pub peer: &'static Peer,
     program: PathBuf,
 }
@@ -155,7 +132,7 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
-    events: Arc<Mutex<HashMap<String, Vec<Event>>>>,
+    events: Beliefs,
     /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
     /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
     /// it prints nothing more), so only two live candidates make a split brain.
@@ -182,7 +159,7 @@ impl PeerGroup {
             log_dir: log_dir.to_path_buf(),
             candidates: HashMap::new(),
             next: 0,
-            events: Arc::default(),
+            events: Beliefs::default(),
             stopped: Vec::new(),
         };
         for _ in 0..3 {
@@ -205,7 +182,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(self.kind.peer.args)
+        cmd.args(self.kind.peer.args.split_whitespace())
             .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
             .args([
                 "--groups",
@@ -238,9 +215,7 @@ impl PeerGroup {
                 let Some((lease, event)) = parse_peer_line(&line) else {
                     continue;
                 };
-                if let Ok(mut all) = events.lock() {
-                    all.entry(lease).or_default().push(event);
-                }
+                events.push(&lease, event);
             }
         });
         self.candidates.insert(identity, child);
@@ -249,11 +224,7 @@ impl PeerGroup {
 
     /// Every change of belief printed for `lease`.
     fn events(&self, lease: &str) -> Vec<Event> {
-        self.events
-            .lock()
-            .ok()
-            .and_then(|all| all.get(lease).cloned())
-            .unwrap_or_default()
+        self.events.of(lease)
     }
 
     /// How often a candidate started leading a Lease while another still believed it led (a
@@ -293,22 +264,12 @@ impl PeerGroup {
         Ok(holder.await?)
     }
 
-    async fn wait<T>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        check: impl FnMut() -> Option<T>,
-    ) -> Result<T> {
-        let what = format!("{} {what}", self.kind.peer.name);
-        crate::observe::recheck(&what, timeout, check).await
-    }
-
     /// Waits until every Lease has a leader; returns when the last one started.
     pub async fn wait_all_led(&self, timeout: Duration) -> Result<SystemTime> {
-        self.wait("every Lease led", timeout, || {
-            let all = self.events.lock().ok()?;
+        let what = format!("{} every Lease led", self.kind.peer.name);
+        recheck(&what, timeout, || {
             (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
-                let events = all.get(&Self::lease(i))?;
+                let events = self.events(&Self::lease(i));
                 let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
                 Some(last.max(first))
             })
@@ -342,11 +303,11 @@ impl PeerGroup {
                 .map_err(Error::io("kill -TERM"))?;
         }
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
-        let new = self
-            .wait("a new leader of Lease 0", bound, || {
-                first_new_leader(&self.events(&lease), &old, t0)
-            })
-            .await?;
+        let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
+        let new = recheck(&what, bound, || {
+            first_new_leader(&self.events(&lease), &old, t0)
+        })
+        .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
         self.spawn()?;
         Ok(crate::observe::ms_between(t0, new.at))

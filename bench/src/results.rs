@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
 /// What every results file says about the run.
@@ -15,7 +16,6 @@ use crate::observe::RequestCounts;
 pub struct Run {
     /// When it started (UTC).
     pub started_at: String,
-    /// The command that made it.
     pub command: String,
     /// `--quick`: a smoke run, not figures to publish.
     pub quick: bool,
@@ -34,7 +34,6 @@ pub struct Run {
     pub peer_split_brains: BTreeMap<String, u64>,
     /// Per peer kind: why its handover repetitions stopped early, if they did.
     pub peer_failures: BTreeMap<String, String>,
-    /// Wall time of the whole run.
     pub duration_s: f64,
 }
 
@@ -46,30 +45,6 @@ impl Run {
         cp: &leadergroup_testenv::ControlPlane,
         quick: bool,
     ) -> Result<Run> {
-        let proc_line = |file: &str, key: &str| {
-            std::fs::read_to_string(file)
-                .unwrap_or_default()
-                .lines()
-                .find(|l| l.starts_with(key))
-                .map(str::to_owned)
-        };
-        let mut machine = BTreeMap::new();
-        if let Some((_, model)) = proc_line("/proc/cpuinfo", "model name")
-            .as_deref()
-            .and_then(|l| l.split_once(':'))
-        {
-            machine.insert("cpu".into(), model.trim().to_owned());
-        }
-        let cores = std::thread::available_parallelism().map_or(0, usize::from);
-        machine.insert("cores".into(), cores.to_string());
-        if let Some(kib) = proc_line("/proc/meminfo", "MemTotal:")
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        {
-            machine.insert("memory".into(), format!("{:.1} GiB", kib / 1024.0 / 1024.0));
-        }
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        machine.insert("kernel".into(), kernel.trim().to_owned());
-
         let request = http::Request::get("/version")
             .body(Vec::new())
             .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
@@ -113,17 +88,58 @@ impl Run {
             format!("make bench BENCH_ARGS='{}'", args.join(" "))
         };
         Ok(Run {
+            machine: machine(),
             started_at: jiff::Timestamp::now()
                 .strftime("%Y-%m-%d %H:%M:%S UTC")
                 .to_string(),
             command,
             quick,
-            machine,
             versions,
             control_plane,
             ..Run::default()
         })
     }
+}
+
+impl Run {
+    /// Its command, when it started and how long it took, as the page's run tables begin.
+    pub fn table(&self, more_columns: &[&str]) -> Table {
+        let mut table = Table::new(&[&["command", "started", "took"], more_columns].concat());
+        table.row([
+            format!("`{}`", self.command),
+            self.started_at.clone(),
+            format!("{:.0} s", self.duration_s),
+        ]);
+        table
+    }
+}
+
+/// CPU model, cores, memory and kernel of this machine.
+fn machine() -> BTreeMap<String, String> {
+    let proc_line = |file: &str, key: &str| {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(key))
+            .map(str::to_owned)
+    };
+    let mut machine = BTreeMap::new();
+    if let Some((_, model)) = proc_line("/proc/cpuinfo", "model name")
+        .as_deref()
+        .and_then(|l| l.split_once(':'))
+    {
+        machine.insert("cpu".into(), model.trim().to_owned());
+    }
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    machine.insert("cores".into(), cores.to_string());
+    if let Some(kib) = proc_line("/proc/meminfo", "MemTotal:")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    {
+        machine.insert("memory".into(), format!("{:.1} GiB", kib / 1024.0 / 1024.0));
+    }
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    machine.insert("kernel".into(), kernel.trim().to_owned());
+    machine
 }
 
 /// A program's trimmed stdout, or "?".

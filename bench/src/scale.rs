@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
-use crate::observe::{LeaderWatch, Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{Groups, LEASE_SECONDS, sample};
+use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
+use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Outcome, Recorded, Scenario, measuring, stamped};
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -23,7 +23,6 @@ pub const OURS: &str = "leadergroup-operator";
 /// One system at one group count.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleEntry {
-    /// System name.
     pub system: String,
     /// Groups (of three candidates).
     pub groups: usize,
@@ -42,7 +41,6 @@ pub struct ScaleEntry {
     pub cpu_s_per_min: f64,
     /// RSS at the end of the window, MiB (peers: summed).
     pub rss_mib: f64,
-    /// Peak RSS, MiB.
     pub peak_rss_mib: f64,
     /// Ours: handovers after NotReady at this size.
     pub handover_notready: Option<Handover>,
@@ -110,9 +108,7 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 /// `scale.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleResult {
-    /// The run.
     pub run: Run,
-    /// Every system at every size.
     pub entries: Vec<ScaleEntry>,
 }
 
@@ -123,67 +119,67 @@ struct Measured {
     alone: bool,
 }
 
-/// The scenario.
-pub const SCALE: Scenario = Scenario {
-    about: About::full_run(
+pub const SCALE: Scenario = Scenario::of::<ScaleResult>(
+    About::full_run(
         "scale",
         "Ours, then the peers (not alone), at the sizes of `--scale`",
     ),
-    measure: |ctx| measuring(measure_ours(ctx)),
-    render: blocks,
-};
+    |ctx| measuring(measure_ours(ctx)),
+);
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let scale: ScaleResult = results.read("scale")?;
-    let mut table = Table::new(&[
-        "system",
-        "groups",
-        "to all led",
-        "requests/s per group (by verb, resource)",
-        "writes per group per 5 s",
-        "polling reads/s per group",
-        "CPU s/min",
-        "RSS (peak)",
-    ]);
-    let mut handovers = spread_table(&["groups", "trigger"]);
-    let mut notes = Vec::new();
-    for e in &scale.entries {
-        table.row([
-            e.system.clone(),
-            e.groups.to_string(),
-            ms(e.time_to_all_led_ms),
-            counts(&e.requests_per_s_per_group),
-            format!("{:.2}", e.writes_per_group_per_third),
-            format!("{:.3}", e.polling_reads_per_s_per_group),
-            format!("{:.2}", e.cpu_s_per_min),
-            format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+stamped!(ScaleResult, "scale");
+
+impl Recorded for ScaleResult {
+    fn blocks(&self) -> Vec<Block> {
+        let mut table = Table::new(&[
+            "system",
+            "groups",
+            "to all led",
+            "requests/s per group (by verb, resource)",
+            "writes per group per 5 s",
+            "polling reads/s per group",
+            "CPU s/min",
+            "RSS (peak)",
         ]);
-        for (trigger, h) in [
-            ("NotReady", &e.handover_notready),
-            ("deletion", &e.handover_deleted),
-        ] {
-            if let Some(h) = h {
-                let groups = e.groups.to_string();
-                handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
+        let mut handovers = spread_table(&["groups", "trigger"]);
+        let mut notes = Vec::new();
+        for e in &self.entries {
+            table.row([
+                e.system.clone(),
+                e.groups.to_string(),
+                ms(e.time_to_all_led_ms),
+                counts(&e.requests_per_s_per_group),
+                format!("{:.2}", e.writes_per_group_per_third),
+                format!("{:.3}", e.polling_reads_per_s_per_group),
+                format!("{:.2}", e.cpu_s_per_min),
+                format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+            ]);
+            for (trigger, h) in [
+                ("NotReady", &e.handover_notready),
+                ("deletion", &e.handover_deleted),
+            ] {
+                if let Some(h) = h {
+                    let groups = e.groups.to_string();
+                    handovers.row(spread_row(&[&groups, trigger], h.summary.as_ref()));
+                }
+            }
+            if let Some(run) = &e.measured_in {
+                notes.push(format!(
+                    "{} at {} groups: measured alone, in the run of {run}.",
+                    e.system, e.groups
+                ));
             }
         }
-        if let Some(run) = &e.measured_in {
-            notes.push(format!(
-                "{} at {} groups: measured alone, in the run of {run}.",
-                e.system, e.groups
-            ));
-        }
+        notes.extend(self.entries.iter().filter_map(|e| {
+            let note = e.note.as_ref()?;
+            Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
+        }));
+        vec![
+            Block::tables("scale", [table]).notes(notes),
+            Block::tables("scale-handovers", [handovers]),
+            Block::tables("scale-targets", [targets(self)]),
+        ]
     }
-    notes.extend(scale.entries.iter().filter_map(|e| {
-        let note = e.note.as_ref()?;
-        Some(format!("**{} at {} groups: {note}.**", e.system, e.groups))
-    }));
-    Ok(vec![
-        Block::tables("scale", [table]).notes(notes),
-        Block::tables("scale-handovers", [handovers]),
-        Block::tables("scale-targets", [targets(&scale)]),
-    ])
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
@@ -285,7 +281,6 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let light = ctx.light().await?;
     let baseline = ctx.baseline().await?;
     let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
-    let watch = LeaderWatch::start(&groups.client, &groups.namespace).await?;
     let log = format!("operator-scale-{size}.log");
     let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
@@ -294,22 +289,18 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
             sample(&op, light.ticks)
         })
     };
-    let led = match groups.wait_all_led(&watch).await {
+    let led = match groups.wait_all_led(ALL_LED_BOUND).await {
         Ok(led) => led,
         Err(e) => {
             // Record what the operator managed and what it cost, rather than losing the run.
-            let count = groups
-                .names
-                .iter()
-                .filter(|g| watch.leader(g).is_some())
-                .count();
+            let count = groups.led();
             tracing::warn!("scale {size}: {e}; {count} of {size} groups led");
             let steady = window().await?;
             drop(op);
             let mut entry = ScaleEntry::new(OURS, size, f64::NAN, &steady, LEASE_SECONDS);
             entry.note = Some(format!(
                 "not every group was led within {} s: {count} of {size} were; the window was measured while it still converged",
-                crate::ours::ALL_LED_BOUND.as_secs()
+                ALL_LED_BOUND.as_secs()
             ));
             return Ok(entry);
         }
@@ -324,15 +315,15 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     };
     let mut notready = Vec::new();
     for i in spread(ctx.pick(40, 3), |_| 0) {
-        notready.push(groups.not_ready_handover(&watch, &groups.names[i]).await?);
+        notready.push(groups.handover(&groups.names[i], Fault::NotReady).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let mut deleted = Vec::new();
     for i in spread(ctx.pick(20, 2), |step| step / 2) {
-        deleted.push(groups.deletion_handover(&watch, &groups.names[i]).await?);
+        deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    light.add_double_leaders(watch.double_leaders());
+    light.add_double_leaders(groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);
     entry.handover_notready = Some(Handover::new(OURS, "NotReady at this size", notready, None));
@@ -349,7 +340,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     let group = PeerGroup::start(
         kind,
         &ns.client,
-        light.kubeconfig(),
+        light.cp.kubeconfig_path(),
         &ns.name,
         size,
         &ctx.log_dir,

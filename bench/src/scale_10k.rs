@@ -17,12 +17,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, met};
-use crate::observe::{LeaderWatch, ms_between, steady_window};
+use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
-use crate::results::{Results, Run};
+use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
+use crate::scenario::{About, Context, Light, Recorded, Scenario, measuring, stamped};
 use leadergroup_testenv::OperatorProcess;
+
+pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
+    About::alone(
+        "scale-10k",
+        "10,000 groups (or the first value of `--scale`), then an operator restart",
+    ),
+    |ctx| measuring(measure(ctx)),
+);
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -52,14 +60,12 @@ pub struct Restart {
     pub watched_s: f64,
     /// RSS of the new process at the end, and its peak, MiB.
     pub rss_mib: f64,
-    /// Its peak RSS, MiB.
     pub peak_rss_mib: f64,
 }
 
 /// `bench/results/scale-10k.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleBigResult {
-    /// The run.
     pub run: Run,
     /// The groups' Lease duration, s.
     pub lease_seconds: i32,
@@ -83,22 +89,19 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-/// The scenario.
-pub const SCALE_10K: Scenario = Scenario {
-    about: About::alone(
-        "scale-10k",
-        "10,000 groups (or the first value of `--scale`), then an operator restart",
-    ),
-    measure: |ctx| measuring(measure(ctx)),
-    render: blocks,
-};
+stamped!(ScaleBigResult, "scale-10k", optional);
 
-/// Its blocks of the page.
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let Some(r) = results.read_opt::<ScaleBigResult>("scale-10k")? else {
-        return Ok(Vec::new());
-    };
-    Ok(render(&r))
+impl Recorded for ScaleBigResult {
+    /// The setup, the start, the restart, and the targets.
+    fn blocks(&self) -> Vec<Block> {
+        let mut tables = vec![self.setup(), self.start()];
+        tables.extend(self.restart.as_ref().map(restart_table));
+        let notes = self.entry.note.iter().map(|note| format!("**{note}.**"));
+        vec![
+            Block::tables("scale-10k", tables).notes(notes),
+            Block::tables("scale-10k-targets", [self.targets()]),
+        ]
+    }
 }
 
 /// `groups` groups (the first value of `--scale`) over `groups / 1000` namespaces (at least
@@ -114,47 +117,15 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         .unwrap_or(ctx.pick(10_000, 200));
     let lease_seconds = ctx.options.lease.unwrap_or(LEASE_SECONDS);
     let namespaces = groups.div_ceil(GROUPS_PER_NAMESPACE).max(1);
-    tracing::info!(
-        "scale-10k: creating {groups} groups, {} pods, in {namespaces} namespaces ({CREATE_CONCURRENCY} creations in flight)",
-        groups * 3
-    );
     let t_create = Instant::now();
-    let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
-    let sets =
-        try_join_all((0..namespaces).map(|i| {
-            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
-            async move {
-                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
-            }
-        }))
-        .await?;
+    let sets = create(groups, namespaces, lease_seconds).await?;
     let create_s = t_create.elapsed().as_secs_f64();
     tracing::info!("scale-10k: created in {create_s:.0} s");
-    let watches = try_join_all(
-        sets.iter()
-            .map(|s| LeaderWatch::start(&s.client, &s.namespace)),
-    )
-    .await?;
 
     let op = ctx.start_operator(None, "operator-scale-10k.log").await?;
     let t0 = SystemTime::now() - op.started.elapsed();
-    let mut led = Some(t0);
-    for (set, watch) in sets.iter().zip(&watches) {
-        let deadline = BOUND.saturating_sub(op.started.elapsed());
-        match set.wait_all_led_within(watch, deadline).await {
-            Ok(at) => led = led.map(|l| l.max(at)),
-            Err(e) => {
-                tracing::warn!("scale-10k: {e}");
-                led = None;
-                break;
-            }
-        }
-    }
-    let led_count: usize = sets
-        .iter()
-        .zip(&watches)
-        .map(|(s, w)| s.names.iter().filter(|g| w.leader(g).is_some()).count())
-        .sum();
+    let led = all_led(&sets, &op, t0).await;
+    let led_count: usize = sets.iter().map(Groups::led).sum();
     let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
     let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
     tracing::info!(
@@ -189,7 +160,6 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
             ctx,
             light,
             sets: &sets,
-            watches: &watches,
             groups,
             watched: Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle(),
         };
@@ -197,7 +167,7 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         (op, Some(restart))
     };
     drop(op);
-    light.add_double_leaders(watches.iter().map(LeaderWatch::double_leaders).sum::<u64>());
+    light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
     Ok(ScaleBigResult {
         run: Run::default(),
         lease_seconds,
@@ -212,12 +182,46 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     })
 }
 
+/// `groups` groups over `namespaces` namespaces, their Leases lasting `lease_seconds`.
+async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<Vec<Groups>> {
+    tracing::info!(
+        "scale-10k: creating {groups} groups, {} pods, in {namespaces} namespaces ({CREATE_CONCURRENCY} creations in flight)",
+        groups * 3
+    );
+    let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
+    try_join_all(
+        (0..namespaces).map(|i| {
+            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
+            async move {
+                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
+            }
+        }),
+    )
+    .await
+}
+
+/// When the last group of `sets` was seen led (no earlier than `t0`), or None when not every
+/// group was led within [`BOUND`] of the operator's start.
+async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Option<SystemTime> {
+    let mut led = t0;
+    for set in sets {
+        let deadline = BOUND.saturating_sub(op.started.elapsed());
+        match set.wait_all_led(deadline).await {
+            Ok(at) => led = led.max(at),
+            Err(e) => {
+                tracing::warn!("scale-10k: {e}");
+                return None;
+            }
+        }
+    }
+    Some(led)
+}
+
 /// What an operator restart at this size works on.
 struct Restarting<'a> {
     ctx: &'a Context,
     light: &'a Light,
     sets: &'a [Groups],
-    watches: &'a [LeaderWatch],
     groups: usize,
     /// How long after the restart the watches keep counting: past a whole Lease duration, so
     /// that every group was renewed by the new process, or changed.
@@ -231,7 +235,7 @@ impl Restarting<'_> {
     async fn measure(&self, op: OperatorProcess) -> Result<(OperatorProcess, Restart)> {
         tracing::info!("scale-10k: restart (SIGKILL, a new process)");
         let before = statuses(self.sets).await?;
-        let flaps = || -> u64 { self.watches.iter().map(LeaderWatch::leader_changes).sum() };
+        let flaps = || -> u64 { self.sets.iter().map(|s| s.watch.leader_changes()).sum() };
         let flaps_before = flaps();
         let mut op = op;
         let _ = op.kill().await;
@@ -315,134 +319,141 @@ async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), Status>>
     Ok(out)
 }
 
-/// The setup, the start, the restart, and the targets.
-fn render(r: &ScaleBigResult) -> Vec<Block> {
-    let e = &r.entry;
-    let setup = Table::new(&[
-        "groups",
-        "pods",
-        "namespaces",
-        "Lease duration",
-        "created in",
-        "creations in flight",
-        "run",
-    ])
-    .with([
-        e.groups.to_string(),
-        r.pods.to_string(),
-        r.namespaces.to_string(),
-        format!("{} s", r.lease_seconds),
-        format!("{:.0} s", r.create_s),
-        r.create_concurrency.to_string(),
-        format!("{} (`{}`)", r.run.started_at, r.run.command),
-    ]);
-    let to_all_led = match r.led_at_bound {
-        Some(n) => format!(
-            "not within {} s: {n} of {} led then",
-            BOUND.as_secs(),
-            e.groups
-        ),
-        None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-    };
-    let start = Table::new(&["measure", "value"])
-        .with([
-            "from operator start to every group led (independent watches)",
-            &to_all_led,
+impl ScaleBigResult {
+    fn setup(&self) -> Table {
+        let columns = [
+            "groups",
+            "pods",
+            "namespaces",
+            "Lease duration",
+            "created in",
+            "creations in flight",
+            "run",
+        ];
+        Table::new(&columns).with([
+            self.entry.groups.to_string(),
+            self.pods.to_string(),
+            self.namespaces.to_string(),
+            format!("{} s", self.lease_seconds),
+            format!("{:.0} s", self.create_s),
+            self.create_concurrency.to_string(),
+            format!("{} (`{}`)", self.run.started_at, self.run.command),
         ])
-        .with([
-            "CPU until then".into(),
-            format!("{:.1} s", r.converge_cpu_s),
-        ])
-        .with([
-            format!(
-                "requests/s per group, steady {:.0} s window (by verb, resource)",
-                e.window_s
-            ),
-            counts(&e.requests_per_s_per_group),
-        ])
-        .with([
-            "writes per group per third of the Lease".into(),
-            format!("{:.2}", e.writes_per_group_per_third),
-        ])
-        .with([
-            "polling reads/s per group".into(),
-            format!("{:.3}", e.polling_reads_per_s_per_group),
-        ])
-        .with([
-            "CPU s/min, steady".into(),
-            format!("{:.2}", e.cpu_s_per_min),
-        ])
-        .with([
-            "RSS steady (peak)".into(),
-            format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
-        ]);
-    let mut targets = Table::new(&["target", "measured", "met"])
-        .with([
-            format!("{} groups: all led within 60 s", e.groups),
-            match r.led_at_bound {
-                Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
-                None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-            },
-            met(r.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
-        ])
-        .with([
-            format!("{} groups: steady RSS < 256 MiB", e.groups),
-            format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib),
-            met(e.rss_mib < 256.0).to_owned(),
-        ]);
-    targets.rows.extend(cost_targets(e, |target| {
-        format!("{} groups: {target}", e.groups)
-    }));
-    let mut tables = vec![setup, start];
-    if let Some(x) = &r.restart {
-        targets.row([
-            format!(
-                "{} groups: a restart changes no epoch and flaps no label",
+    }
+
+    fn start(&self) -> Table {
+        let e = &self.entry;
+        let to_all_led = match self.led_at_bound {
+            Some(n) => format!(
+                "not within {} s: {n} of {} led then",
+                BOUND.as_secs(),
                 e.groups
             ),
-            format!(
-                "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
-                x.epoch_changes,
-                x.label_flaps,
-                x.to_all_reconciled_ms / 1000.0
-            ),
-            met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
-        ]);
-        tables.push(
-            Table::new(&["restart (SIGKILL, a new process)", "value"])
-                .with([
-                    "from the new process's start to ready (every watch listed)".into(),
-                    format!("{:.1} s", x.to_ready_ms / 1000.0),
-                ])
-                .with([
-                    "... to every group reconciled once".into(),
-                    format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
-                ])
-                .with(["groups whose epoch changed".into(), x.epoch_changes.to_string()])
-                .with(["groups whose leader changed".into(), x.leader_changes.to_string()])
-                .with([
-                    format!(
-                        "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
-                        x.watched_s
-                    ),
-                    x.label_flaps.to_string(),
-                ])
-                .with([
-                    "RSS of the new process at the end (peak)".into(),
-                    format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
-                ]),
+            None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
+        };
+        let window = format!(
+            "requests/s per group, steady {:.0} s window (by verb, resource)",
+            e.window_s
         );
+        Table::pairs(
+            ["measure", "value"],
+            [
+                (
+                    "from operator start to every group led (independent watches)".into(),
+                    to_all_led,
+                ),
+                (
+                    "CPU until then".into(),
+                    format!("{:.1} s", self.converge_cpu_s),
+                ),
+                (window, counts(&e.requests_per_s_per_group)),
+                (
+                    "writes per group per third of the Lease".into(),
+                    format!("{:.2}", e.writes_per_group_per_third),
+                ),
+                (
+                    "polling reads/s per group".into(),
+                    format!("{:.3}", e.polling_reads_per_s_per_group),
+                ),
+                (
+                    "CPU s/min, steady".into(),
+                    format!("{:.2}", e.cpu_s_per_min),
+                ),
+                (
+                    "RSS steady (peak)".into(),
+                    format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+                ),
+            ],
+        )
     }
-    let notes = e.note.iter().map(|note| format!("**{note}.**"));
-    vec![
-        Block::tables("scale-10k", tables).notes(notes),
-        Block::tables("scale-10k-targets", [targets]),
-    ]
+
+    fn targets(&self) -> Table {
+        let e = &self.entry;
+        let mut targets = Table::new(&["target", "measured", "met"])
+            .with([
+                format!("{} groups: all led within 60 s", e.groups),
+                match self.led_at_bound {
+                    Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
+                    None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
+                },
+                met(self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
+            ])
+            .with([
+                format!("{} groups: steady RSS < 256 MiB", e.groups),
+                format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib),
+                met(e.rss_mib < 256.0).to_owned(),
+            ]);
+        targets.rows.extend(cost_targets(e, |target| {
+            format!("{} groups: {target}", e.groups)
+        }));
+        if let Some(x) = &self.restart {
+            targets.row([
+                format!(
+                    "{} groups: a restart changes no epoch and flaps no label",
+                    e.groups
+                ),
+                format!(
+                    "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
+                    x.epoch_changes,
+                    x.label_flaps,
+                    x.to_all_reconciled_ms / 1000.0
+                ),
+                met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
+            ]);
+        }
+        targets
+    }
 }
 
-impl Outcome for ScaleBigResult {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.run = run.clone();
-        results.write("scale-10k", self)
-    }
+fn restart_table(x: &Restart) -> Table {
+    let flaps = format!(
+        "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
+        x.watched_s
+    );
+    Table::pairs(
+        ["restart (SIGKILL, a new process)", "value"],
+        [
+            (
+                "from the new process's start to ready (every watch listed)".into(),
+                format!("{:.1} s", x.to_ready_ms / 1000.0),
+            ),
+            (
+                "... to every group reconciled once".into(),
+                format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
+            ),
+            (
+                "groups whose epoch changed".into(),
+                x.epoch_changes.to_string(),
+            ),
+            (
+                "groups whose leader changed".into(),
+                x.leader_changes.to_string(),
+            ),
+            (flaps, x.label_flaps.to_string()),
+            (
+                "RSS of the new process at the end (peak)".into(),
+                format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
+            ),
+        ],
+    )
 }

@@ -2,7 +2,7 @@
 //! ([`Context`]): the light control plane (started when a scenario first needs it), the operator
 //! binary, the idle baseline, the peers, and the run's record.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -10,11 +10,14 @@ use futures::future::LocalBoxFuture;
 use kube::CustomResourceExt;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{OperatorLaunch, OperatorProcess};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
+use crate::ours::{ALL_LED_BOUND, Groups};
 use crate::peers::PeerKind;
 use crate::results::{Results, Run};
 
@@ -28,6 +31,18 @@ pub struct Scenario {
     /// Its blocks of the page from the results files; none while it has no results yet (the
     /// page keeps what it had).
     pub render: fn(&Results) -> Result<Vec<Block>>,
+}
+
+impl Scenario {
+    /// A scenario whose page blocks come from one results file, `T`.
+    pub const fn of<T: Recorded>(about: About, measure: fn(&Context) -> Measuring<'_>) -> Self {
+        let render = render_file::<T>;
+        Scenario {
+            about,
+            measure,
+            render,
+        }
+    }
 }
 
 /// What the command line knows of a scenario.
@@ -58,6 +73,69 @@ impl About {
             help,
             in_full_run: false,
         }
+    }
+}
+
+/// A results file, `bench/results/<FILE>.json`, and the run's record it carries.
+pub trait Stamped: Serialize + DeserializeOwned + 'static {
+    /// The file's name.
+    const FILE: &'static str;
+    /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
+    const OPTIONAL: bool = false;
+    /// Takes the run's record as it ended.
+    fn set_run(&mut self, run: &Run);
+}
+
+/// [`Stamped`] for a results type whose `run` field takes the run's record as it ended:
+/// `stamped!(Type, "file")`, or `stamped!(Type, "file", optional)` for a scenario that runs only
+/// alone.
+macro_rules! stamped {
+    ($type:ty, $file:literal) => {
+        stamped!(@ $type, $file, false);
+    };
+    ($type:ty, $file:literal, optional) => {
+        stamped!(@ $type, $file, true);
+    };
+    (@ $type:ty, $file:literal, $optional:literal) => {
+        impl $crate::scenario::Stamped for $type {
+            const FILE: &'static str = $file;
+            const OPTIONAL: bool = $optional;
+            fn set_run(&mut self, run: &$crate::results::Run) {
+                self.run = run.clone();
+            }
+        }
+    };
+}
+pub(crate) use stamped;
+
+/// A results file that renders its own blocks of the page.
+pub trait Recorded: Stamped {
+    /// Its blocks of the page.
+    fn blocks(&self) -> Vec<Block>;
+    /// What its checks found over the run (must be empty).
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The blocks of `T`'s results file.
+fn render_file<T: Recorded>(results: &Results) -> Result<Vec<Block>> {
+    let found = if T::OPTIONAL {
+        results.read_opt::<T>(T::FILE)?
+    } else {
+        Some(results.read::<T>(T::FILE)?)
+    };
+    Ok(found.map(|r| r.blocks()).unwrap_or_default())
+}
+
+impl<T: Recorded> Outcome for T {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.set_run(run);
+        results.write(T::FILE, self)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        Recorded::problems(self)
     }
 }
 
@@ -105,9 +183,7 @@ pub struct Options {
 pub struct Light {
     /// The control plane (its own, or the one `LEADERGROUP_KUBECONFIG` names).
     pub cp: &'static leadergroup_testenv::ControlPlane,
-    /// Its admin client.
     pub admin: kube::Client,
-    /// The operator binary measured on it.
     pub operator: PathBuf,
     /// The kernel's clock ticks per second, for /proc's CPU times.
     pub ticks: f64,
@@ -115,11 +191,6 @@ pub struct Light {
 }
 
 impl Light {
-    /// The kubeconfig of the control plane.
-    pub fn kubeconfig(&self) -> &Path {
-        self.cp.kubeconfig_path()
-    }
-
     /// Counts what the independent watch saw: two pods of one group labeled leader.
     pub fn add_double_leaders(&self, n: u64) {
         self.record(|run| run.double_leaders += n);
@@ -140,11 +211,9 @@ impl Light {
 
 /// What the scenarios of one invocation share.
 pub struct Context {
-    /// The repository written to.
     pub repo: PathBuf,
     /// Where processes' logs and the `--only` excerpts go (`target/bench-logs`).
     pub log_dir: PathBuf,
-    /// The command line's settings.
     pub options: Options,
     started: Instant,
     light: OnceCell<Light>,
@@ -219,13 +288,27 @@ impl Context {
         let level = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
         let launch = OperatorLaunch::new(
             &light.operator,
-            light.kubeconfig(),
+            light.cp.kubeconfig_path(),
             namespace,
             "bench-operator",
             log,
         )
         .rust_log(&level);
         Ok(OperatorProcess::start(&launch).await?)
+    }
+
+    /// `count` groups of three Ready pods in a fresh namespace, every one led by an operator
+    /// watching that namespace (logging to `<log_dir>/<log>`).
+    pub async fn led_groups(
+        &self,
+        prefix: &str,
+        count: usize,
+        log: &str,
+    ) -> Result<(Groups, OperatorProcess)> {
+        let groups = Groups::create(prefix, count).await?;
+        let op = self.start_operator(Some(&groups.namespace), log).await?;
+        groups.wait_all_led(ALL_LED_BOUND).await?;
+        Ok((groups, op))
     }
 
     /// The idle API server's own requests per second, measured on the first call.

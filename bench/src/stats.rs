@@ -5,15 +5,11 @@ use serde::{Deserialize, Serialize};
 /// Median, p99 and spread of a set of samples, in milliseconds.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Summary {
-    /// Number of samples.
     pub n: usize,
-    /// The median.
     pub median_ms: f64,
     /// The 99th percentile (nearest rank: with fewer than 100 samples it is the maximum).
     pub p99_ms: f64,
-    /// The smallest sample.
     pub min_ms: f64,
-    /// The largest sample.
     pub max_ms: f64,
 }
 

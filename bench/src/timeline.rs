@@ -7,7 +7,6 @@
 //! same rules.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use leadergroup_testenv::{RealCluster, read_with_mtime};
 
 /// The label naming a candidate pod's system (`ours`, `cgd`, ...).
 pub const SYSTEM_LABEL: &str = "bench.leadergroup.io/system";
@@ -29,6 +29,32 @@ pub struct Event {
     pub identity: String,
     /// It believes it leads from here on.
     pub leading: bool,
+}
+
+/// Every change of belief seen so far, per key (a system's, or a Lease's), shared by the task
+/// that reads them and the harness that judges them.
+#[derive(Clone, Default)]
+pub struct Beliefs(Arc<Mutex<BTreeMap<String, Vec<Event>>>>);
+
+impl Beliefs {
+    /// Records `event` under `key`.
+    pub fn push(&self, key: &str, event: Event) {
+        if let Ok(mut all) = self.0.lock() {
+            all.entry(key.to_owned()).or_default().push(event);
+        }
+    }
+
+    /// Every event of `key` so far, by time.
+    pub fn of(&self, key: &str) -> Vec<Event> {
+        let mut list = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|all| all.get(key).cloned())
+            .unwrap_or_default();
+        list.sort_by_key(|e| e.at);
+        list
+    }
 }
 
 /// The pod an identity runs in.
@@ -181,29 +207,10 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
     Some(((*lease).to_owned(), event))
 }
 
-fn read_with_mtime(path: &Path) -> std::io::Result<(SystemTime, String)> {
-    let mut file = std::fs::File::open(path)?;
-    let mtime = file.metadata()?.modified()?;
-    let mut contents = String::new();
-    file.read_to_string(&mut contents)?;
-    Ok((mtime, contents))
-}
-
-/// The emptyDir `volume` of pod `uid` on node `node` (`lg-node-<N>`), as its kubelet mounted it
-/// under the cluster folder.
-pub fn empty_dir(cluster: &Path, node: &str, uid: &str, volume: &str) -> PathBuf {
-    let n = node.strip_prefix("lg-node-").unwrap_or(node);
-    cluster
-        .join(format!("node{n}/kubelet/pods"))
-        .join(uid)
-        .join("volumes/kubernetes.io~empty-dir")
-        .join(volume)
-}
-
 /// Polls the files of every candidate pod of a namespace (the pods listed every second, the
 /// files read every 10 ms) and keeps every event, per system.
 pub struct Tracker {
-    events: Arc<Mutex<BTreeMap<String, Vec<Event>>>>,
+    events: Beliefs,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -214,7 +221,7 @@ const EVENTS_VOLUME: &str = "events";
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
     pub fn start(pods: Api<Pod>, cluster: PathBuf, ours: fn(&str) -> bool) -> Tracker {
-        let events: Arc<Mutex<BTreeMap<String, Vec<Event>>>> = Arc::default();
+        let events = Beliefs::default();
         let record = events.clone();
         let task = tokio::spawn(async move {
             let mut sources: BTreeMap<String, Source> = BTreeMap::new();
@@ -222,51 +229,12 @@ impl Tracker {
             loop {
                 if listed.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     listed = Some(Instant::now());
-                    let params = ListParams::default().labels(SYSTEM_LABEL);
-                    if let Ok(list) = pods.list(&params).await {
-                        for p in list.items {
-                            let (Some(uid), Some(node), Some(system)) = (
-                                p.uid(),
-                                p.spec.as_ref().and_then(|s| s.node_name.clone()),
-                                p.labels().get(SYSTEM_LABEL).cloned(),
-                            ) else {
-                                continue;
-                            };
-                            if sources.contains_key(&uid) {
-                                continue;
-                            }
-                            let (kind, path) = if ours(&system) {
-                                let dir = empty_dir(&cluster, &node, &uid, AGENT_VOLUME);
-                                (Kind::RoleFile, dir.join("role"))
-                            } else {
-                                let dir = empty_dir(&cluster, &node, &uid, EVENTS_VOLUME);
-                                (Kind::EventLog, dir.join("events.log"))
-                            };
-                            sources.insert(
-                                uid,
-                                Source {
-                                    system,
-                                    pod: p.name_any(),
-                                    path,
-                                    kind,
-                                    leading: None,
-                                    consumed: 0,
-                                },
-                            );
-                        }
-                    }
+                    discover(&pods, &cluster, ours, &mut sources).await;
                 }
                 for src in sources.values_mut() {
-                    let fresh = src.poll();
-                    if fresh.is_empty() {
-                        continue;
-                    }
-                    if let Ok(mut all) = record.lock() {
-                        let list = all.entry(src.system.clone()).or_default();
-                        for e in fresh {
-                            tracing_event(&src.system, &src.pod, &e);
-                            list.push(e);
-                        }
+                    for e in src.poll() {
+                        tracing_event(&src.system, &src.pod, &e);
+                        record.push(&src.system, e);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -277,14 +245,53 @@ impl Tracker {
 
     /// Every event of `system` so far, by time.
     pub fn events(&self, system: &str) -> Vec<Event> {
-        let mut list = self
-            .events
-            .lock()
-            .ok()
-            .and_then(|all| all.get(system).cloned())
-            .unwrap_or_default();
-        list.sort_by_key(|e| e.at);
-        list
+        self.events.of(system)
+    }
+}
+
+/// Adds a source for every candidate pod of `pods` not followed yet (`ours` tells which
+/// systems publish through the agent).
+async fn discover(
+    pods: &Api<Pod>,
+    cluster: &Path,
+    ours: fn(&str) -> bool,
+    sources: &mut BTreeMap<String, Source>,
+) {
+    let params = ListParams::default().labels(SYSTEM_LABEL);
+    let Ok(list) = pods.list(&params).await else {
+        return;
+    };
+    for p in list.items {
+        let (Some(uid), Some(node), Some(system)) = (
+            p.uid(),
+            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            p.labels().get(SYSTEM_LABEL).cloned(),
+        ) else {
+            continue;
+        };
+        if sources.contains_key(&uid) {
+            continue;
+        }
+        let (kind, volume, file) = if ours(&system) {
+            (Kind::RoleFile, AGENT_VOLUME, "role")
+        } else {
+            (Kind::EventLog, EVENTS_VOLUME, "events.log")
+        };
+        let Ok(dir) = RealCluster::empty_dir(cluster, &node, &uid, volume) else {
+            continue;
+        };
+        let path = dir.join(file);
+        let pod = p.name_any();
+        let (leading, consumed) = (None, 0);
+        let source = Source {
+            system,
+            pod,
+            path,
+            kind,
+            leading,
+            consumed,
+        };
+        sources.insert(uid, source);
     }
 }
 

@@ -104,6 +104,16 @@ impl RealCluster {
             .ok_or_else(|| Error::Unexpected(format!("not a node of realcluster.sh: {node}")))
     }
 
+    /// The emptyDir `volume` of pod `uid` on node `node`, as its kubelet mounted it under the
+    /// cluster's folder `dir`: what a container writes there, the host reads.
+    pub fn empty_dir(dir: &Path, node: &str, uid: &str, volume: &str) -> Result<PathBuf> {
+        let pods = dir.join(format!("node{}/kubelet/pods", Self::node_number(node)?));
+        Ok(pods
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir")
+            .join(volume))
+    }
+
     /// Node `node`'s containerd socket.
     pub fn containerd_socket(&self, node: &str) -> Result<PathBuf> {
         let n = Self::node_number(node)?;
@@ -216,6 +226,18 @@ impl Drop for Undo {
     }
 }
 
+/// A file's mtime and contents, read through one open file so the two belong together: an agent
+/// writes its `role` file to a temporary name and renames it, so the mtime is when it wrote the
+/// new role, just before it published it.
+pub fn read_with_mtime(path: &Path) -> std::io::Result<(SystemTime, String)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mtime = file.metadata()?.modified()?;
+    let mut contents = String::new();
+    file.read_to_string(&mut contents)?;
+    Ok((mtime, contents))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +251,9 @@ mod tests {
             Path::new("/tmp/real/node1/containerd.sock")
         );
         assert!(RealCluster::node_number("worker-1").is_err());
+        assert_eq!(
+            RealCluster::empty_dir(Path::new("/tmp/real"), "lg-node-2", "u1", "events").unwrap(),
+            Path::new("/tmp/real/node2/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/events")
+        );
     }
 }

@@ -35,7 +35,10 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
-use leadergroup_testenv::{InvariantWatcher, TestNamespace, run_ok, wait_for_object, wait_until};
+use leadergroup_testenv::{
+    InvariantWatcher, RealCluster, TestNamespace, read_with_mtime, run_ok, wait_for_object,
+    wait_until,
+};
 use serde_json::json;
 
 use crate::cluster::{
@@ -263,15 +266,6 @@ async fn create_node_pods(
     }
 }
 
-fn read_with_mtime(path: &std::path::Path) -> std::io::Result<Version> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mtime = file.metadata()?.modified()?;
-    let mut contents = String::new();
-    file.read_to_string(&mut contents)?;
-    Ok((mtime, contents))
-}
-
 #[tokio::test]
 async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     let c = Cluster::get().await;
@@ -402,14 +396,9 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         panic!("{e}\n{}", summary(&groups, &pods).await);
     }
     let role_file = |pod: &Pod| {
-        c.dir()
-            .join(format!(
-                "node{}/kubelet/pods",
-                Cluster::node_number(crate::cluster::node_of(pod))
-            ))
-            .join(pod.uid().unwrap())
-            .join("volumes/kubernetes.io~empty-dir")
-            .join(&agent_volume)
+        let (node, uid) = (crate::cluster::node_of(pod), pod.uid().unwrap());
+        RealCluster::empty_dir(c.dir(), node, &uid, &agent_volume)
+            .unwrap()
             .join("role")
     };
     let files = RoleFiles::start(vec![

@@ -3,9 +3,8 @@
 //! out) or shuts down (SIGTERM: at once, it releases the Lease); the groups keep converging under
 //! the new replica; never are two replicas active at once, and never are two pods leaders.
 
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use leadergroup_testenv::ActiveMonitor;
@@ -17,9 +16,7 @@ use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
-use leadergroup_testenv::{ControlPlane, control_plane, wait_until};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use leadergroup_testenv::{ControlPlane, Proxy, api_server_addr, control_plane, wait_until};
 
 /// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
 /// until their Leases run out, so keep it short.
@@ -186,95 +183,25 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     p.watch.assert_held().await;
 }
 
-/// A TCP proxy to the API server that can black-hole its traffic, as a network partition does:
-/// connections stay open, bytes stop flowing, requests hang instead of failing.
-struct Partition {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Partition {
-    async fn start(upstream: SocketAddr) -> Partition {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let c = cut.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let c = c.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    tokio::join!(pipe(cr, sw, c.clone()), pipe(sr, cw, c));
-                });
-            }
-        });
-        Partition { addr, cut, task }
-    }
-
-    /// A partition in front of `cp`, and an admin kubeconfig that goes through it.
-    async fn for_admin(cp: &ControlPlane) -> (Partition, std::path::PathBuf) {
-        let upstream: SocketAddr = cp
-            .server_url()
-            .trim_start_matches("https://")
-            .parse()
-            .unwrap();
-        let partition = Partition::start(upstream).await;
-        let kubeconfig = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "partition-{}-{}.kubeconfig",
-            std::process::id(),
-            partition.addr.port()
-        ));
-        let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
-        assert!(
-            text.contains(cp.server_url()),
-            "the admin kubeconfig names {}",
-            cp.server_url()
-        );
-        let proxied = text.replace(cp.server_url(), &format!("https://{}", partition.addr));
-        std::fs::write(&kubeconfig, proxied).unwrap();
-        (partition, kubeconfig)
-    }
-
-    fn cut(&self, cut: bool) {
-        self.cut.store(cut, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, cut: Arc<AtomicBool>) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        while cut.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
+/// A proxy in front of the API server that can cut it off as a network partition does
+/// (connections stay open, requests hang instead of failing), and an admin kubeconfig that goes
+/// through it.
+async fn proxied_admin(cp: &ControlPlane) -> (Proxy, PathBuf) {
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let kubeconfig = cp.kubeconfig_via(proxy.addr).unwrap();
+    (proxy, kubeconfig)
 }
 
 #[tokio::test]
 async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_standby_takes_over() {
     let cp = control_plane().await.unwrap();
-    let (partition, kubeconfig) = Partition::for_admin(cp).await;
+    let (partition, kubeconfig) = proxied_admin(cp).await;
     let p = pair_with("ha-cut", "3", Some(&kubeconfig)).await;
 
     // Its requests now hang (no error, no timeout): only its own renew deadline can stop it.
-    partition.cut(true);
+    partition.cut();
     p.a.wait_role("standby").await;
     wait_active(&p.b, CONVERGE).await;
     handover_under(&p, "op-b").await;
@@ -282,7 +209,7 @@ async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_st
     p.watch.assert_held().await;
 
     // Healed, it finds the Lease held by b and stays standby.
-    partition.cut(false);
+    partition.release();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         p.a.role().await.as_deref(),
@@ -300,8 +227,8 @@ async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_st
 async fn readyz_is_503_until_the_watches_have_listed_while_healthz_is_200() {
     let cp = control_plane().await.unwrap();
     let w = World::new("readyz").await;
-    let (partition, kubeconfig) = Partition::for_admin(cp).await;
-    partition.cut(true);
+    let (partition, kubeconfig) = proxied_admin(cp).await;
+    partition.cut();
     let args = [
         "--leader-elect",
         "--leader-elect-namespace",
@@ -328,7 +255,7 @@ async fn readyz_is_503_until_the_watches_have_listed_while_healthz_is_200() {
         assert!(body.starts_with("not ready"), "{body}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    partition.cut(false);
+    partition.release();
     op.wait_role("active").await;
 }
 
