@@ -160,8 +160,8 @@ pub struct PodVersion {
 
 /// A pod that the records (the status or the Lease) name as leader, and that this decision moves
 /// leadership away from: a promotion of it may still be in flight, whatever the selector now
-/// selects and whatever the process remembers, so it is barred with a write that always
-/// changes it.
+/// selects, whatever the process remembers and whether its pod cache shows it or not, so it is
+/// barred with a write that always changes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deposed {
     /// The pod.

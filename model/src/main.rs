@@ -78,6 +78,10 @@ fn main() -> ExitCode {
         );
         let (outcome, text) = regressions::replay_promotion_on_a_stale_lease_cache();
         println!("hole 4, a promotion on a stale Lease cache: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache();
+        println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
+        println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
         return ExitCode::SUCCESS;
     }
     let model = LeaderGroupModel::new(args.config.clone());

@@ -104,6 +104,11 @@ impl Replay {
     /// deliver.
     fn pass(&mut self, replica: ReplicaId, hold: impl Fn(&Msg) -> bool) -> &mut Self {
         self.act(Action::Reconcile(replica));
+        self.pass_on(replica, hold)
+    }
+
+    /// The pass `replica` has under way runs on, as in [`Replay::pass`].
+    fn pass_on(&mut self, replica: ReplicaId, hold: impl Fn(&Msg) -> bool) -> &mut Self {
         for _ in 0..64 {
             let Some(s) = self.state() else {
                 break;
@@ -281,6 +286,58 @@ pub fn replay_promotion_on_a_stale_lease_cache() -> (Outcome, String) {
     (r.outcome(), r.transcript())
 }
 
+/// Hole 5, a re-created pod that a replica's stale pod cache does not hold yet: `p1` leads; the
+/// user prefers `p2`; the HA Lease moves to `op-b` (its barrier flag down) and the group Lease
+/// runs out. `op-b` moves leadership to `p2` (Lease and status at epoch 2, `p1` barred). `p2` is
+/// deleted, `op-b`'s watch caches catch up (no `p2`), and `p2` is created again. The check reads
+/// the new `p2` afresh and its promotion goes out, but ends in a 5xx for `op-b` while the server
+/// still holds it. `op-b`'s next decision, on its caches, sees the Lease name a pod that does not
+/// exist and moves leadership back to `p1` at epoch 3: it bars neither `p2` as the deposed leader
+/// (not in its cache) nor as a candidate (same), and its check finds no stray leader label (the
+/// promotion has not landed). `p1` is promoted; then the held promotion of `p2` lands, its
+/// precondition intact: nothing wrote the new `p2` since it was read.
+pub fn replay_recreated_pod_outside_a_stale_cache() -> (Outcome, String) {
+    let mut r = Replay::new(Config::recreation(), true);
+    r.act(Action::Prefer(Some(P2)))
+        .act(Action::Failover(B))
+        .act(Action::Expire)
+        .act(Action::Sync(B));
+    recreated_pod_outside_a_stale_cache(&mut r, B);
+    (r.outcome(), r.transcript())
+}
+
+/// Hole 5 on one replica, its barrier flag up all along (a 5xx leaves it as it is): the same
+/// moves by `op-a` alone.
+pub fn replay_recreated_pod_outside_a_stale_cache_barrier_up() -> (Outcome, String) {
+    let mut r = Replay::new(Config::recreation(), true);
+    r.act(Action::Prefer(Some(P2))).act(Action::Sync(A));
+    recreated_pod_outside_a_stale_cache(&mut r, A);
+    (r.outcome(), r.transcript())
+}
+
+/// Hole 5 from the preference edit on: `replica`, active and its caches caught up, moves
+/// leadership to `p2`, which is deleted and created again around its promotion.
+fn recreated_pod_outside_a_stale_cache(r: &mut Replay, replica: ReplicaId) {
+    r.act(Action::Reconcile(replica))
+        .request(|m| is_lease_write(m, replica), false, "the Lease write")
+        .request(|m| is_status_write(m, replica), false, "the status write")
+        .act(Action::DeletePod(P2))
+        .act(Action::Sync(replica))
+        .act(Action::RecreatePod(P2))
+        .pass_on(replica, |m| is_promotion(m, replica, P2))
+        .request(
+            |m| is_promotion(m, replica, P2) && m.awaited.is_some(),
+            true,
+            "the promotion of the new p2",
+        )
+        .pass(replica, |m| is_promotion(m, replica, P2))
+        .request(
+            |m| is_promotion(m, replica, P2),
+            false,
+            "the held promotion of the new p2",
+        );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +378,22 @@ mod tests {
         let (outcome, transcript) = replay_stale_cache_beside_a_leader_outside_the_selector();
         println!("{transcript}");
         assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+    }
+
+    /// Before a deposed leader was barred whether the pod cache shows it or not, `p1` (epoch 3)
+    /// and the re-created `p2` (epoch 2) were both labeled leader, with the deciding replica's
+    /// barrier flag down (after the HA Lease moved) as with it up. Now its decision bars `p2`
+    /// (the Lease holder it moves away from, not in its cache), and the held promotion fails
+    /// its precondition.
+    #[test]
+    fn recreated_pod_outside_a_stale_cache_is_barred() {
+        for (outcome, transcript) in [
+            replay_recreated_pod_outside_a_stale_cache(),
+            replay_recreated_pod_outside_a_stale_cache_barrier_up(),
+        ] {
+            println!("{transcript}");
+            assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+        }
     }
 
     /// Before step 4's check read the Lease afresh and promoted only the pod it names at the

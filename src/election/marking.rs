@@ -101,7 +101,10 @@ fn demote(
     (demote, release)
 }
 
-/// The pods the records name as leader, other than `leader`, that still exist, each once.
+/// The pods the records name as leader, other than `leader`, each once, also those the pods
+/// observed do not show: a pod deleted and created again under the name may be missing from a
+/// watch cache that lags while a promotion of its new incarnation, read afresh by an earlier
+/// pass, is in flight (the write of a pod that is really gone is a 404, taken as done).
 fn deposed(
     group: &str,
     pods: &[&Pod],
@@ -112,17 +115,15 @@ fn deposed(
 ) -> Vec<Deposed> {
     let mut deposed: Vec<Deposed> = Vec::new();
     for name in named.into_iter().flatten() {
-        let Some(pod) = pods.iter().find(|p| p.name_any() == name) else {
-            continue;
-        };
         if leader == Some(name) || deposed.iter().any(|d| d.pod == name) {
             continue;
         }
+        let seen = pods.iter().find(|p| p.name_any() == name);
         deposed.push(Deposed {
             pod: name.to_string(),
             member: candidates.owns(name),
             epoch,
-            foreign: marks::marked_group(pod).is_some_and(|g| g != group),
+            foreign: seen.is_some_and(|pod| marks::marked_group(pod).is_some_and(|g| g != group)),
         });
     }
     deposed
