@@ -1,5 +1,6 @@
 //! Deleting a LeaderGroup: its finalizer removes the operator's labels and annotations from the
-//! pods and deletes the Lease (nothing garbage-collects here), then lets the group go. The pods stay.
+//! pods and leaves the Lease released (no holder, no owner, its epoch kept for a group created
+//! again under the name: tests/it/recreation.rs), then lets the group go. The pods stay.
 
 use crate::common::{CONVERGE, Operator, World, group, lease};
 use kube::ResourceExt;
@@ -8,7 +9,7 @@ use leadergroup_operator::crd::{EPOCH_ANNOTATION, FINALIZER, GROUP_ANNOTATION, R
 use leadergroup_testenv::{control_plane, wait_until};
 
 #[tokio::test]
-async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
+async fn deleted_group_leaves_no_marks_and_its_lease_released_and_keeps_the_pods() {
     let w = World::new("cleanup").await;
     let pods = w.ordered_ready_pods("app", 3, "pay").await;
     // A pod of another group in the same namespace keeps its marks.
@@ -67,9 +68,14 @@ async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
             p.annotations()
         );
     }
+    let left = lease(&w.ns.client, &w.ns.name, "pay")
+        .await
+        .expect("the Lease is kept for its epoch");
     assert!(
-        lease(&w.ns.client, &w.ns.name, "pay").await.is_none(),
-        "the Lease is deleted"
+        left.owner_references().is_empty()
+            && left.spec.as_ref().and_then(|s| s.holder_identity.as_ref()).is_none()
+            && left.annotations().get(EPOCH_ANNOTATION).map(String::as_str) == Some("1"),
+        "the Lease is released with its epoch: {left:?}"
     );
     assert_eq!(
         w.settled("other").await.unwrap().map(|s| s.leader),

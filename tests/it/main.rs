@@ -22,6 +22,7 @@ mod lease;
 mod ledger_manifests;
 mod metrics;
 mod overlap;
+mod recreation;
 mod refusals;
 mod restarts;
 mod rollout;
