@@ -246,7 +246,10 @@ async fn append(
     deadline: Duration,
     counts: &Counts,
 ) -> bool {
-    match db.append(&args.group, &args.pod_name, epoch, deadline).await {
+    match db
+        .append(&args.group, &args.pod_name, epoch, deadline)
+        .await
+    {
         Ok(id) => {
             counts.written.fetch_add(1, Ordering::Relaxed);
             event!("wrote pod={} id={id} epoch={epoch}", args.pod_name);

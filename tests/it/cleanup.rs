@@ -73,7 +73,11 @@ async fn deleted_group_leaves_no_marks_and_its_lease_released_and_keeps_the_pods
         .expect("the Lease is kept for its epoch");
     assert!(
         left.owner_references().is_empty()
-            && left.spec.as_ref().and_then(|s| s.holder_identity.as_ref()).is_none()
+            && left
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_ref())
+                .is_none()
             && left.annotations().get(EPOCH_ANNOTATION).map(String::as_str) == Some("1"),
         "the Lease is released with its epoch: {left:?}"
     );

@@ -66,11 +66,18 @@ async fn a_group_deleted_and_created_again_continues_its_epochs() {
     let kept = lease(&w.ns.client, &w.ns.name, "pay").await;
 
     let epoch = created_again(&w).await;
-    assert_eq!(epoch, 4, "the group created again took epoch {epoch}, not 4");
+    assert_eq!(
+        epoch, 4,
+        "the group created again took epoch {epoch}, not 4"
+    );
     let kept = kept.expect("the deleted group's Lease, kept for its epoch");
     assert!(
         kept.owner_references().is_empty()
-            && kept.spec.as_ref().and_then(|s| s.holder_identity.as_ref()).is_none(),
+            && kept
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_ref())
+                .is_none(),
         "the kept Lease is released (no owner, no holder): {kept:?}"
     );
     let uid = w.groups.get("pay").await.unwrap().uid();
@@ -111,7 +118,10 @@ async fn a_group_deleted_behind_the_operators_back_and_created_again_continues_i
 
     let _op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
     let epoch = created_again(&w).await;
-    assert!(epoch > 3, "the group created again handed out epoch {epoch} again");
+    assert!(
+        epoch > 3,
+        "the group created again handed out epoch {epoch} again"
+    );
     let group: LeaderGroup = w.groups.get("pay").await.unwrap();
     assert_eq!(group.status.unwrap_or_default().epoch, epoch);
 }

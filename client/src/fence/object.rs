@@ -149,7 +149,8 @@ where
         deadline,
     };
     for _ in 0..MAX_ATTEMPTS {
-        let mut obj = answer.of("get", api.get(name))
+        let mut obj = answer
+            .of("get", api.get(name))
             .await?
             .map_err(kube_err("get"))?;
         let highest = fence_epoch(&obj).map_err(|source| ObjectFenceError::BadAnnotation {
@@ -174,7 +175,10 @@ where
         meta.annotations
             .get_or_insert_default()
             .insert(FENCED_OBJECT_EPOCH_ANNOTATION.to_owned(), epoch.to_string());
-        match answer.of("replace", api.replace(name, &PostParams::default(), &obj)).await? {
+        match answer
+            .of("replace", api.replace(name, &PostParams::default(), &obj))
+            .await?
+        {
             Ok(written) => return Ok(written),
             Err(kube::Error::Api(status)) if status.is_conflict() => continue,
             Err(e) => return Err(kube_err("replace")(e)),

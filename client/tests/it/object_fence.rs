@@ -178,16 +178,26 @@ async fn a_write_without_an_answer_ends_at_its_deadline() {
     let proxy = Proxy::start(api_server_addr().await.unwrap())
         .await
         .unwrap();
-    let path = control_plane().await.unwrap().kubeconfig_via(proxy.addr).unwrap();
+    let path = control_plane()
+        .await
+        .unwrap()
+        .kubeconfig_via(proxy.addr)
+        .unwrap();
     let kubeconfig = Kubeconfig::read_from(path).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap();
     let via_proxy: Api<ConfigMap> =
         Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name);
-    replace_fenced(&via_proxy, "state", epoch(1), DEADLINE, set("by", "1".into()))
-        .await
-        .unwrap();
+    replace_fenced(
+        &via_proxy,
+        "state",
+        epoch(1),
+        DEADLINE,
+        set("by", "1".into()),
+    )
+    .await
+    .unwrap();
 
     // The connection goes silent: the API server never answers.
     proxy.cut();
@@ -195,7 +205,13 @@ async fn a_write_without_an_answer_ends_at_its_deadline() {
     let started = Instant::now();
     let result = tokio::time::timeout(
         DEADLINE,
-        replace_fenced(&via_proxy, "state", epoch(2), deadline, set("by", "2".into())),
+        replace_fenced(
+            &via_proxy,
+            "state",
+            epoch(2),
+            deadline,
+            set("by", "2".into()),
+        ),
     )
     .await
     .expect("the write still waited for an answer long after its deadline");
@@ -206,7 +222,10 @@ async fn a_write_without_an_answer_ends_at_its_deadline() {
         "{err}"
     );
     let text = err.to_string();
-    assert!(text.contains("state") && text.contains("no answer to get within 1s"), "{text}");
+    assert!(
+        text.contains("state") && text.contains("no answer to get within 1s"),
+        "{text}"
+    );
     assert!(
         took >= deadline && took < deadline + Duration::from_millis(500),
         "ended {took:?} after it started, for a deadline of {deadline:?}"

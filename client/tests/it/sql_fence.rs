@@ -161,7 +161,9 @@ async fn a_fence_row_held_for_good_ends_the_write_at_its_deadline() {
     // A writer that raised the fence and never ends its transaction (hung, not paused: the
     // session is not idle, so no idle timeout ends it) holds the row.
     let held = holder.transaction().await.unwrap();
-    sql::fence(&held, "ledger", epoch(2), DEADLINE).await.unwrap();
+    sql::fence(&held, "ledger", epoch(2), DEADLINE)
+        .await
+        .unwrap();
 
     let deadline = Duration::from_secs(1);
     let started = Instant::now();
@@ -182,5 +184,9 @@ async fn a_fence_row_held_for_good_ends_the_write_at_its_deadline() {
     );
     drop(tx);
     held.rollback().await.unwrap();
-    assert_eq!(fence_value(&holder).await, 1, "a fence raised without a commit");
+    assert_eq!(
+        fence_value(&holder).await,
+        1,
+        "a fence raised without a commit"
+    );
 }
