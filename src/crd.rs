@@ -330,8 +330,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_group_owns_only_the_leases_that_name_it_as_owner() {
+    /// Group `pay`, with UID `uid-pay`.
+    fn pay_group() -> LeaderGroup {
         let spec = LeaderGroupSpec {
             selector: PodSelector::default(),
             lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
@@ -341,6 +341,12 @@ mod tests {
         };
         let mut group = LeaderGroup::new("pay", spec);
         group.metadata.uid = Some("uid-pay".into());
+        group
+    }
+
+    #[test]
+    fn a_group_owns_only_the_leases_that_name_it_as_owner() {
+        let mut group = pay_group();
         assert!(group.owns_lease(&lease_owned_by("LeaderGroup", "uid-pay")));
         assert!(!group.owns_lease(&lease_owned_by("LeaderGroup", "uid-other")));
         assert!(!group.owns_lease(&lease_owned_by("Deployment", "uid-pay")));
@@ -351,15 +357,7 @@ mod tests {
 
     #[test]
     fn a_lease_left_by_an_earlier_group_of_the_name_is_inherited() {
-        let spec = LeaderGroupSpec {
-            selector: PodSelector::default(),
-            lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
-            preferred_leader: None,
-            paused: false,
-            liveness: Liveness::Readiness,
-        };
-        let mut group = LeaderGroup::new("pay", spec);
-        group.metadata.uid = Some("uid-pay".into());
+        let group = pay_group();
         let lease = |label: &str, owner: Option<(&str, &str, &str)>| Lease {
             metadata: ObjectMeta {
                 labels: Some([(LEASE_GROUP_LABEL.to_string(), label.to_string())].into()),

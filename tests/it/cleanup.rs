@@ -2,11 +2,11 @@
 //! pods and leaves the Lease released (no holder, no owner, its epoch kept for a group created
 //! again under the name: tests/it/recreation.rs), then lets the group go. The pods stay.
 
-use crate::common::{CONVERGE, Operator, World, group, lease};
+use crate::common::{Operator, World, group, lease};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, FINALIZER, GROUP_ANNOTATION, ROLE_LABEL};
-use leadergroup_testenv::{control_plane, wait_until};
+use leadergroup_testenv::control_plane;
 
 #[tokio::test]
 async fn deleted_group_leaves_no_marks_and_its_lease_released_and_keeps_the_pods() {
@@ -41,14 +41,7 @@ async fn deleted_group_leaves_no_marks_and_its_lease_released_and_keeps_the_pods
         .delete("pay", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the group is gone", CONVERGE, || async {
-        w.groups
-            .get_opt("pay")
-            .await
-            .map(|g| g.is_none().then_some(()))
-    })
-    .await
-    .unwrap();
+    w.wait_group_gone("pay").await;
     // The finalizer did its work before the group went: nothing is left to wait for.
     for name in &pods {
         let p = w.pods.get(name).await.expect("the pods still exist");

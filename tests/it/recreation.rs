@@ -8,10 +8,10 @@
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_testenv::{control_plane, wait_until};
+use leadergroup_testenv::control_plane;
 use serde_json::json;
 
-use crate::common::{CONVERGE, Operator, World, group, lease};
+use crate::common::{Operator, World, group, lease};
 
 /// Two pods and a group `pay` led up to epoch 3 (two handovers by readiness).
 async fn led_to_epoch_three(w: &World) -> Vec<String> {
@@ -28,17 +28,6 @@ async fn led_to_epoch_three(w: &World) -> Vec<String> {
     w.wait_settled("pay", "epoch 3", |s| s.epoch == 3).await;
     w.kubelet.set_ready(&pods[1], true).await.unwrap();
     pods
-}
-
-async fn wait_gone(w: &World) {
-    wait_until("the group is gone", CONVERGE, || async {
-        w.groups
-            .get_opt("pay")
-            .await
-            .map(|g| g.is_none().then_some(()))
-    })
-    .await
-    .unwrap();
 }
 
 /// Creates `pay` again and waits for its first leader: its epoch.
@@ -62,7 +51,7 @@ async fn a_group_deleted_and_created_again_continues_its_epochs() {
         .delete("pay", &DeleteParams::default())
         .await
         .unwrap();
-    wait_gone(&w).await;
+    w.wait_group_gone("pay").await;
     let kept = lease(&w.ns.client, &w.ns.name, "pay").await;
 
     let epoch = created_again(&w).await;
@@ -114,7 +103,7 @@ async fn a_group_deleted_behind_the_operators_back_and_created_again_continues_i
         .delete("pay", &DeleteParams::default())
         .await
         .unwrap();
-    wait_gone(&w).await;
+    w.wait_group_gone("pay").await;
 
     let _op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
     let epoch = created_again(&w).await;
