@@ -281,6 +281,22 @@ impl LeaderGroup {
             .iter()
             .any(|o| o.kind == "LeaderGroup" && Some(o.uid.as_str()) == uid)
     }
+
+    /// Whether `lease` was left by an earlier group of this name, deleted since: it carries the
+    /// group label of this name, and its only owners, if any, are LeaderGroups of this name (the
+    /// UID differs: that group is gone, as only one object has a name at a time). The finalizer
+    /// leaves the Lease so, without owner or holder, for its epoch; a group deleted without it
+    /// (its finalizer removed by hand) leaves the Lease owned by the old UID until the garbage
+    /// collector deletes it. The group takes such a Lease over: its next token is above its epoch.
+    pub fn inherits_lease(&self, lease: &Lease) -> bool {
+        let name = kube::ResourceExt::name_any(self);
+        let labeled = kube::ResourceExt::labels(lease).get(LEASE_GROUP_LABEL) == Some(&name);
+        labeled
+            && !self.owns_lease(lease)
+            && kube::ResourceExt::owner_references(lease)
+                .iter()
+                .all(|o| o.kind == "LeaderGroup" && o.name == name)
+    }
 }
 
 #[cfg(test)]
@@ -314,8 +330,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_group_owns_only_the_leases_that_name_it_as_owner() {
+    /// Group `pay`, with UID `uid-pay`.
+    fn pay_group() -> LeaderGroup {
         let spec = LeaderGroupSpec {
             selector: PodSelector::default(),
             lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
@@ -325,11 +341,47 @@ mod tests {
         };
         let mut group = LeaderGroup::new("pay", spec);
         group.metadata.uid = Some("uid-pay".into());
+        group
+    }
+
+    #[test]
+    fn a_group_owns_only_the_leases_that_name_it_as_owner() {
+        let mut group = pay_group();
         assert!(group.owns_lease(&lease_owned_by("LeaderGroup", "uid-pay")));
         assert!(!group.owns_lease(&lease_owned_by("LeaderGroup", "uid-other")));
         assert!(!group.owns_lease(&lease_owned_by("Deployment", "uid-pay")));
         assert!(!group.owns_lease(&Lease::default()));
         group.metadata.uid = None;
         assert!(!group.owns_lease(&lease_owned_by("LeaderGroup", "")));
+    }
+
+    #[test]
+    fn a_lease_left_by_an_earlier_group_of_the_name_is_inherited() {
+        let group = pay_group();
+        let lease = |label: &str, owner: Option<(&str, &str, &str)>| Lease {
+            metadata: ObjectMeta {
+                labels: Some([(LEASE_GROUP_LABEL.to_string(), label.to_string())].into()),
+                owner_references: owner.map(|(kind, name, uid)| {
+                    vec![OwnerReference {
+                        kind: kind.into(),
+                        name: name.into(),
+                        uid: uid.into(),
+                        ..OwnerReference::default()
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        };
+        // Released by the finalizer: no owner.
+        assert!(group.inherits_lease(&lease("pay", None)));
+        // Still owned by the group of this name deleted without its finalizer.
+        assert!(group.inherits_lease(&lease("pay", Some(("LeaderGroup", "pay", "uid-old")))));
+        // Its own, another group's, someone else's.
+        assert!(!group.inherits_lease(&lease("pay", Some(("LeaderGroup", "pay", "uid-pay")))));
+        assert!(!group.inherits_lease(&lease("pay", Some(("LeaderGroup", "other", "uid-o")))));
+        assert!(!group.inherits_lease(&lease("other", None)));
+        assert!(!group.inherits_lease(&Lease::default()));
+        assert!(!group.inherits_lease(&lease("pay", Some(("Deployment", "pay", "uid-d")))));
     }
 }

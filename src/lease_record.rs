@@ -135,7 +135,8 @@ impl LeaseRecord {
     }
 
     /// Writes this record onto `base` (the Lease as read, to keep its resourceVersion and whatever
-    /// else it holds), or onto a new Lease called `name` owned by `owner`.
+    /// else it holds), or onto a new Lease called `name`; `owner`, when given, becomes its only
+    /// owner.
     pub fn apply_to(
         &self,
         base: Option<&Lease>,
@@ -148,11 +149,15 @@ impl LeaseRecord {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 namespace: Some(namespace.to_string()),
-                owner_references: owner.map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
             spec: None,
         });
+        // The owner named here is the only one: a Lease an earlier group of the name left is
+        // taken over with its first write.
+        if let Some(owner) = owner {
+            lease.metadata.owner_references = Some(vec![owner]);
+        }
         if let Some(group) = group_label {
             lease
                 .metadata

@@ -10,9 +10,20 @@ pub mod object;
 #[cfg(feature = "postgres")]
 pub mod sql;
 
+use std::time::Duration;
+
 use crate::Epoch;
 
 pub use object::{FENCED_OBJECT_EPOCH_ANNOTATION, ObjectFenceError, replace_fenced};
+
+/// How long one fenced write may take, for a group whose Lease lasts `lease_duration`: two thirds
+/// of it, the time a leader's role stays confirmed without a new answer from the API server
+/// ([`crate::Membership::write_deadline`] applies it to the duration last seen). A write still
+/// unanswered by then is given up: its leader may no longer be confirmed, and it must check its
+/// role again rather than wait on a request that may never be answered.
+pub fn write_deadline(lease_duration: Duration) -> Duration {
+    lease_duration * 2 / 3
+}
 
 /// A write presented an epoch lower than the highest the resource has accepted: the writer has
 /// been deposed and must stop.

@@ -46,6 +46,8 @@ pub struct MissingEnv(pub &'static str);
 pub struct Membership {
     role: Arc<watch::Sender<Role>>,
     errors: watch::Receiver<Option<Arc<MembershipError>>>,
+    /// A third of the Lease duration last seen.
+    period: watch::Receiver<Duration>,
     core: JoinHandle<()>,
 }
 
@@ -82,6 +84,7 @@ impl Membership {
         Membership {
             role,
             errors,
+            period: core.period.subscribe(),
             core: tokio::spawn(core.run(updates)),
         }
     }
@@ -165,6 +168,13 @@ impl Membership {
                 }
             }
         }
+    }
+
+    /// The deadline of one fenced write ([`crate::fence::write_deadline`]) for the Lease duration
+    /// last seen ([`crate::role::DEFAULT_LEASE_DURATION`] before the Lease was read): pass it to
+    /// [`crate::fence::replace_fenced`] and `fence::sql::fence`.
+    pub fn write_deadline(&self) -> Duration {
+        crate::fence::write_deadline(*self.period.borrow() * 3)
     }
 
     /// The problem that keeps the role from being confirmed now, if any (cleared once the

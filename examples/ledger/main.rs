@@ -32,7 +32,11 @@ use std::{
 use clap::Parser;
 use leadergroup_client::{
     Epoch, Membership, Role,
-    fence::sql::{self, SqlFenceError},
+    fence::{
+        self,
+        sql::{self, SqlFenceError},
+    },
+    role::DEFAULT_LEASE_DURATION,
 };
 use tokio::{sync::watch, time::Instant};
 use tokio_postgres::NoTls;
@@ -111,7 +115,7 @@ async fn main() {
     }
 
     // Either source publishes a watch of Role; the writer does not care which.
-    let (roles, _membership) = match &args.role_from {
+    let (roles, membership) = match &args.role_from {
         Some(dir) => (downward::follow(dir.clone()), None),
         None => {
             let client = kube::Client::try_default().await.expect("kubeconfig");
@@ -130,7 +134,7 @@ async fn main() {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
     event!("started pod={} group={}", args.pod_name, args.group);
     tokio::select! {
-        () = write_while_leading(&args, roles, &mut db, &counts) => {}
+        () = write_while_leading(&args, roles, membership.as_ref(), &mut db, &counts) => {}
         r = http => tracing::error!("HTTP server stopped: {r:?}"),
         _ = tokio::signal::ctrl_c() => event!("exiting"),
         _ = terminate.recv() => event!("exiting (SIGTERM)"),
@@ -142,9 +146,17 @@ async fn main() {
 async fn write_while_leading(
     args: &Args,
     mut roles: watch::Receiver<Role>,
+    membership: Option<&Membership>,
     db: &mut Db,
     counts: &Counts,
 ) {
+    // The downward API shows no Lease: its duration is taken as the default.
+    let deadline = || {
+        membership.map_or(
+            fence::write_deadline(DEFAULT_LEASE_DURATION),
+            Membership::write_deadline,
+        )
+    };
     let interval = Duration::from_millis(args.interval_ms);
     // The highest epoch the fence refused: that token is dead even while this pod's role, not yet
     // caught up, still reports it. Without this the writer would retry it in a tight loop until
@@ -183,7 +195,7 @@ async fn write_while_leading(
                     args.pod_name,
                     late.as_millis()
                 );
-                if !append(args, db, epoch, counts).await {
+                if !append(args, db, epoch, deadline(), counts).await {
                     refused = Some(epoch);
                     break;
                 }
@@ -196,7 +208,7 @@ async fn write_while_leading(
                 );
                 break;
             }
-            if !append(args, db, epoch, counts).await {
+            if !append(args, db, epoch, deadline(), counts).await {
                 refused = Some(epoch);
                 break;
             }
@@ -227,8 +239,17 @@ fn compact(role: Role) -> String {
 }
 
 /// Appends one entry with `epoch`; false when the writer must stop leading (refused as stale).
-async fn append(args: &Args, db: &mut Db, epoch: Epoch, counts: &Counts) -> bool {
-    match db.append(&args.group, &args.pod_name, epoch).await {
+async fn append(
+    args: &Args,
+    db: &mut Db,
+    epoch: Epoch,
+    deadline: Duration,
+    counts: &Counts,
+) -> bool {
+    match db
+        .append(&args.group, &args.pod_name, epoch, deadline)
+        .await
+    {
         Ok(id) => {
             counts.written.fetch_add(1, Ordering::Relaxed);
             event!("wrote pod={} id={id} epoch={epoch}", args.pod_name);
@@ -317,10 +338,18 @@ impl Db {
         group: &str,
         writer: &str,
         epoch: Epoch,
+        deadline: Duration,
     ) -> Result<i64, AppendError> {
         let client = self.client().await?;
         let tx = client.transaction().await?;
-        sql::fence(&tx, group, epoch).await?;
+        if let Err(e) = sql::fence(&tx, group, epoch, deadline).await {
+            drop(tx);
+            if matches!(e, SqlFenceError::Deadline { .. }) {
+                // The statement may still wait on the server, and the connection behind it.
+                self.client = None;
+            }
+            return Err(e.into());
+        }
         let id: i64 = tx
             .query_one(
                 "INSERT INTO ledger (epoch, writer, entry) VALUES ($1, $2, $3) RETURNING id",

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use crate::error::{ConflictOn, ReconcileError, Result, is_conflict, is_not_found};
@@ -39,16 +39,26 @@ pub async fn read(api: &Api<Lease>, name: &str) -> Result<Option<Lease>> {
     Ok(api.get_opt(name).await?)
 }
 
-/// Deletes the Lease if it is still the one that was read (its uid), tolerating its absence.
-pub async fn delete(api: &Api<Lease>, lease: &Lease) -> Result<()> {
-    let dp = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: lease.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
+/// Leaves the Lease of a deleted group to whichever group of the name comes next: no holder, no
+/// arbiter, no owner (so that the garbage collector leaves it too), and its epoch kept, so that
+/// the next group's tokens start above every token this one handed out. Conditional on the
+/// version read; a Lease already gone is left gone.
+pub async fn leave(api: &Api<Lease>, lease: &Lease) -> Result<()> {
+    let record = LeaseRecord {
+        holder: None,
+        holder_uid: None,
+        acquire_time: None,
+        renew_time: None,
+        arbiter: None,
+        ..LeaseRecord::from_lease(lease)
     };
-    match api.delete(&lease.name_any(), &dp).await {
+    let namespace = api_namespace(Some(lease), api);
+    let mut left = record.apply_to(Some(lease), &lease.name_any(), &namespace, None, None);
+    left.metadata.owner_references = None;
+    match api
+        .replace(&lease.name_any(), &PostParams::default(), &left)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict(ConflictOn::Lease)),

@@ -1,5 +1,6 @@
 //! The actions of the transition protocol: each one API call, small and idempotent.
 
+pub mod batch;
 pub mod events;
 pub mod lease;
 pub mod pods;

@@ -1,5 +1,6 @@
-//! The finalizer's deletion path: a deleted group leaves no marks on pods and no Lease behind
-//! (garbage collection of the owned Lease is not relied on).
+//! The finalizer's deletion path: a deleted group leaves no marks on pods, and its Lease released
+//! (no holder, no owner) with its epoch, so that a group created again under the name hands out
+//! tokens above every one this group handed out.
 
 use std::sync::Arc;
 
@@ -15,7 +16,8 @@ use crate::actions;
 use crate::crd::LeaderGroup;
 use crate::error::Result;
 
-/// On deletion of the group: removes its marks from the pods, deletes its Lease, then lets go.
+/// On deletion of the group: removes its marks from the pods, leaves its Lease released, then
+/// lets go.
 pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Action> {
     let name = group.name_any();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -31,10 +33,10 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     if let Some(lease) = actions::lease::read(&leases_api, &group.lease_name()).await?
         && group.owns_lease(&lease)
     {
-        actions::lease::delete(&leases_api, &lease).await?;
+        actions::lease::leave(&leases_api, &lease).await?;
     }
     ctx.lease_sightings
         .forget(&ObjectRef::from_obj(group.as_ref()));
-    info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
+    info!(group = %name, "group deleted: marks removed from its pods, Lease released with its epoch");
     Ok(Action::await_change())
 }

@@ -17,7 +17,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::try_join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -29,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::Context;
 use crate::actions;
+use crate::actions::batch::settle_all;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::election::{
     self, Barrier, Decision, Observation, Plan, PodWrites, Promotion, Transition,
@@ -394,21 +394,25 @@ impl<'a> Steps<'a> {
         Ok(self.elapsed())
     }
 
-    /// Step 3: the old leaders lose their label, the deposed ones with their barrier. A 409 on a release means the pod changed (an
-    /// older group may have just taken it): decide again.
+    /// Step 3: the old leaders lose their label, the deposed ones with their barrier. A 409 on a
+    /// release means the pod changed (an older group may have just taken it): decide again, once
+    /// every write of the step has ended.
     async fn demote(&self, writes: &PodWrites) -> Result<Duration> {
-        let demote = try_join_all(
+        let demote = settle_all(
             writes
                 .demote
                 .iter()
                 .map(|pod| actions::pods::mark_follower(&self.pods, pod, &self.name)),
         );
         let release =
-            try_join_all(writes.release.iter().map(|pod| {
+            settle_all(writes.release.iter().map(|pod| {
                 actions::pods::unmark(&self.pods, &pod.name, Some(&pod.resource_version))
             }));
         let deposed = self.raise_barriers(&writes.deposed);
-        futures::try_join!(demote, release, deposed)?;
+        let (demoted, released, deposed) = futures::join!(demote, release, deposed);
+        demoted?;
+        released?;
+        deposed?;
         Ok(self.elapsed())
     }
 
@@ -445,7 +449,7 @@ impl<'a> Steps<'a> {
     }
 
     async fn raise_barriers(&self, barriers: &[Barrier]) -> Result<()> {
-        try_join_all(
+        settle_all(
             barriers
                 .iter()
                 .map(|barrier| actions::pods::raise_barrier(&self.pods, barrier, &self.name)),
@@ -463,7 +467,7 @@ impl<'a> Steps<'a> {
             .iter()
             .map(ResourceExt::name_any)
             .filter(|pod| !writes.expected_leaders.contains(pod));
-        try_join_all(strays.map(|stray| async move {
+        settle_all(strays.map(|stray| async move {
             warn!(pod = %stray, "demoting a stray leader label");
             actions::pods::mark_follower(&self.pods, &stray, &self.name).await
         }))
@@ -489,14 +493,14 @@ impl<'a> Steps<'a> {
     /// Off the critical path: followers' marks, and the marks of pods that left (a pod changed
     /// since it was seen keeps them until the next pass).
     async fn tidy(&self, writes: &PodWrites) -> Result<()> {
-        try_join_all(
+        settle_all(
             writes
                 .mark_followers
                 .iter()
                 .map(|pod| actions::pods::mark_follower(&self.pods, pod, &self.name)),
         )
         .await?;
-        try_join_all(writes.unmark.iter().map(|pod| async move {
+        settle_all(writes.unmark.iter().map(|pod| async move {
             let rv = Some(pod.resource_version.as_str());
             match actions::pods::unmark(&self.pods, &pod.name, rv).await {
                 Err(ReconcileError::Conflict(_)) => {

@@ -9,7 +9,7 @@
 //! arbiter, mode, duration), a deletion, and in Heartbeat mode every renewal (the holder's, timed by
 //! the operator from when it sees it) still start one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::ObjectRef;
@@ -17,9 +17,15 @@ use kube::runtime::watcher::Event;
 
 use crate::lease_record::{LeaseRecord, Written};
 
-/// What the Lease watch last showed of each Lease's operator-written part.
+/// What the Lease watch last showed of each Lease's operator-written part, for the Leases it
+/// shows now: an entry goes with its Lease's deletion event, and, for a Lease deleted while the
+/// watch was down (no event ever comes), at the end of the relist that no longer shows it.
 #[derive(Default)]
-pub(super) struct LeaseTriggers(HashMap<ObjectRef<Lease>, Written>);
+pub(super) struct LeaseTriggers {
+    last: HashMap<ObjectRef<Lease>, Written>,
+    /// During a relist (between `Init` and `InitDone`): the Leases it has shown so far.
+    relisted: Option<HashSet<ObjectRef<Lease>>>,
+}
 
 impl LeaseTriggers {
     /// Whether `event` should start a reconcile: everything but a Readiness-mode Lease whose
@@ -30,16 +36,34 @@ impl LeaseTriggers {
                 let key = ObjectRef::from_obj(lease);
                 let record = LeaseRecord::from_lease(lease);
                 let written = record.written();
-                let renewal_only = !record.heartbeat && self.0.get(&key) == Some(&written);
-                self.0.insert(key, written);
+                let renewal_only = !record.heartbeat && self.last.get(&key) == Some(&written);
+                if let (Event::InitApply(_), Some(relisted)) = (event, self.relisted.as_mut()) {
+                    relisted.insert(key.clone());
+                }
+                self.last.insert(key, written);
                 !renewal_only
             }
             Event::Delete(lease) => {
-                self.0.remove(&ObjectRef::from_obj(lease));
+                self.last.remove(&ObjectRef::from_obj(lease));
                 true
             }
-            Event::Init | Event::InitDone => true,
+            Event::Init => {
+                self.relisted = Some(HashSet::new());
+                true
+            }
+            Event::InitDone => {
+                if let Some(relisted) = self.relisted.take() {
+                    self.last.retain(|key, _| relisted.contains(key));
+                }
+                true
+            }
         }
+    }
+
+    /// How many Leases it keeps an entry for.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.last.len()
     }
 }
 
@@ -53,6 +77,10 @@ mod tests {
     use crate::crd::LIVENESS_ANNOTATION;
 
     fn lease(holder: &str, renewed_secs: i64, heartbeat: bool) -> Lease {
+        named("leadergroup-g", holder, renewed_secs, heartbeat)
+    }
+
+    fn named(name: &str, holder: &str, renewed_secs: i64, heartbeat: bool) -> Lease {
         let at = |secs: i64| {
             Timestamp::from_second(1_800_000_000 + secs)
                 .map(MicroTime)
@@ -65,7 +93,7 @@ mod tests {
         });
         Lease {
             metadata: ObjectMeta {
-                name: Some("leadergroup-g".into()),
+                name: Some(name.into()),
                 namespace: Some("ns".into()),
                 annotations,
                 ..ObjectMeta::default()
@@ -107,6 +135,34 @@ mod tests {
             triggers.wants(&Event::Apply(lease("b", 5, false))),
             "re-created"
         );
+    }
+
+    #[test]
+    fn an_entry_goes_with_its_lease_however_it_goes() {
+        let mut triggers = LeaseTriggers::default();
+        for name in ["leadergroup-a", "leadergroup-b", "leadergroup-c"] {
+            triggers.wants(&Event::Apply(named(name, "p", 0, false)));
+        }
+        assert_eq!(triggers.len(), 3);
+        // Deleted while the watch runs: its event removes it.
+        triggers.wants(&Event::Delete(named("leadergroup-a", "p", 0, false)));
+        assert_eq!(triggers.len(), 2);
+        // Deleted while the watch was down: the relist that follows no longer shows it.
+        triggers.wants(&Event::Init);
+        assert!(
+            !triggers.wants(&Event::InitApply(named("leadergroup-c", "p", 5, false))),
+            "a relisted renewal still starts no reconcile"
+        );
+        triggers.wants(&Event::InitDone);
+        assert_eq!(triggers.len(), 1, "an entry outlived its Lease");
+        assert!(
+            triggers.wants(&Event::Apply(named("leadergroup-b", "p", 5, false))),
+            "a Lease created again under the name is seen anew"
+        );
+        // A relist of nothing empties it.
+        triggers.wants(&Event::Init);
+        triggers.wants(&Event::InitDone);
+        assert_eq!(triggers.len(), 0);
     }
 
     #[test]

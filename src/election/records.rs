@@ -19,6 +19,9 @@ pub(super) struct Records {
     pub lease: Option<LeaseRecord>,
     /// The highest token a pod marked for the group carries, 0 when none does.
     pub highest_pod_epoch: i64,
+    /// The epoch of a Lease an earlier group of this name left ([`crate::crd::LeaderGroup::inherits_lease`]),
+    /// 0 otherwise: that group handed out every token up to it.
+    pub inherited_epoch: i64,
     /// Leaders the status or the Lease names whose pod exists under another UID than the one
     /// recorded: created again under the same name, they are new candidates, not the leader.
     pub replaced: BTreeSet<String>,
@@ -41,10 +44,16 @@ impl Records {
             .filter(|(name, uid)| super::pod_uid(obs.pods, name).is_some_and(|live| live != *uid))
             .map(|(name, _)| name.to_string())
             .collect();
+        let inherited_epoch = obs
+            .lease
+            .filter(|l| obs.group.inherits_lease(l))
+            .zip(lease.as_ref())
+            .map_or(0, |(_, l)| l.epoch);
         Records {
             replaced,
             status,
             lease,
+            inherited_epoch,
             highest_pod_epoch: obs
                 .pods
                 .iter()
@@ -89,6 +98,7 @@ impl Records {
             lease_holder: self.lease_holder().filter(|n| !self.is_replaced(n)),
             lease_epoch: self.lease.as_ref().map_or(0, |l| l.epoch),
             highest_pod_epoch: self.highest_pod_epoch,
+            inherited_epoch: self.inherited_epoch,
         }
     }
 }

@@ -21,10 +21,14 @@ pub(super) fn refusal(obs: &Observation<'_>, records: &Records) -> Option<Decisi
         .or_else(|| implausible_epoch(obs, records))
 }
 
-/// A Lease of the group's name that the group does not own is never overwritten.
+/// A Lease of the group's name that the group does not own is never overwritten, unless an
+/// earlier group of the name left it (the group takes it over, and its epoch with it).
 fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
     let group = obs.group;
-    if obs.lease.is_none_or(|lease| group.owns_lease(lease)) {
+    if obs
+        .lease
+        .is_none_or(|lease| group.owns_lease(lease) || group.inherits_lease(lease))
+    {
         return None;
     }
     let message = format!(

@@ -681,6 +681,7 @@ fn a_token_already_carried_by_a_pod_is_never_handed_again() {
 fn a_lease_the_group_does_not_own_is_never_written() {
     let mut foreign = lease(Some("x"), 1, 999, "someone");
     foreign.metadata.owner_references = None;
+    foreign.metadata.labels = None;
     let pods = vec![
         PodFixture::new("a", 1).leader(4),
         PodFixture::new("b", 2).follower(),
@@ -700,6 +701,33 @@ fn a_lease_the_group_does_not_own_is_never_written() {
             );
         }
         other => panic!("expected LeaseNotOwned, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_lease_an_earlier_group_of_the_name_left_is_taken_over_above_its_epoch() {
+    let pods = vec![
+        PodFixture::new("a", 1).follower(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    // Released by the deleted group's finalizer, and left owned by a deleted group.
+    let mut released = owned(&record(None, 6, 990, ME));
+    released.metadata.owner_references = None;
+    let mut orphaned = owned(&record(Some("a"), 6, 990, ME));
+    if let Some(o) = orphaned.metadata.owner_references.as_mut() {
+        o[0].uid = "uid-of-the-deleted-group".into();
+    }
+    for left in [released, orphaned] {
+        let p = plan(decide_with(&group(), &pods, Some(&left)));
+        assert_eq!(
+            p.promote,
+            Some(Promotion {
+                pod: "a".into(),
+                epoch: 7
+            }),
+            "{left:?}"
+        );
+        assert_eq!(p.commit.map(|c| c.epoch), Some(7));
     }
 }
 

@@ -15,6 +15,9 @@ pub(super) struct Issued<'a> {
     pub lease_epoch: i64,
     /// The highest token a pod marked for the group carries (step 5); 0 when none does.
     pub highest_pod_epoch: i64,
+    /// The epoch of the Lease an earlier group of this name left; 0 when the group's Lease is its
+    /// own or there is none. Every token up to it was handed out under this name.
+    pub inherited_epoch: i64,
 }
 
 /// How far the Lease's epoch may run ahead of every token the group recorded or handed out. The
@@ -24,10 +27,13 @@ pub(super) struct Issued<'a> {
 pub(super) const MAX_UNRECORDED_EPOCHS: i64 = 1000;
 
 impl Issued<'_> {
-    /// The highest token the status records or a pod carries. Every token the operator handed
-    /// out is at most this: it records a token (step 2) before any pod carries it (step 5).
+    /// The highest token the status records, a pod carries, or an earlier group of the name
+    /// left in the Lease. Every token the operator handed out is at most this: it records a token
+    /// (step 2) before any pod carries it (step 5), and a deleted group's records end in its Lease.
     pub fn floor(&self) -> i64 {
-        self.status_epoch.max(self.highest_pod_epoch)
+        self.status_epoch
+            .max(self.highest_pod_epoch)
+            .max(self.inherited_epoch)
     }
 
     /// The Lease's epoch, when it is further above [`Issued::floor`] than the operator's own
@@ -94,9 +100,11 @@ impl Token {
         if issued.lease_holder == Some(leader)
             && issued.lease_epoch > issued.status_epoch
             && issued.lease_epoch > issued.highest_pod_epoch
+            && issued.inherited_epoch == 0
         {
             // Committed but never recorded (a crash between steps 1 and 2): the token was never
-            // handed out, so it can be recorded now.
+            // handed out, so it can be recorded now. Not so in a Lease an earlier group of the
+            // name left: that group may have handed it out.
             return Ok(Token::kept(issued.lease_epoch));
         }
         if paused {
@@ -151,6 +159,14 @@ mod tests {
             }
         }
 
+        /// The Lease was left by an earlier group of the name, at its epoch.
+        fn inherited(self) -> Self {
+            Issued {
+                inherited_epoch: self.lease_epoch,
+                ..self
+            }
+        }
+
         /// A pod marked for the group carries `epoch`, the highest of them.
         fn pods(self, epoch: i64) -> Self {
             Issued {
@@ -177,6 +193,20 @@ mod tests {
                 paused: false,
                 issued: Issued::default(),
                 token: minted(1),
+            },
+            Row {
+                case: "a group created again: above the Lease its predecessor left",
+                leader: Some("a"),
+                paused: false,
+                issued: Issued::default().lease(None, 6).inherited(),
+                token: minted(7),
+            },
+            Row {
+                case: "a group created again: its predecessor's holder gets a new token",
+                leader: Some("a"),
+                paused: false,
+                issued: Issued::default().lease(Some("a"), 6).inherited(),
+                token: minted(7),
             },
             Row {
                 case: "converged leader keeps its token",

@@ -8,6 +8,8 @@
 //! status records its UID, and a fence that saw the new epoch refuses a write with the old one,
 //! the token the cut-off container still holds.
 
+use std::time::Duration;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, PostParams};
@@ -181,6 +183,7 @@ async fn a_force_deleted_leader_re_created_under_its_name_gets_a_new_token() {
                 &config_maps,
                 "ledger",
                 Epoch::new(epoch).expect("an epoch is never negative"),
+                Duration::from_secs(10),
                 |cm| {
                     cm.data
                         .get_or_insert_default()

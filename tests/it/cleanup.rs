@@ -1,14 +1,15 @@
 //! Deleting a LeaderGroup: its finalizer removes the operator's labels and annotations from the
-//! pods and deletes the Lease (nothing garbage-collects here), then lets the group go. The pods stay.
+//! pods and leaves the Lease released (no holder, no owner, its epoch kept for a group created
+//! again under the name: tests/it/recreation.rs), then lets the group go. The pods stay.
 
-use crate::common::{CONVERGE, Operator, World, group, lease};
+use crate::common::{Operator, World, group, lease};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, FINALIZER, GROUP_ANNOTATION, ROLE_LABEL};
-use leadergroup_testenv::{control_plane, wait_until};
+use leadergroup_testenv::control_plane;
 
 #[tokio::test]
-async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
+async fn deleted_group_leaves_no_marks_and_its_lease_released_and_keeps_the_pods() {
     let w = World::new("cleanup").await;
     let pods = w.ordered_ready_pods("app", 3, "pay").await;
     // A pod of another group in the same namespace keeps its marks.
@@ -40,14 +41,7 @@ async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
         .delete("pay", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the group is gone", CONVERGE, || async {
-        w.groups
-            .get_opt("pay")
-            .await
-            .map(|g| g.is_none().then_some(()))
-    })
-    .await
-    .unwrap();
+    w.wait_group_gone("pay").await;
     // The finalizer did its work before the group went: nothing is left to wait for.
     for name in &pods {
         let p = w.pods.get(name).await.expect("the pods still exist");
@@ -67,9 +61,18 @@ async fn deleted_group_leaves_no_marks_and_no_lease_and_keeps_the_pods() {
             p.annotations()
         );
     }
+    let left = lease(&w.ns.client, &w.ns.name, "pay")
+        .await
+        .expect("the Lease is kept for its epoch");
     assert!(
-        lease(&w.ns.client, &w.ns.name, "pay").await.is_none(),
-        "the Lease is deleted"
+        left.owner_references().is_empty()
+            && left
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_ref())
+                .is_none()
+            && left.annotations().get(EPOCH_ANNOTATION).map(String::as_str) == Some("1"),
+        "the Lease is released with its epoch: {left:?}"
     );
     assert_eq!(
         w.settled("other").await.unwrap().map(|s| s.leader),

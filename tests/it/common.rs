@@ -208,6 +208,18 @@ impl World {
             .unwrap_or_else(|e| panic!("holding the promotions of {pod}: {e}"))
     }
 
+    /// Waits until the group `group` no longer exists (its finalizer has let it go).
+    pub async fn wait_group_gone(&self, group: &str) {
+        wait_until("the group is gone", CONVERGE, || async {
+            self.groups
+                .get_opt(group)
+                .await
+                .map(|g| g.is_none().then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n(operator logs: {})", self.log_hint()));
+    }
+
     /// Waits until `group`'s status satisfies `cond`; returns that status.
     pub async fn wait_status(
         &self,

@@ -23,6 +23,7 @@ mod ledger_manifests;
 mod metrics;
 mod overlap;
 mod plugin;
+mod recreation;
 mod refusals;
 mod restarts;
 mod rollout;

@@ -3,10 +3,11 @@
 //! resourceVersion that was read. Two writers never both succeed on the same version: the second
 //! gets 409 Conflict and starts over from a fresh GET, where it sees the first one's epoch.
 
-use std::fmt::Debug;
+use std::{fmt::Debug, future::Future, time::Duration};
 
 use kube::{Api, Resource, ResourceExt, api::PostParams};
 use serde::{Serialize, de::DeserializeOwned};
+use tokio::time::Instant;
 
 use super::StaleEpoch;
 use crate::{Epoch, ParseEpochError};
@@ -52,6 +53,22 @@ pub enum ObjectFenceError {
         source: kube::Error,
     },
 
+    /// A request got no answer before the write's deadline. Whether a `replace` landed is
+    /// unknown; if it lands later, it still carries the epoch and the version it read, so the
+    /// fence and the compare-and-swap judge it as any other write.
+    #[error(
+        "{name}: no answer to {verb} within {after:?} (the fenced write's deadline, two thirds of \
+         the Lease duration); whether it landed is unknown: check the role before writing again"
+    )]
+    Deadline {
+        /// The object.
+        name: String,
+        /// `get` or `replace`.
+        verb: &'static str,
+        /// The deadline, from the start of the write.
+        after: Duration,
+    },
+
     /// Other writers won every one of [`MAX_ATTEMPTS`] compare-and-swaps in a row.
     #[error("{name}: {attempts} conflicting writes in a row; gave up")]
     Contended {
@@ -90,11 +107,18 @@ pub fn fence_epoch<K: Resource>(obj: &K) -> Result<Option<Epoch>, ParseEpochErro
 ///
 /// Returns the object as written. It never creates the object: a missing one is an error.
 ///
+/// The whole write, every attempt included, ends within `deadline` (pass
+/// [`crate::Membership::write_deadline`], or [`super::write_deadline`] of the group's Lease
+/// duration): a request still unanswered then ends it with [`ObjectFenceError::Deadline`]. Without
+/// one, a request caught in a connection that went silent would hold the caller for as long as the
+/// client's own read timeout (about five minutes with kube's default).
+///
 /// ```no_run
 /// # async fn example(client: kube::Client, epoch: leadergroup_client::Epoch) -> Result<(), leadergroup_client::fence::ObjectFenceError> {
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// let config_maps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "prod");
-/// leadergroup_client::fence::replace_fenced(&config_maps, "schedule", epoch, |cm| {
+/// let deadline = leadergroup_client::fence::write_deadline(std::time::Duration::from_secs(15));
+/// leadergroup_client::fence::replace_fenced(&config_maps, "schedule", epoch, deadline, |cm| {
 ///     cm.data.get_or_insert_default().insert("next-run".into(), "12:00".into());
 /// })
 /// .await?;
@@ -104,6 +128,7 @@ pub async fn replace_fenced<K, F>(
     api: &Api<K>,
     name: &str,
     epoch: Epoch,
+    deadline: Duration,
     mut mutate: F,
 ) -> Result<K, ObjectFenceError>
 where
@@ -117,8 +142,17 @@ where
             source,
         }
     };
+    let give_up = Instant::now() + deadline;
+    let answer = Answer {
+        name,
+        give_up,
+        deadline,
+    };
     for _ in 0..MAX_ATTEMPTS {
-        let mut obj = api.get(name).await.map_err(kube_err("get"))?;
+        let mut obj = answer
+            .of("get", api.get(name))
+            .await?
+            .map_err(kube_err("get"))?;
         let highest = fence_epoch(&obj).map_err(|source| ObjectFenceError::BadAnnotation {
             name: name.to_owned(),
             source,
@@ -141,7 +175,10 @@ where
         meta.annotations
             .get_or_insert_default()
             .insert(FENCED_OBJECT_EPOCH_ANNOTATION.to_owned(), epoch.to_string());
-        match api.replace(name, &PostParams::default(), &obj).await {
+        match answer
+            .of("replace", api.replace(name, &PostParams::default(), &obj))
+            .await?
+        {
             Ok(written) => return Ok(written),
             Err(kube::Error::Api(status)) if status.is_conflict() => continue,
             Err(e) => return Err(kube_err("replace")(e)),
@@ -151,4 +188,28 @@ where
         name: name.to_owned(),
         attempts: MAX_ATTEMPTS,
     })
+}
+
+/// The requests of one fenced write, all answered by the same instant.
+struct Answer<'a> {
+    name: &'a str,
+    give_up: Instant,
+    deadline: Duration,
+}
+
+impl Answer<'_> {
+    /// `request`'s answer, or [`ObjectFenceError::Deadline`] if it does not come in time.
+    async fn of<T>(
+        &self,
+        verb: &'static str,
+        request: impl Future<Output = T>,
+    ) -> Result<T, ObjectFenceError> {
+        tokio::time::timeout_at(self.give_up, request)
+            .await
+            .map_err(|_| ObjectFenceError::Deadline {
+                name: self.name.to_owned(),
+                verb,
+                after: self.deadline,
+            })
+    }
 }

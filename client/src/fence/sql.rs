@@ -9,11 +9,14 @@
 //! use leadergroup_client::fence::sql;
 //! sql::ensure_schema(&*db).await?;
 //! let tx = db.transaction().await?;
-//! sql::fence(&tx, "ledger-writer", epoch).await?; // refuses a stale epoch, naming both
+//! let deadline = leadergroup_client::fence::write_deadline(std::time::Duration::from_secs(15));
+//! sql::fence(&tx, "ledger-writer", epoch, deadline).await?; // refuses a stale epoch, naming both
 //! tx.execute("INSERT INTO ledger (epoch, entry) VALUES ($1, $2)", &[&epoch.get(), &"..."]).await?;
 //! tx.commit().await?;
 //! # Ok(()) }
 //! ```
+
+use std::time::Duration;
 
 use tokio_postgres::{GenericClient, Transaction};
 
@@ -57,6 +60,22 @@ pub enum SqlFenceError {
         source: tokio_postgres::Error,
     },
 
+    /// The database did not answer before the deadline (the fence row may be locked by a
+    /// writer that does not end its transaction, or the connection went silent). Roll back (drop
+    /// the transaction): nothing was raised that can commit. The statement may still be running
+    /// on the server, keeping this connection busy until it ends: open another one.
+    #[error(
+        "fence {name:?}: no answer within {after:?} (the fenced write's deadline, two thirds of \
+         the Lease duration); roll back, and write again on another connection after checking \
+         the role"
+    )]
+    Deadline {
+        /// The fence row.
+        name: String,
+        /// The deadline.
+        after: Duration,
+    },
+
     /// The row holds a negative epoch (written by something else than this crate).
     #[error("fence {name:?} holds {value}, which is not an epoch")]
     Corrupt {
@@ -87,7 +106,27 @@ pub async fn ensure_schema<C: GenericClient>(client: &C) -> Result<(), tokio_pos
 /// carries the protected write: a lower epoch than the highest accepted is refused with
 /// [`SqlFenceError::Stale`] (roll back then); an equal or higher one is accepted and becomes the
 /// highest once `tx` commits.
-pub async fn fence(tx: &Transaction<'_>, name: &str, epoch: Epoch) -> Result<(), SqlFenceError> {
+///
+/// It ends within `deadline` (pass [`crate::Membership::write_deadline`], or
+/// [`super::write_deadline`] of the group's Lease duration) with [`SqlFenceError::Deadline`]:
+/// a row locked by a transaction that never ends, or a silent connection, would otherwise hold
+/// the caller for good.
+pub async fn fence(
+    tx: &Transaction<'_>,
+    name: &str,
+    epoch: Epoch,
+    deadline: Duration,
+) -> Result<(), SqlFenceError> {
+    tokio::time::timeout(deadline, raise(tx, name, epoch))
+        .await
+        .map_err(|_| SqlFenceError::Deadline {
+            name: name.to_owned(),
+            after: deadline,
+        })?
+}
+
+/// [`fence`] without its deadline.
+async fn raise(tx: &Transaction<'_>, name: &str, epoch: Epoch) -> Result<(), SqlFenceError> {
     let pg = |source| SqlFenceError::Postgres {
         name: name.to_owned(),
         source,

@@ -1,16 +1,24 @@
 //! The fence on a Kubernetes object (a ConfigMap): stale epochs refused with both numbers, equal
-//! and higher accepted, concurrent writers resolved by the resourceVersion CAS.
+//! and higher accepted, concurrent writers resolved by the resourceVersion CAS, and a write that
+//! gets no answer given up at its deadline.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
 };
 use leadergroup_client::{
     Epoch,
     fence::{FENCED_OBJECT_EPOCH_ANNOTATION, ObjectFenceError, replace_fenced},
 };
-use leadergroup_testenv::namespace;
+use leadergroup_testenv::{Proxy, api_server_addr, control_plane, namespace};
+use tokio::time::Instant;
+
+/// Long enough for any answer of a working API server.
+const DEADLINE: Duration = Duration::from_secs(10);
 
 fn epoch(n: u32) -> Epoch {
     Epoch::from(n)
@@ -41,7 +49,7 @@ async fn stale_epochs_are_refused_naming_both() {
     let api: Api<ConfigMap> = ns.api();
     config_map(&api, "state").await;
 
-    let written = replace_fenced(&api, "state", epoch(5), set("by", "5".into()))
+    let written = replace_fenced(&api, "state", epoch(5), DEADLINE, set("by", "5".into()))
         .await
         .unwrap();
     assert_eq!(
@@ -49,7 +57,7 @@ async fn stale_epochs_are_refused_naming_both() {
         "5"
     );
 
-    let err = replace_fenced(&api, "state", epoch(3), set("by", "3".into()))
+    let err = replace_fenced(&api, "state", epoch(3), DEADLINE, set("by", "3".into()))
         .await
         .unwrap_err();
     let stale = err.stale().expect("not a stale-token error");
@@ -63,10 +71,10 @@ async fn stale_epochs_are_refused_naming_both() {
     );
 
     // Equal (the same leader writing again) and higher (a successor) are accepted.
-    replace_fenced(&api, "state", epoch(5), set("again", "5".into()))
+    replace_fenced(&api, "state", epoch(5), DEADLINE, set("again", "5".into()))
         .await
         .unwrap();
-    let cm = replace_fenced(&api, "state", epoch(6), set("by", "6".into()))
+    let cm = replace_fenced(&api, "state", epoch(6), DEADLINE, set("by", "6".into()))
         .await
         .unwrap();
     assert_eq!(
@@ -84,7 +92,7 @@ async fn stale_epochs_are_refused_naming_both() {
     )
     .await
     .unwrap();
-    let err = replace_fenced(&api, "state", epoch(9), set("by", "9".into()))
+    let err = replace_fenced(&api, "state", epoch(9), DEADLINE, set("by", "9".into()))
         .await
         .unwrap_err();
     assert!(
@@ -94,7 +102,7 @@ async fn stale_epochs_are_refused_naming_both() {
     assert!(err.to_string().contains("\"six\""), "{err}");
 
     // A missing object is an error, never created.
-    let err = replace_fenced(&api, "absent", epoch(9), set("by", "9".into()))
+    let err = replace_fenced(&api, "absent", epoch(9), DEADLINE, set("by", "9".into()))
         .await
         .unwrap_err();
     assert!(
@@ -114,7 +122,7 @@ async fn concurrent_writers_are_ordered_by_the_compare_and_swap() {
     let writers = epochs.iter().map(|&e| {
         let api = api.clone();
         tokio::spawn(async move {
-            let result = replace_fenced(&api, "log", epoch(e), |cm: &mut ConfigMap| {
+            let result = replace_fenced(&api, "log", epoch(e), DEADLINE, |cm: &mut ConfigMap| {
                 let data = cm.data.get_or_insert_default();
                 let log = data.entry("writes".to_owned()).or_default();
                 if !log.is_empty() {
@@ -159,5 +167,67 @@ async fn concurrent_writers_are_ordered_by_the_compare_and_swap() {
     assert_eq!(
         cm.metadata.annotations.unwrap()[FENCED_OBJECT_EPOCH_ANNOTATION],
         "7"
+    );
+}
+
+#[tokio::test]
+async fn a_write_without_an_answer_ends_at_its_deadline() {
+    let ns = namespace("client-object-fence-deadline").await.unwrap();
+    let api: Api<ConfigMap> = ns.api();
+    config_map(&api, "state").await;
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let path = control_plane()
+        .await
+        .unwrap()
+        .kubeconfig_via(proxy.addr)
+        .unwrap();
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let via_proxy: Api<ConfigMap> =
+        Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name);
+    replace_fenced(
+        &via_proxy,
+        "state",
+        epoch(1),
+        DEADLINE,
+        set("by", "1".into()),
+    )
+    .await
+    .unwrap();
+
+    // The connection goes silent: the API server never answers.
+    proxy.cut();
+    let deadline = Duration::from_secs(1);
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        DEADLINE,
+        replace_fenced(
+            &via_proxy,
+            "state",
+            epoch(2),
+            deadline,
+            set("by", "2".into()),
+        ),
+    )
+    .await
+    .expect("the write still waited for an answer long after its deadline");
+    let took = started.elapsed();
+    let err = result.expect_err("a write through a cut connection succeeded");
+    assert!(
+        matches!(err, ObjectFenceError::Deadline { verb: "get", after, .. } if after == deadline),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("state") && text.contains("no answer to get within 1s"),
+        "{text}"
+    );
+    assert!(
+        took >= deadline && took < deadline + Duration::from_millis(500),
+        "ended {took:?} after it started, for a deadline of {deadline:?}"
     );
 }

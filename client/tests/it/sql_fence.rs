@@ -8,7 +8,11 @@ use leadergroup_client::{
     fence::sql::{self, SqlFenceError},
 };
 use leadergroup_testenv::Postgres;
+use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls};
+
+/// Long enough for any answer of a working database.
+const DEADLINE: Duration = Duration::from_secs(10);
 
 fn epoch(n: u32) -> Epoch {
     Epoch::from(n)
@@ -25,7 +29,7 @@ async fn connect(pg: &Postgres) -> Client {
 /// The protected write: one ledger entry, in the same transaction as the fence.
 async fn append(db: &mut Client, e: Epoch, entry: &str) -> Result<(), SqlFenceError> {
     let tx = db.transaction().await.unwrap();
-    sql::fence(&tx, "ledger", e).await?;
+    sql::fence(&tx, "ledger", e, DEADLINE).await?;
     tx.execute(
         "INSERT INTO ledger (epoch, entry) VALUES ($1, $2)",
         &[&e.get(), &entry],
@@ -84,7 +88,7 @@ async fn stale_tokens_are_refused_in_the_writers_transaction() {
 
     // The fence is part of the transaction: raised and rolled back, it stays where it was.
     let tx = db.transaction().await.unwrap();
-    sql::fence(&tx, "ledger", epoch(9)).await.unwrap();
+    sql::fence(&tx, "ledger", epoch(9), DEADLINE).await.unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(fence_value(&db).await, 6);
     append(&mut db, epoch(7), "d").await.unwrap();
@@ -110,7 +114,7 @@ async fn a_stale_writer_waits_for_the_newer_transaction_and_is_refused() {
 
     // The new leader raises the fence to 2 and has not committed yet.
     let tx = new_leader.transaction().await.unwrap();
-    sql::fence(&tx, "ledger", epoch(2)).await.unwrap();
+    sql::fence(&tx, "ledger", epoch(2), DEADLINE).await.unwrap();
     tx.execute("INSERT INTO ledger (epoch, entry) VALUES (2, 'new')", &[])
         .await
         .unwrap();
@@ -139,5 +143,50 @@ async fn a_stale_writer_waits_for_the_newer_transaction_and_is_refused() {
     assert_eq!(
         entries(&new_leader).await,
         [(1, "before"), (2, "new")].map(|(e, s)| (e, s.to_owned()))
+    );
+}
+
+#[tokio::test]
+async fn a_fence_row_held_for_good_ends_the_write_at_its_deadline() {
+    let pg = Postgres::start().await.unwrap();
+    let mut holder = connect(&pg).await;
+    let mut writer = connect(&pg).await;
+    sql::ensure_schema(&holder).await.unwrap();
+    writer
+        .batch_execute("CREATE TABLE ledger (id serial PRIMARY KEY, epoch bigint NOT NULL, entry text NOT NULL)")
+        .await
+        .unwrap();
+    append(&mut writer, epoch(1), "before").await.unwrap();
+
+    // A writer that raised the fence and never ends its transaction (hung, not paused: the
+    // session is not idle, so no idle timeout ends it) holds the row.
+    let held = holder.transaction().await.unwrap();
+    sql::fence(&held, "ledger", epoch(2), DEADLINE)
+        .await
+        .unwrap();
+
+    let deadline = Duration::from_secs(1);
+    let started = Instant::now();
+    let tx = writer.transaction().await.unwrap();
+    let result = tokio::time::timeout(DEADLINE, sql::fence(&tx, "ledger", epoch(3), deadline))
+        .await
+        .expect("the fence still waited on the row long after its deadline");
+    let took = started.elapsed();
+    let err = result.expect_err("the fence was raised past a row held by another transaction");
+    assert!(
+        matches!(err, SqlFenceError::Deadline { after, .. } if after == deadline),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no answer within 1s"), "{err}");
+    assert!(
+        took >= deadline && took < deadline + Duration::from_millis(500),
+        "ended {took:?} after it started, for a deadline of {deadline:?}"
+    );
+    drop(tx);
+    held.rollback().await.unwrap();
+    assert_eq!(
+        fence_value(&holder).await,
+        1,
+        "a fence raised without a commit"
     );
 }
