@@ -3,4 +3,5 @@
 pub mod events;
 pub mod lease;
 pub mod pods;
+pub mod routing;
 pub mod status;

@@ -15,7 +15,8 @@ use crate::actions;
 use crate::crd::LeaderGroup;
 use crate::error::Result;
 
-/// On deletion of the group: removes its marks from the pods, deletes its Lease, then lets go.
+/// On deletion of the group: removes its marks from the pods, deletes its Lease and its Service
+/// and EndpointSlice, then lets go.
 pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Action> {
     let name = group.name_any();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -33,8 +34,9 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     {
         actions::lease::delete(&leases_api, &lease).await?;
     }
+    super::routes::delete_owned(ctx, ns, &group).await?;
     ctx.lease_sightings
         .forget(&ObjectRef::from_obj(group.as_ref()));
-    info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
+    info!(group = %name, "group deleted: marks removed from its pods, Lease, Service and EndpointSlice deleted");
     Ok(Action::await_change())
 }

@@ -114,6 +114,7 @@ fn group() -> LeaderGroup {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            service: None,
         },
     );
     g.metadata.namespace = Some("ns".into());
