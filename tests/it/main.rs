@@ -25,6 +25,7 @@ mod overlap;
 mod refusals;
 mod restarts;
 mod rollout;
+mod service;
 mod stalled_watch;
 mod stray;
 mod validation;
