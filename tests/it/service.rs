@@ -17,14 +17,7 @@ use leadergroup_operator::routing::{MANAGED_BY, MANAGED_BY_LABEL, ROUTING, SERVI
 use leadergroup_testenv::{control_plane, wait_for_object};
 use serde_json::json;
 
-use crate::common::{CONVERGE, Operator, World, group};
-
-/// A group selecting `app=<app>` with `spec.service` set to `service`.
-fn with_service(name: &str, app: &str, service: serde_json::Value) -> LeaderGroup {
-    let mut g = group(name, app);
-    g.spec.service = Some(serde_json::from_value(service).unwrap());
-    g
-}
+use crate::common::{CONVERGE, Operator, World, with_service};
 
 /// Pods with a container port `http` (8080) and `metrics` (9090).
 fn ports() -> Vec<ContainerPort> {
@@ -59,7 +52,7 @@ fn pod_ip(pod: &Pod) -> String {
 }
 
 /// Waits until the slice `name` lists exactly `pod` (None: no endpoint).
-async fn wait_slice_lists(w: &World, name: &str, pod: Option<&str>) -> EndpointSlice {
+pub async fn wait_slice_lists(w: &World, name: &str, pod: Option<&str>) -> EndpointSlice {
     let slices: Api<EndpointSlice> = w.ns.api();
     let want = match pod {
         Some(p) => vec![(p.to_string(), pod_ip(&w.pods.get(p).await.unwrap()))],
@@ -201,6 +194,32 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
         .await;
     let message = &status.condition(ROUTING).unwrap().message;
     assert!(message.contains(&eps.leader), "{message}");
+
+    // Settled, the renewals (every second at a 3 s Lease) rewrite neither object: what the
+    // operator compares matches what the API server keeps.
+    let fast = json!({"spec": {"leaseDurationSeconds": 3}});
+    for g in ["lbl", "eps"] {
+        w.groups
+            .patch(g, &PatchParams::default(), &Patch::Merge(&fast))
+            .await
+            .unwrap();
+    }
+    let versions = || async {
+        let slices: Api<EndpointSlice> = w.ns.api();
+        [
+            services.get("lbl-leader").await.unwrap().resource_version(),
+            services.get("eps-front").await.unwrap().resource_version(),
+            slices.get("eps-front").await.unwrap().resource_version(),
+        ]
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let before = versions().await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(
+        versions().await,
+        before,
+        "a settled group's Service or slice was written again"
+    );
 }
 
 #[tokio::test]
