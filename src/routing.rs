@@ -421,9 +421,10 @@ fn selector(spec: &ServiceSpec) -> BTreeMap<String, String> {
     spec.selector.clone().unwrap_or_default()
 }
 
-fn service_ports(
-    spec: &ServiceSpec,
-) -> Vec<(Option<String>, i32, Option<IntOrString>, Option<String>)> {
+/// What of a Service port routes: name, port, targetPort, protocol.
+type PortKey = (Option<String>, i32, Option<IntOrString>, Option<String>);
+
+fn service_ports(spec: &ServiceSpec) -> Vec<PortKey> {
     spec.ports
         .iter()
         .flatten()
@@ -438,20 +439,25 @@ fn service_ports(
         .collect()
 }
 
+/// Whether `current` carries every owner reference of `desired` (the group's).
+pub fn same_owner(current: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    let owners = current.owner_references.as_deref().unwrap_or_default();
+    desired
+        .owner_references
+        .iter()
+        .flatten()
+        .all(|o| owners.iter().any(|c| c.uid == o.uid))
+}
+
 /// Whether `current` carries `desired`'s labels and owner references.
 fn carries(current: &ObjectMeta, desired: &ObjectMeta) -> bool {
     let labels = current.labels.clone().unwrap_or_default();
-    let owners = current.owner_references.clone().unwrap_or_default();
     desired
         .labels
         .iter()
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v))
-        && desired
-            .owner_references
-            .iter()
-            .flatten()
-            .all(|o| owners.iter().any(|c| c.uid == o.uid))
+        && same_owner(current, desired)
 }
 
 /// `current`'s metadata with `desired`'s labels and owner references added.

@@ -31,9 +31,9 @@ OPERATOR_RULES = {
     *(("coordination.k8s.io", "leases", v)
       for v in ["get", "list", "watch", "create", "update", "patch", "delete"]),
     *((g, "events", v) for g in ["", "events.k8s.io"] for v in ["create", "patch"]),
-    # The leader's Service (spec.service): watched, written whole, no patch, never read one by one.
-    *(("", "services", v) for v in ["list", "watch", "create", "update", "delete"]),
-    # Its EndpointSlice: read afresh after a 409.
+    # The leader's Service (spec.service) and its EndpointSlice: watched, written whole (no
+    # patch), read afresh after a 409.
+    *(("", "services", v) for v in ["get", "list", "watch", "create", "update", "delete"]),
     *(("discovery.k8s.io", "endpointslices", v)
       for v in ["get", "list", "watch", "create", "update", "delete"]),
 }

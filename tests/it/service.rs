@@ -31,8 +31,10 @@ fn ports() -> Vec<ContainerPort> {
         .collect()
 }
 
-/// The slice's endpoints as (pod name, address), in order.
-fn endpoints(slice: &EndpointSlice) -> Vec<(String, String)> {
+/// A slice's endpoints as (pod name, address), in order.
+type Endpoints = Vec<(String, String)>;
+
+fn endpoints(slice: &EndpointSlice) -> Endpoints {
     slice
         .endpoints
         .iter()
@@ -229,7 +231,7 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     let names = w.ordered_ready_pods("app", 3, "app").await;
     let slices: Api<EndpointSlice> = w.ns.api();
     // Every state of the slice the API server sends, from before its creation.
-    let seen: Arc<Mutex<Vec<Vec<(String, String)>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Endpoints>>> = Arc::default();
     let watching = {
         let seen = seen.clone();
         let stream = watcher(slices.clone(), watcher::Config::default()).applied_objects();

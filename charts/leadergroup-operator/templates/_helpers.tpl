@@ -109,7 +109,7 @@ never grant different things.
   verbs: ["create", "patch"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "watch", "create", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["get", "list", "watch", "create", "update", "delete"]
