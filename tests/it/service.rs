@@ -72,6 +72,50 @@ pub async fn wait_slice_lists(w: &World, name: &str, pod: Option<&str>) -> Endpo
     .unwrap()
 }
 
+/// Waits until `name` exists (`present`) or is gone; returns it when it exists.
+async fn wait_present<K>(api: &Api<K>, name: &str, what: &str, present: bool) -> Option<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    wait_for_object(api, name, what, CONVERGE, |o: Option<&K>| {
+        o.is_some() == present
+    })
+    .await
+    .unwrap()
+}
+
+/// Creates the group `name` selecting `app=<app>` with `spec.service` set to `service`.
+async fn create_with_service(
+    w: &World,
+    name: &str,
+    app: &str,
+    service: serde_json::Value,
+) -> LeaderGroup {
+    w.groups
+        .create(&PostParams::default(), &with_service(name, app, service))
+        .await
+        .unwrap()
+}
+
+/// Merge-patches the group `g`'s spec.
+async fn patch_spec(w: &World, g: &str, spec: serde_json::Value) {
+    w.groups
+        .patch(
+            g,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
 fn owned_by_group(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     g: &LeaderGroup,
@@ -89,48 +133,30 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
     w.ordered_ready_pods("lbl", 2, "lbl").await;
     w.ordered_ready_pods("eps", 2, "eps").await;
     let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
-    let pp = PostParams::default();
-    let label = w
-        .groups
-        .create(
-            &pp,
-            &with_service(
-                "lbl",
-                "lbl",
-                json!({"mode": "Label", "ports": [{"port": 80, "targetPort": "http"}]}),
-            ),
-        )
-        .await
-        .unwrap();
-    let slices = w
-        .groups
-        .create(
-            &pp,
-            &with_service(
-                "eps",
-                "eps",
-                json!({"mode": "EndpointSlice", "name": "eps-front", "ports": [
+    let label = create_with_service(
+        &w,
+        "lbl",
+        "lbl",
+        json!({"mode": "Label", "ports": [{"port": 80, "targetPort": "http"}]}),
+    )
+    .await;
+    let slices = create_with_service(
+        &w,
+        "eps",
+        "eps",
+        json!({"mode": "EndpointSlice", "name": "eps-front", "ports": [
                     {"name": "web", "port": 80, "targetPort": "http"},
                     {"name": "admin", "port": 9000, "targetPort": 9001}]}),
-            ),
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let lbl = w.wait_settled("lbl", "lbl elected", |_| true).await;
     let eps = w.wait_settled("eps", "eps elected", |_| true).await;
 
     let services: Api<Service> = w.ns.api();
     // Label mode: the group's labels and the leader label select; no slice of the operator's.
-    let svc = wait_for_object(
-        &services,
-        "lbl-leader",
-        "the Label-mode Service",
-        CONVERGE,
-        |s: Option<&Service>| s.is_some(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let svc = wait_present(&services, "lbl-leader", "the Label-mode Service", true)
+        .await
+        .unwrap();
     assert!(owned_by_group(&svc.metadata, &label));
     let spec = svc.spec.unwrap();
     let selector = spec.selector.unwrap();
@@ -151,15 +177,13 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
     );
 
     // EndpointSlice mode: no selector; the slice lists the leader alone, the named port resolved.
-    let svc = wait_for_object(
+    let svc = wait_present(
         &services,
         "eps-front",
         "the EndpointSlice-mode Service",
-        CONVERGE,
-        |s: Option<&Service>| s.is_some(),
+        true,
     )
     .await
-    .unwrap()
     .unwrap();
     assert!(owned_by_group(&svc.metadata, &slices));
     assert!(svc.spec.unwrap().selector.unwrap_or_default().is_empty());
@@ -199,12 +223,8 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
 
     // Settled, the renewals (every second at a 3 s Lease) rewrite neither object: what the
     // operator compares matches what the API server keeps.
-    let fast = json!({"spec": {"leaseDurationSeconds": 3}});
     for g in ["lbl", "eps"] {
-        w.groups
-            .patch(g, &PatchParams::default(), &Patch::Merge(&fast))
-            .await
-            .unwrap();
+        patch_spec(&w, g, json!({"leaseDurationSeconds": 3})).await;
     }
     let versions = || async {
         let slices: Api<EndpointSlice> = w.ns.api();
@@ -243,17 +263,13 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
         })
     };
     let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
-    w.groups
-        .create(
-            &PostParams::default(),
-            &with_service(
-                "g",
-                "app",
-                json!({"mode": "EndpointSlice", "ports": [{"port": 80, "targetPort": "http"}]}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_with_service(
+        &w,
+        "g",
+        "app",
+        json!({"mode": "EndpointSlice", "ports": [{"port": 80, "targetPort": "http"}]}),
+    )
+    .await;
     let first = w
         .wait_settled("g", "a leader at epoch 1", |s| s.epoch == 1)
         .await;
@@ -309,19 +325,15 @@ async fn an_unresolvable_named_port_leaves_no_endpoint_and_a_condition_naming_it
     w.kubelet = w.kubelet.clone().with_container_ports(ports());
     w.ordered_ready_pods("app", 2, "app").await;
     let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
-    w.groups
-        .create(
-            &PostParams::default(),
-            &with_service(
-                "g",
-                "app",
-                json!({"mode": "EndpointSlice", "ports": [
+    create_with_service(
+        &w,
+        "g",
+        "app",
+        json!({"mode": "EndpointSlice", "ports": [
                 {"name": "web", "port": 80, "targetPort": "http"},
                 {"name": "rpc", "port": 81, "targetPort": "grpc"}]}),
-            ),
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let settled = w.wait_settled("g", "elected", |_| true).await;
     let status = w
         .wait_status("g", "Routing False: PortUnresolved", |s| {
@@ -339,13 +351,14 @@ async fn an_unresolvable_named_port_leaves_no_endpoint_and_a_condition_naming_it
     wait_slice_lists(&w, "g-leader", None).await;
 
     // Fixed: the endpoint comes, the condition turns True.
-    let patch = json!({"spec": {"service": {"mode": "EndpointSlice", "ports": [
+    patch_spec(
+        &w,
+        "g",
+        json!({"service": {"mode": "EndpointSlice", "ports": [
         {"name": "web", "port": 80, "targetPort": "http"},
-        {"name": "rpc", "port": 81, "targetPort": "metrics"}]}}});
-    w.groups
-        .patch("g", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+        {"name": "rpc", "port": 81, "targetPort": "metrics"}]}}),
+    )
+    .await;
     wait_slice_lists(&w, "g-leader", Some(&settled.leader)).await;
     w.wait_status("g", "Routing True", |s| {
         s.condition(ROUTING).is_some_and(|c| c.status == "True")
@@ -360,53 +373,21 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
     let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
     let services: Api<Service> = w.ns.api();
     let slices: Api<EndpointSlice> = w.ns.api();
-    w.groups
-        .create(
-            &PostParams::default(),
-            &with_service(
-                "g",
-                "app",
-                json!({"mode": "EndpointSlice", "ports": [{"port": 80}]}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_with_service(
+        &w,
+        "g",
+        "app",
+        json!({"mode": "EndpointSlice", "ports": [{"port": 80}]}),
+    )
+    .await;
     let settled = w.wait_settled("g", "elected", |_| true).await;
     wait_slice_lists(&w, "g-leader", Some(&settled.leader)).await;
-    wait_for_object(
-        &services,
-        "g-leader",
-        "the Service",
-        CONVERGE,
-        |s: Option<&Service>| s.is_some(),
-    )
-    .await
-    .unwrap();
+    wait_present(&services, "g-leader", "the Service", true).await;
 
     // spec.service removed: both go, and the condition with them; the leader keeps its label.
-    let patch = json!({"spec": {"service": null}});
-    w.groups
-        .patch("g", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for_object(
-        &services,
-        "g-leader",
-        "the Service gone",
-        CONVERGE,
-        |s: Option<&Service>| s.is_none(),
-    )
-    .await
-    .unwrap();
-    wait_for_object(
-        &slices,
-        "g-leader",
-        "the slice gone",
-        CONVERGE,
-        |s: Option<&EndpointSlice>| s.is_none(),
-    )
-    .await
-    .unwrap();
+    patch_spec(&w, "g", json!({"service": null})).await;
+    wait_present(&services, "g-leader", "the Service gone", false).await;
+    wait_present(&slices, "g-leader", "the slice gone", false).await;
     w.wait_status("g", "no Routing condition", |s| {
         s.condition(ROUTING).is_none()
     })
@@ -417,40 +398,23 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
     .await;
 
     // Back in Label mode, then the group deleted: its finalizer takes the Service with it.
-    let patch = json!({"spec": {"service": {"mode": "Label", "ports": [{"port": 80}]}}});
-    w.groups
-        .patch("g", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for_object(
-        &services,
-        "g-leader",
-        "the Service again",
-        CONVERGE,
-        |s: Option<&Service>| s.is_some(),
+    patch_spec(
+        &w,
+        "g",
+        json!({"service": {"mode": "Label", "ports": [{"port": 80}]}}),
     )
-    .await
-    .unwrap();
+    .await;
+    wait_present(&services, "g-leader", "the Service again", true).await;
     w.groups
         .delete("g", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for_object(
-        &w.groups,
-        "g",
-        "the group gone",
-        CONVERGE,
-        |g: Option<&LeaderGroup>| g.is_none(),
-    )
-    .await
-    .unwrap();
-    wait_for_object(
+    wait_present(&w.groups, "g", "the group gone", false).await;
+    wait_present(
         &services,
         "g-leader",
         "the Service gone with the group",
-        CONVERGE,
-        |s: Option<&Service>| s.is_none(),
+        false,
     )
-    .await
-    .unwrap();
+    .await;
 }
