@@ -201,12 +201,16 @@ async fn act(
             // going away produces no event: look again, once per Lease duration.
             let again =
                 Duration::from_secs(u64::from(group.spec.lease_duration_seconds.unsigned_abs()));
+            // Nobody leads: the group's EndpointSlice lists nobody either.
+            let routes = RoutePlan::new(ctx, ns, group, &status, &seen.pods);
+            let status = routes.status(&status).unwrap_or(status);
             refuse(ctx, ns, group, status, "LeaseNotOwned").await?;
             let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             for pod in &demote {
                 warn!(%pod, "demoting the leader of a group refused for a Lease it does not own");
                 actions::pods::mark_follower(&pods_api, pod, &group.name_any()).await?;
             }
+            routes.tidy(routes.known_slice()).await?;
             Ok(Action::requeue(again))
         }
         Decision::InvalidSelector { status, .. } => {

@@ -418,3 +418,40 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
     )
     .await;
 }
+
+/// A group refused for a Lease it does not own demotes its leader: its slice lists nobody either,
+/// and the `Routing` condition says so.
+#[tokio::test]
+async fn a_group_refused_for_a_foreign_lease_routes_to_nobody() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use leadergroup_operator::crd::lease_name_for;
+    let w = World::new("svc-refused").await;
+    w.ordered_ready_pods("app", 1, "app").await;
+    let mut op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    create_with_service(
+        &w,
+        "pay",
+        "app",
+        json!({"mode": "EndpointSlice", "ports": [{"port": 80}]}),
+    )
+    .await;
+    let settled = w.wait_settled("pay", "elected", |_| true).await;
+    wait_slice_lists(&w, "pay-leader", Some(&settled.leader)).await;
+    assert!(op.terminate().await, "{}", op.logs());
+    let leases: Api<Lease> = w.ns.api();
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    leases
+        .create(&PostParams::default(), &crate::lease::foreign_lease())
+        .await
+        .unwrap();
+
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-2", &[]).await;
+    wait_slice_lists(&w, "pay-leader", None).await;
+    w.wait_status("pay", "Routing NoLeader", |s| {
+        s.condition(ROUTING).is_some_and(|c| c.reason == "NoLeader")
+    })
+    .await;
+}
