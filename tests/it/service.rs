@@ -251,14 +251,18 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     let names = w.ordered_ready_pods("app", 3, "app").await;
     let slices: Api<EndpointSlice> = w.ns.api();
     // Every state of the slice the API server sends, from before its creation.
+    // With when the watch delivered each, to report how long the slice stays empty in between.
     let seen: Arc<Mutex<Vec<Endpoints>>> = Arc::default();
+    let seen_at: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
     let watching = {
         let seen = seen.clone();
+        let seen_at = seen_at.clone();
         let stream = watcher(slices.clone(), watcher::Config::default()).applied_objects();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(Ok(slice)) = stream.next().await {
                 seen.lock().unwrap().push(endpoints(&slice));
+                seen_at.lock().unwrap().push(std::time::Instant::now());
             }
         })
     };
@@ -276,6 +280,7 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     assert_eq!(first.leader, names[0]);
     wait_slice_lists(&w, "g-leader", Some(&names[0])).await;
     // A deletion, then a leader turning NotReady.
+    let deleted = std::time::Instant::now();
     w.kubelet.delete_now(&names[0]).await.unwrap();
     let second = w
         .wait_settled("g", "handover at epoch 2", |s| s.epoch == 2)
@@ -309,6 +314,26 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
         }
     }
     assert_eq!(order, [names[0].as_str(), &names[1], &names[2]], "{seen:?}");
+    let seen_at = seen_at.lock().unwrap().clone();
+    let listed = |pod: &str| {
+        let i = seen
+            .iter()
+            .position(|s| s.first().is_some_and(|(p, _)| p == pod))?;
+        Some(seen_at[i])
+    };
+    let emptied = seen
+        .iter()
+        .zip(&seen_at)
+        .find(|(s, at)| s.is_empty() && **at > deleted)
+        .map(|(_, at)| *at);
+    if let (Some(emptied), Some(next)) = (emptied, listed(&names[1])) {
+        eprintln!(
+            "deletion -> old endpoint out {:?}, -> new endpoint in {:?} (empty for {:?})",
+            emptied - deleted,
+            next - deleted,
+            next - emptied
+        );
+    }
     for window in seen.windows(2) {
         if let ([(a, _)], [(b, _)]) = (window[0].as_slice(), window[1].as_slice()) {
             assert_eq!(
