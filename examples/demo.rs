@@ -94,6 +94,7 @@ async fn main() {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            service: None,
         },
     );
     groups.create(&PostParams::default(), &group).await.unwrap();

@@ -9,6 +9,7 @@ mod cleanup;
 mod converge;
 mod lease_triggers;
 mod refused;
+mod routes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -48,6 +50,10 @@ pub struct Caches {
     pub pods: Store<Pod>,
     /// The groups' Leases (those labeled with a group).
     pub leases: Store<Lease>,
+    /// The groups' Services (those labeled with a group).
+    pub services: Store<Service>,
+    /// The EndpointSlices this operator writes (labeled as managed by it).
+    pub slices: Store<EndpointSlice>,
 }
 
 impl Caches {
@@ -71,6 +77,8 @@ impl Caches {
         listed(&self.groups).await;
         listed(&self.pods).await;
         listed(&self.leases).await;
+        listed(&self.services).await;
+        listed(&self.slices).await;
     }
 
     /// Sends `true` on `synced` once every watch has delivered its first list.
@@ -197,12 +205,16 @@ pub async fn run(
     let (groups, groups_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
+    let (services, services_writer) = reflector::store();
+    let (slices, slices_writer) = reflector::store();
     let pod_index = PodIndex::default();
     let group_index = GroupIndex::default();
     let caches = Caches {
         groups,
         pods,
         leases,
+        services,
+        slices,
     };
 
     let group_stream = {
@@ -228,6 +240,22 @@ pub async fn run(
         move |event| futures::future::ready(triggers.wants(event))
     })
     .touched_objects();
+    // The groups' own Services and slices: a change of one (a user's edit or deletion) brings the
+    // group back to what its spec asks.
+    let service_stream = owned_stream(
+        settings.api::<Service>(&client),
+        watch_config().labels(LEASE_GROUP_LABEL),
+        services_writer,
+    );
+    let slice_stream = owned_stream(
+        settings.api::<EndpointSlice>(&client),
+        watch_config().labels(&format!(
+            "{}={}",
+            crate::routing::MANAGED_BY_LABEL,
+            crate::routing::MANAGED_BY
+        )),
+        slices_writer,
+    );
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -260,6 +288,8 @@ pub async fn run(
         // backoff: capped like the watches', or a restart of the API server stops every handover.
         .trigger_backoff(watch_backoff())
         .owns_stream(lease_stream)
+        .owns_stream(service_stream)
+        .owns_stream(slice_stream)
         .watches_stream(pod_stream, move |pod: Pod| {
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             let groups = groups_of_pod(&mapper_ctx.groups_in(ns), &pod);
@@ -323,6 +353,23 @@ fn pod_stream(
         .backoff(watch_backoff())
         .reflect(writer)
         .inspect_ok(move |event| index.apply(event))
+        .touched_objects()
+}
+
+/// The watch of objects the groups own, beyond their Leases, reflected into `writer`'s store.
+fn owned_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    watcher(api, config)
+        .modify(|o| o.meta_mut().managed_fields = None)
+        .backoff(watch_backoff())
+        .reflect(writer)
         .touched_objects()
 }
 

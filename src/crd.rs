@@ -40,6 +40,7 @@ const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0
     namespaced,
     status = "LeaderGroupStatus",
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is the value of the label leadergroup.io/group on the group's Lease"),
+    validation = Rule::new("!has(self.spec.service) || has(self.spec.service.name) || size(self.metadata.name) <= 56").message("metadata.name must be at most 56 characters when spec.service.name is not set: the Service is named <metadata.name>-leader, at most 63 characters"),
     doc = "A group of pods of which exactly one Ready pod leads, fenced by a monotonic epoch.",
     printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader", description = "The pod that leads"),
     printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch", description = "Fencing token of the current leader"),
@@ -50,6 +51,7 @@ const LABEL_KEY_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.lastTransitionReason", priority = "1", description = "Why leadership last changed")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(LABEL_MODE_RULE).message(LABEL_MODE_MESSAGE))]
 pub struct LeaderGroupSpec {
     /// Selects the candidate pods in the group's namespace. Required and not empty: an empty
     /// selector would make every pod of the namespace a candidate.
@@ -84,6 +86,133 @@ pub struct LeaderGroupSpec {
     /// its pod) keeps leading under Readiness rules and the `Heartbeat` condition says so.
     #[serde(default)]
     pub liveness: Liveness,
+
+    /// A Service the operator creates and owns, through which clients reach the leader and only
+    /// the leader. Absent: no Service (the leader label is written in any case, for a Service of
+    /// one's own). Removing it removes the Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<LeaderService>,
+}
+
+/// A Service selects by equality on labels only: in `Label` mode the group's selector must be
+/// `matchLabels`, or the Service would also select the leaders of other groups.
+const LABEL_MODE_RULE: &str = "!has(self.service) || self.service.mode != 'Label' || !has(self.selector.matchExpressions) || size(self.selector.matchExpressions) == 0";
+const LABEL_MODE_MESSAGE: &str = "spec.service.mode Label needs a spec.selector of matchLabels only: a Service cannot select by matchExpressions (use mode EndpointSlice)";
+
+/// The leader's Service (`spec.service`): a ClusterIP Service named `name` with `ports`.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("size(self.ports) <= 1 || self.ports.all(p, has(p.name))").message("spec.service.ports: every port needs a name when there are several"))]
+#[x_kube(validation = Rule::new("self.ports.all(p, !has(p.name) || self.ports.exists_one(q, has(q.name) && q.name == p.name))").message("spec.service.ports: port names must be unique"))]
+#[x_kube(validation = Rule::new("self.ports.all(p, self.ports.exists_one(q, q.port == p.port && q.protocol == p.protocol))").message("spec.service.ports: a port number may appear once per protocol"))]
+pub struct LeaderService {
+    /// How the Service reaches the leader. `Label`: its selector is the group's `matchLabels`
+    /// and `leadergroup.io/role=leader`, and Kubernetes' EndpointSlice controller follows the
+    /// label. `EndpointSlice`: the Service has no selector, and the operator writes its one
+    /// EndpointSlice itself with exactly the leader's address, in the order of the handover:
+    /// the old leader's endpoint goes before the new leader is promoted, the new one once it is.
+    pub mode: RoutingMode,
+
+    /// Name of the Service, and of its EndpointSlice in `EndpointSlice` mode. Default:
+    /// `<group>-leader`. A Service of that name that the group does not own is left alone (the
+    /// `Routing` condition says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_1035_LABEL))]
+    pub name: Option<String>,
+
+    /// The Service's ports, as in a Service: `targetPort` a number or the name of a container
+    /// port of the leader pod (resolved from the pod; one that resolves to nothing leaves the
+    /// Service without endpoint and the `Routing` condition names it).
+    #[schemars(length(min = 1, max = 16))]
+    pub ports: Vec<LeaderServicePort>,
+}
+
+/// A DNS-1035 label: what a Service's name, and its ports' names, must be.
+const DNS_1035_LABEL: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
+
+/// How the leader's Service reaches the leader (`spec.service.mode`).
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoutingMode {
+    /// A selector on the leader label; Kubernetes maintains the endpoints.
+    Label,
+    /// No selector; the operator writes the one EndpointSlice, with the leader alone.
+    EndpointSlice,
+}
+
+/// One port of the leader's Service, as a Service's port.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.targetPort) || type(self.targetPort) != int || (self.targetPort >= 1 && self.targetPort <= 65535)").message("spec.service.ports[].targetPort as a number must be from 1 to 65535"))]
+#[x_kube(validation = Rule::new(TARGET_PORT_NAME_RULE).message("spec.service.ports[].targetPort as a name must be a container port's name, at most 15 characters"))]
+pub struct LeaderServicePort {
+    /// The port's name; required when there are several ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_1035_LABEL))]
+    pub name: Option<String>,
+    /// The port the Service listens on.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The leader's port: a number, or the name of one of its containers' ports. Default: `port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<TargetPort>,
+    /// `TCP` (the default), `UDP` or `SCTP`.
+    #[serde(default)]
+    pub protocol: PortProtocol,
+}
+
+/// Only the length: a regular expression on a string of unbounded length exceeds the API
+/// server's cost budget for CEL rules, and a malformed name matches no container port anyway
+/// (the `Routing` condition names it).
+const TARGET_PORT_NAME_RULE: &str =
+    "!has(self.targetPort) || type(self.targetPort) != string || size(self.targetPort) <= 15";
+
+/// A Service port's protocol.
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum PortProtocol {
+    /// TCP.
+    #[default]
+    TCP,
+    /// UDP.
+    UDP,
+    /// SCTP.
+    SCTP,
+}
+
+impl PortProtocol {
+    /// The name on the wire, as Services and EndpointSlices spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PortProtocol::TCP => "TCP",
+            PortProtocol::UDP => "UDP",
+            PortProtocol::SCTP => "SCTP",
+        }
+    }
+}
+
+/// A port by number or by a container port's name (`x-kubernetes-int-or-string`, as a Service's
+/// `targetPort`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum TargetPort {
+    /// A port number.
+    Number(i32),
+    /// The name of a container port.
+    Name(String),
+}
+
+impl JsonSchema for TargetPort {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TargetPort".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"x-kubernetes-int-or-string": true})
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
 }
 
 /// How a dead leader is noticed (`spec.liveness`).
@@ -338,6 +467,7 @@ mod tests {
             preferred_leader: None,
             paused: false,
             liveness: Liveness::Readiness,
+            service: None,
         };
         let mut group = LeaderGroup::new("pay", spec);
         group.metadata.uid = Some("uid-pay".into());

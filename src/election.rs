@@ -28,7 +28,7 @@ use self::heartbeat::Heartbeat;
 use self::marking::Marking;
 use self::records::Records;
 use self::refusal::refusal;
-pub use self::status::{api_accepted, api_refused};
+pub use self::status::{api_accepted, api_refused, set_condition};
 use self::token::Token;
 pub use self::transition::{Reason, Transition};
 pub use self::writes::{Barrier, PodWrites};

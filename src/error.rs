@@ -122,11 +122,21 @@ pub enum ConflictOn {
     Status,
     /// A pod whose marks were being removed.
     Pod,
+    /// The group's Service (created meanwhile, or changed since it was read).
+    Service,
+    /// The group's EndpointSlice, changed since it was read, twice in a row.
+    EndpointSlice,
 }
 
 impl ConflictOn {
     /// Every object, so that the conflict metric's series exist before the first conflict.
-    pub const ALL: [ConflictOn; 3] = [ConflictOn::Lease, ConflictOn::Status, ConflictOn::Pod];
+    pub const ALL: [ConflictOn; 5] = [
+        ConflictOn::Lease,
+        ConflictOn::Status,
+        ConflictOn::Pod,
+        ConflictOn::Service,
+        ConflictOn::EndpointSlice,
+    ];
 
     /// The name in messages and the `object` label of the conflict metric.
     pub const fn as_str(self) -> &'static str {
@@ -134,6 +144,8 @@ impl ConflictOn {
             ConflictOn::Lease => "Lease",
             ConflictOn::Status => "LeaderGroup status",
             ConflictOn::Pod => "Pod",
+            ConflictOn::Service => "Service",
+            ConflictOn::EndpointSlice => "EndpointSlice",
         }
     }
 }

@@ -16,5 +16,6 @@ pub mod marks;
 pub mod metrics;
 pub mod pod_index;
 pub mod retry;
+pub mod routing;
 
 pub use error::{ReconcileError, Result, StartupError};

@@ -10,18 +10,32 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use kube::runtime::watcher;
 
 use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, SelectorOperator};
 use crate::marks;
 
-/// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec,
-/// managedFields, owner references, every annotation but ours (a last-applied-configuration
-/// alone can be kilobytes) and the status but for its phase and Ready condition. Thousands of
-/// pods are held in memory, most of them of no group at all.
+/// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec but
+/// for its node and its containers' names and ports (what the leader's EndpointSlice is made
+/// of), managedFields, owner references, every annotation but ours (a last-applied-configuration
+/// alone can be kilobytes) and the status but for its phase, Ready condition and addresses.
+/// Thousands of pods are held in memory, most of them of no group at all.
 pub fn trim_pod(pod: &mut Pod) {
-    pod.spec = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        containers: spec
+            .containers
+            .into_iter()
+            .filter(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
+            .map(|c| Container {
+                name: c.name,
+                ports: c.ports,
+                ..Container::default()
+            })
+            .collect(),
+        ..PodSpec::default()
+    });
     let meta = &mut pod.metadata;
     meta.managed_fields = None;
     meta.owner_references = None;
@@ -35,6 +49,8 @@ pub fn trim_pod(pod: &mut Pod) {
             conditions: status
                 .conditions
                 .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            pod_ip: status.pod_ip,
+            pod_ips: status.pod_ips,
             ..PodStatus::default()
         });
     }

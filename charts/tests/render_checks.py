@@ -31,6 +31,11 @@ OPERATOR_RULES = {
     *(("coordination.k8s.io", "leases", v)
       for v in ["get", "list", "watch", "create", "update", "patch", "delete"]),
     *((g, "events", v) for g in ["", "events.k8s.io"] for v in ["create", "patch"]),
+    # The leader's Service (spec.service) and its EndpointSlice: watched, written whole (no
+    # patch), read afresh after a 409.
+    *(("", "services", v) for v in ["get", "list", "watch", "create", "update", "delete"]),
+    *(("discovery.k8s.io", "endpointslices", v)
+      for v in ["get", "list", "watch", "create", "update", "delete"]),
 }
 
 errors = []

@@ -93,6 +93,7 @@ pub fn group(obj: &GroupObj, pods: usize) -> Result<LeaderGroup, ModelError> {
             preferred_leader: obj.spec.preferred.map(pod_name),
             paused: obj.spec.paused,
             liveness: Default::default(),
+            service: None,
         },
     );
     g.metadata.namespace = Some(NAMESPACE.into());

@@ -4,4 +4,5 @@ pub mod batch;
 pub mod events;
 pub mod lease;
 pub mod pods;
+pub mod routing;
 pub mod status;

@@ -16,8 +16,9 @@ use crate::actions;
 use crate::crd::LeaderGroup;
 use crate::error::Result;
 
-/// On deletion of the group: removes its marks from the pods, leaves its Lease released, then
-/// lets go.
+/// On deletion of the group: removes its marks from the pods, leaves its Lease released (its
+/// epoch kept for a group created again under the name), deletes its Service and EndpointSlice,
+/// then lets go.
 pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Result<Action> {
     let name = group.name_any();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -35,8 +36,9 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     {
         actions::lease::leave(&leases_api, &lease).await?;
     }
+    super::routes::delete_owned(ctx, ns, &group).await?;
     ctx.lease_sightings
         .forget(&ObjectRef::from_obj(group.as_ref()));
-    info!(group = %name, "group deleted: marks removed from its pods, Lease released with its epoch");
+    info!(group = %name, "group deleted: marks removed from its pods, Lease released with its epoch, Service and EndpointSlice deleted");
     Ok(Action::await_change())
 }

@@ -27,6 +27,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::Context;
+use super::routes::RoutePlan;
 use crate::actions;
 use crate::actions::batch::settle_all;
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
@@ -200,12 +201,16 @@ async fn act(
             // going away produces no event: look again, once per Lease duration.
             let again =
                 Duration::from_secs(u64::from(group.spec.lease_duration_seconds.unsigned_abs()));
+            // Nobody leads: the group's EndpointSlice lists nobody either.
+            let routes = RoutePlan::new(ctx, ns, group, &status, &seen.pods);
+            let status = routes.status(&status).unwrap_or(status);
             refuse(ctx, ns, group, status, "LeaseNotOwned").await?;
             let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             for pod in &demote {
                 warn!(%pod, "demoting the leader of a group refused for a Lease it does not own");
                 actions::pods::mark_follower(&pods_api, pod, &group.name_any()).await?;
             }
+            routes.tidy(routes.known_slice()).await?;
             Ok(Action::requeue(again))
         }
         Decision::InvalidSelector { status, .. } => {
@@ -223,7 +228,15 @@ async fn act(
                 .await
                 .map(|()| Action::await_change())
         }
-        Decision::Act(plan) => execute(ctx, ns, group, seen.lease.as_ref(), *plan, clock).await,
+        Decision::Act(mut plan) => {
+            let current = group.status.clone().unwrap_or_default();
+            let next = plan.status.as_ref().unwrap_or(&current);
+            let routes = RoutePlan::new(ctx, ns, group, next, &seen.pods);
+            if let Some(status) = routes.status(next) {
+                plan.status = Some(status);
+            }
+            execute(ctx, ns, group, seen.lease.as_ref(), *plan, &routes, clock).await
+        }
     }
 }
 
@@ -258,7 +271,8 @@ async fn refuse(
 }
 
 /// Runs the plan's steps in protocol order. `lease` is the Lease as observed: the commit's
-/// precondition.
+/// precondition. The leader's EndpointSlice loses the old leader's endpoint in step 3 and gains
+/// the new leader's once its promotion has landed, so that it never lists two pods.
 ///
 /// Steps 2 to 4 (record; demote and release; barrier and check) do not depend on one another, so
 /// they go out together once the commit landed, and the promotion waits for all three: the
@@ -273,6 +287,7 @@ async fn execute(
     group: &LeaderGroup,
     lease: Option<&Lease>,
     plan: Plan,
+    routes: &RoutePlan,
     clock: Instant,
 ) -> Result<Action> {
     let group_ref = ObjectRef::from_obj(group);
@@ -292,12 +307,14 @@ async fn execute(
     // 2, 3 and 4 together. Each runs to its end even when another fails: a request dropped in
     // flight could still land after the decision taken afresh (a late demotion of a pod promoted
     // again).
-    let (recorded, demoted, checked) = futures::join!(
+    let (recorded, demoted, checked, cleared) = futures::join!(
         steps.record(plan.status.as_ref()),
         steps.demote(&writes),
         steps.bar_and_check(&writes),
+        routes.clear(),
     );
     (times.record, times.demote) = (recorded?, demoted?);
+    let mut slice = cleared?;
     if let (Some(promotion), Some(check)) = (&writes.promote, checked?) {
         (times.barrier, times.check) = (check.barred_at, check.checked_at);
         steps.demote_strays(&check, &writes).await?;
@@ -314,6 +331,7 @@ async fn execute(
         // 5. Promote.
         steps.promote(promotion, &version).await?;
         times.promote = steps.elapsed();
+        slice = routes.route(slice).await?;
         if writes.raises_barrier {
             ctx.barriers.insert(group_ref);
         }
@@ -323,6 +341,7 @@ async fn execute(
         tell(ctx, group, t, clock, &times).await;
     }
     steps.tidy(&writes).await?;
+    routes.tidy(slice).await?;
     Ok(Action::requeue(plan.requeue_after))
 }
 

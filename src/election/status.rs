@@ -243,7 +243,7 @@ fn truth(value: bool) -> &'static str {
 }
 
 /// Sets a condition, keeping its lastTransitionTime when its status does not change.
-fn set_condition(
+pub fn set_condition(
     s: &mut LeaderGroupStatus,
     type_: &str,
     status: &str,

@@ -114,6 +114,7 @@ fn group() -> LeaderGroup {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            service: None,
         },
     );
     g.metadata.namespace = Some("ns".into());
@@ -1033,6 +1034,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
                 f.pod.metadata.owner_references = Some(vec![OwnerReference::default()]);
                 if let Some(s) = f.pod.status.as_mut() {
                     s.pod_ip = Some("10.0.0.1".into());
+                    s.host_ip = Some("10.0.1.1".into());
                     s.conditions
                         .get_or_insert_with(Vec::new)
                         .push(PodCondition {
@@ -1065,7 +1067,9 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
                 m.annotations
             );
             let status = f.pod.status.as_ref().expect("status kept");
-            assert_eq!(status.pod_ip, None, "{case}");
+            assert_eq!(status.host_ip, None, "{case}");
+            // The address stays: the leader's EndpointSlice is made of it.
+            assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"), "{case}");
             assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1), "{case}");
         }
         assert_eq!(

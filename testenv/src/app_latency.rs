@@ -376,6 +376,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, MeasureError> {
         preferred_leader: None,
         paused: false,
         liveness: Default::default(),
+        service: None,
     };
     ns.api::<LeaderGroup>()
         .create(&PostParams::default(), &LeaderGroup::new(GROUP, spec))

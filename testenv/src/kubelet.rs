@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+        Container, ContainerPort, ContainerState, ContainerStateRunning, ContainerStateTerminated,
         ContainerStatus, Node, NodeCondition, NodeStatus, Pod, PodCondition, PodIP, PodSpec,
         PodStatus,
     },
@@ -45,6 +45,7 @@ pub struct Kubelet {
     nodes: Api<Node>,
     namespace: String,
     termination_grace_period: Option<i64>,
+    container_ports: Option<Vec<ContainerPort>>,
     node_ready: std::sync::Arc<OnceCell<()>>,
 }
 
@@ -70,6 +71,7 @@ impl Kubelet {
             nodes: Api::all(client),
             namespace: namespace.to_owned(),
             termination_grace_period: None,
+            container_ports: None,
             node_ready: std::sync::Arc::new(OnceCell::new()),
         }
     }
@@ -78,6 +80,12 @@ impl Kubelet {
     /// default is 30). With 0, an ordinary DELETE removes the pod at once.
     pub fn with_termination_grace_period(mut self, seconds: i64) -> Self {
         self.termination_grace_period = Some(seconds);
+        self
+    }
+
+    /// Sets the ports of the container of the pods created from now on (none by default).
+    pub fn with_container_ports(mut self, ports: Vec<ContainerPort>) -> Self {
+        self.container_ports = Some(ports);
         self
     }
 
@@ -154,6 +162,7 @@ impl Kubelet {
                 containers: vec![Container {
                     name: CONTAINER.to_owned(),
                     image: Some(IMAGE.to_owned()),
+                    ports: self.container_ports.clone(),
                     ..Container::default()
                 }],
                 ..PodSpec::default()

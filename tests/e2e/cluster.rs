@@ -404,6 +404,7 @@ impl App {
                 preferred_leader: None,
                 paused: false,
                 liveness: Default::default(),
+                service: None,
             },
         );
         app.groups

@@ -17,13 +17,13 @@ mod lease_guard;
 
 use std::path::Path;
 
-use crate::common::{Operator, World, chart_dir, group, repo_root, run_ok, run_tool};
+use crate::common::{Operator, World, chart_dir, group, repo_root, run_ok, run_tool, with_service};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -191,7 +191,14 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     );
 
     w.groups
-        .create(&PostParams::default(), &group("g", "chart"))
+        .create(
+            &PostParams::default(),
+            &with_service(
+                "g",
+                "chart",
+                serde_json::json!({"mode": "EndpointSlice", "ports": [{"port": 80}]}),
+            ),
+        )
         .await
         .unwrap();
     let first = w
@@ -205,6 +212,12 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         .await;
     assert_eq!(second.leader, names[1]);
     w.wait_event("g", "LeaderDeleted", &names[1]).await;
+    // The leader's Service and its EndpointSlice, written with the chart's rules.
+    crate::service::wait_slice_lists(&w, "g-leader", Some(&names[1])).await;
+    Api::<Service>::namespaced(admin.clone(), &w.ns.name)
+        .get("g-leader")
+        .await
+        .unwrap();
     let logs = operator.logs();
     assert!(
         !logs.to_lowercase().contains("forbidden"),
@@ -224,6 +237,23 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
             .get("any")
             .await,
         "get a secret in the release namespace",
+    );
+    // Services: only the verbs the operator uses (no patch), only in the watched namespace.
+    forbidden(
+        Api::<Service>::namespaced(sa.clone(), &w.ns.name)
+            .patch(
+                "g-leader",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await,
+        "patch the leader's Service",
+    );
+    forbidden(
+        Api::<Service>::namespaced(sa.clone(), &other.name)
+            .list(&ListParams::default())
+            .await,
+        "list services outside the watched namespace",
     );
     let outside = Kubelet::new(other.client.clone(), &other.name);
     outside

@@ -145,8 +145,16 @@ pub fn group(name: &str, app: &str) -> LeaderGroup {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            service: None,
         },
     )
+}
+
+/// A group selecting `app=<app>` with `spec.service` set to `service`.
+pub fn with_service(name: &str, app: &str, service: serde_json::Value) -> LeaderGroup {
+    let mut g = group(name, app);
+    g.spec.service = Some(serde_json::from_value(service).unwrap());
+    g
 }
 
 /// One test's world: its namespace (CRD installed), a kubelet for it, and the APIs it uses.

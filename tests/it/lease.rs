@@ -163,7 +163,7 @@ async fn foreign_lease_writer_during_handovers_never_makes_an_epoch_reused() {
 }
 
 /// A Lease of group "pay"'s name that someone else wrote: no owner reference to the group.
-fn foreign_lease() -> Lease {
+pub fn foreign_lease() -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(lease_name_for("pay")),

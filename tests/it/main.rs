@@ -27,6 +27,7 @@ mod recreation;
 mod refusals;
 mod restarts;
 mod rollout;
+mod service;
 mod stalled_watch;
 mod stray;
 mod validation;

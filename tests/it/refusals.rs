@@ -52,6 +52,16 @@ fn rules(create_leases: bool) -> Vec<PolicyRule> {
         rule("", &["pods"], &["get", "list", "watch", "patch"]),
         rule("coordination.k8s.io", &["leases"], &lease_verbs),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule(
+            "",
+            &["services"],
+            &["get", "list", "watch", "create", "update", "delete"],
+        ),
+        rule(
+            "discovery.k8s.io",
+            &["endpointslices"],
+            &["get", "list", "watch", "create", "update", "delete"],
+        ),
     ]
 }
 

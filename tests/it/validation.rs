@@ -92,6 +92,59 @@ async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
             json!({"selector": {"matchLabels": {"app": "not a value"}}}),
             "spec.selector.matchLabels",
         ),
+        (
+            "service-no-ports",
+            json!({"selector": selector, "service": {"mode": "Label", "ports": []}}),
+            "spec.service.ports",
+        ),
+        (
+            "service-bad-mode",
+            json!({"selector": selector, "service": {"mode": "Selector", "ports": [{"port": 80}]}}),
+            "spec.service.mode",
+        ),
+        (
+            "service-label-expressions",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                   "service": {"mode": "Label", "ports": [{"port": 80}]}}),
+            "spec.service.mode Label needs a spec.selector of matchLabels only",
+        ),
+        (
+            "service-unnamed-ports",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice", "ports": [{"port": 80}, {"port": 81}]}}),
+            "spec.service.ports: every port needs a name",
+        ),
+        (
+            "service-same-names",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice",
+                   "ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]}}),
+            "spec.service.ports: port names must be unique",
+        ),
+        (
+            "service-same-port",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice",
+                   "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 80}]}}),
+            "spec.service.ports: a port number may appear once per protocol",
+        ),
+        (
+            "service-port-zero",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice", "ports": [{"port": 0}]}}),
+            "spec.service.ports[0].port",
+        ),
+        (
+            "service-target-number",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice", "ports": [{"port": 80, "targetPort": 70000}]}}),
+            "spec.service.ports[].targetPort as a number",
+        ),
+        (
+            "service-target-name",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice", "ports": [{"port": 80, "targetPort": "a-port-name-too-long"}]}}),
+            "spec.service.ports[].targetPort as a name",
+        ),
+        (
+            "service-bad-name",
+            json!({"selector": selector, "service": {"mode": "EndpointSlice", "name": "9lives", "ports": [{"port": 80}]}}),
+            "spec.service.name",
+        ),
     ];
     let mut failures = Vec::new();
     for (name, spec, field) in &cases {
@@ -118,6 +171,13 @@ async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
             "match-expressions",
             json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
         ),
+        (
+            "with-service",
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                   "service": {"mode": "EndpointSlice", "ports": [
+                       {"name": "web", "port": 80, "targetPort": "http"},
+                       {"name": "dns", "port": 80, "protocol": "UDP", "targetPort": 5353}]}}),
+        ),
     ];
     for (name, spec) in valid {
         let created = api
@@ -130,6 +190,44 @@ async fn invalid_groups_are_refused_with_a_message_naming_the_field() {
             "{name}"
         );
     }
+}
+
+/// The default Service name, `<group>-leader`, must fit a Service's 63 characters: a longer
+/// group name needs `spec.service.name`.
+#[tokio::test]
+async fn a_group_whose_service_name_would_not_fit_must_name_its_service() {
+    let ns = namespace("service-name").await.unwrap();
+    install_crd(&ns.client).await;
+    let resource = ApiResource::erase::<LeaderGroup>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let spec = |name: Option<&str>| {
+        let mut service = json!({"mode": "EndpointSlice", "ports": [{"port": 80}]});
+        if let Some(name) = name {
+            service["name"] = json!(name);
+        }
+        json!({"selector": {"matchLabels": {"app": "pay"}}, "service": service})
+    };
+    let name = |len: usize| format!("g{}", "a".repeat(len - 1));
+    api.create(&PostParams::default(), &object(&name(56), spec(None)))
+        .await
+        .expect("56 characters and -leader fit");
+    match api
+        .create(&PostParams::default(), &object(&name(57), spec(None)))
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert!(
+            status.code == 422 && status.message.contains("spec.service.name is not set"),
+            "{}",
+            status.message
+        ),
+        other => panic!("57 characters without spec.service.name: {other:?}"),
+    }
+    api.create(
+        &PostParams::default(),
+        &object(&name(57), spec(Some("short"))),
+    )
+    .await
+    .expect("a named Service");
 }
 
 /// A group's name is the value of a label on its Lease, so it fits a label value: 63 characters
