@@ -94,6 +94,7 @@ async fn main() {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     groups.create(&PostParams::default(), &group).await.unwrap();

@@ -93,6 +93,7 @@ pub fn group(obj: &GroupObj, pods: usize) -> Result<LeaderGroup, ModelError> {
             preferred_leader: obj.spec.preferred.map(pod_name),
             paused: obj.spec.paused,
             liveness: Default::default(),
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     g.metadata.namespace = Some(NAMESPACE.into());

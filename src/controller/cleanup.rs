@@ -35,6 +35,7 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     }
     ctx.lease_sightings
         .forget(&ObjectRef::from_obj(group.as_ref()));
+    ctx.metrics.forget_group(ns, &name);
     info!(group = %name, "group deleted: marks removed from its pods, Lease deleted");
     Ok(Action::await_change())
 }

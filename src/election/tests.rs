@@ -114,6 +114,7 @@ fn group() -> LeaderGroup {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            history_limit: crate::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     g.metadata.namespace = Some("ns".into());
@@ -1037,6 +1038,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 }
 
 mod heartbeat;
+mod status;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {

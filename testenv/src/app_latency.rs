@@ -376,6 +376,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, MeasureError> {
         preferred_leader: None,
         paused: false,
         liveness: Default::default(),
+        history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
     };
     ns.api::<LeaderGroup>()
         .create(&PostParams::default(), &LeaderGroup::new(GROUP, spec))

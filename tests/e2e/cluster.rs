@@ -404,6 +404,7 @@ impl App {
                 preferred_leader: None,
                 paused: false,
                 liveness: Default::default(),
+                history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
             },
         );
         app.groups

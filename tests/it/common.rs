@@ -145,6 +145,7 @@ pub fn group(name: &str, app: &str) -> LeaderGroup {
             preferred_leader: None,
             paused: false,
             liveness: Default::default(),
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     )
 }

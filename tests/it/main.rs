@@ -26,5 +26,6 @@ mod refusals;
 mod restarts;
 mod rollout;
 mod stalled_watch;
+mod status;
 mod stray;
 mod validation;
