@@ -3,6 +3,8 @@
 //! very many groups ([`Metrics::new`]).
 
 mod per_group;
+#[cfg(test)]
+mod queries;
 
 use std::time::Duration;
 
@@ -317,16 +319,23 @@ mod tests {
         }
     }
 
-    /// `n` groups of `ns`, each led at epoch 3 but every tenth, which lost its leader 30 s ago.
-    fn store_of(n: usize) -> Store<LeaderGroup> {
+    /// `n` groups of `payments`, each led at epoch 3 but every tenth, which lost its leader 30 s
+    /// ago; the one after each of those in Heartbeat liveness.
+    pub(super) fn store_of(n: usize) -> Store<LeaderGroup> {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         use kube::runtime::watcher;
 
         use crate::crd::{LeaderGroupSpec, LeaderGroupStatus};
         let (store, mut writer) = kube::runtime::reflector::store();
         for i in 0..n {
+            let liveness = if i % 10 == 1 {
+                "Heartbeat"
+            } else {
+                "Readiness"
+            };
             let spec: LeaderGroupSpec = serde_json::from_value(serde_json::json!({
-                "selector": { "matchLabels": { "app": format!("app-{i:05}") } }
+                "selector": { "matchLabels": { "app": format!("app-{i:05}") } },
+                "liveness": liveness,
             }))
             .expect("a valid spec");
             let mut g = LeaderGroup::new(&format!("group-{i:05}"), spec);
@@ -370,7 +379,11 @@ mod tests {
         );
         assert!((30.0..40.0).contains(&leaderless), "{text}");
         assert!(
-            !text.contains("leadergroup_group_heartbeat_missing"),
+            text.contains(
+                r#"leadergroup_group_heartbeat_missing{namespace="payments",group="group-00001"} 0"#
+            ) && !text.contains(
+                r#"leadergroup_group_heartbeat_missing{namespace="payments",group="group-00002"}"#
+            ),
             "only Heartbeat groups have it:\n{text}"
         );
         m.forget_group("payments", "group-00001");
