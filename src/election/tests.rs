@@ -769,16 +769,22 @@ fn paused_groups_make_no_transition_and_touch_no_pod() {
     assert_eq!(c.reason, "Paused");
 }
 
-#[test]
-fn the_older_group_keeps_an_overlapping_pod() {
+/// A group `name` created before [`group`], selecting the pods labeled `tier=<tier>`.
+fn older_group(name: &str, tier: &str) -> LeaderGroup {
     let mut older = group();
-    older.metadata.name = Some("old".into());
-    older.metadata.uid = Some("uid-old".into());
+    older.metadata.name = Some(name.into());
+    older.metadata.uid = Some(format!("uid-{name}"));
     older.metadata.creation_timestamp = Some(Time(t(-10)));
     older.spec.selector = PodSelector {
-        match_labels: [("tier".to_string(), "x".to_string())].into(),
+        match_labels: [("tier".to_string(), tier.to_string())].into(),
         ..Default::default()
     };
+    older
+}
+
+#[test]
+fn the_older_group_keeps_an_overlapping_pod() {
+    let older = older_group("old", "x");
     let pods = vec![
         PodFixture::new("a", 1).label("tier", "x"),
         PodFixture::new("b", 2),

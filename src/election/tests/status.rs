@@ -136,14 +136,7 @@ fn each_pod_says_why_it_may_or_may_not_lead() {
 
 #[test]
 fn a_pod_an_older_group_holds_names_that_group_and_the_list_is_bounded() {
-    let mut older = group();
-    older.metadata.name = Some("older".into());
-    older.metadata.uid = Some("uid-older".into());
-    older.metadata.creation_timestamp = Some(Time(t(-10)));
-    older.spec.selector = PodSelector {
-        match_labels: [("tier".to_string(), "db".to_string())].into(),
-        ..Default::default()
-    };
+    let older = older_group("older", "db");
     let mut pods = vec![PodFixture::new("held", 0).label("tier", "db")];
     pods.extend((1..=30).map(|i| PodFixture::new(&format!("p{i:02}"), i)));
     let s = plan(decide_full(&group(), &[&older], &pods, None, ME))
