@@ -95,6 +95,7 @@ async fn main() {
             paused: false,
             liveness: Default::default(),
             service: None,
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     groups.create(&PostParams::default(), &group).await.unwrap();

@@ -280,6 +280,8 @@ pub async fn run(
         synced: synced.subscribe(),
     });
     tokio::spawn(caches.clone().announce_synced(synced));
+    ctx.metrics.watch_groups(caches.groups.clone());
+    tokio::spawn(report_active(active.clone(), ctx.metrics.clone()));
 
     let mapper_ctx = ctx.clone();
     Controller::for_stream(group_stream, caches.groups.clone())
@@ -371,6 +373,16 @@ where
         .backoff(watch_backoff())
         .reflect(writer)
         .touched_objects()
+}
+
+/// Keeps the `active` gauge equal to whether this replica may act, until the process ends.
+async fn report_active(mut active: watch::Receiver<bool>, metrics: Arc<Metrics>) {
+    loop {
+        metrics.set_active(*active.borrow_and_update());
+        if active.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A tick every time this replica becomes active, so that it reconciles every group at once.

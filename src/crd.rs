@@ -23,6 +23,13 @@ pub use leadergroup_client::wire::{
 /// Default for `spec.leaseDurationSeconds`.
 pub const DEFAULT_LEASE_DURATION_SECONDS: i32 = 15;
 
+/// Default for `spec.historyLimit`.
+pub const DEFAULT_HISTORY_LIMIT: i32 = 10;
+
+/// At most this many pods are listed in `status.eligibility`: the status stays small whatever
+/// the group's size (`status.candidates` still counts them all).
+pub const MAX_ELIGIBILITY_ENTRIES: usize = 20;
+
 /// A DNS label, the format of a label value's or name's segments.
 const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// A label key: an optional DNS subdomain prefix and a name of at most 63 characters.
@@ -92,6 +99,11 @@ pub struct LeaderGroupSpec {
     /// one's own). Removing it removes the Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<LeaderService>,
+
+    /// How many changes of leader `status.history` keeps (0 to 100), newest first.
+    #[serde(default = "default_history_limit")]
+    #[schemars(range(min = 0, max = 100))]
+    pub history_limit: i32,
 }
 
 /// A Service selects by equality on labels only: in `Label` mode the group's selector must be
@@ -227,6 +239,10 @@ pub enum Liveness {
 
 fn default_lease_duration_seconds() -> i32 {
     DEFAULT_LEASE_DURATION_SECONDS
+}
+
+fn default_history_limit() -> i32 {
+    DEFAULT_HISTORY_LIMIT
 }
 
 /// The operator's own keys may not select: one group's marks would feed another group's
@@ -374,11 +390,65 @@ pub struct LeaderGroupStatus {
     /// The `metadata.generation` of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Ready`: True while a pod leads and the API server accepts the operator's requests for
+    /// the group (what `kubectl wait --for=condition=Ready`, Argo CD and Flux read).
     /// `LeaderElected`: whether a pod leads, and if not, why. `Heartbeat` (in Heartbeat mode,
     /// while a pod leads): whether the leader renews the Lease itself. `Overlapping`: selected
-    /// pods an older group holds.
+    /// pods an older group holds. `Reconciled` (only while False): the API server refuses the
+    /// operator's requests for the group. Each carries the `observedGeneration` it was set for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The last changes of leader, newest first, at most `spec.historyLimit` of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub history: Vec<HistoryEntry>,
+    /// Whether each selected pod may lead, and if not why: eligible pods first in succession
+    /// order (the leader first), then the others; at most 20 pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub eligibility: Vec<PodEligibility>,
+}
+
+/// One change of leader in `status.history`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// The epoch after the change.
+    pub epoch: i64,
+    /// The leader before; absent when nobody led.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The leader after; absent when nobody is eligible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Why, as in `lastTransitionReason`.
+    pub reason: String,
+    /// When the operator recorded the change.
+    pub time: Time,
+    /// On a change that ends a time without a leader (`from` absent): how long the group had no
+    /// leader, in whole seconds, since the change that left it without one (or since its
+    /// creation, for its first leader). Absent on a change from one leader to the next: the
+    /// status never recorded the group without a leader (the operator's
+    /// `leadergroup_handover_seconds` histogram measures that gap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaderless_seconds: Option<i64>,
+}
+
+/// Whether one selected pod may lead, in `status.eligibility`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodEligibility {
+    /// The pod's name.
+    pub pod: String,
+    /// Whether it may lead: Running, Ready, not terminating, held by no older group and, in
+    /// Heartbeat mode, not a leader whose renewals stopped.
+    pub eligible: bool,
+    /// Leader or Eligible when it may lead; otherwise Terminating, NotRunning, NotReady,
+    /// HeldByOlderGroup or HeartbeatLost.
+    pub reason: String,
+    /// Details for people: the pod's phase, the older group's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl LeaderGroupStatus {
@@ -468,6 +538,7 @@ mod tests {
             paused: false,
             liveness: Liveness::Readiness,
             service: None,
+            history_limit: DEFAULT_HISTORY_LIMIT,
         };
         let mut group = LeaderGroup::new("pay", spec);
         group.metadata.uid = Some("uid-pay".into());

@@ -4,7 +4,9 @@
 
 mod candidates;
 mod commit;
+mod eligibility;
 mod heartbeat;
+mod history;
 mod leader;
 mod marking;
 mod records;
@@ -38,6 +40,9 @@ use crate::lease_sightings::LeaseSeen;
 pub use crate::marks::epoch as pod_epoch;
 use crate::marks::is_marked_for;
 
+/// Type of the condition that says whether the group is healthy: a pod leads and the API server
+/// accepts the operator's requests for it (what `kubectl wait --for=condition=Ready` reads).
+pub const READY: &str = "Ready";
 /// Type of the condition that says whether a pod leads.
 pub const LEADER_ELECTED: &str = "LeaderElected";
 /// Type of the condition that says whether the leader renews the Lease (Heartbeat mode).

@@ -63,6 +63,10 @@ struct Cli {
     /// Duration of the operator's own Lease, in seconds; renewed every third of it.
     #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(i32).range(1..=3600))]
     leader_elect_lease_duration: i32,
+    /// Export the per-group series (labeled with each group's namespace and name); false for
+    /// clusters with very many groups, where they cost the most (docs/metrics.md).
+    #[arg(long, env = "PER_GROUP_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
+    per_group_metrics: bool,
     /// This replica's identity (default: the host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -132,7 +136,7 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupE
 async fn run(cli: Cli) -> Result<(), StartupError> {
     let client = client(cli.kubeconfig.as_deref()).await?;
     let identity = cli.identity.clone().unwrap_or_else(default_identity);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(cli.per_group_metrics));
     let (stop_tx, stop_rx) = watch::channel(false);
     let (synced_tx, synced_rx) = watch::channel(false);
     let (active_tx, active_rx) = watch::channel(!cli.leader_elect);

@@ -1,4 +1,10 @@
-//! Prometheus metrics. Labels are short and static: a reason, an error category, a state.
+//! Prometheus metrics. Labels are short and static (a reason, an error category, a state), but
+//! for the per-group series' `namespace` and `group`, which a switch turns off for clusters with
+//! very many groups ([`Metrics::new`]).
+
+mod per_group;
+#[cfg(test)]
+mod queries;
 
 use std::time::Duration;
 
@@ -9,11 +15,22 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use kube::runtime::reflector::Store;
+
+use self::per_group::{GroupGauges, GroupLabels};
+use crate::crd::LeaderGroup;
 use crate::election::Reason;
 use crate::error::{Category, ConflictOn, ReconcileError};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupReasonLabels {
+    #[prometheus(flatten)]
+    group: GroupLabels,
     reason: &'static str,
 }
 
@@ -37,17 +54,22 @@ pub struct Metrics {
     conflicts: Family<ObjectLabel, Counter>,
     groups_with_leader: Gauge,
     groups_without_leader: Gauge,
+    active: Gauge,
+    /// Per group, when they are on.
+    group_transitions: Option<Family<GroupReasonLabels, Counter>>,
+    group_gauges: Option<GroupGauges>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(true)
     }
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    pub fn new() -> Self {
+    /// Creates and registers every metric; `per_group`: also the series labeled with each
+    /// group's namespace and name (what they cost per group: docs/metrics.md).
+    pub fn new(per_group: bool) -> Self {
         let mut registry = Registry::with_prefix("leadergroup");
         let transitions = Family::<ReasonLabel, Counter>::default();
         registry.register(
@@ -92,6 +114,26 @@ impl Metrics {
             "Groups whose last reconcile left no leader",
             groups_without_leader.clone(),
         );
+        let active = Gauge::default();
+        registry.register(
+            "active",
+            "1 while this operator replica acts on the groups (holds the operator Lease, or runs without --leader-elect), else 0",
+            active.clone(),
+        );
+        let group_transitions = per_group.then(|| {
+            let family = Family::<GroupReasonLabels, Counter>::default();
+            registry.register(
+                "group_transitions",
+                "Changes of leader of one group, by reason (counted by the replica that made them)",
+                family.clone(),
+            );
+            family
+        });
+        let group_gauges = per_group.then(|| {
+            let gauges = GroupGauges::default();
+            registry.register_collector(Box::new(gauges.clone()));
+            gauges
+        });
         // An empty family is not rendered at all: create every static label set at zero, so
         // the series exist from the start (dashboards and `rate()` alerts see the first
         // increment, and a scrape shows what is counted before anything happened).
@@ -119,16 +161,58 @@ impl Metrics {
             conflicts,
             groups_with_leader,
             groups_without_leader,
+            active,
+            group_transitions,
+            group_gauges,
         }
     }
 
-    /// Counts a change of leader.
-    pub fn transition(&self, reason: Reason) {
+    /// Counts a change of leader of the group `group` of `namespace`.
+    pub fn transition(&self, namespace: &str, group: &str, reason: Reason) {
         self.transitions
             .get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             })
             .inc();
+        if let Some(family) = &self.group_transitions {
+            family
+                .get_or_create(&GroupReasonLabels {
+                    group: GroupLabels {
+                        namespace: namespace.to_string(),
+                        group: group.to_string(),
+                    },
+                    reason: reason.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    /// Drops the per-group counters of a deleted group.
+    pub fn forget_group(&self, namespace: &str, group: &str) {
+        let Some(family) = &self.group_transitions else {
+            return;
+        };
+        for reason in Reason::ALL {
+            family.remove(&GroupReasonLabels {
+                group: GroupLabels {
+                    namespace: namespace.to_string(),
+                    group: group.to_string(),
+                },
+                reason: reason.as_str(),
+            });
+        }
+    }
+
+    /// Reads the per-group gauges from `groups` (the controller's cache) at each scrape.
+    pub fn watch_groups(&self, groups: Store<LeaderGroup>) {
+        if let Some(gauges) = &self.group_gauges {
+            gauges.watch(groups);
+        }
+    }
+
+    /// Says whether this replica acts.
+    pub fn set_active(&self, active: bool) {
+        self.active.set(i64::from(active));
     }
 
     /// Records the time from the triggering watch event to the new leader's label.
@@ -182,9 +266,9 @@ mod tests {
 
     #[test]
     fn renders_transitions_by_reason() {
-        let m = Metrics::new();
-        m.transition(Reason::LeaderDeleted);
-        m.transition(Reason::LeaderDeleted);
+        let m = Metrics::new(true);
+        m.transition("ns", "pay", Reason::LeaderDeleted);
+        m.transition("ns", "pay", Reason::LeaderDeleted);
         m.handover(Duration::from_millis(12));
         let text = m.render();
         assert!(
@@ -199,7 +283,7 @@ mod tests {
 
     #[test]
     fn every_series_exists_at_zero_before_anything_happened() {
-        let text = Metrics::new().render();
+        let text = Metrics::new(true).render();
         for sample in [
             r#"leadergroup_transitions_total{reason="Initial"} 0"#,
             r#"leadergroup_transitions_total{reason="NoCandidates"} 0"#,
@@ -221,7 +305,7 @@ mod tests {
 
     #[test]
     fn counts_errors_and_conflicts_under_their_labels() {
-        let m = Metrics::new();
+        let m = Metrics::new(true);
         m.error(&ReconcileError::StaleDecision("g".into()));
         m.error(&ReconcileError::Conflict(ConflictOn::Pod));
         m.conflict(ConflictOn::Status);
@@ -233,5 +317,114 @@ mod tests {
         ] {
             assert!(text.contains(sample), "{sample} missing:\n{text}");
         }
+    }
+
+    /// `n` groups of `payments`, each led at epoch 3 but every tenth, which lost its leader 30 s
+    /// ago; the one after each of those in Heartbeat liveness.
+    pub(super) fn store_of(n: usize) -> Store<LeaderGroup> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use kube::runtime::watcher;
+
+        use crate::crd::{LeaderGroupSpec, LeaderGroupStatus};
+        let (store, mut writer) = kube::runtime::reflector::store();
+        for i in 0..n {
+            let liveness = if i % 10 == 1 {
+                "Heartbeat"
+            } else {
+                "Readiness"
+            };
+            let spec: LeaderGroupSpec = serde_json::from_value(serde_json::json!({
+                "selector": { "matchLabels": { "app": format!("app-{i:05}") } },
+                "liveness": liveness,
+            }))
+            .expect("a valid spec");
+            let mut g = LeaderGroup::new(&format!("group-{i:05}"), spec);
+            g.metadata.namespace = Some("payments".into());
+            let leaderless = i % 10 == 0;
+            g.status = Some(LeaderGroupStatus {
+                leader: (!leaderless).then(|| format!("app-{i:05}-0")),
+                epoch: 3,
+                ready_candidates: if leaderless { 0 } else { 3 },
+                last_transition_time: Some(Time(
+                    jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30),
+                )),
+                ..LeaderGroupStatus::default()
+            });
+            writer.apply_watcher_event(&watcher::Event::Apply(g));
+        }
+        store
+    }
+
+    #[test]
+    fn each_group_has_its_gauges_and_its_transitions_by_reason() {
+        let m = Metrics::new(true);
+        m.watch_groups(store_of(10));
+        m.transition("payments", "group-00001", Reason::Initial);
+        m.set_active(true);
+        let text = m.render();
+        for sample in [
+            r#"leadergroup_group_leader{namespace="payments",group="group-00001"} 1"#,
+            r#"leadergroup_group_leader{namespace="payments",group="group-00000"} 0"#,
+            r#"leadergroup_group_epoch{namespace="payments",group="group-00001"} 3"#,
+            r#"leadergroup_group_ready_candidates{namespace="payments",group="group-00001"} 3"#,
+            r#"leadergroup_group_leaderless_seconds{namespace="payments",group="group-00001"} 0"#,
+            r#"leadergroup_group_transitions_total{namespace="payments",group="group-00001",reason="Initial"} 1"#,
+            "leadergroup_active 1",
+        ] {
+            assert!(text.contains(sample), "{sample} missing:\n{text}");
+        }
+        let leaderless = crate::metrics::tests::sample(
+            &text,
+            r#"leadergroup_group_leaderless_seconds{namespace="payments",group="group-00000"}"#,
+        );
+        assert!((30.0..40.0).contains(&leaderless), "{text}");
+        assert!(
+            text.contains(
+                r#"leadergroup_group_heartbeat_missing{namespace="payments",group="group-00001"} 0"#
+            ) && !text.contains(
+                r#"leadergroup_group_heartbeat_missing{namespace="payments",group="group-00002"}"#
+            ),
+            "only Heartbeat groups have it:\n{text}"
+        );
+        m.forget_group("payments", "group-00001");
+        assert!(!m.render().contains("leadergroup_group_transitions_total{"));
+    }
+
+    fn sample(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing:\n{text}"))
+    }
+
+    #[test]
+    fn the_switch_leaves_out_every_per_group_series() {
+        let m = Metrics::new(false);
+        m.watch_groups(store_of(10));
+        m.transition("payments", "group-00001", Reason::Initial);
+        let text = m.render();
+        assert!(!text.contains("group=\""), "{text}");
+        assert!(text.contains(r#"leadergroup_transitions_total{reason="Initial"} 1"#));
+    }
+
+    /// What the per-group series add to a scrape, per group (docs/metrics.md quotes it):
+    /// `cargo test --lib per_group_series_cost -- --nocapture`.
+    #[test]
+    fn per_group_series_cost() {
+        let groups = 1000;
+        let size = |per_group: bool| {
+            let m = Metrics::new(per_group);
+            m.watch_groups(store_of(groups));
+            for i in 0..groups {
+                m.transition("payments", &format!("group-{i:05}"), Reason::Initial);
+            }
+            m.render().len()
+        };
+        let (on, off) = (size(true), size(false));
+        let per_group = (on - off) / groups;
+        println!(
+            "/metrics: {off} bytes without per-group series, {on} bytes with {groups} groups: {per_group} bytes per group"
+        );
+        assert!(per_group < 1024, "{per_group} bytes per group");
     }
 }

@@ -505,13 +505,19 @@ pub fn leftovers<'a, K: Resource + 'a>(
 pub fn with_condition(
     status: &LeaderGroupStatus,
     condition: Option<&RoutingCondition>,
+    generation: Option<i64>,
     now: Timestamp,
 ) -> Option<LeaderGroupStatus> {
     let mut next = status.clone();
     match condition {
         Some(c) => {
             let truth = if c.routed { "True" } else { "False" };
-            set_condition(&mut next, ROUTING, truth, c.reason, &c.message, now);
+            set_condition(
+                &mut next,
+                (ROUTING, truth, c.reason, &c.message),
+                generation,
+                now,
+            );
         }
         None => next.conditions.retain(|c| c.type_ != ROUTING),
     }

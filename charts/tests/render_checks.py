@@ -4,6 +4,9 @@
 Usage: render_checks.py CHECK RENDERED.yaml [ARGS...]; exits 1 with one line per failed assertion.
 Called by static.sh, which renders the chart with the values each CHECK expects.
 """
+import json
+import os
+import re
 import sys
 
 import yaml
@@ -21,7 +24,7 @@ GUARDED = {("", "pods"), ("", "pods/status"), ("", "pods/binding"), ("", "replic
 # The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.
 KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--concurrency", "--leader-elect",
                "--leader-elect-namespace", "--leader-elect-lease-name",
-               "--leader-elect-lease-duration", "--identity"}
+               "--leader-elect-lease-duration", "--identity", "--per-group-metrics"}
 # Exactly what the operator may do on watched namespaces, as (apiGroup, resource, verb).
 OPERATOR_RULES = {
     *(("leadergroup.io", "leadergroups", v) for v in ["get", "list", "watch", "update", "patch"]),
@@ -205,6 +208,7 @@ def check_default(objs):
     check(arg(args, "--http-addr") == "0.0.0.0:8080", "--http-addr must be 0.0.0.0:8080 (the probes' port)")
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
     check(arg(args, "--concurrency") == "64", "--concurrency must follow concurrency (64)")
+    check(arg(args, "--per-group-metrics") == "true", "--per-group-metrics must be on by default (metrics.perGroup)")
     check(arg(args, "--leader-elect") is True, "--leader-elect must be on by default")
     check(arg(args, "--leader-elect-namespace") == NAMESPACE, "--leader-elect-namespace must be the release namespace")
     check(arg(args, "--leader-elect-lease-duration") == "15", "--leader-elect-lease-duration must be 15")
@@ -391,6 +395,51 @@ def check_custom(objs):
     check_guard(objs, sa["metadata"]["name"] if sa else None, {"matchLabels": {"team": "platform"}})
 
 
+def runbook_anchors():
+    """The anchors of docs/runbooks.md's headings, as a Markdown renderer makes them."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "runbooks.md")
+    with open(path) as f:
+        headings = [line.lstrip("#").strip() for line in f if line.startswith("#")]
+    return {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def check_monitoring(objs, rules_out):
+    """prometheusRule, serviceMonitor and grafanaDashboard on, metrics.perGroup off: the rules
+    (written to rules_out for promtool), each alert's severity and runbook, the ServiceMonitor
+    keeping the groups' namespace label, the dashboard ConfigMap for Grafana's sidecar."""
+    check_common(objs)
+    _, _, _, args = deployment_parts(objs)
+    check(arg(args, "--per-group-metrics") == "false", "--per-group-metrics must follow metrics.perGroup (false)")
+    rule = one(objs, "PrometheusRule", namespace=NAMESPACE)
+    if rule:
+        with open(rules_out, "w") as f:
+            yaml.safe_dump(rule["spec"], f, sort_keys=False)
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+        names = {r["alert"] for r in alerts}
+        want = {"LeaderGroupNoLeader", "LeaderGroupLeaderFlapping", "LeaderGroupHeartbeatNoRenewal",
+                "LeaderGroupOperatorNoActiveReplica", "LeaderGroupOperatorTwoActive", "LeaderGroupReconcileErrors"}
+        check(names == want, f"alerts {sorted(names)}, want {sorted(want)}")
+        severities = {r["labels"].get("severity") for r in alerts}
+        check(severities == {"warning", "critical"}, f"severities {severities}, want warning and critical")
+        anchors = runbook_anchors()
+        for r in alerts:
+            url = r["annotations"].get("runbook_url", "")
+            anchor = url.rpartition("#")[2]
+            check(url.split("#")[0].endswith("docs/runbooks.md") and anchor in anchors,
+                  f"{r['alert']}: runbook_url {url} names no section of docs/runbooks.md ({sorted(anchors)})")
+    sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
+    if sm:
+        check(all(e.get("honorLabels") is True for e in sm["spec"]["endpoints"]),
+              "ServiceMonitor must keep the scraped namespace label (honorLabels: true)")
+    cm = one(objs, "ConfigMap", namespace=NAMESPACE)
+    if cm:
+        check(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard ConfigMap lacks grafana_dashboard: \"1\"")
+        (key, text), = cm["data"].items()
+        dashboard = json.loads(text)
+        check(key.endswith(".json") and dashboard.get("uid") == "leadergroup-operator",
+              f"dashboard ConfigMap key {key}, uid {dashboard.get('uid')}")
+
+
 def check_existing_service_account(objs, sa_name):
     """serviceAccount.create=false: no ServiceAccount, and the guard exempts the one named."""
     check_common(objs)
@@ -483,6 +532,7 @@ def main():
          "watch-namespace": lambda: check_watch_namespace(objs, rest[0]),
          "single": lambda: check_single(objs),
          "custom": lambda: check_custom(objs),
+         "monitoring": lambda: check_monitoring(objs, rest[0]),
          "no-guard": lambda: check_no_guard(objs, rest[0]),
          "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()
     for e in errors:

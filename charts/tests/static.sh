@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Static checks of the Helm chart, no cluster needed: helm lint --strict, renders of the default
-# values, of watchNamespace, of the admission guard off and of an existing ServiceAccount with
-# assertions on the objects (render_checks.py), values the schema or the templates must refuse,
-# and the rendered CRD against crds/leadergroup.yaml.
+# values, of watchNamespace, of the admission guard off, of an existing ServiceAccount and of the
+# monitoring objects with assertions on the objects (render_checks.py), `promtool test rules` on
+# the rendered alerts (alerts_test.yaml; promtool.sh builds promtool once and caches it), values
+# the schema or the templates must refuse, and the rendered CRD against crds/leadergroup.yaml.
 # Exits non-zero when any check fails, after running all of them.
 #
 # Env: LEADERGROUP_CRD  the CRD the chart must render (default: crds/leadergroup.yaml).
@@ -14,6 +15,7 @@ crd_source=${LEADERGROUP_CRD:-$root/crds/leadergroup.yaml}
 
 bin=$("$root/controlplane/build.sh") || { echo "static.sh: controlplane/build.sh failed" >&2; exit 2; }
 helm=$bin/helm
+promtool=$("$here/promtool.sh") || { echo "static.sh: charts/tests/promtool.sh failed" >&2; exit 2; }
 python3 -c 'import yaml' 2>/dev/null || { echo "static.sh: needs python3 with PyYAML" >&2; exit 2; }
 
 tmp=$(mktemp -d)
@@ -54,7 +56,8 @@ refuse() {
 }
 
 # 1. Lint, strict (warnings fail), for both RBAC modes and without the admission guard.
-for args in "" "--set watchNamespace=team-a" "--set admissionGuard.enabled=false"; do
+monitoring="--set prometheusRule.enabled=true --set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true --set metrics.perGroup=false"
+for args in "" "--set watchNamespace=team-a" "--set admissionGuard.enabled=false" "$monitoring"; do
   # shellcheck disable=SC2086
   if "$helm" lint --strict "$chart" --namespace ops $args >"$tmp/lint.out" 2>&1; then
     ok "helm lint --strict $args"
@@ -120,6 +123,19 @@ serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {relea
 admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
+# The monitoring objects (all off by default: check_default lists every kind it renders), and the
+# alerts unit-tested by promtool on the rules as rendered.
+# shellcheck disable=SC2086
+render monitoring $monitoring && {
+  assert monitoring monitoring "$tmp/rules.yaml"
+  cp "$here/alerts_test.yaml" "$tmp/alerts_test.yaml"
+  if "$promtool" check rules "$tmp/rules.yaml" >"$tmp/promtool.out" 2>&1 &&
+    "$promtool" test rules "$tmp/alerts_test.yaml" >>"$tmp/promtool.out" 2>&1; then
+    ok "promtool check rules and test rules (alerts_test.yaml) on the rendered PrometheusRule"
+  else
+    bad "promtool on the rendered PrometheusRule:"; sed 's/^/     /' "$tmp/promtool.out"
+  fi
+}
 
 # NOTES.txt, as `helm install` prints it.
 if "$helm" install lg "$chart" --namespace ops --dry-run=client >"$tmp/notes.yaml" 2>&1; then
@@ -147,6 +163,8 @@ refuse "a namespace list for the guard's selector" "additional properties 'match
 refuse "an unknown selector operator" "/admissionGuard/namespaceSelector/matchExpressions/0/operator" --set 'admissionGuard.namespaceSelector.matchExpressions[0].key=team' --set 'admissionGuard.namespaceSelector.matchExpressions[0].operator=Is'
 # The operator's own pods carrying a mark: the guard would refuse them (and a group could take
 # them for its own).
+refuse "a string for metrics.perGroup" "/metrics/perGroup" --set metrics.perGroup=maybe
+refuse "a flapping threshold of zero" "/prometheusRule/flappingWarning" --set prometheusRule.flappingWarning=0
 refuse "a mark in podLabels" "podLabels sets label leadergroup.io/role" --set 'podLabels.leadergroup\.io/role=leader'
 refuse "a mark in podAnnotations" "podAnnotations sets annotation leadergroup.io/epoch" --set-string 'podAnnotations.leadergroup\.io/epoch=1'
 

@@ -94,6 +94,7 @@ pub fn group(obj: &GroupObj, pods: usize) -> Result<LeaderGroup, ModelError> {
             paused: obj.spec.paused,
             liveness: Default::default(),
             service: None,
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     g.metadata.namespace = Some(NAMESPACE.into());

@@ -562,7 +562,9 @@ async fn tell(
     steps: &StepTimes,
 ) {
     let elapsed = clock.elapsed();
-    ctx.metrics.transition(t.reason);
+    let namespace = group.namespace().unwrap_or_default();
+    ctx.metrics
+        .transition(&namespace, &group.name_any(), t.reason);
     if t.to.is_some() {
         ctx.metrics.handover(elapsed);
     }

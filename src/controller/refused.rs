@@ -26,7 +26,13 @@ pub(super) async fn report(ctx: &Context, api: &Api<LeaderGroup>, name: &str, re
     let message = refusal.describe();
     let reason = refusal.kind.as_str();
     let current = group.status.clone().unwrap_or_default();
-    let Some(next) = election::api_refused(&current, reason, &message, Timestamp::now()) else {
+    let Some(next) = election::api_refused(
+        &current,
+        group.metadata.generation,
+        reason,
+        &message,
+        Timestamp::now(),
+    ) else {
         return;
     };
     if let Err(e) = actions::status::record(api, &group, &next).await {
@@ -64,7 +70,9 @@ pub(super) async fn clear(api: &Api<LeaderGroup>, group: &LeaderGroup) {
             return;
         }
     };
-    let Some(next) = fresh.status.as_ref().and_then(election::api_accepted) else {
+    let generation = fresh.metadata.generation;
+    let accepted = |s| election::api_accepted(s, generation, Timestamp::now());
+    let Some(next) = fresh.status.as_ref().and_then(accepted) else {
         return;
     };
     if let Err(e) = actions::status::record(api, &fresh, &next).await {

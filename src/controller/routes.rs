@@ -32,6 +32,8 @@ pub(super) struct RoutePlan {
     /// The group's own Services and slices that are no longer wanted.
     stale_services: Vec<String>,
     stale_slices: Vec<String>,
+    /// The group's generation, for the `Routing` condition's `observedGeneration`.
+    generation: Option<i64>,
 }
 
 impl RoutePlan {
@@ -77,13 +79,14 @@ impl RoutePlan {
             service,
             name,
             cached_slice,
+            generation: group.metadata.generation,
         }
     }
 
     /// The status with the `Routing` condition as this pass leaves it; None when unchanged.
     pub(super) fn status(&self, status: &LeaderGroupStatus) -> Option<LeaderGroupStatus> {
         let condition = self.service.as_ref().map(|(_, r)| &r.condition);
-        routing::with_condition(status, condition, Timestamp::now())
+        routing::with_condition(status, condition, self.generation, Timestamp::now())
     }
 
     /// The slice as this pass starts from.

@@ -7,10 +7,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use super::candidates::Candidates;
+use super::eligibility;
 use super::heartbeat::Heartbeat;
+use super::history;
 use super::records::Records;
 use super::token::Token;
-use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, RECONCILED, Transition};
+use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, READY, RECONCILED, Transition};
 use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
@@ -31,12 +33,17 @@ pub(super) fn change(
         token.epoch,
         transition,
     );
+    let generation = obs.group.metadata.generation;
     match heartbeat_condition(obs, leader, heartbeat) {
         None => next.conditions.retain(|c| c.type_ != HEARTBEAT),
-        Some((status, reason, message)) => {
-            set_condition(&mut next, HEARTBEAT, status, reason, &message, obs.now)
-        }
+        Some((status, reason, message)) => set_condition(
+            &mut next,
+            (HEARTBEAT, status, reason, &message),
+            generation,
+            obs.now,
+        ),
     }
+    set_ready(&mut next, generation, obs.now);
     (Some(&next) != obs.group.status.as_ref()).then_some(next)
 }
 
@@ -69,6 +76,8 @@ fn next(
         last_transition_reason: current.last_transition_reason.clone(),
         observed_generation: obs.group.metadata.generation,
         conditions: current.conditions.clone(),
+        history: history::after(obs, current, transition),
+        eligibility: eligibility::of(m, leader.as_deref()),
     };
     if let Some(t) = transition {
         s.last_transition_time = Some(Time(obs.now));
@@ -76,22 +85,19 @@ fn next(
     }
     let (elected, reason, message) =
         leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready);
+    let generation = obs.group.metadata.generation;
     set_condition(
         &mut s,
-        LEADER_ELECTED,
-        truth(elected),
-        reason,
-        &message,
+        (LEADER_ELECTED, truth(elected), reason, &message),
+        generation,
         obs.now,
     );
     match overlapping(m) {
         None => s.conditions.retain(|c| c.type_ != OVERLAPPING),
         Some(message) => set_condition(
             &mut s,
-            OVERLAPPING,
-            TRUE,
-            "OverlappingGroup",
-            &message,
+            (OVERLAPPING, TRUE, "OverlappingGroup", &message),
+            generation,
             obs.now,
         ),
     }
@@ -199,39 +205,82 @@ pub(super) fn refused(
     message: &str,
     now: Timestamp,
 ) -> LeaderGroupStatus {
-    set_condition(&mut s, LEADER_ELECTED, FALSE, reason, message, now);
+    let generation = group.metadata.generation;
+    set_condition(
+        &mut s,
+        (LEADER_ELECTED, FALSE, reason, message),
+        generation,
+        now,
+    );
+    set_ready(&mut s, generation, now);
     s.lease_name = Some(group.lease_name());
-    s.observed_generation = group.metadata.generation;
+    s.observed_generation = generation;
     s
 }
 
 /// The status with the `Reconciled` condition False, saying why the API server refuses the
 /// group's requests for good (see [`crate::retry`]); None when the status says exactly that
 /// already, so that a run of the same refusal writes once.
+/// `generation`: the group's `metadata.generation` when it was read.
 pub fn api_refused(
     current: &LeaderGroupStatus,
+    generation: Option<i64>,
     reason: &str,
     message: &str,
     now: Timestamp,
 ) -> Option<LeaderGroupStatus> {
-    let same = current
-        .condition(RECONCILED)
-        .is_some_and(|c| c.status == FALSE && c.reason == reason && c.message == message);
+    let same = current.condition(RECONCILED).is_some_and(|c| {
+        c.status == FALSE
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == generation
+    });
     if same {
         return None;
     }
     let mut next = current.clone();
-    set_condition(&mut next, RECONCILED, FALSE, reason, message, now);
+    set_condition(
+        &mut next,
+        (RECONCILED, FALSE, reason, message),
+        generation,
+        now,
+    );
+    set_ready(&mut next, generation, now);
     Some(next)
 }
 
-/// The status without the `Reconciled` condition, once a reconcile succeeded; None when it has
-/// none.
-pub fn api_accepted(current: &LeaderGroupStatus) -> Option<LeaderGroupStatus> {
+/// The status without the `Reconciled` condition, once a reconcile succeeded, with `Ready` said
+/// again from `LeaderElected`; None when it has no `Reconciled` condition.
+pub fn api_accepted(
+    current: &LeaderGroupStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<LeaderGroupStatus> {
     current.condition(RECONCILED)?;
     let mut next = current.clone();
     next.conditions.retain(|c| c.type_ != RECONCILED);
+    set_ready(&mut next, generation, now);
     Some(next)
+}
+
+/// The `Ready` condition, from the others: False with the refusal while the API server refuses
+/// the group's requests (`Reconciled` False), else as `LeaderElected` says (True while a pod
+/// leads, paused or not), else Unknown until the first decision.
+fn set_ready(s: &mut LeaderGroupStatus, generation: Option<i64>, now: Timestamp) {
+    let refused = s.condition(RECONCILED).filter(|c| c.status == FALSE);
+    let (status, reason, message) = match refused.or_else(|| s.condition(LEADER_ELECTED)) {
+        Some(c) => (
+            if c.status == TRUE { TRUE } else { FALSE },
+            c.reason.clone(),
+            c.message.clone(),
+        ),
+        None => (
+            UNKNOWN,
+            "Pending".to_string(),
+            "no decision recorded yet".to_string(),
+        ),
+    };
+    set_condition(s, (READY, status, &reason, &message), generation, now);
 }
 
 const TRUE: &str = "True";
@@ -242,13 +291,12 @@ fn truth(value: bool) -> &'static str {
     if value { TRUE } else { FALSE }
 }
 
-/// Sets a condition, keeping its lastTransitionTime when its status does not change.
+/// Sets a condition (type, status, reason, message) for the spec of `generation`, keeping its
+/// lastTransitionTime when its status does not change.
 pub fn set_condition(
     s: &mut LeaderGroupStatus,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
+    (type_, status, reason, message): (&str, &str, &str, &str),
+    generation: Option<i64>,
     now: Timestamp,
 ) {
     let status = status.to_string();
@@ -265,7 +313,7 @@ pub fn set_condition(
         reason: reason.to_string(),
         message: message.to_string(),
         last_transition_time: since,
-        observed_generation: None,
+        observed_generation: generation,
     });
     s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 }

@@ -115,6 +115,7 @@ fn group() -> LeaderGroup {
             paused: false,
             liveness: Default::default(),
             service: None,
+            history_limit: crate::crd::DEFAULT_HISTORY_LIMIT,
         },
     );
     g.metadata.namespace = Some("ns".into());
@@ -809,16 +810,22 @@ fn paused_groups_make_no_transition_and_touch_no_pod() {
     assert_eq!(c.reason, "Paused");
 }
 
-#[test]
-fn the_older_group_keeps_an_overlapping_pod() {
+/// A group `name` created before [`group`], selecting the pods labeled `tier=<tier>`.
+fn older_group(name: &str, tier: &str) -> LeaderGroup {
     let mut older = group();
-    older.metadata.name = Some("old".into());
-    older.metadata.uid = Some("uid-old".into());
+    older.metadata.name = Some(name.into());
+    older.metadata.uid = Some(format!("uid-{name}"));
     older.metadata.creation_timestamp = Some(Time(t(-10)));
     older.spec.selector = PodSelector {
-        match_labels: [("tier".to_string(), "x".to_string())].into(),
+        match_labels: [("tier".to_string(), tier.to_string())].into(),
         ..Default::default()
     };
+    older
+}
+
+#[test]
+fn the_older_group_keeps_an_overlapping_pod() {
+    let older = older_group("old", "x");
     let pods = vec![
         PodFixture::new("a", 1).label("tier", "x"),
         PodFixture::new("b", 2),
@@ -1081,6 +1088,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 }
 
 mod heartbeat;
+mod status;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {

@@ -364,14 +364,14 @@ fn the_routing_condition_is_set_changed_and_removed() {
         message: "no pod leads".into(),
     };
     let now = Timestamp::now();
-    let with = with_condition(&LeaderGroupStatus::default(), Some(&condition), now).unwrap();
+    let with = with_condition(&LeaderGroupStatus::default(), Some(&condition), Some(1), now).unwrap();
     let c = with.condition(ROUTING).unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("False", "NoLeader")
     );
-    assert_eq!(with_condition(&with, Some(&condition), now), None);
-    let without = with_condition(&with, None, now).unwrap();
+    assert_eq!(with_condition(&with, Some(&condition), Some(1), now), None);
+    let without = with_condition(&with, None, Some(1), now).unwrap();
     assert!(without.condition(ROUTING).is_none());
-    assert_eq!(with_condition(&without, None, now), None);
+    assert_eq!(with_condition(&without, None, Some(1), now), None);
 }

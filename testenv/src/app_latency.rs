@@ -377,6 +377,7 @@ pub async fn run(setup: &Setup<'_>) -> Result<Report, MeasureError> {
         paused: false,
         liveness: Default::default(),
         service: None,
+        history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
     };
     ns.api::<LeaderGroup>()
         .create(&PostParams::default(), &LeaderGroup::new(GROUP, spec))

@@ -405,6 +405,7 @@ impl App {
                 paused: false,
                 liveness: Default::default(),
                 service: None,
+                history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
             },
         );
         app.groups

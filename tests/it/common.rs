@@ -146,6 +146,7 @@ pub fn group(name: &str, app: &str) -> LeaderGroup {
             paused: false,
             liveness: Default::default(),
             service: None,
+            history_limit: leadergroup_operator::crd::DEFAULT_HISTORY_LIMIT,
         },
     )
 }

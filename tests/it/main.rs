@@ -29,5 +29,6 @@ mod restarts;
 mod rollout;
 mod service;
 mod stalled_watch;
+mod status;
 mod stray;
 mod validation;
