@@ -364,7 +364,13 @@ fn the_routing_condition_is_set_changed_and_removed() {
         message: "no pod leads".into(),
     };
     let now = Timestamp::now();
-    let with = with_condition(&LeaderGroupStatus::default(), Some(&condition), Some(1), now).unwrap();
+    let with = with_condition(
+        &LeaderGroupStatus::default(),
+        Some(&condition),
+        Some(1),
+        now,
+    )
+    .unwrap();
     let c = with.condition(ROUTING).unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),

@@ -1,6 +1,7 @@
 //! `kubectl leadergroup` (the plugin binary) against the light cluster with the operator running:
 //! `status` as text and JSON, a `switchover` to a named pod and to the next in the succession with
-//! its time, the refusal of a pod that cannot lead (it names the reason), `pause` and `resume`.
+//! its time, the refusal of a pod that cannot lead (it names the reason), `pause` and `resume`,
+//! the history, and each pod's eligibility.
 
 use std::process::Output;
 
@@ -118,4 +119,27 @@ async fn status_switchover_pause_and_resume() {
         s.epoch == 4 && s.leader == pods[2]
     })
     .await;
+
+    // The history, newest first, and why the NotReady pod is not eligible.
+    w.wait_status("pay", "four changes in the history", |s| {
+        s.history.len() == 4
+    })
+    .await;
+    let history = plugin_ok(ns, &["history", "pay"]).await;
+    println!("{}", history.trim());
+    let epochs: Vec<&str> = history
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(epochs, ["4", "3", "2", "1"], "{history}");
+    assert!(
+        history.lines().nth(1).unwrap().contains("Preferred"),
+        "{history}"
+    );
+    let text = plugin_ok(ns, &["status", "pay"]).await;
+    assert!(
+        text.contains(&format!("pod:         {} NotReady", pods[1])),
+        "{text}"
+    );
 }

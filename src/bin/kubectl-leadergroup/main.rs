@@ -5,6 +5,7 @@
 //!   and the age of its last renewal, the conditions;
 //! - `switchover GROUP [POD]`: moves leadership (through `spec.preferredLeader`), waits for the
 //!   handover and prints how long it took; refuses a pod that cannot lead and says why;
+//! - `history GROUP`: the last changes of leader, newest first;
 //! - `pause GROUP`, `resume GROUP`: `spec.paused`.
 
 mod error;
@@ -62,6 +63,12 @@ enum Command {
         /// whenever it is eligible again.
         #[arg(long)]
         keep_preference: bool,
+    },
+    /// The group's last changes of leader, newest first (spec.historyLimit of them).
+    History {
+        group: String,
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// Stops every transition of GROUP (spec.paused: true).
     Pause { group: String },
@@ -131,6 +138,10 @@ async fn run(cli: Cli) -> Result<(), PluginError> {
             }
             Ok(())
         }
+        Command::History { group, output } => {
+            let history = groups.get(&group).await?.status.unwrap_or_default().history;
+            print(&history, output, || report::history_table(&history))
+        }
         Command::Pause { group } => set_paused(&groups, &group, true).await,
         Command::Resume { group } => set_paused(&groups, &group, false).await,
     }
@@ -173,7 +184,7 @@ async fn status(
             jiff::Timestamp::now(),
         ));
     }
-    print(&reports, output)?;
+    print(&reports, output, || texts(&reports))?;
     if !watch {
         return Ok(());
     }
@@ -191,25 +202,35 @@ async fn status(
         let lease = groups.lease_of(&group).await?;
         let report = GroupReport::of(&group, lease.as_ref(), jiff::Timestamp::now());
         println!("--- {} at {}", group.name_any(), jiff::Timestamp::now());
-        print(&[report], output)?;
+        print(&[&report], output, || report.text())?;
     }
     Ok(())
 }
 
-fn print(reports: &[GroupReport], output: Output) -> Result<(), PluginError> {
+/// Prints `value` as `output` asks: `text()` for a person, else JSON or YAML.
+fn print<T: serde::Serialize>(
+    value: &T,
+    output: Output,
+    text: impl FnOnce() -> String,
+) -> Result<(), PluginError> {
     let text = match output {
-        Output::Text => reports
-            .iter()
-            .map(GroupReport::text)
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Output::Text => text(),
         Output::Json => {
-            serde_json::to_string_pretty(reports).map_err(|e| PluginError::Print(e.to_string()))?
+            serde_json::to_string_pretty(value).map_err(|e| PluginError::Print(e.to_string()))?
         }
         Output::Yaml => {
-            serde_yaml_ng::to_string(reports).map_err(|e| PluginError::Print(e.to_string()))?
+            serde_yaml_ng::to_string(value).map_err(|e| PluginError::Print(e.to_string()))?
         }
     };
     println!("{}", text.trim_end());
     Ok(())
+}
+
+/// The reports for a person, one block per group.
+fn texts(reports: &[GroupReport]) -> String {
+    reports
+        .iter()
+        .map(GroupReport::text)
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_operator::crd::{HistoryEntry, LeaderGroup, PodEligibility};
 use serde::Serialize;
 
 /// One group, as `status` prints it.
@@ -25,6 +25,10 @@ pub struct GroupReport {
     pub last_transition: Option<Transition>,
     pub lease: Option<LeaseReport>,
     pub conditions: Vec<ConditionReport>,
+    /// Each selected pod, and why it may or may not lead (the status's `eligibility`).
+    pub eligibility: Vec<PodEligibility>,
+    /// The last changes of leader, newest first (the status's `history`).
+    pub history: Vec<HistoryEntry>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +109,8 @@ impl GroupReport {
                     message: c.message.clone(),
                 })
                 .collect(),
+            eligibility: status.eligibility.clone(),
+            history: status.history.clone(),
         }
     }
 
@@ -152,6 +158,16 @@ impl GroupReport {
             }
             None => out += "  lease:       none yet\n",
         }
+        for p in &self.eligibility {
+            out += &format!(
+                "  pod:         {} {}{}\n",
+                p.pod,
+                p.reason,
+                p.message
+                    .as_ref()
+                    .map_or(String::new(), |m| format!(": {m}"))
+            );
+        }
         for c in &self.conditions {
             out += &format!(
                 "  condition:   {}={} ({}){}\n",
@@ -167,4 +183,26 @@ impl GroupReport {
         }
         out
     }
+}
+
+/// `kubectl leadergroup history`: the group's last changes of leader, newest first, as a table.
+pub fn history_table(history: &[HistoryEntry]) -> String {
+    let none = "-".to_owned();
+    let mut out = format!(
+        "{:<22} {:>6}  {:<24} {:<24} {:<20} {}\n",
+        "TIME", "EPOCH", "FROM", "TO", "REASON", "LEADERLESS"
+    );
+    for h in history {
+        out += &format!(
+            "{:<22} {:>6}  {:<24} {:<24} {:<20} {}\n",
+            h.time.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            h.epoch,
+            h.from.as_ref().unwrap_or(&none),
+            h.to.as_ref().unwrap_or(&none),
+            h.reason,
+            h.leaderless_seconds
+                .map_or(none.clone(), |s| format!("{s} s"))
+        );
+    }
+    out
 }
