@@ -26,6 +26,7 @@ help:
 	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
+	@echo "make dist              a release in target/dist/: chart, CRD, images (OCI archives), kubectl plugin, checksums"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
 	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
@@ -63,6 +64,12 @@ cluster-down:
 
 images:
 	if [[ -d .realcluster ]]; then images/build.sh --import .realcluster; else images/build.sh; fi
+
+# A release in target/dist/: the chart packaged, the CRD, the images as OCI archives, the kubectl
+# plugin, SHA256SUMS (images/dist.sh).
+.PHONY: dist
+dist:
+	images/dist.sh
 
 # The demo leaves its operator running for exploring; its pid is in .cluster/.
 DEMO_PID := .cluster/demo-operator.pid
@@ -123,7 +130,8 @@ chart-static:
 	charts/tests/static.sh
 helm-lint: chart-static
 
-test: check it e2e
+# make dist last: it takes the images make e2e built, and proves the release can be written.
+test: check it e2e dist
 
 # Layer 1, no cluster: what a change must pass before any cluster is started.
 check: fmt-check lint deny crd-check chart-static unit
