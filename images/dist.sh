@@ -49,4 +49,4 @@ done
 cp "$repo/target/release/kubectl-leadergroup" "$out/kubectl-leadergroup-$version-linux-$arch"
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 say "release $version in $out:"
-(cd "$out" && ls -l --block-size=K | tail -n +2 | awk '{ print "  " $5 "\t" $9 }') >&2
+find "$out" -maxdepth 1 -type f -printf '  %s bytes\t%f\n' | sort -k3 >&2
