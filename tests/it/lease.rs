@@ -177,6 +177,19 @@ pub fn foreign_lease() -> Lease {
     }
 }
 
+/// Replaces group "pay"'s Lease by a [`foreign_lease`] (while its operator is down).
+pub async fn replace_with_foreign_lease(w: &World) {
+    let leases: Api<Lease> = w.ns.api();
+    leases
+        .delete(&lease_name_for("pay"), &DeleteParams::default())
+        .await
+        .unwrap();
+    leases
+        .create(&PostParams::default(), &foreign_lease())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn lease_not_owned_by_the_group_is_never_overwritten() {
     let w = World::new("lease-notowned").await;
@@ -241,16 +254,7 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
 async fn a_group_refused_for_a_foreign_lease_leaves_no_pod_labeled_leader() {
     let (w, mut op, watch, pods) = started("lease-refused-leader", 2).await;
     assert!(op.terminate().await, "{}", op.logs());
-    let leases: Api<Lease> = w.ns.api();
-    leases
-        .delete(&lease_name_for("pay"), &DeleteParams::default())
-        .await
-        .unwrap();
-    let foreign = foreign_lease();
-    leases
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
+    replace_with_foreign_lease(&w).await;
     assert_eq!(
         w.labeled_leaders("pay").await,
         vec![(pods[0].clone(), Some(1))],

@@ -448,8 +448,6 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
 /// and the `Routing` condition says so.
 #[tokio::test]
 async fn a_group_refused_for_a_foreign_lease_routes_to_nobody() {
-    use k8s_openapi::api::coordination::v1::Lease;
-    use leadergroup_operator::crd::lease_name_for;
     let w = World::new("svc-refused").await;
     w.ordered_ready_pods("app", 1, "app").await;
     let mut op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
@@ -463,15 +461,7 @@ async fn a_group_refused_for_a_foreign_lease_routes_to_nobody() {
     let settled = w.wait_settled("pay", "elected", |_| true).await;
     wait_slice_lists(&w, "pay-leader", Some(&settled.leader)).await;
     assert!(op.terminate().await, "{}", op.logs());
-    let leases: Api<Lease> = w.ns.api();
-    leases
-        .delete(&lease_name_for("pay"), &DeleteParams::default())
-        .await
-        .unwrap();
-    leases
-        .create(&PostParams::default(), &crate::lease::foreign_lease())
-        .await
-        .unwrap();
+    crate::lease::replace_with_foreign_lease(&w).await;
 
     let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-2", &[]).await;
     wait_slice_lists(&w, "pay-leader", None).await;
