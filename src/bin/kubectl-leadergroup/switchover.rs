@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_operator::crd::{LeaderGroup, PodEligibility};
 use serde_json::json;
 
 use crate::error::PluginError;
@@ -61,16 +61,22 @@ pub async fn switchover(
         });
     }
     if !status.succession.contains(&target) {
-        let pods: Api<Pod> = Api::namespaced(groups.client.clone(), &groups.namespace);
-        let found = pods
-            .get_opt(&target)
-            .await
-            .map_err(|e| groups.api_error(name, e))?;
+        let reason = match status.eligibility.iter().find(|e| e.pod == target) {
+            Some(listed) => why_not_eligible(listed),
+            None => {
+                let pods: Api<Pod> = Api::namespaced(groups.client.clone(), &groups.namespace);
+                let found = pods
+                    .get_opt(&target)
+                    .await
+                    .map_err(|e| groups.api_error(name, e))?;
+                why_unlisted(found.as_ref(), &group)
+            }
+        };
         return Err(PluginError::Ineligible {
             pod: target.clone(),
             group: name.to_owned(),
             namespace: groups.namespace.clone(),
-            reason: why_not(found.as_ref(), &group),
+            reason,
         });
     }
 
@@ -122,28 +128,29 @@ async fn set_preference(groups: &Groups, name: &str, pod: Option<&str>) -> Resul
     .map_err(|e| groups.api_error(name, e))
 }
 
-/// Why a pod the succession leaves out cannot lead, as far as the plugin can tell.
-fn why_not(pod: Option<&Pod>, group: &LeaderGroup) -> String {
+/// Why a pod the status lists as not eligible cannot lead, from the operator's own reason.
+fn why_not_eligible(listed: &PodEligibility) -> String {
+    match (listed.reason.as_str(), &listed.message) {
+        ("NotReady" | "NotRunning", Some(message)) => {
+            format!("it is not Running and Ready ({message})")
+        }
+        ("NotReady" | "NotRunning", None) => "it is not Running and Ready".to_owned(),
+        ("Terminating", _) => "it is terminating".to_owned(),
+        // The operator's message says it in full (an older group holds it, its renewals stopped).
+        (_, Some(message)) => message.clone(),
+        (reason, None) => reason.to_owned(),
+    }
+}
+
+/// Why a pod the status does not list cannot lead: it does not exist, or the group does not
+/// select it (or the operator has not counted it yet).
+fn why_unlisted(pod: Option<&Pod>, group: &LeaderGroup) -> String {
     let Some(pod) = pod else {
         return "no such pod".to_owned();
     };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return "it is terminating".to_owned();
-    }
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     if !group.spec.selector.matches(&labels) {
         return "the group's spec.selector does not select it".to_owned();
     }
-    let ready = pod.status.as_ref().is_some_and(|s| {
-        s.phase.as_deref() == Some("Running")
-            && s.conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-    });
-    if !ready {
-        return "it is not Running and Ready".to_owned();
-    }
-    "the operator has not counted it yet, or another group holds it (see `kubectl describe leadergroup`)"
-        .to_owned()
+    "the operator has not counted it yet (see `kubectl leadergroup status`)".to_owned()
 }
