@@ -61,13 +61,14 @@ impl Groups {
             .map_err(|e| self.api_error(group.metadata.name.as_deref().unwrap_or(""), e))
     }
 
-    /// Waits until group `name` satisfies `done`, up to `timeout`, through a watch.
+    /// Waits until group `name` satisfies `done`, up to `timeout`, through a watch; `None` when
+    /// the time ran out.
     pub async fn wait(
         &self,
         name: &str,
         timeout: Duration,
         done: impl Fn(&LeaderGroup) -> bool,
-    ) -> Result<LeaderGroup, PluginError> {
+    ) -> Result<Option<LeaderGroup>, PluginError> {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut stream = std::pin::pin!(watcher(self.api(), config).default_backoff());
         let found = tokio::time::timeout(timeout, async {
@@ -93,14 +94,6 @@ impl Groups {
             })
         })
         .await;
-        found.unwrap_or_else(|_| {
-            Err(PluginError::Timeout {
-                group: name.to_owned(),
-                namespace: self.namespace.clone(),
-                pod: String::new(),
-                leader: String::new(),
-                after: timeout,
-            })
-        })
+        found.map_or(Ok(None), |found| found.map(Some))
     }
 }

@@ -89,13 +89,13 @@ pub async fn switchover(
         .await;
     let took = started.elapsed();
     let outcome = match led {
-        Ok(g) => Ok(Switched {
+        Ok(Some(g)) => Ok(Switched {
             from: leader,
             to: target.clone(),
             epoch: g.status.map_or(0, |s| s.epoch),
             took,
         }),
-        Err(PluginError::Timeout { .. }) => {
+        Ok(None) => {
             let now = groups.get(name).await?;
             Err(PluginError::Timeout {
                 group: name.to_owned(),
