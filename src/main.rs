@@ -84,9 +84,6 @@ enum LogFormat {
     Json,
 }
 
-/// What is logged when `RUST_LOG` is not set.
-const DEFAULT_LOG_FILTER: &str = "info,kube=warn";
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -97,7 +94,7 @@ async fn main() -> std::process::ExitCode {
         None => {
             _log = Some(leadergroup_client::log::init(
                 matches!(cli.log_format, LogFormat::Json),
-                DEFAULT_LOG_FILTER,
+                leadergroup_client::log::DEFAULT_FILTER,
             ));
             run(cli).await
         }

@@ -69,16 +69,13 @@ enum LogFormat {
     Json,
 }
 
-/// What is logged when `RUST_LOG` is not set.
-const DEFAULT_LOG_FILTER: &str = "info,kube=warn";
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // Held to the end: dropping it writes out the lines still queued.
     let _log = leadergroup_client::log::init(
         matches!(cli.log_format, LogFormat::Json),
-        DEFAULT_LOG_FILTER,
+        leadergroup_client::log::DEFAULT_FILTER,
     );
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,

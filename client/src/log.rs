@@ -14,6 +14,10 @@ use std::io::IsTerminal;
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
+/// What the agent and the operator log when `RUST_LOG` is not set: their own lines from info up,
+/// kube's warnings.
+pub const DEFAULT_FILTER: &str = "info,kube=warn";
+
 /// How many lines may wait for stdout before new ones are dropped: enough for a burst, and a
 /// bounded amount of memory (a line is a few hundred bytes) in a sidecar with a small limit.
 pub const QUEUE_LINES: usize = 1024;
