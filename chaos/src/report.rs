@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use leadergroup_testenv::{ActiveMonitor, InvariantWatcher};
 
 use crate::Config;
-use crate::members::Claims;
+use crate::members::{Claims, Overlap};
 use crate::plan::{Fault, KINDS, SpecEdit};
 use crate::replica::OperatorReplica;
 
@@ -50,18 +50,6 @@ pub struct GapSeen {
     pub length: Option<Duration>,
 }
 
-/// Two `Membership`s of a group reporting `Leader` at once, since the first fault (saturating:
-/// before it counts as 0).
-#[derive(Clone, Debug)]
-pub struct OverlapSeen {
-    pub group: String,
-    pub first: (String, i64),
-    pub second: (String, i64),
-    pub start: Duration,
-    /// `None`: still open at the end of the run.
-    pub length: Option<Duration>,
-}
-
 /// The run's record.
 #[derive(Debug)]
 pub struct Report {
@@ -95,8 +83,9 @@ pub struct Report {
     pub both_active: Vec<(Duration, Duration)>,
     /// The pods' `Membership`s: role changes, of them to `Leader`.
     pub member_changes: (usize, usize),
-    /// Two of a group's `Membership`s reporting `Leader` at once.
-    pub overlaps: Vec<OverlapSeen>,
+    /// Two of a group's `Membership`s reporting `Leader` at once, each with when it opened since
+    /// the first fault (0 before it).
+    pub overlaps: Vec<(Overlap, Duration)>,
 }
 
 impl Report {
@@ -189,12 +178,9 @@ impl Report {
         self.member_changes = (changes, leaders);
         self.overlaps = overlaps
             .into_iter()
-            .map(|o| OverlapSeen {
-                group: o.group,
-                first: o.first,
-                second: o.second,
-                start: o.since.saturating_duration_since(faults_started),
-                length: o.length,
+            .map(|o| {
+                let start = o.since.saturating_duration_since(faults_started);
+                (o, start)
             })
             .collect();
         self.faults_took = faults_started.elapsed();
@@ -211,7 +197,7 @@ impl Report {
     /// at once.
     pub fn violations(&self) -> Vec<String> {
         let mut all = self.watch_violations.clone();
-        for o in &self.overlaps {
+        for (o, start) in &self.overlaps {
             all.push(format!(
                 "App: {} (epoch {}) and {} (epoch {}) of {} both reported Leader for {} (from {} into the run)",
                 o.first.0,
@@ -220,7 +206,7 @@ impl Report {
                 o.second.1,
                 o.group,
                 o.length.map_or_else(|| "the rest of the run".into(), secs),
-                secs(o.start)
+                secs(*start)
             ));
         }
         for (since, length) in &self.both_active {
@@ -520,13 +506,13 @@ impl Report {
             "## Two applications leading at once\n\nEach overlap, with the faults of its group and \
              the run-wide ones injected in the 10 s before it opened (time into the run):\n"
         );
-        for o in self.overlaps.iter().take(20) {
+        for (o, start) in self.overlaps.iter().take(20) {
             let group: Option<usize> = o.group.trim_start_matches('g').parse().ok();
             let faults: Vec<String> = self
                 .injected
                 .iter()
                 .filter(|i| i.skipped.is_none())
-                .filter(|i| i.at + Duration::from_secs(10) >= o.start && i.at <= o.start)
+                .filter(|i| i.at + Duration::from_secs(10) >= *start && i.at <= *start)
                 .filter(|i| i.fault.group().is_none() || i.fault.group() == group)
                 .map(|i| format!("{} #{} {}", secs(i.at), i.index, describe_fully(&i.fault)))
                 .collect();
@@ -534,7 +520,7 @@ impl Report {
                 md,
                 "- {} at {}: {} (epoch {}) then {} (epoch {}), for {}. Before it: {}",
                 o.group,
-                secs(o.start),
+                secs(*start),
                 o.first.0,
                 o.first.1,
                 o.second.0,
