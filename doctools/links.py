@@ -63,14 +63,14 @@ def lines_of(path, seen=()):
 
 
 def prose(lines):
-    """(number, line) of the lines outside fenced code, inline code removed."""
+    """(number, line, line without inline code) of the lines outside fenced code."""
     fenced = False
     for number, line in enumerate(lines, 1):
         if FENCE.match(line):
             fenced = not fenced
             continue
         if not fenced:
-            yield number, INLINE_CODE.sub("", line)
+            yield number, line, INLINE_CODE.sub("", line)
 
 
 def slug(heading):
@@ -88,7 +88,7 @@ _anchors = {}
 def anchors(path):
     if path not in _anchors:
         found, counts = set(), {}
-        for _, line in prose(lines_of(path)):
+        for _, line, _ in prose(lines_of(path)):
             match = HEADING.match(line)
             if not match:
                 continue
@@ -142,7 +142,7 @@ def check_page(page):
             problems.append(f"{rel}: mentions {word}, which is not in the repository")
     with open(page) as f:
         lines = f.read().split("\n")
-    for number, line in prose(lines):
+    for number, _, line in prose(lines):
         targets = [m.group(1) for m in LINK.finditer(line)]
         ref = REF_DEF.match(line)
         if ref:
