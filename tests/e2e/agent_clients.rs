@@ -23,7 +23,10 @@ const CLIENTS_IMAGE: &str = "localhost/leadergroup/agent-clients:1";
 /// The three clients: the pod's name and the client container's command.
 const CLIENTS: [(&str, &[&str]); 3] = [
     ("client-shell", &["/bin/sh", "/usr/local/bin/role.sh"]),
-    ("client-python", &["/usr/bin/python3", "/usr/local/bin/role.py"]),
+    (
+        "client-python",
+        &["/usr/bin/python3", "/usr/local/bin/role.py"],
+    ),
     ("client-go", &["/usr/local/bin/agent-role"]),
 ];
 
@@ -157,9 +160,14 @@ async fn the_shell_python_and_go_clients_follow_their_agent_in_pods() {
             )
             .await
             .unwrap();
-        let settled = wait_settled(&c.client, &ns.name, GROUP, &format!("{name} leads"), CONVERGE, |s| {
-            s.leader == name
-        })
+        let settled = wait_settled(
+            &c.client,
+            &ns.name,
+            GROUP,
+            &format!("{name} leads"),
+            CONVERGE,
+            |s| s.leader == name,
+        )
         .await
         .unwrap();
         let leading = format!("role=leader epoch={}", settled.epoch);

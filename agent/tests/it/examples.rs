@@ -55,9 +55,15 @@ impl Example {
 
     /// Waits until its last line is `line`.
     async fn wait_for(&self, line: &str) {
-        let found = wait_until(&format!("the {} example prints {line}", self.name), WAIT, || async {
-            Ok::<_, String>((self.lines().last().map(String::as_str) == Some(line)).then_some(()))
-        })
+        let found = wait_until(
+            &format!("the {} example prints {line}", self.name),
+            WAIT,
+            || async {
+                Ok::<_, String>(
+                    (self.lines().last().map(String::as_str) == Some(line)).then_some(()),
+                )
+            },
+        )
         .await;
         found.unwrap_or_else(|e| panic!("{e}; it printed {:?}", self.lines()));
     }
@@ -77,7 +83,10 @@ fn build_go(ns: &str) -> PathBuf {
         .env("CGO_ENABLED", "0")
         .status()
         .expect("go build (Go must be installed, as for the control plane)");
-    assert!(built.success(), "go build of examples/agent-clients/go failed");
+    assert!(
+        built.success(),
+        "go build of examples/agent-clients/go failed"
+    );
     binary
 }
 
@@ -96,8 +105,20 @@ async fn the_shell_python_and_go_examples_follow_the_agent() {
     let go = build_go(&ns);
     let dir = examples();
     let clients = [
-        Example::start("shell", Path::new("sh"), &[&dir.join("role.sh")], &agent, &ns),
-        Example::start("python", Path::new("python3"), &[&dir.join("role.py")], &agent, &ns),
+        Example::start(
+            "shell",
+            Path::new("sh"),
+            &[&dir.join("role.sh")],
+            &agent,
+            &ns,
+        ),
+        Example::start(
+            "python",
+            Path::new("python3"),
+            &[&dir.join("role.py")],
+            &agent,
+            &ns,
+        ),
         Example::start("go", &go, &[], &agent, &ns),
     ];
 
@@ -128,7 +149,10 @@ async fn the_shell_python_and_go_examples_follow_the_agent() {
     for client in &clients {
         client.wait_for("role=unknown epoch=").await;
         let lines = client.lines();
-        let leading: Vec<_> = lines.iter().filter(|l| l.starts_with("role=leader")).collect();
+        let leading: Vec<_> = lines
+            .iter()
+            .filter(|l| l.starts_with("role=leader"))
+            .collect();
         assert_eq!(
             leading,
             ["role=leader epoch=1"],
