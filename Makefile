@@ -158,7 +158,8 @@ docs-gen: docs-binaries
 docs-check: docs-binaries
 	doctools/reference.py check $(DOCS_BINARIES)
 	doctools/links.py
-	"$$(doctools/mdbook.sh)" build
+	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
+	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 
 # Licenses, bans and sources of every dependency (deny.toml), with the pinned cargo-deny.
 .PHONY: deny

@@ -32,8 +32,12 @@ REGENERATE = "make docs-gen"
 
 
 def cell(text):
-    """Text fit for one Markdown table cell: one line, pipes escaped."""
-    return re.sub(r"\s+", " ", str(text)).strip().replace("|", "\\|")
+    """Text fit for one Markdown table cell: one line, pipes escaped, and outside code spans the
+    angle brackets of placeholders (`<release>`), which a renderer would take for HTML tags."""
+    parts = re.sub(r"\s+", " ", str(text)).strip().replace("|", "\\|").split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
 
 
 def code(value):

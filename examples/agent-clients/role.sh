@@ -1,8 +1,8 @@
 #!/bin/sh
 # Follows this pod's role through the leadergroup-agent's long poll and runs a worker only while
 # the pod leads. POSIX sh and wget only (busybox has both; Debian's busybox 1.35 crashes on
-# `wget -q`, hence -O- with stderr dropped); no JSON tool: the agent's answer is one flat object,
-# read with sed.
+# `wget -q` and `wget -T`, hence -O- with stderr dropped, and no timeout but the poll's own); no
+# JSON tool: the agent's answer is one flat object, read with sed.
 #
 #   LEADERGROUP_AGENT=http://127.0.0.1:8686 examples/agent-clients/role.sh
 agent=${LEADERGROUP_AGENT:-http://127.0.0.1:8686}
@@ -22,7 +22,7 @@ trap 'stop_worker; exit 0' TERM INT
 
 while :; do
   # A refused connection or a failed request: the agent is gone, so the role is unknown.
-  if answer=$(wget -O- -T 70 "$agent/role?wait=$version&timeoutSeconds=60" 2>/dev/null); then
+  if answer=$(wget -O- "$agent/role?wait=$version&timeoutSeconds=60" 2>/dev/null); then
     role=$(field role "$answer")
     epoch=$(field epoch "$answer")
     version=$(field version "$answer")
