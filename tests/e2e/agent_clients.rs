@@ -10,11 +10,11 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, Patch, PatchParams};
-use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
+use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{wait_settled, wait_until};
 use serde_json::{Value, json};
 
-use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
+use crate::cluster::{CONVERGE, Cluster, agent_env, create, member_account, wait_pods_ready};
 
 const GROUP: &str = "clients";
 const MEMBER: &str = "member";
@@ -32,7 +32,6 @@ const CLIENTS: [(&str, &[&str]); 3] = [
 
 /// A pod of the group: the agent as a native sidecar, and the client reading its long poll.
 fn client_pod(name: &str, command: &[&str]) -> Value {
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
     let agent_image = format!("leadergroup-agent:{}", env!("CARGO_PKG_VERSION"));
     json!({
         "metadata": {"name": name, "labels": {"app": GROUP}},
@@ -44,11 +43,7 @@ fn client_pod(name: &str, command: &[&str]) -> Value {
                 "name": "leadergroup-agent",
                 "image": agent_image,
                 "restartPolicy": "Always",
-                "env": [
-                    {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                    {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                    {"name": "LEADERGROUP_GROUP", "value": GROUP},
-                ],
+                "env": agent_env(GROUP),
                 "volumeMounts": [{"name": "leadergroup", "mountPath": "/var/run/leadergroup"}],
             }],
             "containers": [{
@@ -99,44 +94,13 @@ async fn the_shell_python_and_go_clients_follow_their_agent_in_pods() {
         .await
         .unwrap();
     let _ns_guard = c.namespace_guard(&ns.name);
-    // The agent's Role as the book gives it (pods get/watch; the group's Lease get/watch/update).
-    let _: k8s_openapi::api::core::v1::ServiceAccount =
-        create(&ns, json!({"metadata": {"name": MEMBER}})).await;
-    let _: k8s_openapi::api::rbac::v1::Role = create(
-        &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": [lease_name_for(GROUP)], "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-    )
-    .await;
-    let _: k8s_openapi::api::rbac::v1::RoleBinding = create(
-        &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": MEMBER},
-            "subjects": [{"kind": "ServiceAccount", "name": MEMBER}],
-        }),
-    )
-    .await;
+    member_account(&ns, MEMBER, GROUP, &[]).await;
 
     let pods: Api<Pod> = ns.api();
     for (name, command) in CLIENTS {
         let _: Pod = create(&ns, client_pod(name, command)).await;
     }
-    wait_until("the three client pods Ready", PODS, || async {
-        let list = pods
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((list.items.iter().filter(|p| is_ready(p)).count() == 3).then_some(()))
-    })
-    .await
-    .unwrap();
+    wait_pods_ready(&pods, CLIENTS.len()).await;
     let groups: Api<LeaderGroup> = ns.api();
     let _: LeaderGroup = create(
         &ns,
