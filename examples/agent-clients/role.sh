@@ -27,7 +27,7 @@ while :; do
     epoch=$(field epoch "$answer")
     version=$(field version "$answer")
   else
-    role=unknown epoch= version=
+    role=unknown epoch='' version=''
     sleep 1
   fi
   [ "$role" = leader ] || epoch=
