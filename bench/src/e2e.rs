@@ -43,12 +43,12 @@ use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
 use crate::peers::{PEERS, Peer};
-use crate::results::Run;
-use crate::scenario::{About, Context, Scenario as BenchScenario, measuring};
-use crate::stats::summarize;
+use crate::results::{Run, Stamped};
+use crate::scenario::{Context, Scenario as BenchScenario, measuring};
 use crate::timeline::{
     Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
 };
+use leadergroup_testenv::stats::summarize;
 
 /// The node that is lost, where every leader sits before the cut, and the other one.
 const CUT_NODE: &str = "lg-node-1";
@@ -626,14 +626,13 @@ async fn node_loss(
 }
 
 pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
-    About::alone(
-        "e2e",
-        "The end-to-end scenarios on a real cluster of their own (as root)",
-    ),
+    "e2e",
+    "The end-to-end scenarios on a real cluster of their own (as root)",
     |ctx| measuring(run_e2e(ctx)),
-);
+)
+.alone();
 
-async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
+async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
     let started = Instant::now();
     let plan = Plan {
         reps: ctx.pick(5, 1),
@@ -667,7 +666,7 @@ async fn measure(
     cluster: &RealCluster,
     images: &Images,
     quick: bool,
-) -> Result<E2eResult> {
+) -> Result<Stamped<E2eResult>> {
     let cp = install(repo, cluster).await?;
     let client = cp.client().await?;
     let mut run = Run::describe(&client, repo, &cp, quick).await?;
@@ -695,15 +694,15 @@ async fn measure(
 
     scenarios.push(node_losses(plan, cluster, images, &client).await?);
 
-    Ok(E2eResult {
-        run,
+    let body = E2eResult {
         node_monitor_grace_period_s: plan.grace,
         setup: format!(
             "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
             plan.reps, plan.node_losses
         ),
         scenarios,
-    })
+    };
+    Ok(Stamped { run, body })
 }
 
 /// Imports the images into the cluster's nodes and installs the operator with its chart: one

@@ -3,10 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Result;
 use crate::markdown::{Block, Table, met};
-use crate::results::Run;
-use crate::scenario::{Recorded, Stamped};
-use crate::stats::Summary;
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Outcome, Recorded};
+use leadergroup_testenv::stats::Summary;
 
 /// The samples of one system in one scenario.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -75,7 +76,6 @@ impl ScenarioResult {
 /// `bench/results/e2e.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct E2eResult {
-    pub run: Run,
     /// The cluster's `--node-monitor-grace-period`, seconds.
     pub node_monitor_grace_period_s: u32,
     pub setup: String,
@@ -107,24 +107,25 @@ fn ratio(peer: f64, ours: f64) -> String {
     }
 }
 
-impl Stamped for E2eResult {
+impl Recorded for E2eResult {
     const FILE: &'static str = "e2e";
     /// Measured only alone, on the real cluster.
     const OPTIONAL: bool = true;
 
-    /// Its run is the real cluster's, which it described itself, not the light one's.
-    fn set_run(&mut self, _light: &Run) {}
-}
-
-impl Recorded for E2eResult {
     /// The run, the headline, every scenario's table and the targets.
-    fn blocks(&self) -> Vec<Block> {
-        render(self)
+    fn blocks(&self, run: &Run) -> Vec<Block> {
+        render(self, run)
     }
 }
 
-fn render(result: &E2eResult) -> Vec<Block> {
-    let run = &result.run;
+/// Its run is the real cluster's, which it described itself, not the light one's.
+impl Outcome for Stamped<E2eResult> {
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write(E2eResult::FILE, self)
+    }
+}
+
+fn render(result: &E2eResult, run: &Run) -> Vec<Block> {
     let grace = result.node_monitor_grace_period_s;
     let mut setup = run.table(&["node-monitor-grace-period"]);
     let default = if grace == 50 {

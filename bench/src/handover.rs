@@ -13,9 +13,9 @@ use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{Fault, Groups};
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
-use crate::stats::{Summary, summarize};
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -54,7 +54,6 @@ impl Handover {
 /// `graceful.json` and `crash.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverResult {
-    pub run: Run,
     /// `graceful` or `crash`.
     pub scenario: String,
     /// One entry per system, ours first.
@@ -82,18 +81,17 @@ const SCENARIOS: [(&str, Fault, &str); 2] = [
 ];
 
 pub const HANDOVERS: Scenario = Scenario {
-    about: About::full_run(
-        "handover",
-        "Graceful and crash handovers: ours on one group, then the peers",
-    ),
+    name: "handover",
+    help: "Graceful and crash handovers: ours on one group, then the peers",
+    in_full_run: true,
     measure: |ctx| measuring(measure_ours(ctx)),
     render: blocks,
 };
 
 fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let graceful: HandoverResult = results.read("graceful")?;
-    let crash: HandoverResult = results.read("crash")?;
-    let floor: crate::floor::FloorResult = results.read("floor")?;
+    let graceful: Stamped<HandoverResult> = results.read("graceful")?;
+    let crash: Stamped<HandoverResult> = results.read("crash")?;
+    let floor: Stamped<crate::floor::FloorResult> = results.read("floor")?;
     let run = &graceful.run;
     let mut blocks = vec![
         Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
@@ -101,8 +99,8 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
         })),
         Block::tables("machine", [machine(run)]),
     ];
-    for result in [&graceful, &crash] {
-        blocks.push(handover_block(result, floor.median_ms()));
+    for result in [&graceful.body, &crash.body] {
+        blocks.push(handover_block(result, floor.body.median_ms()));
     }
     Ok(blocks)
 }
@@ -232,9 +230,9 @@ impl Outcome for Measured {
     }
 
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        for result in [&mut self.graceful, &mut self.crash] {
-            result.run = run.clone();
-            results.write(&result.scenario, result)?;
+        for body in [&self.graceful, &self.crash] {
+            let run = run.clone();
+            results.write(&body.scenario, &Stamped { run, body })?;
         }
         Ok(())
     }
@@ -323,7 +321,6 @@ async fn ours(
         .collect();
     let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
     Ok(HandoverResult {
-        run: Run::default(),
         scenario: scenario.into(),
         systems: vec![ours],
     })

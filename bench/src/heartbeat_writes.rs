@@ -20,10 +20,11 @@ use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{RequestCounts, is_write, steady_window};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
 
 pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
-    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    "heartbeat-writes",
+    "Heartbeat mode's renewal writes",
     |ctx| measuring(measure(ctx)),
 );
 
@@ -45,7 +46,6 @@ pub struct Window {
 /// `heartbeat-writes.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HeartbeatWritesResult {
-    pub run: Run,
     pub groups: usize,
     /// Their Lease duration, s.
     pub lease_duration_seconds: i32,
@@ -53,10 +53,10 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-stamped!(HeartbeatWritesResult, "heartbeat-writes");
-
 impl Recorded for HeartbeatWritesResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "heartbeat-writes";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let setup = Table::new(&["groups", "Lease duration"]).with([
             self.groups.to_string(),
             format!("{} s", self.lease_duration_seconds),
@@ -137,7 +137,6 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     drop(memberships);
     drop(op);
     Ok(HeartbeatWritesResult {
-        run: Run::default(),
         groups: GROUPS,
         lease_duration_seconds: crate::ours::LEASE_SECONDS,
         windows: vec![readiness, heartbeat],

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::stats::Summary;
+use leadergroup_testenv::stats::Summary;
 
 /// What goes wrong while splicing blocks into the page.
 #[derive(Debug, thiserror::Error)]

@@ -21,16 +21,15 @@ use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Recorded, Scenario, measuring, stamped};
+use crate::scenario::{Context, Light, Recorded, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 
 pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
-    About::alone(
-        "scale-10k",
-        "10,000 groups (or the first value of `--scale`), then an operator restart",
-    ),
+    "scale-10k",
+    "10,000 groups (or the first value of `--scale`), then an operator restart",
     |ctx| measuring(measure(ctx)),
-);
+)
+.alone();
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -66,7 +65,6 @@ pub struct Restart {
 /// `bench/results/scale-10k.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleBigResult {
-    pub run: Run,
     /// The groups' Lease duration, s.
     pub lease_seconds: i32,
     /// Namespaces the groups are spread over.
@@ -89,12 +87,13 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-stamped!(ScaleBigResult, "scale-10k", optional);
-
 impl Recorded for ScaleBigResult {
+    const FILE: &'static str = "scale-10k";
+    const OPTIONAL: bool = true;
+
     /// The setup, the start, the restart, and the targets.
-    fn blocks(&self) -> Vec<Block> {
-        let mut tables = vec![self.setup(), self.start()];
+    fn blocks(&self, run: &Run) -> Vec<Block> {
+        let mut tables = vec![self.setup(run), self.start()];
         tables.extend(self.restart.as_ref().map(restart_table));
         let notes = self.entry.note.iter().map(|note| format!("**{note}.**"));
         vec![
@@ -169,7 +168,6 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     drop(op);
     light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
     Ok(ScaleBigResult {
-        run: Run::default(),
         lease_seconds,
         namespaces,
         pods: groups * 3,
@@ -320,7 +318,7 @@ async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), Status>>
 }
 
 impl ScaleBigResult {
-    fn setup(&self) -> Table {
+    fn setup(&self, run: &Run) -> Table {
         let columns = [
             "groups",
             "pods",
@@ -337,7 +335,7 @@ impl ScaleBigResult {
             format!("{} s", self.lease_seconds),
             format!("{:.0} s", self.create_s),
             self.create_concurrency.to_string(),
-            format!("{} (`{}`)", self.run.started_at, self.run.command),
+            format!("{} (`{}`)", run.started_at, run.command),
         ])
     }
 
