@@ -34,13 +34,6 @@ impl Table {
         }
     }
 
-    /// A table of two columns, a row per pair.
-    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
-        let mut table = Table::new(&columns);
-        table.rows = rows.into_iter().map(|(a, b)| vec![a, b]).collect();
-        table
-    }
-
     /// Adds a row.
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());

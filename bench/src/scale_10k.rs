@@ -339,50 +339,52 @@ impl ScaleBigResult {
         ])
     }
 
+    /// From the start to every group led, or `at_bound` of how many were led at the bound.
+    fn to_all_led(&self, at_bound: impl FnOnce(usize) -> String) -> String {
+        let s = self.entry.time_to_all_led_ms / 1000.0;
+        self.led_at_bound
+            .map_or_else(|| format!("{s:.1} s"), at_bound)
+    }
+
     fn start(&self) -> Table {
         let e = &self.entry;
-        let to_all_led = match self.led_at_bound {
-            Some(n) => format!(
+        let to_all_led = self.to_all_led(|n| {
+            format!(
                 "not within {} s: {n} of {} led then",
                 BOUND.as_secs(),
                 e.groups
-            ),
-            None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-        };
-        let window = format!(
-            "requests/s per group, steady {:.0} s window (by verb, resource)",
-            e.window_s
-        );
-        Table::pairs(
-            ["measure", "value"],
-            [
-                (
-                    "from operator start to every group led (independent watches)".into(),
-                    to_all_led,
-                ),
-                (
-                    "CPU until then".into(),
-                    format!("{:.1} s", self.converge_cpu_s),
-                ),
-                (window, counts(&e.requests_per_s_per_group)),
-                (
-                    "writes per group per third of the Lease".into(),
-                    format!("{:.2}", e.writes_per_group_per_third),
-                ),
-                (
-                    "polling reads/s per group".into(),
-                    format!("{:.3}", e.polling_reads_per_s_per_group),
-                ),
-                (
-                    "CPU s/min, steady".into(),
-                    format!("{:.2}", e.cpu_s_per_min),
-                ),
-                (
-                    "RSS steady (peak)".into(),
-                    format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
-                ),
-            ],
-        )
+            )
+        });
+        let window = format!("requests/s per group, steady {:.0} s window", e.window_s);
+        Table::new(&["measure", "value"])
+            .with([
+                "from operator start to every group led (independent watches)".into(),
+                to_all_led,
+            ])
+            .with([
+                "CPU until then".into(),
+                format!("{:.1} s", self.converge_cpu_s),
+            ])
+            .with([
+                window + " (by verb, resource)",
+                counts(&e.requests_per_s_per_group),
+            ])
+            .with([
+                "writes per group per third of the Lease".into(),
+                format!("{:.2}", e.writes_per_group_per_third),
+            ])
+            .with([
+                "polling reads/s per group".into(),
+                format!("{:.3}", e.polling_reads_per_s_per_group),
+            ])
+            .with([
+                "CPU s/min, steady".into(),
+                format!("{:.2}", e.cpu_s_per_min),
+            ])
+            .with([
+                "RSS steady (peak)".into(),
+                format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
+            ])
     }
 
     fn targets(&self) -> Table {
@@ -390,10 +392,9 @@ impl ScaleBigResult {
         let mut targets = Table::new(&["target", "measured", "met"])
             .with([
                 format!("{} groups: all led within 60 s", e.groups),
-                match self.led_at_bound {
-                    Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
-                    None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-                },
+                self.to_all_led(|n| {
+                    format!("{n} of {} led when the harness stopped waiting", e.groups)
+                }),
                 met(self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
             ])
             .with([
@@ -428,30 +429,27 @@ fn restart_table(x: &Restart) -> Table {
         "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
         x.watched_s
     );
-    Table::pairs(
-        ["restart (SIGKILL, a new process)", "value"],
-        [
-            (
-                "from the new process's start to ready (every watch listed)".into(),
-                format!("{:.1} s", x.to_ready_ms / 1000.0),
-            ),
-            (
-                "... to every group reconciled once".into(),
-                format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
-            ),
-            (
-                "groups whose epoch changed".into(),
-                x.epoch_changes.to_string(),
-            ),
-            (
-                "groups whose leader changed".into(),
-                x.leader_changes.to_string(),
-            ),
-            (flaps, x.label_flaps.to_string()),
-            (
-                "RSS of the new process at the end (peak)".into(),
-                format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
-            ),
-        ],
-    )
+    let secs = |ms: f64| format!("{:.1} s", ms / 1000.0);
+    Table::new(&["restart (SIGKILL, a new process)", "value"])
+        .with([
+            "from the new process's start to ready (every watch listed)".into(),
+            secs(x.to_ready_ms),
+        ])
+        .with([
+            "... to every group reconciled once".into(),
+            secs(x.to_all_reconciled_ms),
+        ])
+        .with([
+            "groups whose epoch changed".into(),
+            x.epoch_changes.to_string(),
+        ])
+        .with([
+            "groups whose leader changed".into(),
+            x.leader_changes.to_string(),
+        ])
+        .with([flaps, x.label_flaps.to_string()])
+        .with([
+            "RSS of the new process at the end (peak)".into(),
+            format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
+        ])
 }

@@ -31,29 +31,57 @@ pub struct Event {
     pub leading: bool,
 }
 
-/// Every change of belief seen so far, per key (a system's, or a Lease's), shared by the task
-/// that reads them and the harness that judges them.
+/// Every change of belief seen so far, per key (a system's, or a Lease's), and the identities
+/// excluded from believing (see [`Exclusion`]), shared by the task that reads them and the
+/// harness that judges them. Identities are unique across keys, so one list of exclusions serves
+/// every key.
 #[derive(Clone, Default)]
-pub struct Beliefs(Arc<Mutex<BTreeMap<String, Vec<Event>>>>);
+pub struct Beliefs(Arc<Mutex<(BTreeMap<String, Vec<Event>>, Vec<Exclusion>)>>);
 
 impl Beliefs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (BTreeMap<String, Vec<Event>>, Vec<Exclusion>)> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Records `event` under `key`.
     pub fn push(&self, key: &str, event: Event) {
-        if let Ok(mut all) = self.0.lock() {
-            all.entry(key.to_owned()).or_default().push(event);
-        }
+        self.lock().0.entry(key.to_owned()).or_default().push(event);
     }
 
     /// Every event of `key` so far, by time.
     pub fn of(&self, key: &str) -> Vec<Event> {
-        let mut list = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|all| all.get(key).cloned())
-            .unwrap_or_default();
+        let mut list = self.lock().0.get(key).cloned().unwrap_or_default();
         list.sort_by_key(|e| e.at);
         list
+    }
+
+    /// From `from` on, `identity` does not count as believing it leads.
+    pub fn exclude(&self, identity: &str, from: SystemTime) {
+        let (identity, until) = (identity.to_owned(), None);
+        self.lock().1.push(Exclusion {
+            identity,
+            from,
+            until,
+        });
+    }
+
+    /// From `until` on, `identity` counts again (a frozen process thawed).
+    pub fn end_exclusion(&self, identity: &str, until: SystemTime) {
+        for e in self.lock().1.iter_mut().filter(|e| e.identity == identity) {
+            e.until.get_or_insert(until);
+        }
+    }
+
+    /// [`believers_at`] `t` among the events of `key`.
+    pub fn believers(&self, key: &str, t: SystemTime) -> Vec<String> {
+        believers_at(&self.of(key), t, &self.lock().1)
+    }
+
+    /// [`split_brains`] within `[from, to]` among the events of `key`.
+    pub fn split_brains(&self, key: &str, from: SystemTime, to: SystemTime) -> u64 {
+        split_brains(&self.of(key), from, to, &self.lock().1)
     }
 }
 
@@ -210,7 +238,7 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
 /// Polls the files of every candidate pod of a namespace (the pods listed every second, the
 /// files read every 10 ms) and keeps every event, per system.
 pub struct Tracker {
-    events: Beliefs,
+    pub beliefs: Beliefs,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -221,8 +249,8 @@ const EVENTS_VOLUME: &str = "events";
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
     pub fn start(pods: Api<Pod>, cluster: PathBuf, ours: fn(&str) -> bool) -> Tracker {
-        let events = Beliefs::default();
-        let record = events.clone();
+        let beliefs = Beliefs::default();
+        let record = beliefs.clone();
         let task = tokio::spawn(async move {
             let mut sources: BTreeMap<String, Source> = BTreeMap::new();
             let mut listed: Option<Instant> = None;
@@ -240,12 +268,7 @@ impl Tracker {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        Tracker { events, task }
-    }
-
-    /// Every event of `system` so far, by time.
-    pub fn events(&self, system: &str) -> Vec<Event> {
-        self.events.of(system)
+        Tracker { beliefs, task }
     }
 }
 
