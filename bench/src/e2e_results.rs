@@ -26,7 +26,7 @@ pub struct SystemResult {
 
 impl SystemResult {
     fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
+        Summary::median(self.summary.as_ref())
     }
 
     fn is_ours(&self) -> bool {
@@ -114,7 +114,30 @@ impl Recorded for E2eResult {
 
     /// The run, the headline, every scenario's table and the targets.
     fn blocks(&self, run: &Run) -> Vec<Block> {
-        render(self, run)
+        let grace = self.node_monitor_grace_period_s;
+        let mut setup = run.table(&["node-monitor-grace-period"]);
+        let default = if grace == 50 {
+            " (Kubernetes' default)"
+        } else {
+            " (Kubernetes' default is 50 s)"
+        };
+        for row in &mut setup.rows {
+            row.push(format!("{grace} s{default}"));
+        }
+        let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
+        let quick = run
+            .quick
+            .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
+        let mut blocks = vec![
+            Block::tables("e2e-run", [setup, cluster]).notes(quick),
+            Block::tables("e2e-headline", [headline(self)]),
+        ];
+        for sc in &self.scenarios {
+            let name = format!("e2e-{}", sc.scenario);
+            blocks.push(Block::tables(name, [scenario_table(sc)]));
+        }
+        blocks.push(Block::tables("e2e-targets", [targets(self)]));
+        blocks
     }
 }
 
@@ -123,36 +146,6 @@ impl Outcome for Stamped<E2eResult> {
     fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
         results.write(E2eResult::FILE, self)
     }
-}
-
-fn render(result: &E2eResult, run: &Run) -> Vec<Block> {
-    let grace = result.node_monitor_grace_period_s;
-    let mut setup = run.table(&["node-monitor-grace-period"]);
-    let default = if grace == 50 {
-        " (Kubernetes' default)"
-    } else {
-        " (Kubernetes' default is 50 s)"
-    };
-    setup
-        .rows
-        .iter_mut()
-        .for_each(|r| r.push(format!("{grace} s{default}")));
-    let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
-    let quick = run
-        .quick
-        .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
-    let mut blocks = vec![
-        Block::tables("e2e-run", [setup, cluster]).notes(quick),
-        Block::tables("e2e-headline", [headline(result)]),
-    ];
-    for sc in &result.scenarios {
-        blocks.push(Block::tables(
-            format!("e2e-{}", sc.scenario),
-            [scenario_table(sc)],
-        ));
-    }
-    blocks.push(Block::tables("e2e-targets", [targets(result)]));
-    blocks
 }
 
 /// The median of every system in every scenario, and peer / ours.

@@ -28,13 +28,6 @@ pub struct FloorResult {
     pub summary: Option<Summary>,
 }
 
-impl FloorResult {
-    /// The median, the unit the handovers are compared with.
-    pub fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
-    }
-}
-
 impl Recorded for FloorResult {
     const FILE: &'static str = "floor";
 

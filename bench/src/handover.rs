@@ -45,10 +45,6 @@ impl Handover {
             api_calls_per_repetition: calls,
         }
     }
-
-    fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
-    }
 }
 
 /// `graceful.json` and `crash.json`.
@@ -100,7 +96,10 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
         Block::tables("machine", [machine(run)]),
     ];
     for result in [&graceful.body, &crash.body] {
-        blocks.push(handover_block(result, floor.body.median_ms()));
+        blocks.push(handover_block(
+            result,
+            Summary::median(floor.body.summary.as_ref()),
+        ));
     }
     Ok(blocks)
 }
@@ -154,24 +153,26 @@ fn machine(run: &Run) -> Table {
 fn handover_block(result: &HandoverResult, floor_ms: f64) -> Block {
     let mut table = spread_table(&["system"]);
     table.columns.push("median vs ours; settings".into());
-    let ours = result.systems.first().map_or(f64::NAN, Handover::median_ms);
-    for (i, s) in result.systems.iter().enumerate() {
-        let mut row = spread_row(&[&s.system], s.summary.as_ref());
-        row.push(if i == 0 {
-            format!("{:.1}× the floor; {}", s.median_ms() / floor_ms, s.settings)
-        } else {
-            format!("{:.0}× ours; {}", s.median_ms() / ours, s.settings)
+    let mut ours = None;
+    for s in &result.systems {
+        let (median, mut row) = (
+            Summary::median(s.summary.as_ref()),
+            spread_row(&[&s.system], s.summary.as_ref()),
+        );
+        row.push(match ours {
+            None => format!("{:.1}× the floor; {}", median / floor_ms, s.settings),
+            Some(ours) => format!("{:.0}× ours; {}", median / ours, s.settings),
         });
+        ours.get_or_insert(median);
         table.rows.push(row);
     }
     let calls = result
         .systems
         .first()
-        .and_then(|s| s.api_calls_per_repetition.as_ref())
-        .map(|calls| {
-            Table::new(&["our API requests per repetition, by verb and resource"])
-                .with([counts(calls)])
-        });
+        .and_then(|s| s.api_calls_per_repetition.as_ref());
+    let calls = calls.map(|calls| {
+        Table::new(&["our API requests per repetition, by verb and resource"]).with([counts(calls)])
+    });
     Block::tables(&result.scenario, [table].into_iter().chain(calls))
 }
 

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use leadergroup_client::Membership;
@@ -19,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{RequestCounts, is_write, steady_window};
+use crate::ours::in_flight;
 use crate::results::Run;
 use crate::scenario::{Context, Recorded, Scenario, measuring};
 
@@ -119,18 +119,15 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .collect::<Result<_>>()?;
     let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
     let patch = serde_json::json!({"spec": {"liveness": "Heartbeat"}});
-    futures::stream::iter(&set.names)
-        .map(|g| {
-            let (api, patch) = (api.clone(), &patch);
-            async move {
-                api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<()>>()
-        .await?;
+    in_flight(8, &set.names, |g| {
+        let (api, patch) = (api.clone(), &patch);
+        async move {
+            api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
     wait_renewing(&api, &set.names).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;

@@ -21,7 +21,7 @@ use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{Context, Light, Recorded, Scenario, measuring};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 
 pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
@@ -155,14 +155,9 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     let (op, restart) = if led_at_bound.is_some() {
         (op, None)
     } else {
-        let restarting = Restarting {
-            ctx,
-            light,
-            sets: &sets,
-            groups,
-            watched: Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle(),
-        };
-        let (op, restart) = restarting.measure(op).await?;
+        // Past a whole Lease duration: every group was renewed by the new process, or changed.
+        let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle();
+        let (op, restart) = restart(ctx, &sets, watched, op).await?;
         (op, Some(restart))
     };
     drop(op);
@@ -215,77 +210,63 @@ async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Optio
     Some(led)
 }
 
-/// What an operator restart at this size works on.
-struct Restarting<'a> {
-    ctx: &'a Context,
-    light: &'a Light,
-    sets: &'a [Groups],
-    groups: usize,
-    /// How long after the restart the watches keep counting: past a whole Lease duration, so
-    /// that every group was renewed by the new process, or changed.
+/// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
+/// reconciled every group of `sets`, and what changed until `watched` after (epochs, leaders,
+/// leader labels). Returns the new process, still running.
+async fn restart(
+    ctx: &Context,
+    sets: &[Groups],
     watched: Duration,
-}
-
-impl Restarting<'_> {
-    /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
-    /// reconciled every group, and what changed meanwhile (epochs, leaders, leader labels).
-    /// Returns the new process, still running.
-    async fn measure(&self, op: OperatorProcess) -> Result<(OperatorProcess, Restart)> {
-        tracing::info!("scale-10k: restart (SIGKILL, a new process)");
-        let before = statuses(self.sets).await?;
-        let flaps = || -> u64 { self.sets.iter().map(|s| s.watch.leader_changes()).sum() };
-        let flaps_before = flaps();
-        let mut op = op;
-        let _ = op.kill().await;
-        let op = self
-            .ctx
-            .start_operator(None, "operator-scale-10k-restarted.log")
-            .await?;
-        let mut to_ready = None;
-        let to_all_reconciled = loop {
-            if op.started.elapsed() > BOUND {
-                return Err(Error::Timeout(format!(
-                    "the restarted operator to reconcile {} groups",
-                    self.groups
-                )));
-            }
-            if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
-                to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
-            }
-            if reconciles(&op)
-                .await
-                .is_some_and(|n| n >= self.groups as u64)
-            {
-                break op.started.elapsed().as_secs_f64() * 1000.0;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        tracing::info!(
-            "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
-            to_ready.unwrap_or(f64::NAN) / 1000.0,
-            to_all_reconciled / 1000.0
-        );
-        tokio::time::sleep(self.watched).await;
-        let after = statuses(self.sets).await?;
-        let changed = |differs: fn(&Status, &Status) -> bool| {
-            before
-                .iter()
-                .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
-                .count()
-        };
-        let last = sample(&op, self.light.ticks);
-        let restart = Restart {
-            to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
-            to_all_reconciled_ms: to_all_reconciled,
-            epoch_changes: changed(|a, b| a.0 != b.0),
-            leader_changes: changed(|a, b| a.1 != b.1),
-            label_flaps: flaps() - flaps_before,
-            watched_s: self.watched.as_secs_f64(),
-            rss_mib: last.rss_mib,
-            peak_rss_mib: last.peak_rss_mib,
-        };
-        Ok((op, restart))
-    }
+    mut op: OperatorProcess,
+) -> Result<(OperatorProcess, Restart)> {
+    let groups: usize = sets.iter().map(|s| s.names.len()).sum();
+    tracing::info!("scale-10k: restart (SIGKILL, a new process)");
+    let before = statuses(sets).await?;
+    let flaps = || -> u64 { sets.iter().map(|s| s.watch.leader_changes()).sum() };
+    let flaps_before = flaps();
+    let _ = op.kill().await;
+    let op = ctx
+        .start_operator(None, "operator-scale-10k-restarted.log")
+        .await?;
+    let mut to_ready = None;
+    let to_all_reconciled = loop {
+        if op.started.elapsed() > BOUND {
+            let what = format!("the restarted operator to reconcile {groups} groups");
+            return Err(Error::Timeout(what));
+        }
+        if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
+            to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
+        }
+        if reconciles(&op).await.is_some_and(|n| n >= groups as u64) {
+            break op.started.elapsed().as_secs_f64() * 1000.0;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tracing::info!(
+        "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
+        to_ready.unwrap_or(f64::NAN) / 1000.0,
+        to_all_reconciled / 1000.0
+    );
+    tokio::time::sleep(watched).await;
+    let after = statuses(sets).await?;
+    let changed = |differs: fn(&Status, &Status) -> bool| {
+        before
+            .iter()
+            .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
+            .count()
+    };
+    let last = sample(&op, ctx.light().await?.ticks);
+    let restart = Restart {
+        to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
+        to_all_reconciled_ms: to_all_reconciled,
+        epoch_changes: changed(|a, b| a.0 != b.0),
+        leader_changes: changed(|a, b| a.1 != b.1),
+        label_flaps: flaps() - flaps_before,
+        watched_s: watched.as_secs_f64(),
+        rss_mib: last.rss_mib,
+        peak_rss_mib: last.peak_rss_mib,
+    };
+    Ok((op, restart))
 }
 
 /// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does

@@ -36,10 +36,16 @@ pub struct Event {
 /// harness that judges them. Identities are unique across keys, so one list of exclusions serves
 /// every key.
 #[derive(Clone, Default)]
-pub struct Beliefs(Arc<Mutex<(BTreeMap<String, Vec<Event>>, Vec<Exclusion>)>>);
+pub struct Beliefs(Arc<Mutex<Believed>>);
+
+#[derive(Default)]
+struct Believed {
+    events: BTreeMap<String, Vec<Event>>,
+    excluded: Vec<Exclusion>,
+}
 
 impl Beliefs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (BTreeMap<String, Vec<Event>>, Vec<Exclusion>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Believed> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -47,12 +53,16 @@ impl Beliefs {
 
     /// Records `event` under `key`.
     pub fn push(&self, key: &str, event: Event) {
-        self.lock().0.entry(key.to_owned()).or_default().push(event);
+        self.lock()
+            .events
+            .entry(key.to_owned())
+            .or_default()
+            .push(event);
     }
 
     /// Every event of `key` so far, by time.
     pub fn of(&self, key: &str) -> Vec<Event> {
-        let mut list = self.lock().0.get(key).cloned().unwrap_or_default();
+        let mut list = self.lock().events.get(key).cloned().unwrap_or_default();
         list.sort_by_key(|e| e.at);
         list
     }
@@ -60,7 +70,7 @@ impl Beliefs {
     /// From `from` on, `identity` does not count as believing it leads.
     pub fn exclude(&self, identity: &str, from: SystemTime) {
         let (identity, until) = (identity.to_owned(), None);
-        self.lock().1.push(Exclusion {
+        self.lock().excluded.push(Exclusion {
             identity,
             from,
             until,
@@ -69,19 +79,24 @@ impl Beliefs {
 
     /// From `until` on, `identity` counts again (a frozen process thawed).
     pub fn end_exclusion(&self, identity: &str, until: SystemTime) {
-        for e in self.lock().1.iter_mut().filter(|e| e.identity == identity) {
+        for e in self
+            .lock()
+            .excluded
+            .iter_mut()
+            .filter(|e| e.identity == identity)
+        {
             e.until.get_or_insert(until);
         }
     }
 
     /// [`believers_at`] `t` among the events of `key`.
     pub fn believers(&self, key: &str, t: SystemTime) -> Vec<String> {
-        believers_at(&self.of(key), t, &self.lock().1)
+        believers_at(&self.of(key), t, &self.lock().excluded)
     }
 
     /// [`split_brains`] within `[from, to]` among the events of `key`.
     pub fn split_brains(&self, key: &str, from: SystemTime, to: SystemTime) -> u64 {
-        split_brains(&self.of(key), from, to, &self.lock().1)
+        split_brains(&self.of(key), from, to, &self.lock().excluded)
     }
 }
 

@@ -41,6 +41,11 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 impl Summary {
+    /// The median of `summary`, NaN without samples.
+    pub fn median(summary: Option<&Summary>) -> f64 {
+        summary.map_or(f64::NAN, |s| s.median_ms)
+    }
+
     /// "median 1.2 ms, p99 3.4 ms, min 0.9, max 3.4, n 50", for a test's printout.
     pub fn describe(samples: &[f64]) -> String {
         summarize(samples).map_or_else(
