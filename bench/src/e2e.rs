@@ -107,17 +107,6 @@ const OURS_HEARTBEAT: System = System {
 };
 
 impl System {
-    fn peer(peer: &'static Peer) -> System {
-        let (label, name, settings) = (peer.label, peer.name, peer.settings);
-        let peer = Some(peer);
-        System {
-            label,
-            name,
-            settings,
-            peer,
-        }
-    }
-
     fn is_ours(label: &str) -> bool {
         label.starts_with("ours")
     }
@@ -133,7 +122,12 @@ impl System {
 
 /// The four peers.
 fn peers() -> impl Iterator<Item = System> {
-    PEERS.iter().map(System::peer)
+    PEERS.iter().map(|peer| System {
+        label: peer.label,
+        name: peer.name,
+        settings: peer.settings,
+        peer: Some(peer),
+    })
 }
 
 /// The scenarios.

@@ -369,6 +369,25 @@ mod tests {
         }
     }
 
+    /// One list of exclusions serves every key: a stopped process is excluded wherever its
+    /// events are, until a thaw ends its exclusion.
+    #[test]
+    fn beliefs_judge_each_key_with_the_shared_exclusions() {
+        let beliefs = Beliefs::default();
+        for (key, e) in [("x", ev(0, "a", true)), ("x", ev(200, "b", true))] {
+            beliefs.push(key, e);
+        }
+        beliefs.push("y", ev(0, "c", true));
+        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 1);
+        beliefs.exclude("a", at(100));
+        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 0);
+        assert_eq!(beliefs.believers("x", at(210)), vec!["b"]);
+        assert_eq!(beliefs.believers("y", at(210)), vec!["c"]);
+        beliefs.end_exclusion("a", at(250));
+        assert_eq!(beliefs.believers("x", at(260)), vec!["a", "b"]);
+        assert_eq!(beliefs.of("x").len(), 2);
+    }
+
     #[test]
     fn a_peer_line_is_parsed() {
         let (lease, e) =
