@@ -3,10 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Result;
 use crate::markdown::{Block, Table, met};
-use crate::results::Run;
-use crate::scenario::{Recorded, Stamped};
-use crate::stats::Summary;
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Outcome, Recorded};
+use leadergroup_testenv::stats::Summary;
 
 /// The samples of one system in one scenario.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -25,7 +26,7 @@ pub struct SystemResult {
 
 impl SystemResult {
     fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
+        Summary::median(self.summary.as_ref())
     }
 
     fn is_ours(&self) -> bool {
@@ -75,7 +76,6 @@ impl ScenarioResult {
 /// `bench/results/e2e.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct E2eResult {
-    pub run: Run,
     /// The cluster's `--node-monitor-grace-period`, seconds.
     pub node_monitor_grace_period_s: u32,
     pub setup: String,
@@ -107,51 +107,45 @@ fn ratio(peer: f64, ours: f64) -> String {
     }
 }
 
-impl Stamped for E2eResult {
+impl Recorded for E2eResult {
     const FILE: &'static str = "e2e";
     /// Measured only alone, on the real cluster.
     const OPTIONAL: bool = true;
 
-    /// Its run is the real cluster's, which it described itself, not the light one's.
-    fn set_run(&mut self, _light: &Run) {}
-}
-
-impl Recorded for E2eResult {
     /// The run, the headline, every scenario's table and the targets.
-    fn blocks(&self) -> Vec<Block> {
-        render(self)
+    fn blocks(&self, run: &Run) -> Vec<Block> {
+        let grace = self.node_monitor_grace_period_s;
+        let mut setup = run.table(&["node-monitor-grace-period"]);
+        let default = if grace == 50 {
+            " (Kubernetes' default)"
+        } else {
+            " (Kubernetes' default is 50 s)"
+        };
+        for row in &mut setup.rows {
+            row.push(format!("{grace} s{default}"));
+        }
+        let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
+        let quick = run
+            .quick
+            .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
+        let mut blocks = vec![
+            Block::tables("e2e-run", [setup, cluster]).notes(quick),
+            Block::tables("e2e-headline", [headline(self)]),
+        ];
+        for sc in &self.scenarios {
+            let name = format!("e2e-{}", sc.scenario);
+            blocks.push(Block::tables(name, [scenario_table(sc)]));
+        }
+        blocks.push(Block::tables("e2e-targets", [targets(self)]));
+        blocks
     }
 }
 
-fn render(result: &E2eResult) -> Vec<Block> {
-    let run = &result.run;
-    let grace = result.node_monitor_grace_period_s;
-    let mut setup = run.table(&["node-monitor-grace-period"]);
-    let default = if grace == 50 {
-        " (Kubernetes' default)"
-    } else {
-        " (Kubernetes' default is 50 s)"
-    };
-    setup
-        .rows
-        .iter_mut()
-        .for_each(|r| r.push(format!("{grace} s{default}")));
-    let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
-    let quick = run
-        .quick
-        .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
-    let mut blocks = vec![
-        Block::tables("e2e-run", [setup, cluster]).notes(quick),
-        Block::tables("e2e-headline", [headline(result)]),
-    ];
-    for sc in &result.scenarios {
-        blocks.push(Block::tables(
-            format!("e2e-{}", sc.scenario),
-            [scenario_table(sc)],
-        ));
+/// Its run is the real cluster's, which it described itself, not the light one's.
+impl Outcome for Stamped<E2eResult> {
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write(E2eResult::FILE, self)
     }
-    blocks.push(Block::tables("e2e-targets", [targets(result)]));
-    blocks
 }
 
 /// The median of every system in every scenario, and peer / ours.

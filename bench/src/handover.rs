@@ -13,9 +13,9 @@ use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{Fault, Groups};
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
-use crate::stats::{Summary, summarize};
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -45,16 +45,11 @@ impl Handover {
             api_calls_per_repetition: calls,
         }
     }
-
-    fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
-    }
 }
 
 /// `graceful.json` and `crash.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverResult {
-    pub run: Run,
     /// `graceful` or `crash`.
     pub scenario: String,
     /// One entry per system, ours first.
@@ -82,18 +77,17 @@ const SCENARIOS: [(&str, Fault, &str); 2] = [
 ];
 
 pub const HANDOVERS: Scenario = Scenario {
-    about: About::full_run(
-        "handover",
-        "Graceful and crash handovers: ours on one group, then the peers",
-    ),
+    name: "handover",
+    help: "Graceful and crash handovers: ours on one group, then the peers",
+    in_full_run: true,
     measure: |ctx| measuring(measure_ours(ctx)),
     render: blocks,
 };
 
 fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let graceful: HandoverResult = results.read("graceful")?;
-    let crash: HandoverResult = results.read("crash")?;
-    let floor: crate::floor::FloorResult = results.read("floor")?;
+    let graceful: Stamped<HandoverResult> = results.read("graceful")?;
+    let crash: Stamped<HandoverResult> = results.read("crash")?;
+    let floor: Stamped<crate::floor::FloorResult> = results.read("floor")?;
     let run = &graceful.run;
     let mut blocks = vec![
         Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
@@ -101,8 +95,11 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
         })),
         Block::tables("machine", [machine(run)]),
     ];
-    for result in [&graceful, &crash] {
-        blocks.push(handover_block(result, floor.median_ms()));
+    for result in [&graceful.body, &crash.body] {
+        blocks.push(handover_block(
+            result,
+            Summary::median(floor.body.summary.as_ref()),
+        ));
     }
     Ok(blocks)
 }
@@ -156,24 +153,26 @@ fn machine(run: &Run) -> Table {
 fn handover_block(result: &HandoverResult, floor_ms: f64) -> Block {
     let mut table = spread_table(&["system"]);
     table.columns.push("median vs ours; settings".into());
-    let ours = result.systems.first().map_or(f64::NAN, Handover::median_ms);
-    for (i, s) in result.systems.iter().enumerate() {
-        let mut row = spread_row(&[&s.system], s.summary.as_ref());
-        row.push(if i == 0 {
-            format!("{:.1}× the floor; {}", s.median_ms() / floor_ms, s.settings)
-        } else {
-            format!("{:.0}× ours; {}", s.median_ms() / ours, s.settings)
+    let mut ours = None;
+    for s in &result.systems {
+        let (median, mut row) = (
+            Summary::median(s.summary.as_ref()),
+            spread_row(&[&s.system], s.summary.as_ref()),
+        );
+        row.push(match ours {
+            None => format!("{:.1}× the floor; {}", median / floor_ms, s.settings),
+            Some(ours) => format!("{:.0}× ours; {}", median / ours, s.settings),
         });
+        ours.get_or_insert(median);
         table.rows.push(row);
     }
     let calls = result
         .systems
         .first()
-        .and_then(|s| s.api_calls_per_repetition.as_ref())
-        .map(|calls| {
-            Table::new(&["our API requests per repetition, by verb and resource"])
-                .with([counts(calls)])
-        });
+        .and_then(|s| s.api_calls_per_repetition.as_ref());
+    let calls = calls.map(|calls| {
+        Table::new(&["our API requests per repetition, by verb and resource"]).with([counts(calls)])
+    });
     Block::tables(&result.scenario, [table].into_iter().chain(calls))
 }
 
@@ -232,9 +231,9 @@ impl Outcome for Measured {
     }
 
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        for result in [&mut self.graceful, &mut self.crash] {
-            result.run = run.clone();
-            results.write(&result.scenario, result)?;
+        for body in [&self.graceful, &self.crash] {
+            let run = run.clone();
+            results.write(&body.scenario, &Stamped { run, body })?;
         }
         Ok(())
     }
@@ -323,7 +322,6 @@ async fn ours(
         .collect();
     let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
     Ok(HandoverResult {
-        run: Run::default(),
         scenario: scenario.into(),
         systems: vec![ours],
     })

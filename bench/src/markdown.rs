@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::stats::Summary;
+use leadergroup_testenv::stats::Summary;
 
 /// What goes wrong while splicing blocks into the page.
 #[derive(Debug, thiserror::Error)]
@@ -32,13 +32,6 @@ impl Table {
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
             rows: Vec::new(),
         }
-    }
-
-    /// A table of two columns, a row per pair.
-    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
-        let mut table = Table::new(&columns);
-        table.rows = rows.into_iter().map(|(a, b)| vec![a, b]).collect();
-        table
     }
 
     /// Adds a row.

@@ -88,31 +88,27 @@ impl Groups {
         kubelet.ensure_node().await?;
         let names: Vec<String> = (0..count).map(|i| format!("g-{i}")).collect();
         let api = leader_groups(&ns.client, &ns.name);
-        futures::stream::iter(names.iter().flat_map(|g| (0..3).map(move |j| (g, j))))
-            .map(|(g, j)| {
-                let kubelet = kubelet.clone();
-                async move {
-                    kubelet
-                        .create_ready_pod(&format!("{g}-{j}"), &[("app", g)])
-                        .await
-                        .map(|_| ())
-                }
-            })
-            .buffer_unordered(concurrency)
-            .try_collect::<Vec<()>>()
-            .await?;
-        futures::stream::iter(names.iter())
-            .map(|g| {
-                let api = api.clone();
-                async move {
-                    let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
-                    api.create(&PostParams::default(), &group).await?;
-                    Ok::<_, Error>(())
-                }
-            })
-            .buffer_unordered(concurrency)
-            .try_collect::<Vec<()>>()
-            .await?;
+        let pods = names.iter().flat_map(|g| (0..3).map(move |j| (g, j)));
+        in_flight(concurrency, pods, |(g, j)| {
+            let kubelet = kubelet.clone();
+            async move {
+                let labels = [("app", g.as_str())];
+                kubelet
+                    .create_ready_pod(&format!("{g}-{j}"), &labels)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        in_flight(concurrency, &names, |g| {
+            let api = api.clone();
+            async move {
+                let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
+                api.create(&PostParams::default(), &group).await?;
+                Ok(())
+            }
+        })
+        .await?;
         Ok(Groups {
             watch: LeaderWatch::start(&ns.client, &ns.name).await?,
             namespace: ns.name,
@@ -186,4 +182,16 @@ impl Groups {
             .await?;
         Ok(ms)
     }
+}
+
+/// Runs `f` on every item, `concurrency` at a time, until the first error.
+pub async fn in_flight<T, F: Future<Output = Result<()>>>(
+    concurrency: usize,
+    items: impl IntoIterator<Item = T>,
+    f: impl FnMut(T) -> F,
+) -> Result<()> {
+    let stream = futures::stream::iter(items)
+        .map(f)
+        .buffer_unordered(concurrency);
+    stream.try_collect::<Vec<()>>().await.map(drop)
 }

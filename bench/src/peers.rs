@@ -16,9 +16,7 @@ use tokio::process::{Child, Command};
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
-use crate::timeline::{
-    Beliefs, Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
-};
+use crate::timeline::{Beliefs, Event, first_new_leader, parse_peer_line};
 
 /// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
 /// pods on the real one (the end-to-end run).
@@ -132,11 +130,10 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
+    /// Per Lease; a candidate a handover stopped is excluded from the signal on: the old leader
+    /// is going (SIGTERM: it releases, and may print "stopped" only after a successor started)
+    /// or gone (SIGKILL: it prints nothing more), so only two live candidates make a split brain.
     events: Beliefs,
-    /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
-    /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
-    /// it prints nothing more), so only two live candidates make a split brain.
-    stopped: Vec<Exclusion>,
 }
 
 impl PeerGroup {
@@ -160,7 +157,6 @@ impl PeerGroup {
             candidates: HashMap::new(),
             next: 0,
             events: Beliefs::default(),
-            stopped: Vec::new(),
         };
         for _ in 0..3 {
             group.spawn()?;
@@ -233,8 +229,9 @@ impl PeerGroup {
     pub fn overlaps(&self) -> u64 {
         (0..self.groups)
             .map(|i| {
-                let events = self.events(&Self::lease(i));
-                split_brains(&events, UNIX_EPOCH, SystemTime::now(), &self.stopped)
+                let lease = Self::lease(i);
+                self.events
+                    .split_brains(&lease, UNIX_EPOCH, SystemTime::now())
             })
             .sum()
     }
@@ -257,8 +254,7 @@ impl PeerGroup {
                 .get_opt(lease)
                 .await?
                 .and_then(|l| l.spec?.holder_identity);
-            let events = self.events(lease);
-            let believers = believers_at(&events, SystemTime::now(), &self.stopped);
+            let believers = self.events.believers(lease, SystemTime::now());
             Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
         });
         Ok(holder.await?)
@@ -289,11 +285,7 @@ impl PeerGroup {
             .remove(&old)
             .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
         let t0 = SystemTime::now();
-        self.stopped.push(Exclusion {
-            identity: old.clone(),
-            from: t0,
-            until: None,
-        });
+        self.events.exclude(&old, t0);
         if kill {
             let _ = child.start_kill();
         } else if let Some(pid) = child.id() {

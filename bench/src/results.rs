@@ -10,6 +10,14 @@ use crate::error::{Error, Result};
 use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
+/// A results file: the record of the run that measured it, then the scenario's own fields.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Stamped<T> {
+    pub run: Run,
+    #[serde(flatten)]
+    pub body: T,
+}
+
 /// What every results file says about the run.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 #[serde(default)]

@@ -14,8 +14,8 @@ use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
 use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Recorded, Scenario, measuring, stamped};
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Context, Outcome, Recorded, Scenario, measuring};
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -108,7 +108,6 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 /// `scale.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleResult {
-    pub run: Run,
     pub entries: Vec<ScaleEntry>,
 }
 
@@ -120,17 +119,15 @@ struct Measured {
 }
 
 pub const SCALE: Scenario = Scenario::of::<ScaleResult>(
-    About::full_run(
-        "scale",
-        "Ours, then the peers (not alone), at the sizes of `--scale`",
-    ),
+    "scale",
+    "Ours, then the peers (not alone), at the sizes of `--scale`",
     |ctx| measuring(measure_ours(ctx)),
 );
 
-stamped!(ScaleResult, "scale");
-
 impl Recorded for ScaleResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "scale";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let mut table = Table::new(&[
             "system",
             "groups",
@@ -384,17 +381,14 @@ impl Outcome for Measured {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
         let entries = std::mem::take(&mut self.entries);
         if !self.alone {
-            let run = run.clone();
-            return results.write("scale", &ScaleResult { run, entries });
+            let (run, body) = (run.clone(), ScaleResult { entries });
+            return results.write("scale", &Stamped { run, body });
         }
-        let mut result: ScaleResult = results.read("scale")?;
-        result
-            .entries
-            .retain(|e| !(e.is_ours() && entries.iter().any(|n| n.groups == e.groups)));
-        result.entries.extend(entries);
-        result
-            .entries
-            .sort_by_key(|e| (!e.is_ours(), e.system.clone(), e.groups));
+        let mut result: Stamped<ScaleResult> = results.read("scale")?;
+        let kept = &mut result.body.entries;
+        kept.retain(|e| !(e.is_ours() && entries.iter().any(|n| n.groups == e.groups)));
+        kept.extend(entries);
+        kept.sort_by_key(|e| (!e.is_ours(), e.system.clone(), e.groups));
         results.write("scale", &result)
     }
 }

@@ -19,13 +19,17 @@ use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{ALL_LED_BOUND, Groups};
 use crate::peers::PeerKind;
-use crate::results::{Results, Run};
+use crate::results::{Results, Run, Stamped};
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
 pub struct Scenario {
-    /// Its name, its help, and whether the full run measures it.
-    pub about: About,
+    /// Its name: `--only NAME`, and the prefix of its blocks' names.
+    pub name: &'static str,
+    /// What `--help` says of it.
+    pub help: &'static str,
+    /// Whether the full run (no `--only`) measures it.
+    pub in_full_run: bool,
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
     pub measure: fn(&Context) -> Measuring<'_>,
     /// Its blocks of the page from the results files; none while it has no results yet (the
@@ -34,84 +38,40 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario whose page blocks come from one results file, `T`.
-    pub const fn of<T: Recorded>(about: About, measure: fn(&Context) -> Measuring<'_>) -> Self {
-        let render = render_file::<T>;
+    /// A scenario of the full run whose page blocks come from one results file, `T`.
+    pub const fn of<T: Recorded>(
+        name: &'static str,
+        help: &'static str,
+        measure: fn(&Context) -> Measuring<'_>,
+    ) -> Self {
+        let (in_full_run, render) = (true, render_file::<T>);
         Scenario {
-            about,
+            name,
+            help,
+            in_full_run,
             measure,
             render,
         }
     }
-}
 
-/// What the command line knows of a scenario.
-#[derive(Clone, Copy, Debug)]
-pub struct About {
-    /// Its name: `--only NAME`, and the prefix of its blocks' names.
-    pub name: &'static str,
-    /// What `--help` says of it.
-    pub help: &'static str,
-    /// Whether the full run (no `--only`) measures it.
-    pub in_full_run: bool,
-}
-
-impl About {
-    /// A scenario of the full run.
-    pub const fn full_run(name: &'static str, help: &'static str) -> About {
-        About {
-            name,
-            help,
-            in_full_run: true,
-        }
-    }
-
-    /// A scenario that runs only alone (`--only NAME`).
-    pub const fn alone(name: &'static str, help: &'static str) -> About {
-        About {
-            name,
-            help,
+    /// This scenario, measured only alone (`--only NAME`).
+    pub const fn alone(self) -> Self {
+        Scenario {
             in_full_run: false,
+            ..self
         }
     }
 }
 
-/// A results file, `bench/results/<FILE>.json`, and the run's record it carries.
-pub trait Stamped: Serialize + DeserializeOwned + 'static {
+/// The scenario's part of a results file, `bench/results/<FILE>.json`, written after the run's
+/// record ([`Stamped`]); it renders its own blocks of the page.
+pub trait Recorded: Serialize + DeserializeOwned + 'static {
     /// The file's name.
     const FILE: &'static str;
     /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
     const OPTIONAL: bool = false;
-    /// Takes the run's record as it ended.
-    fn set_run(&mut self, run: &Run);
-}
-
-/// [`Stamped`] for a results type whose `run` field takes the run's record as it ended:
-/// `stamped!(Type, "file")`, or `stamped!(Type, "file", optional)` for a scenario that runs only
-/// alone.
-macro_rules! stamped {
-    ($type:ty, $file:literal) => {
-        stamped!(@ $type, $file, false);
-    };
-    ($type:ty, $file:literal, optional) => {
-        stamped!(@ $type, $file, true);
-    };
-    (@ $type:ty, $file:literal, $optional:literal) => {
-        impl $crate::scenario::Stamped for $type {
-            const FILE: &'static str = $file;
-            const OPTIONAL: bool = $optional;
-            fn set_run(&mut self, run: &$crate::results::Run) {
-                self.run = run.clone();
-            }
-        }
-    };
-}
-pub(crate) use stamped;
-
-/// A results file that renders its own blocks of the page.
-pub trait Recorded: Stamped {
-    /// Its blocks of the page.
-    fn blocks(&self) -> Vec<Block>;
+    /// Its blocks of the page; `run` is the record of the run that measured it.
+    fn blocks(&self, run: &Run) -> Vec<Block>;
     /// What its checks found over the run (must be empty).
     fn problems(&self) -> Vec<String> {
         Vec::new()
@@ -120,18 +80,18 @@ pub trait Recorded: Stamped {
 
 /// The blocks of `T`'s results file.
 fn render_file<T: Recorded>(results: &Results) -> Result<Vec<Block>> {
-    let found = if T::OPTIONAL {
-        results.read_opt::<T>(T::FILE)?
+    let found: Option<Stamped<T>> = if T::OPTIONAL {
+        results.read_opt(T::FILE)?
     } else {
-        Some(results.read::<T>(T::FILE)?)
+        Some(results.read(T::FILE)?)
     };
-    Ok(found.map(|r| r.blocks()).unwrap_or_default())
+    Ok(found.map(|r| r.body.blocks(&r.run)).unwrap_or_default())
 }
 
 impl<T: Recorded> Outcome for T {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.set_run(run);
-        results.write(T::FILE, self)
+        let run = run.clone();
+        results.write(T::FILE, &Stamped { run, body: &*self })
     }
 
     fn problems(&self) -> Vec<String> {

@@ -39,6 +39,7 @@ mod private;
 mod proxy;
 mod realcluster;
 mod settled;
+pub mod stats;
 mod tools;
 mod wait;
 
