@@ -3,20 +3,19 @@
 //! out) or shuts down (SIGTERM: at once, it releases the Lease); the groups keep converging under
 //! the new replica; never are two replicas active at once, and never are two pods leaders.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leadergroup_testenv::ActiveMonitor;
 
-use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease};
+use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease, proxied_admin};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
-use leadergroup_testenv::{ControlPlane, Proxy, api_server_addr, control_plane, wait_until};
+use leadergroup_testenv::{control_plane, wait_until};
 
 /// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
 /// until their Leases run out, so keep it short.
@@ -181,17 +180,6 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     handover_under(&p, "op-b").await;
     p.monitor.assert_never_two_active();
     p.watch.assert_held().await;
-}
-
-/// A proxy in front of the API server that can cut it off as a network partition does
-/// (connections stay open, requests hang instead of failing), and an admin kubeconfig that goes
-/// through it.
-async fn proxied_admin(cp: &ControlPlane) -> (Proxy, PathBuf) {
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let kubeconfig = cp.kubeconfig_via(proxy.addr).unwrap();
-    (proxy, kubeconfig)
 }
 
 #[tokio::test]
