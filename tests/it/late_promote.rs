@@ -11,7 +11,27 @@ use std::time::Duration;
 use kube::api::{Patch, PatchParams, PostParams};
 
 use crate::common::{InvariantWatcher, Operator, World, group, proxied_admin};
-use leadergroup_testenv::control_plane;
+use leadergroup_testenv::{HeldRequests, control_plane};
+
+/// Lets the held promotions go on, late, and checks that none landed: the group's leader label is
+/// on `leader` alone, at its epoch. `what` names them; `op` is the operator whose log tells.
+async fn release_held(
+    w: &World,
+    hold: &HeldRequests,
+    (leader, epoch): (&str, i64),
+    what: &str,
+    op: &Operator,
+) {
+    hold.release();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        w.labeled_leaders("late").await,
+        vec![(leader.to_string(), Some(epoch))],
+        "{what}: one landed\n{}",
+        op.logs()
+    );
+    eprintln!("{what}: {} held, none landed", hold.held());
+}
 
 #[tokio::test]
 async fn a_promotion_held_past_the_lease_cannot_land() {
@@ -48,18 +68,8 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
         .await;
 
     // The held promotion goes on now, late, from its paused sender's open connection.
-    hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        w.labeled_leaders("late").await,
-        vec![(pods[2].clone(), Some(moved.epoch))],
-        "the late promotion of app-1 landed\n{}",
-        second_op.logs()
-    );
-    eprintln!(
-        "late promote: {} promotion(s) of app-1 held past the Lease, none landed",
-        hold.held()
-    );
+    let what = "late promote: promotions of app-1 held past the Lease";
+    release_held(&w, &hold, (&pods[2], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -105,14 +115,8 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
         })
         .await;
 
-    hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        w.labeled_leaders("late").await,
-        vec![(pods[1].clone(), Some(moved.epoch))],
-        "the late promotion of app-0 landed after the selector edit\n{}",
-        second_op.logs()
-    );
+    let what = "late selector: promotions of app-0 held across a selector edit";
+    release_held(&w, &hold, (&pods[1], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -162,18 +166,8 @@ async fn a_promotion_of_unknown_outcome_cannot_land_after_a_move() {
         .await;
 
     // The held promotion goes on now, late.
-    hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        w.labeled_leaders("late").await,
-        vec![(pods[2].clone(), Some(moved.epoch))],
-        "the promotion of app-1 of unknown outcome landed after the move\n{}",
-        op.logs()
-    );
-    eprintln!(
-        "unknown outcome: {} promotion(s) of app-1 held across a reset and a move, none landed",
-        hold.held()
-    );
+    let what = "unknown outcome: promotions of app-1 held across a reset and a move";
+    release_held(&w, &hold, (&pods[2], moved.epoch), what, &op).await;
     drop(hold);
     watch.assert_held().await;
 }
