@@ -49,6 +49,11 @@ pub const LEADER_ELECTED: &str = "LeaderElected";
 pub const HEARTBEAT: &str = "Heartbeat";
 /// Type of the condition that says some selected pods belong to an older group.
 pub const OVERLAPPING: &str = "Overlapping";
+/// Type of the condition that says, in Readiness mode, that a leader cut off from the API server
+/// may still believe it leads after its successor is chosen: two thirds of the Lease (how long
+/// its last confirmation holds) are not shorter than the node controller's grace period (how long
+/// its node takes to turn NotReady). Present (True) only then.
+pub const LATE_STEP_DOWN: &str = "LateStepDown";
 /// Type of the condition that says the API server refuses the operator's requests for the group
 /// for good (False, with the refusal), until a reconcile succeeds again (then it is removed).
 pub const RECONCILED: &str = "Reconciled";
@@ -72,6 +77,9 @@ pub struct Observation<'a> {
     pub retired: &'a BTreeSet<String>,
     /// This operator replica's identity.
     pub identity: &'a str,
+    /// The node controller's grace period (its `--node-monitor-grace-period`): how long a node
+    /// cut off from the API server takes to turn NotReady, and its pods with it.
+    pub node_grace: Duration,
     /// The time of the decision.
     pub now: Timestamp,
 }

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
 
-use crate::crd::LeaderGroup;
+use crate::crd::{LEASE_GROUP_LABEL, LeaderGroup, lease_name_for};
 use crate::lease_record::{LeaseRecord, Written};
 
 /// When this replica saw the group's Lease reach its current state, on its own clock.
@@ -154,12 +156,40 @@ impl LeaseSightings {
         Some(sighting.seen(&now))
     }
 
+    /// Notes what the Lease watch shows as it arrives, on every replica, active or standing by:
+    /// a replica that turns active then times another replica's Leases from the renewals it saw
+    /// (Readiness mode: the decision defers to that replica until a duration after the last
+    /// one), not from its first look, which would hold the groups of a crashed replica for one
+    /// more duration.
+    pub fn watched(&self, event: &Event<Lease>) {
+        match event {
+            Event::Apply(lease) | Event::InitApply(lease) => {
+                if let Some(group) = group_of(lease) {
+                    self.observe(&group, Some(lease), Now::read());
+                }
+            }
+            Event::Delete(lease) => {
+                if let Some(group) = group_of(lease) {
+                    self.forget(&group);
+                }
+            }
+            Event::Init | Event::InitDone => {}
+        }
+    }
+
     /// Drops what was seen of a deleted group's Lease.
     pub fn forget(&self, group: &ObjectRef<LeaderGroup>) {
         if let Ok(mut sightings) = self.0.lock() {
             sightings.remove(group);
         }
     }
+}
+
+/// The group whose Lease `lease` is: its label names it, and its name is that group's Lease name.
+fn group_of(lease: &Lease) -> Option<ObjectRef<LeaderGroup>> {
+    let group = lease.labels().get(LEASE_GROUP_LABEL)?;
+    let ns = lease.namespace()?;
+    (lease.name_any() == lease_name_for(group)).then(|| ObjectRef::new(group).within(&ns))
 }
 
 #[cfg(test)]

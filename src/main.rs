@@ -67,6 +67,11 @@ struct Cli {
     /// clusters with very many groups, where they cost the most (docs/metrics.md).
     #[arg(long, env = "PER_GROUP_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
     per_group_metrics: bool,
+    /// The node controller's grace period in seconds (kube-controller-manager's
+    /// --node-monitor-grace-period): a Readiness-mode group whose leader could outlive it says so
+    /// in its status.
+    #[arg(long, env = "NODE_MONITOR_GRACE_PERIOD", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    node_monitor_grace_period: u64,
     /// This replica's identity (default: the host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -175,6 +180,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
             namespace: cli.namespace.clone(),
             concurrency: cli.concurrency,
             retired,
+            node_grace: std::time::Duration::from_secs(cli.node_monitor_grace_period),
         },
         identity,
         metrics,

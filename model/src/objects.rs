@@ -13,6 +13,7 @@ use leadergroup_operator::crd::{
     SelectorRequirement,
 };
 use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::lease_sightings::LeaseSeen;
 
 use crate::api::{GroupObj, LeaseObj, PodId, PodObj, ReplicaId, Role, Rv, Status};
 use crate::error::ModelError;
@@ -26,6 +27,9 @@ const LEASE_SECONDS: i32 = 15;
 
 /// Time does not pass in the model but for the Lease running out: every decision is taken at
 /// the same instant, so that the status the operator writes never differs by a timestamp alone.
+/// The node controller's grace period: Kubernetes' default (nodes are not modelled).
+pub const NODE_GRACE: std::time::Duration = std::time::Duration::from_secs(50);
+
 pub fn now() -> Timestamp {
     at(1000)
 }
@@ -119,13 +123,27 @@ pub fn status(status: &LeaderGroupStatus) -> Result<Status, ModelError> {
     })
 }
 
-pub fn lease(obj: &LeaseObj) -> Lease {
-    // Renewed a second ago, or longer ago than its duration.
-    let renewed = if obj.expired {
+/// When the Lease was renewed: a second ago, or longer ago than its duration.
+fn renewed(obj: &LeaseObj) -> Timestamp {
+    if obj.expired {
         at(1000 - i64::from(LEASE_SECONDS) - 1)
     } else {
         at(999)
-    };
+    }
+}
+
+/// What the deciding replica saw of the Lease on its own clock: its renewal, when it was made
+/// (the replicas share one clock in the model).
+pub fn lease_seen(obj: &LeaseObj) -> LeaseSeen {
+    LeaseSeen {
+        written_at: renewed(obj),
+        renewed_at: None,
+        not_before: None,
+    }
+}
+
+pub fn lease(obj: &LeaseObj) -> Lease {
+    let renewed = renewed(obj);
     let record = LeaseRecord {
         holder: obj.holder.map(pod_name),
         holder_uid: obj.holder_uid.clone(),

@@ -65,9 +65,10 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         groups: &groups,
         pods: &concerned,
         lease: lease.as_ref(),
-        lease_seen: None,
+        lease_seen: world.lease.as_ref().map(objects::lease_seen),
         retired: &retired,
         identity: &identity,
+        node_grace: objects::NODE_GRACE,
         now: objects::now(),
     });
     let plan = match decision {

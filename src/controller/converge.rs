@@ -101,6 +101,8 @@ struct Snapshot {
     now: Timestamp,
     /// Operator replicas known to have stopped on purpose.
     retired: BTreeSet<String>,
+    /// The node controller's grace period, as configured.
+    node_grace: Duration,
 }
 
 impl Snapshot {
@@ -117,6 +119,7 @@ impl Snapshot {
             lease_seen: self.lease_seen,
             retired: &self.retired,
             identity,
+            node_grace: self.node_grace,
             now: self.now,
         })
     }
@@ -143,6 +146,7 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         lease_seen,
         now: now.wall,
         retired: ctx.retired.snapshot(),
+        node_grace: ctx.node_grace,
     }
 }
 
