@@ -20,7 +20,7 @@ use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
 
 const GROUP: &str = "lg";
 const MEMBER: &str = "member";
-const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
+const AGENT_IMAGE: &str = "leadergroup-agent:0.2.0";
 
 /// A pod of the group whose only container is the agent, as the example's sidecar.
 fn agent_pod(name: &str) -> Value {
