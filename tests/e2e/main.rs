@@ -16,6 +16,7 @@
 //! The tests take the cluster one at a time (`Cluster::get`); each has a namespace of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod agents;
 mod chart;
 mod cluster;
 mod downward;
@@ -26,3 +27,4 @@ mod lease_guard;
 mod node_loss;
 mod operator_ha;
 mod service;
+mod upgrade;
