@@ -11,9 +11,9 @@
 #                                                   the plugin as krew installs it
 #   leadergroup.yaml                                its krew manifest (plugins/krew/leadergroup.yaml
 #                                                   filled in: the archive's address and sha256)
-#   leadergroup-<version>.cdx.json                  the CycloneDX SBOM of the Rust dependencies
-#                                                   (cargo-cyclonedx; every workspace crate's
-#                                                   dependencies, in one document)
+#   leadergroup-{operator,agent}-<version>.cdx.json the CycloneDX SBOMs of their Rust dependencies
+#                                                   (cargo-cyclonedx; the operator's covers the
+#                                                   kubectl plugin and the ledger example too)
 #   SHA256SUMS                                      of all of the above
 # <version> is the chart's appVersion, the images' tag. The images and the binaries are built (or
 # found built) by images/build.sh and cargo; helm is the pinned one of controlplane/build.sh,
@@ -70,12 +70,18 @@ sha=$(sha256sum "$out/$plugin.tar.gz" | cut -d' ' -f1)
 sed -e '/^# /d' -e "s|@VERSION@|$version|g; s|@ARCH@|$arch|g; s|@DOWNLOAD_URL@|$download|g; s|@SHA256@|$sha|g" \
   "$repo/plugins/krew/leadergroup.yaml" >"$out/leadergroup.yaml"
 ! grep -n '@[A-Z0-9_]*@' "$out/leadergroup.yaml" || die "a placeholder is left in the krew manifest"
-# One SBOM for the workspace: cargo-cyclonedx writes one per crate beside its Cargo.toml
-# (--override-filename), of which the root package's lists the operator's dependencies; the
-# others are merged in by component reference.
+# The SBOMs: cargo-cyclonedx writes one per workspace member beside its Cargo.toml (named
+# sbom-name below); the shipped ones are the root package's (the operator, the kubectl plugin and
+# the ledger example) and the agent's. The others are removed with the rest.
+sbom_name=dist-sbom.cdx
 cyclonedx=$("$repo/controlplane/cargo-tool.sh" cyclonedx)
-(cd "$repo" && "$cyclonedx" cyclonedx --format json --all-features --override-filename "$staging/sbom" --quiet) ||
+remove_sboms() { find "$repo" -path "$repo/target" -prune -o -name "$sbom_name.json" -type f -exec rm -f {} +; }
+trap 'rm -rf "$staging"; remove_sboms' EXIT
+(cd "$repo" && "$cyclonedx" cyclonedx --format json --spec-version 1.5 --override-filename "$sbom_name" --quiet) ||
   die "cargo-cyclonedx failed"
+cp "$repo/$sbom_name.json" "$out/leadergroup-operator-$version.cdx.json"
+cp "$repo/agent/$sbom_name.json" "$out/leadergroup-agent-$version.cdx.json"
+remove_sboms
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 say "release $version in $out:"
 find "$out" -maxdepth 1 -type f -printf '  %s bytes\t%f\n' | sort -k3 >&2
