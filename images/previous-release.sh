@@ -33,10 +33,17 @@ if [[ ! -f $out/.complete ]]; then
   say "building $PREVIOUS_RELEASE (${PREVIOUS_COMMIT:0:12}) into $out (once: a release build of its operator and agent)"
   start=$SECONDS
   rm -rf "$out"
-  src=$out/src
-  mkdir -p "$src"
-  git -C "$repo" archive "$PREVIOUS_COMMIT" | tar -x -C "$src"
-  if [[ -d $repo/target/release/deps ]]; then
+  mkdir -p "$out"
+  # The sources and their build, kept until the release is complete: an interrupted first build
+  # goes on where it stopped.
+  src=$cache_root/releases/.build-$PREVIOUS_RELEASE-${PREVIOUS_COMMIT:0:12}
+  if [[ ! -f $src/.extracted ]]; then
+    rm -rf "$src"
+    mkdir -p "$src"
+    git -C "$repo" archive "$PREVIOUS_COMMIT" | tar -x -C "$src"
+    touch "$src/.extracted"
+  fi
+  if [[ -d $repo/target/release/deps && ! -d $src/target/release/deps ]]; then
     mkdir -p "$src/target/release"
     cp -al "$repo/target/release/deps" "$src/target/release/"
     cp -a "$repo/target/release/build" "$repo/target/release/.fingerprint" "$src/target/release/" 2>/dev/null || true
