@@ -14,7 +14,8 @@ use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{wait_settled, wait_until};
 use serde_json::{Value, json};
 
-use crate::cluster::{CONVERGE, Cluster, agent_env, create, member_account, wait_pods_ready};
+use crate::agents::{agent_env, member_account};
+use crate::cluster::{CONVERGE, Cluster, create, wait_pods_ready};
 
 const GROUP: &str = "clients";
 const MEMBER: &str = "member";

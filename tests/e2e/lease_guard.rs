@@ -14,33 +14,12 @@ use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroup, LeaderGroupStatus, lease_name_for};
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::{wait_for_object, wait_settled};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::cluster::{CONVERGE, Cluster, agent_env, create, member_account, wait_pods_ready};
+use crate::agents::{AGENT_IMAGE, MEMBER, heartbeat_group};
+use crate::cluster::{CONVERGE, Cluster};
 
 const GROUP: &str = "lg";
-const MEMBER: &str = "member";
-const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
-
-/// A pod of the group whose only container is the agent, as the example's sidecar.
-fn agent_pod(name: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "labels": {"app": GROUP}},
-        "spec": {
-            "serviceAccountName": MEMBER,
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
-            "containers": [{
-                "name": "agent",
-                "image": AGENT_IMAGE,
-                "args": ["--dir", "/var/run/leadergroup", "--http-addr", "127.0.0.1:8686"],
-                "env": agent_env(GROUP),
-                "volumeMounts": [{"name": "run", "mountPath": "/var/run/leadergroup"}],
-            }],
-            "volumes": [{"name": "run", "emptyDir": {}}],
-        },
-    })
-}
 
 /// Reads the group's Lease and writes it back through `api` after `change`.
 async fn write(api: &Api<Lease>, change: impl FnOnce(&mut Lease)) -> Result<Lease, kube::Error> {
@@ -90,33 +69,19 @@ async fn only_the_leaders_own_pod_renews_its_lease_and_agents_still_renew() {
         .await
         .unwrap();
     let _ns_guard = c.namespace_guard(&ns.name);
-    member_account(
+    let someone =
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"});
+    heartbeat_group(
         &ns,
-        MEMBER,
         GROUP,
-        &[json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"})],
+        &["agent-0", "agent-1"],
+        AGENT_IMAGE,
+        6,
+        &[someone],
     )
     .await;
-
     let pods: Api<Pod> = ns.api();
-    for (i, name) in ["agent-0", "agent-1"].into_iter().enumerate() {
-        if i > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-        }
-        let _: Pod = create(&ns, agent_pod(name)).await;
-    }
-    wait_pods_ready(&pods, 2).await;
     let groups: Api<LeaderGroup> = ns.api();
-    let _: LeaderGroup = create(
-        &ns,
-        json!({
-            "apiVersion": "leadergroup.io/v1alpha1", "kind": "LeaderGroup",
-            "metadata": {"name": GROUP},
-            "spec": {"selector": {"matchLabels": {"app": GROUP}}, "liveness": "Heartbeat",
-                     "leaseDurationSeconds": 6},
-        }),
-    )
-    .await;
     let first = wait_settled(&c.client, &ns.name, GROUP, "agent-0 leads", CONVERGE, |s| {
         s.leader == "agent-0"
     })

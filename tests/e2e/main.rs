@@ -6,7 +6,8 @@
 //! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`); a lost node and the
 //! failovers of a Readiness group, a Heartbeat group and client-go's leader election in one cut
 //! (`node_loss.rs`); the book's shell, Python and Go clients of the agent in pods
-//! (`agent_clients.rs`).
+//! (`agent_clients.rs`); an upgrade from the previous release and a rollback with live groups
+//! (`upgrade.rs`, its agent groups from `agents.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -18,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod agent_clients;
+mod agents;
 mod chart;
 mod cluster;
 mod downward;
@@ -28,3 +30,4 @@ mod lease_guard;
 mod node_loss;
 mod operator_ha;
 mod service;
+mod upgrade;
