@@ -5,7 +5,8 @@
 //! downward API volume follows a pod's labels (`downward.rs`); the GC pause with the ledger and
 //! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`); a lost node and the
 //! failovers of a Readiness group, a Heartbeat group and client-go's leader election in one cut
-//! (`node_loss.rs`).
+//! (`node_loss.rs`); the chart's no-leader alert firing and resolving in a real Prometheus
+//! (`alerts.rs`); the kubectl plugin's status, switchover and history (`plugin.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -16,6 +17,7 @@
 //! The tests take the cluster one at a time (`Cluster::get`); each has a namespace of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod alerts;
 mod chart;
 mod cluster;
 mod downward;
@@ -25,4 +27,5 @@ mod incarnation;
 mod lease_guard;
 mod node_loss;
 mod operator_ha;
+mod plugin;
 mod service;
