@@ -28,4 +28,5 @@ mod lease_guard;
 mod node_loss;
 mod operator_ha;
 mod plugin;
+mod quickstart;
 mod service;
