@@ -12,14 +12,15 @@ TEST_THREADS ?= 6
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
 
 .PHONY: help demo light-demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
-.PHONY: check unit it clippy shellcheck check-deps
+.PHONY: check unit it clippy shellcheck check-deps docs docs-gen docs-check
 .PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
 	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
 	@echo "make test              make check, make it, then make e2e (what CI runs)"
-	@echo "make check             no cluster: fmt check, clippy, shellcheck, cargo deny, CRD drift, the chart's static checks, unit tests"
+	@echo "make check             no cluster: fmt check, clippy, shellcheck, cargo deny, CRD drift, the chart's static checks, the docs, unit tests"
+	@echo "make docs              the docs book (docs/, mdBook) into target/book; make docs-gen rewrites its generated pages"
 	@echo "make it                the integration tests on a light cluster it starts and always stops"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
@@ -134,7 +135,31 @@ helm-lint: chart-static
 test: check it e2e dist
 
 # Layer 1, no cluster: what a change must pass before any cluster is started.
-check: fmt-check lint deny crd-check chart-static unit
+check: fmt-check lint deny crd-check chart-static docs-check unit
+
+# The docs book: docs/ (its table of contents docs/SUMMARY.md, book.toml at the root), built with
+# the pinned mdbook (doctools/mdbook.sh, built once into the project's cache) into target/book.
+docs:
+	"$$(doctools/mdbook.sh)" build
+
+# The generated pages (doctools/reference.py): the LeaderGroup fields from the CRD, the chart's
+# values from its schema, both binaries' flags from their --help, the README's headline table
+# from docs/benchmarks.md. docs-gen rewrites them; docs-check fails naming each one that differs,
+# checks every link and anchor of the Markdown (doctools/links.py, no network) and builds the book.
+.PHONY: docs-binaries
+DOCS_BINARIES := --operator target/debug/leadergroup-operator --agent target/debug/leadergroup-agent
+docs-binaries:
+	cargo build -q --bin leadergroup-operator
+	cargo build -q -p leadergroup-agent --bin leadergroup-agent
+
+docs-gen: docs-binaries
+	doctools/reference.py write $(DOCS_BINARIES)
+
+docs-check: docs-binaries
+	doctools/reference.py check $(DOCS_BINARIES)
+	doctools/links.py
+	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
+	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 
 # Licenses, bans and sources of every dependency (deny.toml), with the pinned cargo-deny.
 .PHONY: deny

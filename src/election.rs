@@ -1,6 +1,6 @@
 //! The election decision: from a group, the pods and groups of its namespace, its Lease and the
-//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule (README, "What it
-//! does") is tested here.
+//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule
+//! (docs/concepts.md, "How it elects") is tested here.
 
 mod candidates;
 mod commit;

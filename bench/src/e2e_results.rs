@@ -1,5 +1,5 @@
-//! The end-to-end results file, `bench/results/e2e.json`, and its tables (the README's headline
-//! table is the first).
+//! The end-to-end results file, `bench/results/e2e.json`, and its tables (the first, the
+//! headline, is copied into the README by `make docs-gen`).
 
 use serde::{Deserialize, Serialize};
 

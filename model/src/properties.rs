@@ -1,4 +1,4 @@
-//! What must hold: the README's invariants as stateright properties.
+//! What must hold: the invariants of docs/protocol.md as stateright properties.
 //!
 //! Liveness: stateright's `eventually` is only sound on acyclic paths, and this model's paths
 //! cycle (a reconcile that changes nothing, a cache that catches up); with no fairness either, a

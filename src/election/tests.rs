@@ -1,4 +1,5 @@
-//! The election rules (README, "What it does"), one test each, on small fixtures and no cluster.
+//! The election rules (docs/concepts.md, "How it elects"), one test each, on small fixtures and
+//! no cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

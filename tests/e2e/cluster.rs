@@ -754,3 +754,64 @@ where
         .await
         .unwrap()
 }
+
+/// The ServiceAccount `name` of the pods of `group` that run the agent, with the Role the book
+/// gives the agent (its pods get/watch; the group's Lease get/watch/update), bound to it and to
+/// the RoleBinding subjects in `also`.
+pub async fn member_account(
+    ns: &TestNamespace,
+    name: &str,
+    group: &str,
+    also: &[serde_json::Value],
+) {
+    let _: k8s_openapi::api::core::v1::ServiceAccount =
+        create(ns, json!({"metadata": {"name": name}})).await;
+    let _: k8s_openapi::api::rbac::v1::Role = create(
+        ns,
+        json!({
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": [leadergroup_operator::crd::lease_name_for(group)],
+                 "verbs": ["get", "watch", "update"]},
+            ],
+        }),
+    )
+    .await;
+    let mut subjects = vec![json!({"kind": "ServiceAccount", "name": name})];
+    subjects.extend_from_slice(also);
+    let _: k8s_openapi::api::rbac::v1::RoleBinding = create(
+        ns,
+        json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        }),
+    )
+    .await;
+}
+
+/// The agent's environment in a pod of `group`: the pod's name and namespace from the downward
+/// API, and the group.
+pub fn agent_env(group: &str) -> serde_json::Value {
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    json!([
+        {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+        {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+        {"name": "LEADERGROUP_GROUP", "value": group},
+    ])
+}
+
+/// Waits until `n` pods of `pods`' namespace are Ready.
+pub async fn wait_pods_ready(pods: &Api<Pod>, n: usize) {
+    wait_until(&format!("{n} pods Ready"), PODS, || async {
+        let list = pods
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((list.items.iter().filter(|p| is_ready(p)).count() == n).then_some(()))
+    })
+    .await
+    .unwrap();
+}

@@ -13,10 +13,10 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroup, LeaderGroupStatus, lease_name_for};
 use leadergroup_operator::election::HEARTBEAT;
-use leadergroup_testenv::{wait_for_object, wait_settled, wait_until};
+use leadergroup_testenv::{wait_for_object, wait_settled};
 use serde_json::{Value, json};
 
-use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
+use crate::cluster::{CONVERGE, Cluster, agent_env, create, member_account, wait_pods_ready};
 
 const GROUP: &str = "lg";
 const MEMBER: &str = "member";
@@ -24,7 +24,6 @@ const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
 
 /// A pod of the group whose only container is the agent, as the example's sidecar.
 fn agent_pod(name: &str) -> Value {
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
     json!({
         "metadata": {"name": name, "labels": {"app": GROUP}},
         "spec": {
@@ -35,11 +34,7 @@ fn agent_pod(name: &str) -> Value {
                 "name": "agent",
                 "image": AGENT_IMAGE,
                 "args": ["--dir", "/var/run/leadergroup", "--http-addr", "127.0.0.1:8686"],
-                "env": [
-                    {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                    {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                    {"name": "LEADERGROUP_GROUP", "value": GROUP},
-                ],
+                "env": agent_env(GROUP),
                 "volumeMounts": [{"name": "run", "mountPath": "/var/run/leadergroup"}],
             }],
             "volumes": [{"name": "run", "emptyDir": {}}],
@@ -95,31 +90,11 @@ async fn only_the_leaders_own_pod_renews_its_lease_and_agents_still_renew() {
         .await
         .unwrap();
     let _ns_guard = c.namespace_guard(&ns.name);
-    let lease = lease_name_for(GROUP);
-    let _: k8s_openapi::api::core::v1::ServiceAccount =
-        create(&ns, json!({"metadata": {"name": MEMBER}})).await;
-    let _: k8s_openapi::api::rbac::v1::Role = create(
+    member_account(
         &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": [lease], "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-    )
-    .await;
-    let _: k8s_openapi::api::rbac::v1::RoleBinding = create(
-        &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": MEMBER},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": MEMBER},
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"},
-            ],
-        }),
+        MEMBER,
+        GROUP,
+        &[json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"})],
     )
     .await;
 
@@ -130,15 +105,7 @@ async fn only_the_leaders_own_pod_renews_its_lease_and_agents_still_renew() {
         }
         let _: Pod = create(&ns, agent_pod(name)).await;
     }
-    wait_until("both agent pods Ready", PODS, || async {
-        let list = pods
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((list.items.iter().filter(|p| is_ready(p)).count() == 2).then_some(()))
-    })
-    .await
-    .unwrap();
+    wait_pods_ready(&pods, 2).await;
     let groups: Api<LeaderGroup> = ns.api();
     let _: LeaderGroup = create(
         &ns,

@@ -5,8 +5,10 @@
 //! downward API volume follows a pod's labels (`downward.rs`); the GC pause with the ledger and
 //! PostgreSQL refusing the thawed leader's stale write (`gc_pause.rs`); a lost node and the
 //! failovers of a Readiness group, a Heartbeat group and client-go's leader election in one cut
-//! (`node_loss.rs`); the chart's no-leader alert firing and resolving in a real Prometheus
-//! (`alerts.rs`); the kubectl plugin's status, switchover and history (`plugin.rs`).
+//! (`node_loss.rs`); the book's shell, Python and Go clients of the agent in pods
+//! (`agent_clients.rs`); the chart's no-leader alert firing and resolving in a real Prometheus
+//! (`alerts.rs`); the kubectl plugin's status, switchover and history (`plugin.rs`); the
+//! quickstart page run as written (`quickstart.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
@@ -17,6 +19,7 @@
 //! The tests take the cluster one at a time (`Cluster::get`); each has a namespace of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod agent_clients;
 mod alerts;
 mod chart;
 mod cluster;

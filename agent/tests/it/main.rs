@@ -5,6 +5,7 @@
 
 mod common;
 mod cut;
+mod examples;
 mod follow;
 mod startup;
 mod stdout;
