@@ -302,6 +302,7 @@ e2e:
 	  nice -n 10 cargo build --release --locked --example ledger; took "release build"; \
 	phase "images"; images/build.sh; took "images"; \
 	phase "previous release (images/previous-release.sh, cached)"; images/previous-release.sh >/dev/null; took "previous release"; \
+	phase "prometheus build"; prometheus=$$(charts/tests/prometheus-build.sh prometheus); took "prometheus build"; \
 	phase "test build"; cargo test --test e2e --no-run; took "test build"; \
 	keep_logs() { rm -rf "$(E2E_LOGS)"; mkdir -p "$(E2E_LOGS)"; \
 	  for f in "$(E2E_CLUSTER)"/*.log "$(E2E_CLUSTER)"/control/*.log; do [[ -f $$f ]] && cp "$$f" "$(E2E_LOGS)/"; done; \
@@ -309,4 +310,4 @@ e2e:
 	trap 'keep_logs; phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
 	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE); took "cluster up"; \
 	phase "image import"; images/build.sh --import "$(E2E_CLUSTER)" --no-build; took "image import"; \
-	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture; took "tests"
+	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" LEADERGROUP_PROMETHEUS="$$prometheus" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture; took "tests"

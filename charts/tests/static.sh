@@ -2,7 +2,7 @@
 # Static checks of the Helm chart, no cluster needed: helm lint --strict, renders of the default
 # values, of watchNamespace, of the admission guard off, of an existing ServiceAccount and of the
 # monitoring objects with assertions on the objects (render_checks.py), `promtool test rules` on
-# the rendered alerts (alerts_test.yaml; promtool.sh builds promtool once and caches it), values
+# the rendered alerts (alerts_test.yaml; prometheus-build.sh builds promtool once and caches it), values
 # the schema or the templates must refuse, the rendered CRD against crds/leadergroup.yaml, and
 # every value set rendered for the oldest and the newest supported Kubernetes minor validated by
 # kubeconform against that minor's own schemas (schemas.sh) and scored by kube-score (kubetools.sh
@@ -18,7 +18,7 @@ crd_source=${LEADERGROUP_CRD:-$root/crds/leadergroup.yaml}
 bin=$("$root/controlplane/build.sh") || { echo "static.sh: controlplane/build.sh failed" >&2; exit 2; }
 bin_version=$("$bin/kube-apiserver" --version | cut -d' ' -f2)
 helm=$bin/helm
-promtool=$("$here/promtool.sh") || { echo "static.sh: charts/tests/promtool.sh failed" >&2; exit 2; }
+promtool=$("$here/prometheus-build.sh" promtool) || { echo "static.sh: charts/tests/prometheus-build.sh promtool failed" >&2; exit 2; }
 kubetools=$("$here/kubetools.sh") || { echo "static.sh: charts/tests/kubetools.sh failed" >&2; exit 2; }
 oldest_bin=$("$root/controlplane/build-oldest.sh") || { echo "static.sh: controlplane/build-oldest.sh failed" >&2; exit 2; }
 python3 -c 'import yaml' 2>/dev/null || { echo "static.sh: needs python3 with PyYAML" >&2; exit 2; }
