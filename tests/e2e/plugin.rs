@@ -38,7 +38,7 @@ async fn status_then_a_switchover_off_the_leaders_node_then_the_history() {
     let target = pods
         .iter()
         .find(|p| node_of(p) != leader_node)
-        .map(|p| kube::ResourceExt::name_any(p))
+        .map(kube::ResourceExt::name_any)
         .expect("a pod on the other node");
     let asked = Instant::now();
     let out = run_ok(plugin(&s, &["switchover", APP, &target])).await;
