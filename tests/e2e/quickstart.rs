@@ -163,10 +163,12 @@ async fn the_quickstart_runs_as_written() {
         .split_whitespace()
         .collect();
     assert_eq!(header, ["NAME", "LEADER", "EPOCH", "READY", "AGE"], "{get_lg}");
-    if let Some((_, answer)) = answers.iter().find(|(s, _)| s.contains("http://web-leader")) {
-        assert!(
-            answer.trim().starts_with("web-"),
-            "the leader Service answered {answer:?}"
-        );
-    }
+    let (_, answer) = answers
+        .iter()
+        .find(|(s, _)| s.contains("wget"))
+        .expect("the page asks the leader Service");
+    assert!(
+        answer.trim().starts_with("web-"),
+        "the leader Service answered {answer:?}"
+    );
 }
