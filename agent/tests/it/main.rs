@@ -6,5 +6,6 @@
 mod common;
 mod cut;
 mod follow;
+mod proxy;
 mod startup;
 mod stdout;
