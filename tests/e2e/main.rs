@@ -26,3 +26,4 @@ mod lease_guard;
 mod node_loss;
 mod operator_ha;
 mod service;
+mod traffic;
