@@ -385,13 +385,17 @@ async fn scenario(route: Route, fault: Fault) {
     let fresh = Client::start(addr, false);
     let kept = Client::start(addr, true);
     let started = Instant::now();
-    wait_until("the first leader answering both clients", CONVERGE, || async {
-        Ok::<_, String>(
-            (fresh.first_leading_in(first.epoch, started).is_some()
-                && kept.first_leading_in(first.epoch, started).is_some())
-            .then_some(()),
-        )
-    })
+    wait_until(
+        "the first leader answering both clients",
+        CONVERGE,
+        || async {
+            Ok::<_, String>(
+                (fresh.first_leading_in(first.epoch, started).is_some()
+                    && kept.first_leading_in(first.epoch, started).is_some())
+                .then_some(()),
+            )
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}: new {:?}, kept {:?}", fresh.answers(), kept.answers()));
     let leader_pod = pods.get(&first.leader).await.unwrap();
@@ -413,14 +417,19 @@ async fn scenario(route: Route, fault: Fault) {
                 .iter()
                 .map(|p| p.name_any())
                 .collect();
-            let change = json!({"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}});
+            let change =
+                json!({"spec": {"template": {"metadata": {"annotations": {"version": "2"}}}}});
             Api::<Deployment>::namespaced(c.client.clone(), &ns.name)
                 .patch(APP, &PatchParams::default(), &Patch::Strategic(&change))
                 .await
                 .unwrap();
             pods_ready(&pods, 3, &old_pods).await;
             let old = old_pods.clone();
-            settled("a new pod leads", Box::new(move |s| !old.contains(&s.leader))).await
+            settled(
+                "a new pod leads",
+                Box::new(move |s| !old.contains(&s.leader)),
+            )
+            .await
         }
         Fault::Frozen => {
             frozen = Some(c.freeze_container(&leader_pod));
@@ -434,13 +443,17 @@ async fn scenario(route: Route, fault: Fault) {
             settled("another leader", Box::new(move |s| s.leader != from)).await
         }
     };
-    let answered = wait_until("the new leader answering both clients", CONVERGE, || async {
-        Ok::<_, String>(
-            fresh
-                .first_leading_in(last.epoch, fault_at)
-                .zip(kept.first_leading_in(last.epoch, fault_at)),
-        )
-    })
+    let answered = wait_until(
+        "the new leader answering both clients",
+        CONVERGE,
+        || async {
+            Ok::<_, String>(
+                fresh
+                    .first_leading_in(last.epoch, fault_at)
+                    .zip(kept.first_leading_in(last.epoch, fault_at)),
+            )
+        },
+    )
     .await
     .unwrap_or_else(|e| {
         panic!(
