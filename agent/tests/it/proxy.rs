@@ -47,13 +47,26 @@ impl Application {
     }
 }
 
-/// `--proxy` flags from a free localhost port to `app`, and that port.
-fn proxy_flag(app: &Application) -> (String, SocketAddr) {
+/// The application, and the agent of pod `app-0` in group `g` with its proxy on a free
+/// localhost port in front of it; returns that port too.
+async fn agent_with_proxy(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+) -> (Application, Agent, SocketAddr) {
+    let app = Application::start().await;
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    (format!("{listen}={}", app.addr), listen)
+    let flag = format!("{listen}={}", app.addr);
+    let agent = Agent::start(
+        kubeconfig,
+        namespace,
+        "app-0",
+        &["--group", "g", "--proxy", &flag],
+    )
+    .await;
+    (app, agent, listen)
 }
 
 /// Sends `ping` and expects it back.
@@ -104,15 +117,7 @@ async fn the_proxy_serves_the_leader_only_and_resets_its_connections_on_demotion
         .await
         .unwrap();
     let kubeconfig = member_kubeconfig(&w, "app", "g").await;
-    let app = Application::start().await;
-    let (flag, proxy) = proxy_flag(&app);
-    let agent = Agent::start(
-        &kubeconfig,
-        &w.ns.name,
-        "app-0",
-        &["--group", "g", "--proxy", &flag],
-    )
-    .await;
+    let (app, agent, proxy) = agent_with_proxy(&kubeconfig, &w.ns.name).await;
 
     // A follower: every connection is closed before it reaches the application.
     w.put_lease("g", Some("app-1"), 1).await.unwrap();
@@ -146,15 +151,7 @@ async fn the_proxy_serves_the_leader_only_and_resets_its_connections_on_demotion
 #[tokio::test]
 async fn a_cut_off_leader_resets_its_proxied_connections_within_the_validity() {
     let (w, api, kubeconfig) = leader_behind_proxy("agent-proxy-cut").await;
-    let app = Application::start().await;
-    let (flag, proxy) = proxy_flag(&app);
-    let agent = Agent::start(
-        &kubeconfig,
-        &w.ns.name,
-        "app-0",
-        &["--group", "g", "--proxy", &flag],
-    )
-    .await;
+    let (app, agent, proxy) = agent_with_proxy(&kubeconfig, &w.ns.name).await;
     agent.wait_role("leader", Some(5)).await;
     let mut kept = TcpStream::connect(proxy).await.unwrap();
     ping(&mut kept).await;
