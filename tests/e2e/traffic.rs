@@ -61,11 +61,14 @@ impl Route {
         }
     }
 
-    /// The container port the Service's targetPort names.
-    fn target_port(self) -> &'static str {
+    /// The Service's targetPort: the agent's container port. A number in the EndpointSlice mode:
+    /// the operator resolves a named targetPort among the pod's `containers` only, and the agent
+    /// is a native sidecar (an init container), whose port names Kubernetes resolves.
+    fn target_port(self) -> serde_json::Value {
         match self {
-            Route::Proxy => "proxy",
-            Route::Label | Route::EndpointSlice => "role",
+            Route::Proxy => json!("proxy"),
+            Route::Label => json!("role"),
+            Route::EndpointSlice => json!(8686),
         }
     }
 
