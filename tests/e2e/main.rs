@@ -35,4 +35,5 @@ mod operator_ha;
 mod plugin;
 mod quickstart;
 mod service;
+mod traffic;
 mod upgrade;

@@ -7,5 +7,6 @@ mod common;
 mod cut;
 mod examples;
 mod follow;
+mod proxy;
 mod startup;
 mod stdout;
