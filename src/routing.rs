@@ -243,11 +243,18 @@ fn endpoint_ports(spec: &LeaderService, pod: &Pod) -> Result<Vec<EndpointPort>, 
 }
 
 /// The number of the pod's container port named `name` with `protocol` (TCP when unset), as
-/// Kubernetes resolves a Service's named targetPort.
+/// Kubernetes resolves a Service's named targetPort: among the containers, then the native
+/// sidecars (init containers with `restartPolicy: Always`, such as the agent and its proxy).
 fn container_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
-    pod.spec
+    let spec = pod.spec.as_ref()?;
+    let sidecars = spec
+        .init_containers
         .iter()
-        .flat_map(|s| &s.containers)
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
         .flat_map(|c| c.ports.iter().flatten())
         .find(|p| {
             p.name.as_deref() == Some(name) && p.protocol.as_deref().unwrap_or("TCP") == protocol

@@ -98,7 +98,8 @@ async fn run(c: &Cluster, command: &Command) -> String {
 
 #[test]
 fn the_page_yields_its_commands_in_order() {
-    let page = "# t\n```sh\na \\\n  b\nc\n```\ntext\n```console\n$ d\nout\n$ e\n```\n```yaml\nf: 1\n```\n";
+    let page =
+        "# t\n```sh\na \\\n  b\nc\n```\ntext\n```console\n$ d\nout\n$ e\n```\n```yaml\nf: 1\n```\n";
     assert_eq!(
         commands(page),
         [
@@ -162,7 +163,11 @@ async fn the_quickstart_runs_as_written() {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(header, ["NAME", "LEADER", "EPOCH", "READY", "AGE"], "{get_lg}");
+    assert_eq!(
+        header,
+        ["NAME", "LEADER", "EPOCH", "READY", "AGE"],
+        "{get_lg}"
+    );
     let (_, answer) = answers
         .iter()
         .find(|(s, _)| s.contains("wget"))
