@@ -4,12 +4,15 @@
 
 use std::process::ExitCode;
 
+use leadergroup_model::heartbeat::{HbConfig, HeartbeatModel};
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 enum UsageError {
-    #[error("unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation)")]
+    #[error(
+        "unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation, heartbeat, heartbeat-large)"
+    )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
     Threads(String),
@@ -21,8 +24,14 @@ enum UsageError {
     Argument(String),
 }
 
+/// Which model a configuration is of.
+enum Configured {
+    Readiness(Config),
+    Heartbeat(HbConfig),
+}
+
 struct Args {
-    config: Config,
+    config: Configured,
     threads: usize,
     replay: bool,
     timeout: Option<std::time::Duration>,
@@ -30,7 +39,7 @@ struct Args {
 
 fn args() -> Result<Args, UsageError> {
     let mut out = Args {
-        config: Config::large(),
+        config: Configured::Readiness(Config::large()),
         threads: 2,
         replay: false,
         timeout: None,
@@ -40,7 +49,11 @@ fn args() -> Result<Args, UsageError> {
         match arg.as_str() {
             "--config" => {
                 let name = it.next().unwrap_or_default();
-                out.config = Config::named(&name).ok_or(UsageError::Config(name))?;
+                out.config = match (Config::named(&name), HbConfig::named(&name)) {
+                    (Some(c), _) => Configured::Readiness(c),
+                    (None, Some(c)) => Configured::Heartbeat(c),
+                    (None, None) => return Err(UsageError::Config(name)),
+                };
             }
             "--threads" => {
                 let n = it.next().unwrap_or_default();
@@ -84,8 +97,16 @@ fn main() -> ExitCode {
         println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
         return ExitCode::SUCCESS;
     }
-    let model = LeaderGroupModel::new(args.config.clone());
-    let report = run::check(args.config, args.threads, true, true, args.timeout);
-    print!("{}", run::render(&report, &model));
+    let text = match &args.config {
+        Configured::Readiness(config) => explore(LeaderGroupModel::new(config.clone()), &args),
+        Configured::Heartbeat(config) => explore(HeartbeatModel::new(config.clone()), &args),
+    };
+    print!("{text}");
     ExitCode::SUCCESS
+}
+
+/// Explores `model` depth first, and its report.
+fn explore<M: run::Explained>(model: M, args: &Args) -> String {
+    let report = run::check(model.clone(), args.threads, true, true, args.timeout);
+    run::render(&report, &model)
 }

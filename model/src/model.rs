@@ -4,6 +4,7 @@
 use stateright::{Model, Property};
 
 use crate::api::{GroupObj, PodId, PodObj, ReplicaId, Spec, World};
+use crate::finalizer::{self, LeaseOnDeletion};
 use crate::ghost::Ghost;
 use crate::state::{Msg, Replica, Spent, State};
 use crate::{properties, replica, user};
@@ -29,6 +30,11 @@ pub struct Config {
     pub selector_edits: u8,
     pub preference_edits: u8,
     pub pause_edits: u8,
+    /// The group deleted (its finalizer run) and created again under its name.
+    pub recreations: u8,
+    /// What the finalizer does with the Lease (released, as the operator does; deleted, as it did
+    /// before, to show the counterexample).
+    pub lease_on_deletion: LeaseOnDeletion,
     /// Also check, from every state, that once faults stop a leader is labeled.
     pub recovery: bool,
     /// States whose Lease or status went past this epoch are not explored further: decisions
@@ -54,6 +60,8 @@ impl Config {
             selector_edits: 1,
             preference_edits: 2,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
             recovery: false,
             max_epoch: 4,
         }
@@ -98,6 +106,8 @@ impl Config {
             selector_edits: 1,
             preference_edits: 1,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
             recovery: false,
             max_epoch: 4,
         }
@@ -120,6 +130,32 @@ impl Config {
             selector_edits: 0,
             preference_edits: 1,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            recovery: false,
+            max_epoch: 4,
+        }
+    }
+
+    /// The group deleted and created again around a settled group and its first election, with
+    /// a lost answer, a failover and an expiry: I3 across re-creation.
+    pub fn group_recreated() -> Self {
+        Config {
+            name: "group-recreated",
+            pods: 2,
+            from_settled: true,
+            failures: 1,
+            deadlines: 0,
+            crashes: 0,
+            failovers: 1,
+            expiries: 1,
+            readiness: 0,
+            deletions: 0,
+            selector_edits: 0,
+            preference_edits: 0,
+            pause_edits: 0,
+            recreations: 1,
+            lease_on_deletion: LeaseOnDeletion::Released,
             recovery: false,
             max_epoch: 4,
         }
@@ -132,6 +168,7 @@ impl Config {
             Config::unknown_outcome(),
             Config::large(),
             Config::recreation(),
+            Config::group_recreated(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -166,6 +203,9 @@ pub enum Action {
     ToggleSelected(PodId),
     Prefer(Option<PodId>),
     Pause(bool),
+    /// The user deletes the group; the active replica's finalizer runs; the user creates it
+    /// again.
+    RecreateGroup,
 }
 
 /// The model of one group, two operator replicas, the API server and the user.
@@ -201,6 +241,7 @@ impl LeaderGroupModel {
         let pods = usize::from(self.config.pods);
         let server = World {
             group: GroupObj {
+                incarnation: 0,
                 spec: Spec::default(),
                 generation: 1,
                 status: None,
@@ -328,6 +369,13 @@ impl LeaderGroupModel {
         if s.pause_edits < c.pause_edits {
             actions.push(Action::Pause(!state.server.group.spec.paused));
         }
+        let finalizer_free = state
+            .active
+            .and_then(|a| state.replicas.get(usize::from(a)))
+            .is_some_and(|r| r.pass.is_none());
+        if s.recreations < c.recreations && finalizer_free {
+            actions.push(Action::RecreateGroup);
+        }
     }
 
     /// The state after `action`, not yet renumbered. `None`: nothing changes.
@@ -406,6 +454,15 @@ impl LeaderGroupModel {
                 spec.preferred = *p;
                 let rv = s.next_rv();
                 user::edit_spec(&mut s.server, spec, rv);
+            }
+            Action::RecreateGroup => {
+                s.spent.recreations += 1;
+                let mut rv = s.next_rv();
+                finalizer::delete_and_recreate(&mut s.server, self.config.lease_on_deletion, || {
+                    rv += 1;
+                    rv - 1
+                });
+                s.rev = rv - 1;
             }
             Action::Pause(paused) => {
                 s.spent.pause_edits += 1;

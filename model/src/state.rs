@@ -117,6 +117,7 @@ pub struct Spent {
     pub selector_edits: u8,
     pub preference_edits: u8,
     pub pause_edits: u8,
+    pub recreations: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
