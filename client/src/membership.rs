@@ -12,10 +12,10 @@ use tokio::{
 
 use crate::{
     Epoch,
+    belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
     renew::renew,
-    belief::Belief,
     role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
 };
 

@@ -35,7 +35,11 @@ pub fn delete_and_recreate(
     let incarnation = world.group.incarnation;
     match lease {
         LeaseOnDeletion::Released => {
-            if let Some(l) = world.lease.as_mut().filter(|l| l.owner == Some(incarnation)) {
+            if let Some(l) = world
+                .lease
+                .as_mut()
+                .filter(|l| l.owner == Some(incarnation))
+            {
                 l.holder = None;
                 l.holder_uid = None;
                 l.owner = None;
@@ -43,7 +47,11 @@ pub fn delete_and_recreate(
             }
         }
         LeaseOnDeletion::Deleted => {
-            if world.lease.as_ref().is_some_and(|l| l.owner == Some(incarnation)) {
+            if world
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.owner == Some(incarnation))
+            {
                 world.lease = None;
             }
         }

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use leadergroup_model::heartbeat::{HbConfig, HeartbeatModel};
+use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
 
@@ -19,7 +19,7 @@ enum UsageError {
     #[error("--timeout wants seconds, not {0:?}")]
     Timeout(String),
     #[error(
-        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--replay]"
+        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--first] [--replay]"
     )]
     Argument(String),
 }
@@ -34,6 +34,7 @@ struct Args {
     config: Configured,
     threads: usize,
     replay: bool,
+    search: run::Search,
     timeout: Option<std::time::Duration>,
 }
 
@@ -42,6 +43,7 @@ fn args() -> Result<Args, UsageError> {
         config: Configured::Readiness(Config::large()),
         threads: 2,
         replay: false,
+        search: run::Search::DepthFirst,
         timeout: None,
     };
     let mut it = std::env::args().skip(1);
@@ -60,6 +62,7 @@ fn args() -> Result<Args, UsageError> {
                 out.threads = n.parse().map_err(|_| UsageError::Threads(n))?;
             }
             "--replay" => out.replay = true,
+            "--first" => out.search = run::Search::FirstFailure,
             "--timeout" => {
                 let n = it.next().unwrap_or_default();
                 let secs: u64 = n.parse().map_err(|_| UsageError::Timeout(n))?;
@@ -95,6 +98,10 @@ fn main() -> ExitCode {
         println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
         let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
         println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
+        let (outcome, text) = heartbeat::regressions::replay_shorter_duration_during_a_cut_off();
+        println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
+        let (outcome, text) = heartbeat::regressions::replay_restarted_client();
+        println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
         return ExitCode::SUCCESS;
     }
     let text = match &args.config {
@@ -107,6 +114,6 @@ fn main() -> ExitCode {
 
 /// Explores `model` depth first, and its report.
 fn explore<M: run::Explained>(model: M, args: &Args) -> String {
-    let report = run::check(model.clone(), args.threads, true, true, args.timeout);
+    let report = run::check(model.clone(), args.threads, args.search, true, args.timeout);
     run::render(&report, &model)
 }

@@ -43,6 +43,17 @@ impl Explained for LeaderGroupModel {
 /// The largest exhausted space searched again for shortest counterexamples.
 const SHORTEST_PATH_STATES: usize = 2_000_000;
 
+/// How the checker walks the space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Search {
+    /// Depth first: its frontier stays small, where a breadth-first one holds millions of
+    /// states in memory.
+    DepthFirst,
+    BreadthFirst,
+    /// Breadth first, stopping at the first counterexample: a shortest one, soon.
+    FirstFailure,
+}
+
 pub struct Report {
     pub config: &'static str,
     pub unique_states: usize,
@@ -64,14 +75,13 @@ impl Report {
     }
 }
 
-/// Explores every state of `config` on `threads`, depth first (`dfs`: its frontier stays small,
-/// where a breadth-first one holds millions of states in memory) or breadth first; with
-/// `progress`, prints the count so far to stderr every few seconds. The counterexamples are
-/// searched again breadth first, so that each is a shortest one.
+/// Explores `model` on `threads` as `search` says; with `progress`, prints the count so far to
+/// stderr every few seconds. The counterexamples of a complete search are searched again breadth
+/// first, so that each is a shortest one.
 pub fn check<M>(
     model: M,
     threads: usize,
-    dfs: bool,
+    search: Search,
     progress: bool,
     limit: Option<Duration>,
 ) -> Report
@@ -84,10 +94,12 @@ where
     if let Some(limit) = limit {
         builder = builder.timeout(limit);
     }
-    let checker: Box<dyn Checker<M>> = if dfs {
-        Box::new(builder.spawn_dfs())
-    } else {
-        Box::new(builder.spawn_bfs())
+    let checker: Box<dyn Checker<M>> = match search {
+        Search::DepthFirst => Box::new(builder.spawn_dfs()),
+        Search::BreadthFirst => Box::new(builder.spawn_bfs()),
+        Search::FirstFailure => {
+            Box::new(builder.finish_when(HasDiscoveries::AnyFailures).spawn_bfs())
+        }
     };
     while progress && !checker.is_done() {
         std::thread::sleep(Duration::from_secs(10));
@@ -112,7 +124,12 @@ where
             elapsed.as_secs_f64()
         );
     }
-    let complete = checker.is_done() && limit.is_none_or(|l| elapsed < l);
+    let first_failure = search == Search::FirstFailure
+        && model
+            .properties()
+            .iter()
+            .any(|p| p.expectation.discovery_is_failure() && checker.discovery(p.name).is_some());
+    let complete = checker.is_done() && limit.is_none_or(|l| elapsed < l) && !first_failure;
     let mut discoveries = Vec::new();
     for property in model.properties() {
         if checker.discovery(property.name).is_none() {
@@ -123,7 +140,8 @@ where
         // Only on a space small enough to have been exhausted: breadth first, a large one fills
         // the memory (24 GB at 11 million states) before it ends. There the first run's path
         // stands.
-        let shortest = (complete && checker.unique_state_count() <= SHORTEST_PATH_STATES)
+        let searched_again = complete && search != Search::FirstFailure;
+        let shortest = (searched_again && checker.unique_state_count() <= SHORTEST_PATH_STATES)
             .then(|| {
                 let mut builder = model
                     .clone()
@@ -217,7 +235,7 @@ mod tests {
         let report = check(
             LeaderGroupModel::new(Config::selector()),
             2,
-            false,
+            Search::BreadthFirst,
             false,
             None,
         );

@@ -135,6 +135,8 @@ pub struct State {
     pub rev: Rv,
     /// The model itself went wrong (see [`crate::error::ModelError`]).
     pub anomaly: bool,
+    /// No fault or edit happens any more on this path (liveness configurations).
+    pub faults_over: bool,
 }
 
 impl State {

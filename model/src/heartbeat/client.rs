@@ -51,10 +51,9 @@ pub fn renewable(state: &HbState, pod: PodId) -> Option<leadergroup_client::Epoc
         return None;
     }
     match &c.belief.observation().lease {
-        leadergroup_client::role::LeaseObservation::Confirmed(confirmed) => confirmed
-            .state
-            .as_ref()?
-            .renewal_asked_of(&pod_name(pod)),
+        leadergroup_client::role::LeaseObservation::Confirmed(confirmed) => {
+            confirmed.state.as_ref()?.renewal_asked_of(&pod_name(pod))
+        }
         _ => None,
     }
 }

@@ -120,7 +120,9 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
                 .enumerate()
                 .map(|(p, m)| {
                     let name = pod_name(u8::try_from(p).unwrap_or(0));
-                    m.map_or(format!("{name}[follower]"), |e| format!("{name}[leader@{e}]"))
+                    m.map_or(format!("{name}[follower]"), |e| {
+                        format!("{name}[leader@{e}]")
+                    })
                 })
                 .collect();
             out.push_str(&format!("         pods: {}\n", marks.join(" ")));

@@ -30,36 +30,52 @@ pub struct HbConfig {
 }
 
 impl HbConfig {
-    /// `make check`'s: a Lease of 6 s shortened to 3 s, one cut-off, one restart, 9 s.
+    /// `make check`'s first: a Lease of 6 s shortened to 3 s, one cut-off, 4 s (issue 22's finding
+    /// 3 shows at 3 s).
     pub fn heartbeat() -> Self {
         HbConfig {
             name: "heartbeat",
             pods: 2,
-            max_ticks: 9,
+            max_ticks: 4,
             duration: 6,
             edited_duration: 3,
             duration_edits: 1,
             cuts: 1,
-            restarts: 1,
+            restarts: 0,
             max_epoch: 3,
         }
     }
 
-    /// `make model`'s: longer, with a second cut-off and a second restart.
+    /// `make check`'s second: a Lease of 3 s, one cut-off, one restart, 4 s (finding 4 shows at
+    /// 3 s).
+    pub fn heartbeat_restart() -> Self {
+        HbConfig {
+            name: "heartbeat-restart",
+            duration: 3,
+            duration_edits: 0,
+            restarts: 1,
+            ..HbConfig::heartbeat()
+        }
+    }
+
+    /// `make model`'s and the replays': both findings' ingredients together, 9 s.
     pub fn heartbeat_large() -> Self {
         HbConfig {
             name: "heartbeat-large",
-            max_ticks: 14,
-            cuts: 2,
-            restarts: 2,
+            max_ticks: 9,
+            restarts: 1,
             ..HbConfig::heartbeat()
         }
     }
 
     pub fn named(name: &str) -> Option<Self> {
-        [HbConfig::heartbeat(), HbConfig::heartbeat_large()]
-            .into_iter()
-            .find(|c| c.name == name)
+        [
+            HbConfig::heartbeat(),
+            HbConfig::heartbeat_restart(),
+            HbConfig::heartbeat_large(),
+        ]
+        .into_iter()
+        .find(|c| c.name == name)
     }
 }
 
@@ -290,19 +306,20 @@ mod tests {
     use super::*;
     use crate::run;
 
-    /// `make check`'s Heartbeat configuration, explored exhaustively: no client believes
-    /// `Leader` once a successor holds the Lease, and the handover and a successor's belief are
-    /// reachable (the property is not vacuous).
+    /// `make check`'s Heartbeat configurations, explored exhaustively: no client believes
+    /// `Leader` once a successor holds the Lease, and the handover is reachable (the property is
+    /// not vacuous).
     #[test]
     fn heartbeat_check_holds() {
-        let model = HeartbeatModel::new(HbConfig::heartbeat());
-        let report = run::check(model.clone(), 2, true, false, None);
-        println!("{}", run::render(&report, &model));
-        assert!(report.complete, "the checker stopped before the end");
-        assert!(report.found(NO_STALE_LEADER).is_none());
-        assert!(report.found(CONSISTENT).is_none());
-        assert!(report.found(CLIENT_LEADS).is_some());
-        assert!(report.found(HANDED_OVER).is_some());
-        assert!(report.found(SUCCESSOR_LEADS).is_some());
+        for config in [HbConfig::heartbeat(), HbConfig::heartbeat_restart()] {
+            let model = HeartbeatModel::new(config);
+            let report = run::check(model.clone(), 2, run::Search::DepthFirst, false, None);
+            println!("{}", run::render(&report, &model));
+            assert!(report.complete, "the checker stopped before the end");
+            assert!(report.found(NO_STALE_LEADER).is_none());
+            assert!(report.found(CONSISTENT).is_none());
+            assert!(report.found(CLIENT_LEADS).is_some());
+            assert!(report.found(HANDED_OVER).is_some());
+        }
     }
 }

@@ -102,7 +102,11 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
 
 /// The Lease after the commit of `record` over the Lease read as `was`: the same tenure keeps
 /// its times, as the operator writes them; a new holder or epoch is acquired now.
-fn committed(state: &HbState, was: &LeaseRecord, record: &LeaseRecord) -> Result<HbLease, ModelError> {
+fn committed(
+    state: &HbState,
+    was: &LeaseRecord,
+    record: &LeaseRecord,
+) -> Result<HbLease, ModelError> {
     let holder = pod_id(record.holder.as_deref().unwrap_or_default())?;
     let duration = u8::try_from(record.duration_seconds)
         .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
@@ -115,7 +119,9 @@ fn committed(state: &HbState, was: &LeaseRecord, record: &LeaseRecord) -> Result
     } else if acquired_now {
         (state.now, None)
     } else {
-        return Err(ModelError::UnexpectedDecision("Lease times the model cannot map"));
+        return Err(ModelError::UnexpectedDecision(
+            "Lease times the model cannot map",
+        ));
     };
     Ok(HbLease {
         holder,

@@ -16,7 +16,10 @@ pub enum HbOutcome {
     NoStaleLeader,
     /// At this step (1-based), these clients (pod, epoch) believed `Leader` at an epoch the
     /// Lease no longer held.
-    StaleLeader { step: usize, clients: Vec<(PodId, i64)> },
+    StaleLeader {
+        step: usize,
+        clients: Vec<(PodId, i64)>,
+    },
     /// A step was not possible in the model: the path no longer exists as written.
     Blocked { step: usize, wanted: String },
 }
@@ -111,7 +114,10 @@ impl Replay {
 
     fn finish(&mut self) -> (HbOutcome, String) {
         let text = super::display::path(&self.model, &self.states, &self.actions);
-        (self.outcome.clone().unwrap_or(HbOutcome::NoStaleLeader), text)
+        (
+            self.outcome.clone().unwrap_or(HbOutcome::NoStaleLeader),
+            text,
+        )
     }
 }
 
@@ -120,11 +126,13 @@ impl Replay {
 /// (`Leader` for 4 s); the operator's rewrite of the Lease must not bring the holder's deadline
 /// forward to 3 s after the rewrite.
 pub fn replay_shorter_duration_during_a_cut_off() -> (HbOutcome, String) {
-    let mut r = Replay::new(HbConfig::heartbeat());
+    let mut r = Replay::new(HbConfig::heartbeat_large());
     r.renews(0)
         .operator()
         .act(HbAction::Cut(0))
         .act(HbAction::EditDuration(3))
+        .operator()
+        // Its watch shows it its own rewrite at once.
         .operator()
         .wait(6);
     r.finish()
@@ -135,7 +143,7 @@ pub fn replay_shorter_duration_during_a_cut_off() -> (HbOutcome, String) {
 /// operator counts the silence from the predecessor's renewal (handover at 6 s): the new process
 /// must not believe `Leader` from its first look until 3 s + 4 s.
 pub fn replay_restarted_client() -> (HbOutcome, String) {
-    let mut r = Replay::new(HbConfig::heartbeat());
+    let mut r = Replay::new(HbConfig::heartbeat_large());
     r.renews(0).operator().wait(3);
     r.act(HbAction::Restart(0))
         .act(HbAction::ReadPod(0))
@@ -158,7 +166,10 @@ mod tests {
         let (outcome, text) = replay_shorter_duration_during_a_cut_off();
         println!("{text}");
         assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
-        assert!(text.contains("Lease p2@2"), "the Lease is handed over:\n{text}");
+        assert!(
+            text.contains("Lease p2@2"),
+            "the Lease is handed over:\n{text}"
+        );
     }
 
     /// Before the fix (a new process anchored its renewal clock at its first look at the Lease,
@@ -170,6 +181,9 @@ mod tests {
         let (outcome, text) = replay_restarted_client();
         println!("{text}");
         assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
-        assert!(text.contains("Lease p2@2"), "the Lease is handed over:\n{text}");
+        assert!(
+            text.contains("Lease p2@2"),
+            "the Lease is handed over:\n{text}"
+        );
     }
 }

@@ -139,7 +139,10 @@ impl HbState {
         };
         map(&mut self.lease.rv);
         for c in &mut self.clients {
-            c.lease_rv.iter_mut().chain(c.refused_at.iter_mut()).for_each(map);
+            c.lease_rv
+                .iter_mut()
+                .chain(c.refused_at.iter_mut())
+                .for_each(map);
         }
         for r in &mut self.inflight {
             map(&mut r.expected);
