@@ -42,7 +42,7 @@ pub struct LeaseRecord {
 /// What an operator replica writes in a group's Lease: the holder renews it without changing
 /// any of this, so a change here is a new write of the operator, and a moved `renewTime` alone a
 /// renewal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Written {
     holder: Option<String>,
     holder_uid: Option<String>,

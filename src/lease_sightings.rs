@@ -72,9 +72,10 @@ impl Now {
     }
 }
 
-/// One Lease's sighting.
-#[derive(Clone, Debug)]
-struct Sighting {
+/// One Lease's sighting: what this replica last saw of it and when, on its monotonic clock.
+/// Public so that the model checker (`model/`) times a holder's silence with this very code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sighting {
     written: Written,
     renew_time: Option<Timestamp>,
     written_at: Instant,
@@ -84,7 +85,8 @@ struct Sighting {
 }
 
 impl Sighting {
-    fn first(record: &LeaseRecord, now: Instant) -> Sighting {
+    /// The first sighting of the Lease, as read at `now`.
+    pub fn first(record: &LeaseRecord, now: Instant) -> Sighting {
         Sighting {
             written: record.written(),
             renew_time: record.renew_time,
@@ -105,7 +107,7 @@ impl Sighting {
 
     /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
     /// renewal by the holder.
-    fn update(&mut self, record: &LeaseRecord, now: Instant) {
+    pub fn update(&mut self, record: &LeaseRecord, now: Instant) {
         let written = record.written();
         if self.written != written {
             let same_tenure = self.written.same_tenure(&written);
@@ -119,7 +121,8 @@ impl Sighting {
         }
     }
 
-    fn seen(&self, now: &Now) -> LeaseSeen {
+    /// What the decision reads of this sighting, on the wall clock as it reads at `now`.
+    pub fn seen(&self, now: &Now) -> LeaseSeen {
         LeaseSeen {
             written_at: now.wall_of(self.written_at),
             renewed_at: self.renewed_at.map(|r| now.wall_of(r)),

@@ -77,6 +77,7 @@
 //! The fence on a Kubernetes object needs `get` and `update` on that object.
 //!
 
+pub mod belief;
 mod epoch;
 mod error;
 pub mod fence;

@@ -12,10 +12,11 @@ use tokio::{
 
 use crate::{
     Epoch,
+    belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
     renew::renew,
-    role::{Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Renewed, Role, decide},
+    role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
 };
 
 /// The environment variables [`Membership::start_from_env`] reads (set them with the downward
@@ -253,7 +254,7 @@ struct Core {
     /// The group given by the caller; when `None`, `group` follows the pod's annotation.
     fixed_group: Option<String>,
     group: Option<String>,
-    observation: Observation,
+    belief: Belief,
     role: Arc<watch::Sender<Role>>,
     errors: watch::Sender<Option<Arc<MembershipError>>>,
     pod_error: Option<Arc<MembershipError>>,
@@ -266,9 +267,6 @@ struct Core {
     lease_object: Option<Lease>,
     renewals: Renewals,
     renewal_error: Option<Arc<MembershipError>>,
-    /// The epoch at which the Lease was last seen asking this pod to renew it: the role's renewal
-    /// clock for it has been anchored.
-    anchored: Option<Epoch>,
 }
 
 impl Core {
@@ -280,8 +278,8 @@ impl Core {
         role: Arc<watch::Sender<Role>>,
         errors: watch::Sender<Option<Arc<MembershipError>>>,
     ) -> (Core, mpsc::Receiver<Update>) {
-        let observation = Observation::new(group.is_some());
-        let (period, _) = watch::channel(observation.lease_duration / 3);
+        let belief = Belief::new(pod.clone(), group.is_some());
+        let (period, _) = watch::channel(belief.observation().lease_duration / 3);
         let (updates, rx) = mpsc::channel(16);
         (
             Core {
@@ -290,7 +288,7 @@ impl Core {
                 pod,
                 fixed_group: group.clone(),
                 group,
-                observation,
+                belief,
                 role,
                 errors,
                 pod_error: None,
@@ -301,7 +299,6 @@ impl Core {
                 lease_object: None,
                 renewals: Renewals::default(),
                 renewal_error: None,
-                anchored: None,
             },
             rx,
         )
@@ -336,7 +333,7 @@ impl Core {
             // Only a deadline still ahead: a lapsed role is Unknown already and stays so until
             // the next update.
             let now = Instant::now();
-            let lapses_at = self.observation.lapses_at().filter(|t| *t > now);
+            let lapses_at = self.belief.observation().lapses_at().filter(|t| *t > now);
             let renew_at = self.next_renewal(now);
             let update = tokio::select! {
                 update = updates.recv() => update,
@@ -388,24 +385,19 @@ impl Core {
                         self.group = group.clone();
                         self.lease_task = None;
                         self.lease_object = None;
-                        self.observation.renewed = None;
-                        self.anchored = None;
                         self.lease_error = None;
-                        self.observation.lease = match group {
-                            Some(group) => {
-                                self.follow_lease(group);
-                                LeaseObservation::Unconfirmed
-                            }
-                            None => LeaseObservation::NoGroup,
-                        };
+                        self.belief.group_changed(group.is_some());
+                        if let Some(group) = group {
+                            self.follow_lease(group);
+                        }
                     }
                 }
-                self.observation.pod = Some(Confirmed { state: marks, at });
+                self.belief.pod_seen(marks, at);
                 self.set_error(Source::Pod, None);
             }
             Update::Pod(Report::Failed(error)) => {
                 if error.is_forbidden() {
-                    self.observation.pod = None;
+                    self.belief.pod_refused();
                 }
                 self.set_error(Source::Pod, Some(error));
             }
@@ -416,10 +408,8 @@ impl Core {
                 match report {
                     Report::Seen { state, at } => {
                         let marks = state.as_deref().map(LeaseMarks::of);
-                        self.anchor_renewals(marks.as_ref(), at);
                         self.lease_object = state.map(|l| *l);
                         if let Some(duration) = marks.as_ref().and_then(|m| m.duration) {
-                            self.observation.lease_duration = duration;
                             self.period.send_if_modified(|p| {
                                 let third = duration / 3;
                                 let changed = *p != third;
@@ -427,13 +417,12 @@ impl Core {
                                 changed
                             });
                         }
-                        self.observation.lease =
-                            LeaseObservation::Confirmed(Confirmed { state: marks, at });
+                        self.belief.lease_seen(marks, at);
                         self.set_error(Source::Lease, None);
                     }
                     Report::Failed(error) => {
                         if error.is_forbidden() {
-                            self.observation.lease = LeaseObservation::Unconfirmed;
+                            self.belief.lease_refused();
                         }
                         self.set_error(Source::Lease, Some(error));
                     }
@@ -443,38 +432,17 @@ impl Core {
         }
     }
 
-    /// In Heartbeat mode, the role's clock starts when the Lease is first seen naming this pod at
-    /// an epoch, if nobody has renewed it yet (the operator gives a new leader a whole duration
-    /// to renew, from its own write). A Lease already renewed at that epoch was renewed by an
-    /// earlier process of this pod (this one restarted), and the operator counts the silence from
-    /// that renewal: the clock then starts only when a renewal of this process lands. It stops
-    /// when the Lease no longer asks this pod to renew.
-    fn anchor_renewals(&mut self, lease: Option<&LeaseMarks>, at: Instant) {
-        match lease.and_then(|l| l.renewal_asked_of(&self.pod).map(|e| (e, l))) {
-            Some((epoch, _)) if self.anchored == Some(epoch) => {}
-            Some((epoch, lease)) => {
-                self.anchored = Some(epoch);
-                self.observation.renewed =
-                    (!lease.renewed_since_acquired).then_some(Renewed { epoch, at });
-            }
-            None => {
-                self.anchored = None;
-                self.observation.renewed = None;
-            }
-        }
-    }
-
     /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
     /// leads and the Lease asks it to renew.
     fn renewable(&self) -> Option<(Epoch, &Lease)> {
         let LeaseObservation::Confirmed(Confirmed {
             state: Some(lease), ..
-        }) = &self.observation.lease
+        }) = &self.belief.observation().lease
         else {
             return None;
         };
         let epoch = lease.renewal_asked_of(&self.pod)?;
-        let pod = self.observation.pod.as_ref()?.state.as_ref()?;
+        let pod = self.belief.observation().pod.as_ref()?.state.as_ref()?;
         (pod.leader && pod.epoch == Some(epoch)).then_some(())?;
         Some((epoch, self.lease_object.as_ref()?))
     }
@@ -538,17 +506,7 @@ impl Core {
                 self.renewals.landed = Some(landed);
                 self.renewals.retry_at = None;
                 self.renewals.backoff = None;
-                if self.anchored == Some(outcome.epoch) {
-                    let at = self
-                        .observation
-                        .renewed
-                        .filter(|r| r.epoch == outcome.epoch)
-                        .map_or(outcome.sent, |r| r.at.max(outcome.sent));
-                    self.observation.renewed = Some(Renewed {
-                        epoch: outcome.epoch,
-                        at,
-                    });
-                }
+                self.belief.renewal_landed(outcome.epoch, outcome.sent);
                 // The next renewal is conditional on this write, unless the watch already showed
                 // a newer one.
                 let current = self
@@ -616,7 +574,7 @@ impl Core {
     }
 
     fn publish(&self) {
-        let role = decide(&self.pod, &self.observation, Instant::now());
+        let role = self.belief.role(Instant::now());
         self.role.send_if_modified(|r| {
             if *r == role {
                 return false;

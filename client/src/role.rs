@@ -56,7 +56,7 @@ impl fmt::Display for Role {
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// What the operator's marks on the pod say.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PodMarks {
     /// Label `leadergroup.io/role` is `leader`.
     pub leader: bool,
@@ -90,7 +90,7 @@ impl PodMarks {
 }
 
 /// What the group's Lease says.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeaseMarks {
     /// Label `leadergroup.io/group`: the group whose Lease this is.
     pub group: Option<String>,
@@ -158,7 +158,7 @@ impl LeaseMarks {
 /// In Heartbeat mode, the last renewal of the Lease by this pod that landed, by the instant it
 /// was sent; before the first, the instant the Lease was first confirmed naming this pod at the
 /// epoch (the operator gives a new leader a whole duration to start renewing).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Renewed {
     /// The epoch renewed at.
     pub epoch: Epoch,
@@ -168,7 +168,7 @@ pub struct Renewed {
 
 /// A state the API server showed (`None`: the object does not exist), and when: the instant a
 /// watch event arrived, or the instant the GET that returned it was sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Confirmed<T> {
     /// The state; `None` when the object was confirmed absent.
     pub state: Option<T>,
@@ -177,7 +177,7 @@ pub struct Confirmed<T> {
 }
 
 /// The Lease's side of an [`Observation`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseObservation {
     /// The group is not known yet (not given, and the pod carries no `leadergroup.io/group`
     /// annotation): there is no Lease to read, and the pod leads nothing.
@@ -190,7 +190,7 @@ pub enum LeaseObservation {
 }
 
 /// Everything the role rule reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Observation {
     /// The pod as last confirmed; `None` before the first confirmation.
     pub pod: Option<Confirmed<PodMarks>>,

@@ -118,6 +118,11 @@ impl fmt::Display for Action {
             Action::Prefer(Some(p)) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
             Action::Prefer(None) => write!(f, "user clears spec.preferredLeader"),
             Action::Pause(p) => write!(f, "user sets spec.paused={p}"),
+            Action::EndFaults => write!(f, "no fault or edit happens any more"),
+            Action::RecreateGroup => write!(
+                f,
+                "user deletes the group (the active replica's finalizer unmarks its pods and releases its Lease) and creates it again"
+            ),
         }
     }
 }

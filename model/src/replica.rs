@@ -91,7 +91,12 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         return Ok(false);
     };
     // As converge does: a group taken back from another arbiter is barred again.
-    let barrier_up = r.barrier_up && world.lease.as_ref().is_some_and(|l| l.arbiter == replica);
+    // A released Lease names no arbiter.
+    let barrier_up = r.barrier_up
+        && world
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner.is_some() && l.arbiter == replica);
     let pass = pass(&plan, &world, barrier_up)?;
     let commit = match &plan.commit {
         Some(record) => Some(Request::LeaseCas {
@@ -100,6 +105,7 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
             holder_uid: record.holder_uid.clone(),
             epoch: record.epoch,
             arbiter: replica,
+            owner: world.group.incarnation,
         }),
         None => None,
     };
