@@ -50,6 +50,7 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
         retired: &retired,
         identity: ARBITER,
         now: now.wall,
+        node_grace: crate::objects::NODE_GRACE,
     });
     let plan = match decision {
         Decision::Act(plan) => plan,
