@@ -56,7 +56,10 @@ async fn server_reports_the_pinned_version_to_kubectl() {
         .unwrap();
     let pinned = String::from_utf8_lossy(&pinned.stdout);
     let pinned = pinned.trim().trim_start_matches("Kubernetes ");
-    assert!(pinned.starts_with("v1."), "kube-apiserver --version: {pinned}");
+    assert!(
+        pinned.starts_with("v1."),
+        "kube-apiserver --version: {pinned}"
+    );
     assert_eq!(v["serverVersion"]["gitVersion"], pinned, "{v}");
     assert_eq!(v["clientVersion"]["gitVersion"], "v1.37.2", "{v}");
 }

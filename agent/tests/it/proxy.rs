@@ -190,5 +190,9 @@ async fn a_cut_off_leader_resets_its_proxied_connections_within_the_validity() {
         }
     })
     .await;
-    assert!(served.is_ok(), "not served again after the heal\n{}", agent.logs());
+    assert!(
+        served.is_ok(),
+        "not served again after the heal\n{}",
+        agent.logs()
+    );
 }
