@@ -25,16 +25,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
+use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{InvariantWatcher, Settled, TestNamespace, wait_settled, wait_until};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use crate::agents::{AGENT_IMAGE, MEMBER, agent_env, member_account};
 use crate::cluster::{APP, CONVERGE, Cluster, PODS, create, is_ready, node_of, webapp_container};
 
-const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
-const MEMBER: &str = "member";
 /// The agent's validity is two thirds of it: a cut-off leader's proxy closes within 4 s.
 const LEASE_SECONDS: i32 = 6;
 /// How often each client asks.
@@ -233,41 +232,14 @@ fn deposed_answers(answers: &[Answer]) -> Vec<Answer> {
 /// web app, whose readiness is the pod's, with the agent as a native sidecar) spread over both
 /// nodes, and the group with its Service.
 async fn deploy(ns: &TestNamespace, route: Route) {
-    let _: k8s_openapi::api::core::v1::ServiceAccount =
-        create(ns, json!({"metadata": {"name": MEMBER}})).await;
-    let _: k8s_openapi::api::rbac::v1::Role = create(
-        ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": [lease_name_for(APP)], "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-    )
-    .await;
-    let _: k8s_openapi::api::rbac::v1::RoleBinding = create(
-        ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": MEMBER},
-            "subjects": [{"kind": "ServiceAccount", "name": MEMBER}],
-        }),
-    )
-    .await;
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    member_account(ns, MEMBER, APP, &[]).await;
     let agent = json!({
         "name": "agent",
         "image": AGENT_IMAGE,
         "imagePullPolicy": "Never",
         "restartPolicy": "Always",
         "args": route.agent_args(),
-        "env": [
-            {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-            {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-            {"name": "LEADERGROUP_GROUP", "value": APP},
-        ],
+        "env": agent_env(APP),
         "ports": [{"name": "role", "containerPort": 8686}, {"name": "proxy", "containerPort": 8080}],
         "volumeMounts": [{"name": "run", "mountPath": "/var/run/leadergroup"}],
     });
