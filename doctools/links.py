@@ -2,8 +2,9 @@
 """Checks every link of the repository's Markdown (the book in docs/, the READMEs), without the
 network: a relative link must name a file of the repository, an anchor a heading of its page (as
 GitHub and mdBook make them), and nothing may point outside the repository but the public URLs
-listed in PUBLIC. Also refuses any mention of the paths that live outside it (`../shared`,
-DESIGN.md): a user who clones the project has neither.
+listed in PUBLIC. Mentions count too, in prose and in code: a `../` path that climbs out of the
+repository, or a Markdown file's name that no file of the repository has, is refused, because a
+user who clones the project has neither.
 
 The Markdown sources are checked, not mdBook's HTML, because the READMEs are not in the book, and
 because a link in the source is what both GitHub and the book render: one check covers both.
@@ -28,8 +29,9 @@ PUBLIC = (
     "https://fluxcd.io/",
     "https://github.com/kubernetes/kube-state-metrics",
 )
-# Paths that exist only on the machine the project was written on.
-OUTSIDE = ("../shared", "DESIGN.md")
+# Mentions of paths, links or not: a climb out of a page's folder, a Markdown file's name.
+CLIMB = re.compile(r"(?:\.\./)+[\w.-]*")
+MARKDOWN_NAME = re.compile(r"[\w./-]*\b[\w-]+\.md\b")
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"``.*?``|`[^`]*`")
@@ -40,10 +42,14 @@ INCLUDE = re.compile(r"\{\{#include\s+([^}\s:]+)[^}]*\}\}")
 EXPLICIT_ID = re.compile(r"\s*\{#([^}\s]+)[^}]*\}\s*$")
 
 
-def tracked_markdown():
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+def repository_files(*patterns):
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
     return [os.path.join(ROOT, p) for p in out.split()]
+
+
+def inside(path):
+    return path == ROOT or path.startswith(ROOT + os.sep)
 
 
 def lines_of(path, seen=()):
@@ -120,7 +126,7 @@ def check_target(page, target):
     if path_part.startswith("/"):
         return "an absolute path: link relative to the page"
     dest = os.path.normpath(os.path.join(os.path.dirname(page), path_part)) if path_part else page
-    if not (dest == ROOT or dest.startswith(ROOT + os.sep)):
+    if not inside(dest):
         return "points outside the repository"
     if not os.path.exists(dest):
         return "names no file of the repository"
@@ -132,16 +138,23 @@ def check_target(page, target):
     return None
 
 
-def check_page(page):
-    problems = []
+def mentions_outside(page, lines, markdown_names):
+    """What the page names, link or not, that the repository does not have."""
+    rel = os.path.relpath(page, ROOT)
+    for number, line in enumerate(lines, 1):
+        for climb in CLIMB.findall(line):
+            if not inside(os.path.normpath(os.path.join(os.path.dirname(page), climb))):
+                yield f"{rel}:{number}: {climb}: names a path outside the repository"
+        for name in MARKDOWN_NAME.findall(line):
+            if os.path.basename(name) not in markdown_names:
+                yield f"{rel}:{number}: {name}: names a Markdown file the repository does not have"
+
+
+def check_page(page, markdown_names):
     rel = os.path.relpath(page, ROOT)
     with open(page) as f:
-        raw = f.read()
-    for word in OUTSIDE:
-        if word in raw:
-            problems.append(f"{rel}: mentions {word}, which is not in the repository")
-    with open(page) as f:
         lines = f.read().split("\n")
+    problems = list(mentions_outside(page, lines, markdown_names))
     for number, _, line in prose(lines):
         targets = [m.group(1) for m in LINK.finditer(line)]
         ref = REF_DEF.match(line)
@@ -155,8 +168,10 @@ def check_page(page):
 
 
 def main():
-    pages = [os.path.abspath(p) for p in sys.argv[1:]] or tracked_markdown()
-    problems = [p for page in pages for p in check_page(page)]
+    markdown = repository_files("*.md")
+    markdown_names = {os.path.basename(p) for p in markdown}
+    pages = [os.path.abspath(p) for p in sys.argv[1:]] or markdown
+    problems = [p for page in pages for p in check_page(page, markdown_names)]
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
