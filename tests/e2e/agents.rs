@@ -7,10 +7,10 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
-use leadergroup_testenv::{TestNamespace, wait_until};
+use leadergroup_testenv::TestNamespace;
 use serde_json::{Value, json};
 
-use crate::cluster::{PODS, create, is_ready};
+use crate::cluster::{create, wait_pods_ready_where};
 
 /// The ServiceAccount the agents run as.
 pub const MEMBER: &str = "member";
@@ -95,28 +95,15 @@ pub async fn heartbeat_group(
         let _: Pod = create(ns, agent_pod(name, group, image)).await;
     }
     let pods: Api<Pod> = ns.api();
-    wait_until("the agent pods Ready", PODS, || async {
-        let list = pods
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("app"))
-                    .map(String::as_str)
-                    == Some(group)
-            })
-            .filter(|p| is_ready(p))
-            .count();
-        Ok::<_, String>((ready == names.len()).then_some(()))
+    wait_pods_ready_where(&pods, names.len(), "the agent pods Ready", |p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .map(String::as_str)
+            == Some(group)
     })
-    .await
-    .unwrap();
+    .await;
     let _: LeaderGroup = create(
         ns,
         json!({

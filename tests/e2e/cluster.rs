@@ -757,12 +757,28 @@ where
 
 /// Waits until `n` pods of `pods`' namespace are Ready.
 pub async fn wait_pods_ready(pods: &Api<Pod>, n: usize) {
-    wait_until(&format!("{n} pods Ready"), PODS, || async {
+    wait_pods_ready_where(pods, n, &format!("{n} pods Ready"), |_| true).await;
+}
+
+/// Waits until `n` of the pods of `pods`' namespace that `counted` keeps are Ready; `what` names
+/// the wait in its failure.
+pub async fn wait_pods_ready_where(
+    pods: &Api<Pod>,
+    n: usize,
+    what: &str,
+    counted: impl Fn(&Pod) -> bool,
+) {
+    wait_until(what, PODS, || async {
         let list = pods
             .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>((list.items.iter().filter(|p| is_ready(p)).count() == n).then_some(()))
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| is_ready(p) && counted(p))
+            .count();
+        Ok::<_, String>((ready == n).then_some(()))
     })
     .await
     .unwrap();

@@ -32,7 +32,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use crate::agents::{AGENT_IMAGE, MEMBER, agent_env, member_account};
-use crate::cluster::{APP, CONVERGE, Cluster, PODS, create, is_ready, node_of, webapp_container};
+use crate::cluster::{
+    APP, CONVERGE, Cluster, PODS, create, node_of, wait_pods_ready_where, webapp_container,
+};
 
 /// The agent's validity is two thirds of it: a cut-off leader's proxy closes within 4 s.
 const LEASE_SECONDS: i32 = 6;
@@ -312,27 +314,6 @@ async fn service_addr(ns: &TestNamespace) -> SocketAddr {
     .unwrap()
 }
 
-async fn pods_ready(pods: &Api<Pod>, n: usize, not: &[String]) {
-    wait_until(&format!("{n} Ready pods"), PODS, || async {
-        let list = pods
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| {
-                is_ready(p)
-                    && p.metadata.deletion_timestamp.is_none()
-                    && !not.contains(&p.name_any())
-            })
-            .count();
-        Ok::<_, String>((ready == n).then_some(()))
-    })
-    .await
-    .unwrap();
-}
-
 /// Runs `fault` against the leader with the Service routed by `route`, both clients asking.
 async fn scenario(route: Route, fault: Fault) {
     let c = Cluster::get().await;
@@ -345,7 +326,10 @@ async fn scenario(route: Route, fault: Fault) {
     let watch = InvariantWatcher::start(&c.client, &ns.name).await;
     deploy(&ns, route).await;
     let pods: Api<Pod> = ns.api();
-    pods_ready(&pods, 3, &[]).await;
+    wait_pods_ready_where(&pods, 3, "3 Ready pods", |p| {
+        p.metadata.deletion_timestamp.is_none()
+    })
+    .await;
     let settled = |what: &str, accept: Box<dyn Fn(&Settled) -> bool + Send + Sync>| {
         let (client, ns) = (c.client.clone(), ns.name.clone());
         let what = what.to_owned();
@@ -398,7 +382,10 @@ async fn scenario(route: Route, fault: Fault) {
                 .patch(APP, &PatchParams::default(), &Patch::Strategic(&change))
                 .await
                 .unwrap();
-            pods_ready(&pods, 3, &old_pods).await;
+            wait_pods_ready_where(&pods, 3, "3 Ready pods", |p| {
+                p.metadata.deletion_timestamp.is_none() && !old_pods.contains(&p.name_any())
+            })
+            .await;
             let old = old_pods.clone();
             settled(
                 "a new pod leads",
