@@ -213,25 +213,24 @@ fn targets(scale: &ScaleResult) -> Table {
     };
     for e in ours().filter(|e| e.groups < 1000) {
         for (what, s) in handovers(e) {
-            table.row([
-                format!("handover after {what} at {} groups: p50 ≤ 15 ms", e.groups),
+            let target = format!("handover after {what} at {} groups: p50 ≤ 15 ms", e.groups);
+            table.target(
+                target,
                 format!("p50 {}", ms(s.median_ms)),
-                met(s.median_ms <= 15.0).to_owned(),
-            ]);
+                s.median_ms <= 15.0,
+            );
         }
     }
     let Some(e) = ours().max_by_key(|e| e.groups) else {
         return table;
     };
     for (what, s) in handovers(e) {
-        table.row([
-            format!(
-                "handover after {what} at {} groups: p50 ≤ 20 ms, p99 ≤ 100 ms",
-                e.groups
-            ),
-            format!("p50 {}, p99 {}", ms(s.median_ms), ms(s.p99_ms)),
-            met(s.median_ms <= 20.0 && s.p99_ms <= 100.0).to_owned(),
-        ]);
+        let target = format!(
+            "handover after {what} at {} groups: p50 ≤ 20 ms, p99 ≤ 100 ms",
+            e.groups
+        );
+        let measured = format!("p50 {}, p99 {}", ms(s.median_ms), ms(s.p99_ms));
+        table.target(target, measured, s.median_ms <= 20.0 && s.p99_ms <= 100.0);
     }
     table.rows.extend(cost_targets(e, |target| {
         format!("{target} ({} groups)", e.groups)
@@ -257,19 +256,21 @@ fn targets(scale: &ScaleResult) -> Table {
 
 /// The two API-cost rows of a targets table for one entry (at most one write per group per
 /// third of the Lease, no polling reads), each titled by `title` from the target's name.
-pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> [Vec<String>; 2] {
-    [
-        vec![
-            title("≤ 1 write per group per third of the Lease"),
-            format!("{:.2}", e.writes_per_group_per_third),
-            met(e.writes_per_group_per_third <= 1.05).to_owned(),
-        ],
-        vec![
-            title("no polling reads"),
-            format!("{:.3}/s per group", e.polling_reads_per_s_per_group),
-            met(e.polling_reads_per_s_per_group < 0.001).to_owned(),
-        ],
-    ]
+pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut rows = Table::default();
+    let (writes, reads) = (
+        e.writes_per_group_per_third,
+        e.polling_reads_per_s_per_group,
+    );
+    let write_target = title("≤ 1 write per group per third of the Lease");
+    rows.target(write_target, format!("{writes:.2}"), writes <= 1.05);
+    let read_target = title("no polling reads");
+    rows.target(
+        read_target,
+        format!("{reads:.3}/s per group"),
+        reads < 0.001,
+    );
+    rows.rows
 }
 
 /// Ours at `size` groups: to all led, a steady window, then handovers of groups spread over the
