@@ -25,6 +25,33 @@ pub struct SystemResult {
 }
 
 impl SystemResult {
+    /// No samples yet of `system`.
+    pub fn of(system: &str, settings: &str) -> SystemResult {
+        let (system, settings) = (system.into(), settings.into());
+        SystemResult {
+            system,
+            settings,
+            ..SystemResult::default()
+        }
+    }
+
+    /// Adds a repetition's outcome, its milliseconds or why it failed, and logs it as `what`;
+    /// whether it succeeded.
+    pub fn add(&mut self, what: &str, outcome: Result<f64>) -> bool {
+        match outcome {
+            Ok(ms) => {
+                tracing::info!("{what}: {ms:.0} ms");
+                self.samples_ms.push(ms);
+                true
+            }
+            Err(e) => {
+                tracing::info!("{what}: {e}");
+                self.failures.push(e.to_string());
+                false
+            }
+        }
+    }
+
     fn median_ms(&self) -> f64 {
         Summary::median(self.summary.as_ref())
     }

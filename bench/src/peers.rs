@@ -18,54 +18,80 @@ use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
 use crate::timeline::{Beliefs, Event, first_new_leader, parse_peer_line};
 
-/// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
-/// pods on the real one (the end-to-end run).
+/// How a system's candidates run.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Peer {
+pub enum Candidate {
+    /// client-go's leaderelection (bench/peers/client-go).
+    Go,
+    /// kube-leader-election or kube-lease-manager (bench/peers/rust).
+    Rust,
+    /// Ours: the web app with the agent sidecar, in a LeaderGroup of this liveness (end-to-end
+    /// only).
+    Agent { liveness: &'static str },
+}
+
+/// One system measured: ours or a peer configuration. A peer runs as candidate processes on the
+/// light cluster ([`PeerKind`]), as candidate pods on the real one (the end-to-end run).
+#[derive(Debug, PartialEq, Eq)]
+pub struct System {
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
-    /// Its pods' label and Lease prefix in the end-to-end run.
+    /// Its pods' label in the end-to-end run: ours, the group's name too; a peer, its Lease's
+    /// prefix.
     pub label: &'static str,
-    /// client-go's candidate, or the Rust crates' one.
-    pub go: bool,
-    /// The candidate's arguments, separated by spaces.
+    pub candidate: Candidate,
+    /// A peer candidate's arguments, separated by spaces.
     pub args: &'static str,
     /// Lease duration, s: the bound on detecting a crash.
     pub lease_seconds: u64,
 }
 
+impl System {
+    /// Whether the pods labeled `label` are ours (they publish through the agent).
+    pub fn is_ours(label: &str) -> bool {
+        label.starts_with("ours")
+    }
+
+    /// A peer candidate's arguments for the Leases `<prefix>-<i>` of `namespace`.
+    pub fn arguments(&self, namespace: &str, prefix: &str) -> Vec<String> {
+        let lease = ["--namespace", namespace, "--lease-prefix", prefix];
+        let args = self.args.split_whitespace().chain(lease);
+        args.map(str::to_owned).collect()
+    }
+}
+
 /// The four peer configurations.
-pub const PEERS: [Peer; 4] = [
-    Peer {
+pub const PEERS: [System; 4] = [
+    System {
         name: "client-go (defaults)",
         settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
         label: "cgd",
-        go: true,
+        candidate: Candidate::Go,
         args: "--lease-duration=15s --renew-deadline=10s --retry-period=2s",
         lease_seconds: 15,
     },
-    Peer {
+    System {
         name: "client-go (tuned)",
         settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
         label: "cgt",
-        go: true,
+        candidate: Candidate::Go,
         args: "--lease-duration=4s --renew-deadline=2s --retry-period=1s",
         lease_seconds: 4,
     },
-    Peer {
+    System {
         name: "kube-leader-election 0.44",
         settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
         label: "kle",
-        go: false,
+        candidate: Candidate::Rust,
         args: "--lib kle --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
-    Peer {
+    System {
         name: "kube-lease-manager 0.13.1",
         settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
         label: "klm",
-        go: false,
+        candidate: Candidate::Rust,
         args: "--lib klm --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
@@ -74,7 +100,7 @@ pub const PEERS: [Peer; 4] = [
 /// A peer configuration with its candidate binary on this machine.
 #[derive(Clone, Debug)]
 pub struct PeerKind {
-    pub peer: &'static Peer,
+    pub peer: &'static System,
     program: PathBuf,
 }
 
@@ -113,7 +139,12 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
         .iter()
         .map(|peer| PeerKind {
             peer,
-            program: if peer.go { &client_go } else { &rust_peer }.clone(),
+            program: if peer.candidate == Candidate::Go {
+                &client_go
+            } else {
+                &rust_peer
+            }
+            .clone(),
         })
         .collect())
 }
@@ -178,8 +209,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(self.kind.peer.args.split_whitespace())
-            .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
+        cmd.args(self.kind.peer.arguments(&self.namespace, "bench"))
             .args([
                 "--groups",
                 &self.groups.to_string(),
@@ -190,7 +220,7 @@ impl PeerGroup {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true);
-        if self.kind.peer.go {
+        if self.kind.peer.candidate == Candidate::Go {
             // One client per process for all its electors: lift client-go's 5 QPS default so
             // a many-group process is not throttled where one-group replicas would not be.
             cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
