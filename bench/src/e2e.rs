@@ -471,8 +471,7 @@ pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
     "e2e",
     "The end-to-end scenarios on a real cluster of their own (as root)",
     |ctx| measuring(run_e2e(ctx)),
-)
-.alone();
+);
 
 async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
     let started = Instant::now();

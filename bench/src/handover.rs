@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{Fault, Groups};
@@ -114,7 +114,7 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let reps = ctx.pick(100, 5);
     let graceful = ours(light, baseline, &groups, SCENARIOS[0], reps).await?;
     let crash = ours(light, baseline, &groups, SCENARIOS[1], reps).await?;
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
     Ok(Measured { graceful, crash })
 }
@@ -185,29 +185,13 @@ impl Outcome for Measured {
                 [(10, 5), (15, 10), (8, 4), (8, 4)],
                 [(1, 1), (2, 1), (1, 1), (1, 1)],
             );
-            let tasks: Vec<_> = ctx
-                .peers()
-                .await?
-                .iter()
-                .zip(reps)
-                .enumerate()
-                .map(|(i, (kind, reps))| {
-                    let (kind, kubeconfig) =
-                        (kind.clone(), light.cp.kubeconfig_path().to_path_buf());
-                    let log_dir = ctx.log_dir.clone();
-                    tokio::spawn(async move {
-                        let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
-                        let group =
-                            PeerGroup::start(&kind, &ns.client, &kubeconfig, &ns.name, 1, &log_dir)
-                                .await?;
-                        peer_handovers(kind, group, reps).await
-                    })
-                })
-                .collect();
-            for task in tasks {
-                let peer = task
-                    .await
-                    .map_err(|e| Error::Other(format!("peer task: {e}")))??;
+            let kinds = ctx.peers().await?.iter().zip(reps).enumerate();
+            let runs = kinds.map(|(i, (kind, reps))| async move {
+                let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
+                let group = PeerGroup::start(ctx, kind, &ns, 1).await?;
+                peer_handovers(kind.clone(), group, reps).await
+            });
+            for peer in futures::future::try_join_all(runs).await? {
                 let name = peer.kind.peer.name.to_string();
                 light.record(|run| {
                     run.peer_split_brains

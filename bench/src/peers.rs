@@ -9,13 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use leadergroup_testenv::wait_until_every;
+use leadergroup_testenv::{TestNamespace, wait_until_every};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
+use crate::scenario::Context;
 use crate::timeline::{Beliefs, Event, first_new_leader, parse_peer_line};
 
 /// How a system's candidates run.
@@ -168,23 +169,21 @@ pub struct PeerGroup {
 }
 
 impl PeerGroup {
-    /// Starts three candidates of `kind` in `namespace`, each running for `groups` Leases
-    /// `bench-0..`.
+    /// Starts three candidates of `kind` in `ns` on the light control plane, each running for
+    /// `groups` Leases `bench-0..`.
     pub async fn start(
+        ctx: &Context,
         kind: &PeerKind,
-        client: &Client,
-        kubeconfig: &Path,
-        namespace: &str,
+        ns: &TestNamespace,
         groups: usize,
-        log_dir: &Path,
     ) -> Result<PeerGroup> {
         let mut group = PeerGroup {
             kind: kind.clone(),
-            client: client.clone(),
-            kubeconfig: kubeconfig.to_path_buf(),
-            namespace: namespace.to_owned(),
+            client: ns.client.clone(),
+            kubeconfig: ctx.light().await?.cp.kubeconfig_path().to_path_buf(),
+            namespace: ns.name.clone(),
             groups,
-            log_dir: log_dir.to_path_buf(),
+            log_dir: ctx.log_dir.clone(),
             candidates: HashMap::new(),
             next: 0,
             events: Beliefs::default(),

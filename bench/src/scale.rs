@@ -321,7 +321,7 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
         deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);
     entry.handover_notready = Some(Handover::new(OURS, "NotReady at this size", notready, None));
@@ -335,15 +335,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     let baseline = ctx.baseline().await?;
     let ns = leadergroup_testenv::namespace(&format!("bench-peer-scale-{size}")).await?;
     let t0 = SystemTime::now();
-    let group = PeerGroup::start(
-        kind,
-        &ns.client,
-        light.cp.kubeconfig_path(),
-        &ns.name,
-        size,
-        &ctx.log_dir,
-    )
-    .await?;
+    let group = PeerGroup::start(ctx, kind, &ns, size).await?;
     let led = group
         .wait_all_led(kind.lease() * 4 + Duration::from_secs(60))
         .await?;

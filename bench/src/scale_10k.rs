@@ -28,8 +28,7 @@ pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
     "scale-10k",
     "10,000 groups (or the first value of `--scale`), then an operator restart",
     |ctx| measuring(measure(ctx)),
-)
-.alone();
+);
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -161,7 +160,9 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
         (op, Some(restart))
     };
     drop(op);
-    light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
+    light.record(|run| {
+        run.double_leaders += sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>()
+    });
     Ok(ScaleBigResult {
         lease_seconds,
         namespaces,

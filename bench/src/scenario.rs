@@ -38,27 +38,20 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario of the full run whose page blocks come from one results file, `T`.
+    /// A scenario whose page blocks come from one results file, `T`; the full run measures it
+    /// unless the page may lack `T` ([`Recorded::OPTIONAL`]: it runs only alone).
     pub const fn of<T: Recorded>(
         name: &'static str,
         help: &'static str,
         measure: fn(&Context) -> Measuring<'_>,
     ) -> Self {
-        let (in_full_run, render) = (true, render_file::<T>);
+        let (in_full_run, render) = (!T::OPTIONAL, render_file::<T>);
         Scenario {
             name,
             help,
             in_full_run,
             measure,
             render,
-        }
-    }
-
-    /// This scenario, measured only alone (`--only NAME`).
-    pub const fn alone(self) -> Self {
-        Scenario {
-            in_full_run: false,
-            ..self
         }
     }
 }
@@ -68,7 +61,7 @@ impl Scenario {
 pub trait Recorded: Serialize + DeserializeOwned + 'static {
     /// The file's name.
     const FILE: &'static str;
-    /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
+    /// Whether the page may lack it: its scenario runs only alone, and renders nothing without it.
     const OPTIONAL: bool = false;
     /// Its blocks of the page; `run` is the record of the run that measured it.
     fn blocks(&self, run: &Run) -> Vec<Block>;
@@ -151,11 +144,6 @@ pub struct Light {
 }
 
 impl Light {
-    /// Counts what the independent watch saw: two pods of one group labeled leader.
-    pub fn add_double_leaders(&self, n: u64) {
-        self.record(|run| run.double_leaders += n);
-    }
-
     /// The run's record so far.
     pub fn run(&self) -> Run {
         self.run.lock().map(|r| r.clone()).unwrap_or_default()
