@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
 use crate::scenario::Context;
-use crate::timeline::{Beliefs, Event, first_new_leader, parse_peer_line};
+use crate::timeline::{Beliefs, first_new_leader, parse_peer_line};
 
 /// How a system's candidates run.
 #[derive(Debug, PartialEq, Eq)]
@@ -247,11 +247,6 @@ impl PeerGroup {
         Ok(())
     }
 
-    /// Every change of belief printed for `lease`.
-    fn events(&self, lease: &str) -> Vec<Event> {
-        self.events.of(lease)
-    }
-
     /// How often a candidate started leading a Lease while another still believed it led (a
     /// library that writes the Lease without a resourceVersion precondition lets two candidates
     /// both acquire it).
@@ -294,7 +289,7 @@ impl PeerGroup {
         let what = format!("{} every Lease led", self.kind.peer.name);
         recheck(&what, timeout, || {
             (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
-                let events = self.events(&Self::lease(i));
+                let events = self.events.of(&Self::lease(i));
                 let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
                 Some(last.max(first))
             })
@@ -326,7 +321,7 @@ impl PeerGroup {
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
         let new = recheck(&what, bound, || {
-            first_new_leader(&self.events(&lease), &old, t0)
+            first_new_leader(&self.events.of(&lease), &old, t0)
         })
         .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
