@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run, Stamped};
 use crate::scenario::{Context, Outcome, Recorded, Scenario, measuring};
@@ -278,7 +278,8 @@ pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> Vec<Vec<S
 async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let light = ctx.light().await?;
     let baseline = ctx.baseline().await?;
-    let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
+    let prefix = format!("bench-scale-{size}");
+    let groups = Groups::create(&prefix, size, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
     let log = format!("operator-scale-{size}.log");
     let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();

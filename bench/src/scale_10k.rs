@@ -183,14 +183,10 @@ async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<
         groups * 3
     );
     let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
-    try_join_all(
-        (0..namespaces).map(|i| {
-            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
-            async move {
-                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
-            }
-        }),
-    )
+    try_join_all((0..namespaces).map(|i| {
+        let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
+        async move { Groups::create(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await }
+    }))
     .await
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
-use crate::ours::{ALL_LED_BOUND, Groups};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
 use crate::results::{Results, Run, Stamped};
 
@@ -253,7 +253,7 @@ impl Context {
         count: usize,
         log: &str,
     ) -> Result<(Groups, OperatorProcess)> {
-        let groups = Groups::create(prefix, count).await?;
+        let groups = Groups::create(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
         let op = self.start_operator(Some(&groups.namespace), log).await?;
         groups.wait_all_led(ALL_LED_BOUND).await?;
         Ok((groups, op))
