@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{Fault, Groups};
@@ -189,25 +189,14 @@ impl Outcome for Measured {
             let runs = kinds.map(|(i, (kind, reps))| async move {
                 let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
                 let group = PeerGroup::start(ctx, kind, &ns, 1).await?;
-                peer_handovers(kind.clone(), group, reps).await
+                let samples = peer_handovers(light, kind, group, reps).await?;
+                Ok::<_, Error>((kind.peer, samples))
             });
-            for peer in futures::future::try_join_all(runs).await? {
-                let name = peer.kind.peer.name.to_string();
-                light.record(|run| {
-                    run.peer_split_brains
-                        .insert(name.clone(), peer.split_brains);
-                    if !peer.failures.is_empty() {
-                        run.peer_failures.insert(name, peer.failures.join("; "));
-                    }
-                });
-                let [name, settings] = [peer.kind.peer.name, peer.kind.peer.settings];
-                for (result, samples) in [&mut self.graceful, &mut self.crash]
-                    .into_iter()
-                    .zip(peer.samples)
-                {
-                    result
-                        .systems
-                        .push(Handover::new(name, settings, samples, None));
+            for (peer, samples) in futures::future::try_join_all(runs).await? {
+                let results = [&mut self.graceful, &mut self.crash];
+                for (result, samples) in results.into_iter().zip(samples) {
+                    let handover = Handover::new(peer.name, peer.settings, samples, None);
+                    result.systems.push(handover);
                 }
             }
             Ok(())
@@ -223,23 +212,15 @@ impl Outcome for Measured {
     }
 }
 
-/// One peer kind's graceful and crash handovers.
-struct PeerHandovers {
-    kind: PeerKind,
-    /// Graceful, then crash, milliseconds.
-    samples: [Vec<f64>; 2],
-    split_brains: u64,
-    failures: Vec<String>,
-}
-
-/// `reps` (graceful, crash) handovers of `group`. A peer that fails to hand over within its
-/// bound is a result, not a harness error: the failure is recorded and that kind's remaining
-/// repetitions skipped.
+/// `reps` (graceful, crash) handovers of `group`, milliseconds; its split brains and failures
+/// go to the run's record. A peer that fails to hand over within its bound is a result, not a
+/// harness error: the failure is recorded and that kind's remaining repetitions skipped.
 async fn peer_handovers(
-    kind: PeerKind,
+    light: &Light,
+    kind: &PeerKind,
     mut group: PeerGroup,
     reps: (usize, usize),
-) -> Result<PeerHandovers> {
+) -> Result<[Vec<f64>; 2]> {
     group
         .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
@@ -258,15 +239,16 @@ async fn peer_handovers(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    let split_brains = group.overlaps();
+    let (name, split_brains) = (kind.peer.name.to_owned(), group.overlaps());
     group.stop().await;
+    light.record(|run| {
+        run.peer_split_brains.insert(name.clone(), split_brains);
+        if !failures.is_empty() {
+            run.peer_failures.insert(name, failures.join("; "));
+        }
+    });
     tracing::info!("peers: {} done", kind.peer.name);
-    Ok(PeerHandovers {
-        kind,
-        samples,
-        split_brains,
-        failures,
-    })
+    Ok(samples)
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
