@@ -213,49 +213,38 @@ fn headline(result: &E2eResult) -> Table {
 
 fn scenario_table(sc: &ScenarioResult) -> Table {
     let ours: Vec<&SystemResult> = sc.ours().collect();
-    let vs: Vec<String> = if ours.len() > 1 {
-        ours.iter()
-            .map(|o| format!("peer / ours (vs {})", o.mode()))
-            .collect()
-    } else {
-        vec!["peer / ours".to_owned()]
-    };
-    let vs: Vec<&str> = vs.iter().map(String::as_str).collect();
-    let mut table = Table::new(
-        &[
-            &["system", "median", "min–max", "n"][..],
-            &vs,
-            &["split brains", "settings"],
-        ]
-        .concat(),
-    );
+    let mut table = Table::new(&["system", "median", "min–max", "n"]);
+    match ours.as_slice() {
+        [_, _, ..] => table.columns.extend(
+            ours.iter()
+                .map(|o| format!("peer / ours (vs {})", o.mode())),
+        ),
+        _ => table.columns.push("peer / ours".into()),
+    }
+    table
+        .columns
+        .extend(["split brains".into(), "settings".into()]);
     for s in &sc.systems {
-        let mut row = match &s.summary {
-            Some(x) => vec![
+        let mut row = vec![s.system.clone()];
+        row.extend(match &s.summary {
+            Some(x) => [
                 secs(x.median_ms),
                 format!("{}–{}", secs(x.min_ms), secs(x.max_ms)),
                 x.n.to_string(),
             ],
-            None => vec!["–".into(), "–".into(), "0".into()],
-        };
-        row.insert(0, s.system.clone());
+            None => ["–".into(), "–".into(), "0".into()],
+        });
         if ours.is_empty() {
             row.push(String::new());
         }
         for o in &ours {
-            row.push(if s.is_ours() {
-                String::new()
-            } else {
-                ratio(s.median_ms(), o.median_ms())
-            });
+            let vs = (!s.is_ours()).then(|| ratio(s.median_ms(), o.median_ms()));
+            row.push(vs.unwrap_or_default());
         }
         let mut settings = s.settings.clone();
         if !s.failures.is_empty() {
-            settings.push_str(&format!(
-                "; **{} repetition(s) failed**: {}",
-                s.failures.len(),
-                s.failures.join("; ")
-            ));
+            let (n, why) = (s.failures.len(), s.failures.join("; "));
+            settings.push_str(&format!("; **{n} repetition(s) failed**: {why}"));
         }
         row.extend([s.split_brains.to_string(), settings]);
         table.rows.push(row);
