@@ -189,13 +189,13 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     for size in sizes {
         tracing::info!("scale: ours, {size} groups");
         let mut entry = ours_at(ctx, size).await?;
-        if ctx.options.alone {
+        if ctx.options.alone() {
             let run = ctx.light().await?.run();
             entry.measured_in = Some(format!("{} (`{}`)", run.started_at, run.command));
         }
         entries.push(entry);
     }
-    let alone = ctx.options.alone;
+    let alone = ctx.options.alone();
     Ok(Measured { entries, alone })
 }
 

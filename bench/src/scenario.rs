@@ -117,19 +117,43 @@ pub trait Outcome {
     }
 }
 
-/// The command line's settings of the scenarios.
-#[derive(Clone, Debug, Default)]
+/// The command line: which scenarios run, and their settings.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "leadergroup-bench",
+    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
+)]
 pub struct Options {
-    /// A few repetitions of everything: a smoke test of the harness.
+    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
+    /// publish.
+    #[arg(long)]
     pub quick: bool,
-    /// One scenario alone (`--only`), not the full run.
-    pub alone: bool,
-    /// `--scale`: the scale scenario's group counts; scale-10k's first.
+    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
+    /// first value is the number of groups (default 10000).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub scale: Option<Vec<usize>>,
-    /// `--grace`: the real cluster's node-monitor grace period, seconds.
+    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
+    /// this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Run one scenario alone and write only its results (the page's tables are rewritten from
+    /// bench/results).
+    #[arg(long, value_parser = crate::only_values())]
+    pub only: Option<String>,
+    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
+    /// `--quick` 10).
+    #[arg(long, value_name = "SECS")]
     pub grace: Option<u32>,
-    /// `--lease`: scale-10k's Lease duration, seconds.
+    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
+    #[arg(long, value_name = "SECS")]
     pub lease: Option<i32>,
+}
+
+impl Options {
+    /// One scenario alone (`--only`), not the full run.
+    pub fn alone(&self) -> bool {
+        self.only.is_some()
+    }
 }
 
 /// The light control plane, the operator binary measured on it, and the run's record.
