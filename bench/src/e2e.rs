@@ -212,8 +212,8 @@ impl<'a> World<'a> {
         let ns = leadergroup_testenv::namespace_in(bench.client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
         for system in &OURS[..1 + usize::from(heartbeat)] {
-            let (label, lease) = (system.label, system.lease_seconds.try_into().unwrap_or(15));
-            let mut group = leader_group(label, SYSTEM_LABEL, label, lease)?;
+            let label = system.label;
+            let mut group = leader_group(label, SYSTEM_LABEL, label, system.lease_seconds)?;
             if let Candidate::Agent { liveness } = system.candidate {
                 group.data["spec"]["liveness"] = json!(liveness);
             }

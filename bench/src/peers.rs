@@ -45,7 +45,7 @@ pub struct System {
     /// A peer candidate's arguments, separated by spaces.
     pub args: &'static str,
     /// Lease duration, s: the bound on detecting a crash.
-    pub lease_seconds: u64,
+    pub lease_seconds: u32,
 }
 
 impl System {
@@ -108,7 +108,7 @@ pub struct PeerKind {
 impl PeerKind {
     /// Its Lease duration.
     pub fn lease(&self) -> Duration {
-        Duration::from_secs(self.peer.lease_seconds)
+        Duration::from_secs(self.peer.lease_seconds.into())
     }
 }
 
