@@ -151,18 +151,16 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     );
 
     // The restart is measured only once every group was led: its checks compare led groups.
-    let (op, restart) = if led_at_bound.is_some() {
-        (op, None)
+    let restart = if led_at_bound.is_some() {
+        drop(op);
+        None
     } else {
         // Past a whole Lease duration: every group was renewed by the new process, or changed.
         let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle();
-        let (op, restart) = restart(ctx, &sets, watched, op).await?;
-        (op, Some(restart))
+        Some(restart(ctx, &sets, watched, op).await?)
     };
-    drop(op);
-    light.record(|run| {
-        run.double_leaders += sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>()
-    });
+    let doubles: u64 = sets.iter().map(|s| s.watch.double_leaders()).sum();
+    light.record(|run| run.double_leaders += doubles);
     Ok(ScaleBigResult {
         lease_seconds,
         namespaces,
@@ -209,13 +207,13 @@ async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Optio
 
 /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
 /// reconciled every group of `sets`, and what changed until `watched` after (epochs, leaders,
-/// leader labels). Returns the new process, still running.
+/// leader labels). The new process is stopped when it returns.
 async fn restart(
     ctx: &Context,
     sets: &[Groups],
     watched: Duration,
     mut op: OperatorProcess,
-) -> Result<(OperatorProcess, Restart)> {
+) -> Result<Restart> {
     let groups: usize = sets.iter().map(|s| s.names.len()).sum();
     tracing::info!("scale-10k: restart (SIGKILL, a new process)");
     let before = statuses(sets).await?;
@@ -263,7 +261,8 @@ async fn restart(
         rss_mib: last.rss_mib,
         peak_rss_mib: last.peak_rss_mib,
     };
-    Ok((op, restart))
+    drop(op);
+    Ok(restart)
 }
 
 /// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does
