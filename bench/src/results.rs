@@ -53,17 +53,11 @@ impl Run {
         cp: &leadergroup_testenv::ControlPlane,
         quick: bool,
     ) -> Result<Run> {
-        let request = http::Request::get("/version")
-            .body(Vec::new())
-            .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
-        let version: serde_json::Value = serde_json::from_str(&admin.request_text(request).await?)?;
+        let apiserver = admin.apiserver_version().await?.git_version;
         let repo = repo.display().to_string();
         let head = command_line("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]);
         let versions = [
-            (
-                "kube-apiserver",
-                version["gitVersion"].as_str().unwrap_or("?"),
-            ),
+            ("kube-apiserver", apiserver.as_str()),
             (
                 "leadergroup-operator",
                 &format!("{} ({head})", env!("CARGO_PKG_VERSION")),
