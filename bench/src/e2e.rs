@@ -550,7 +550,7 @@ impl Bench<'_> {
         run.control_plane = format!(
             "the real cluster: controlplane/realcluster.sh up --node-monitor-grace-period {} in {} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets with containerd 1.6 and runc, kube-proxy; all on this machine)",
             self.grace,
-            self.cluster.dir().display()
+            crate::results::in_repo(self.cluster.dir()).display()
         );
     }
 

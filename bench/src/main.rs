@@ -75,7 +75,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// The repository: this crate lives in `<repo>/bench`.
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()

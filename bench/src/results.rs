@@ -75,7 +75,7 @@ impl Run {
         let control_plane = match cp.cluster_dir() {
             Some(dir) => format!(
                 "its own, started by leadergroup-testenv in {} (etcd + kube-apiserver on loopback)",
-                dir.display()
+                in_repo(&dir).display()
             ),
             None => format!(
                 "shared, from {} (other clients may add load and requests)",
@@ -198,4 +198,11 @@ impl Results {
         let text = serde_json::to_string_pretty(value)?;
         std::fs::write(&path, text + "\n").map_err(Error::io(format!("writing {}", path.display())))
     }
+}
+
+/// `path` relative to the repository when it lies in it: the page names no folder of the machine
+/// it was measured on.
+pub fn in_repo(path: &std::path::Path) -> std::path::PathBuf {
+    let root = crate::repo_root();
+    path.strip_prefix(&root).unwrap_or(path).to_path_buf()
 }
