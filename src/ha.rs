@@ -240,6 +240,7 @@ impl OperatorLease {
             arbiter: None,
             heartbeat: false,
             released_by: None,
+            predecessor: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         if let Some(replica) = released_by.filter(|r| *r != self.identity) {
