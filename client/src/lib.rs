@@ -82,10 +82,10 @@ mod epoch;
 mod error;
 pub mod fence;
 mod follow;
+mod lease_writes;
 #[cfg(feature = "log")]
 pub mod log;
 mod membership;
-mod renew;
 pub mod role;
 pub mod wire;
 

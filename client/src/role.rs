@@ -1,12 +1,15 @@
 //! The role, and the rule that decides it: a pure function of what the API server last confirmed
 //! and of the monotonic clock, tested without a cluster.
 
-use std::{fmt, time::Duration};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
-use crate::wire::{HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL};
+use crate::wire::{
+    HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
+    PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+};
 use crate::{
     EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
 };
@@ -110,6 +113,21 @@ pub struct LeaseMarks {
     /// `spec.renewTime` differs from `spec.acquireTime`: the Lease was renewed since its holder
     /// acquired it (the operator writes both alike when it hands the Lease over).
     pub renewed_since_acquired: bool,
+    /// The previous holder, while it has not stepped down (annotations
+    /// `leadergroup.io/predecessor`, `-uid` and `-epoch`, without `leadergroup.io/stepped-down` at
+    /// that epoch): the operator labels the next leader only once it has.
+    pub awaited: Option<Predecessor>,
+}
+
+/// A previous holder of the Lease that has not stepped down yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Predecessor {
+    /// Its pod's name.
+    pub pod: String,
+    /// Its pod's UID, when recorded.
+    pub uid: Option<String>,
+    /// The epoch it held.
+    pub epoch: Epoch,
 }
 
 impl LeaseMarks {
@@ -144,7 +162,17 @@ impl LeaseMarks {
                 .is_some_and(|v| v == HEARTBEAT),
             renewed_since_acquired: spec
                 .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time),
+            awaited: annotations.and_then(awaited_predecessor),
         }
+    }
+
+    /// The epoch at which this Lease asks the pod `pod_name` of UID `uid` to say it stepped down:
+    /// it is the predecessor the operator waits for (the same incarnation, when the Lease
+    /// recorded one).
+    pub fn step_down_asked_of(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
+        let awaited = self.awaited.as_ref()?;
+        let same_incarnation = awaited.uid.is_none() || awaited.uid.as_deref() == uid;
+        (awaited.pod == pod_name && same_incarnation).then_some(awaited.epoch)
     }
 
     /// The epoch at which this Lease asks `pod_name` to renew it: it holds it and the group is in
@@ -153,6 +181,23 @@ impl LeaseMarks {
         self.epoch
             .filter(|_| self.heartbeat && self.holder.as_deref() == Some(pod_name))
     }
+}
+
+/// The predecessor the annotations name, unless it has stepped down.
+fn awaited_predecessor(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
+    let epoch: Epoch = annotations
+        .get(PREDECESSOR_EPOCH_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let stepped_down = annotations
+        .get(STEPPED_DOWN_ANNOTATION)
+        .and_then(|v| v.parse::<Epoch>().ok());
+    (stepped_down != Some(epoch)).then_some(())?;
+    Some(Predecessor {
+        pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
+        uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
+        epoch,
+    })
 }
 
 /// In Heartbeat mode, the last renewal of the Lease by this pod that landed, by the instant it

@@ -35,6 +35,7 @@ fn lease(holder: &str, n: u32) -> LeaseMarks {
         duration: Some(Duration::from_secs(3)),
         heartbeat: false,
         renewed_since_acquired: false,
+        awaited: None,
     }
 }
 
@@ -239,6 +240,7 @@ fn marks_are_read_from_the_objects() {
             duration: Some(Duration::from_secs(6)),
             heartbeat: false,
             renewed_since_acquired: false,
+            awaited: None,
         }
     );
     let mut heartbeat = lease.clone();
