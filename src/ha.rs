@@ -240,6 +240,7 @@ impl OperatorLease {
             arbiter: None,
             heartbeat: false,
             released_by: None,
+            acknowledged: false,
             predecessor: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;

@@ -10,10 +10,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
 use crate::crd::{
-    ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
-    LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
-    PREDECESSOR_LEASE_SECONDS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION,
-    STEPPED_DOWN_ANNOTATION,
+    ACKNOWLEDGED_ANNOTATION, ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION,
+    LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, PREDECESSOR_ANNOTATION,
+    PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION, PREDECESSOR_UID_ANNOTATION,
+    RELEASED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
 };
 
 /// The content of a Lease that the operator writes.
@@ -39,8 +39,11 @@ pub struct LeaseRecord {
     /// The operator replica that gave the Lease up on purpose (the operator's own Lease, released
     /// on shutdown): it has stopped acting.
     pub released_by: Option<String>,
-    /// The holder before the current one (group Leases): the next leader is labeled only once it
-    /// has stepped down.
+    /// The holder's member (its agent or client) acknowledged its leadership at this epoch
+    /// (annotation `leadergroup.io/acknowledged`): deposed, it is waited for as the predecessor.
+    pub acknowledged: bool,
+    /// The last holder that acknowledged its leadership, once deposed (group Leases): the next
+    /// leader is labeled only once it has stepped down.
     pub predecessor: Option<Predecessor>,
 }
 
@@ -126,6 +129,10 @@ impl LeaseRecord {
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
+            acknowledged: annotations
+                .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions)),
             predecessor: annotations.and_then(predecessor_of),
         }
     }
@@ -139,17 +146,18 @@ impl LeaseRecord {
     }
 
     /// The predecessor once the current holder gives the Lease up: the holder itself, still to
-    /// step down, or, while nobody holds it, the predecessor it already names.
+    /// step down, if its member acknowledged its leadership; else (nobody holds it, or a holder
+    /// without a member, which never reported `Leader`) the predecessor it already names.
     pub fn predecessor_after_holder(&self) -> Option<Predecessor> {
         match &self.holder {
-            Some(pod) => Some(Predecessor {
+            Some(pod) if self.acknowledged => Some(Predecessor {
                 pod: pod.clone(),
                 uid: self.holder_uid.clone(),
                 epoch: self.epoch,
                 lease_seconds: self.duration_seconds,
                 stepped_down: false,
             }),
-            None => self.predecessor.clone(),
+            _ => self.predecessor.clone(),
         }
     }
 
@@ -239,6 +247,11 @@ impl LeaseRecord {
             }
             None => annotations.remove(RELEASED_BY_ANNOTATION),
         };
+        if self.acknowledged {
+            annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), self.epoch.to_string());
+        } else {
+            annotations.remove(ACKNOWLEDGED_ANNOTATION);
+        }
         write_predecessor(annotations, self.predecessor.as_ref());
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
@@ -311,6 +324,7 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: false,
             released_by: None,
+            acknowledged: false,
             predecessor: None,
         }
     }
@@ -375,6 +389,7 @@ mod tests {
             stepped_down: false,
         };
         let r = LeaseRecord {
+            acknowledged: true,
             predecessor: Some(predecessor.clone()),
             ..record(7)
         };

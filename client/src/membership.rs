@@ -15,7 +15,7 @@ use crate::{
     belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
-    lease_writes::{renew, step_down},
+    lease_writes::{Note, renew, write_note},
     role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
 };
 
@@ -217,9 +217,9 @@ enum Update {
     Lease(String, Report<Lease>),
     /// A renewal of the Lease (Heartbeat mode) answered.
     Renewal(Box<RenewalOutcome>),
-    /// A step-down written in the Lease answered: the resourceVersion it was conditional on, and
-    /// the Lease as written or why not.
-    SteppedDown(Option<String>, Box<Result<Lease, MembershipError>>),
+    /// A note written in the Lease answered: the resourceVersion it was conditional on, and the
+    /// Lease as written or why not.
+    Noted(Option<String>, Box<Result<Lease, MembershipError>>),
 }
 
 /// How a renewal of the Lease went.
@@ -249,11 +249,11 @@ struct Renewals {
     backoff: Option<Duration>,
 }
 
-/// The step-down this member owes the operator when the Lease names its pod as the predecessor:
-/// one write at a time, and one per version of the Lease unless it failed for a reason a retry
-/// can fix.
+/// The notes this member owes the operator in the Lease (its acknowledgement as holder, its
+/// step-down as predecessor): one write at a time, and one per version of the Lease unless it
+/// failed for a reason a retry can fix.
 #[derive(Default)]
-struct StepDowns {
+struct Notes {
     in_flight: Option<Task>,
     /// The resourceVersion the last attempt was conditional on, and when another attempt on that
     /// same version may be made.
@@ -281,8 +281,8 @@ struct Core {
     lease_object: Option<Lease>,
     renewals: Renewals,
     renewal_error: Option<Arc<MembershipError>>,
-    step_downs: StepDowns,
-    step_down_error: Option<Arc<MembershipError>>,
+    notes: Notes,
+    note_error: Option<Arc<MembershipError>>,
 }
 
 impl Core {
@@ -315,8 +315,8 @@ impl Core {
                 lease_object: None,
                 renewals: Renewals::default(),
                 renewal_error: None,
-                step_downs: StepDowns::default(),
-                step_down_error: None,
+                notes: Notes::default(),
+                note_error: None,
             },
             rx,
         )
@@ -353,7 +353,7 @@ impl Core {
             let now = Instant::now();
             let lapses_at = self.belief.observation().lapses_at().filter(|t| *t > now);
             let renew_at = self.next_renewal(now);
-            let step_down_at = self.next_step_down(now);
+            let note_at = self.next_note(now);
             let update = tokio::select! {
                 update = updates.recv() => update,
                 () = sleep_until(lapses_at) => None,
@@ -361,8 +361,8 @@ impl Core {
                     self.start_renewal();
                     None
                 }
-                () = sleep_until(step_down_at) => {
-                    self.start_step_down();
+                () = sleep_until(note_at) => {
+                    self.start_note();
                     None
                 }
             };
@@ -452,16 +452,15 @@ impl Core {
                 }
             }
             Update::Renewal(outcome) => self.renewal_answered(*outcome),
-            Update::SteppedDown(from_version, result) => {
-                self.step_down_answered(from_version, *result)
-            }
+            Update::Noted(from_version, result) => self.note_answered(from_version, *result),
         }
     }
 
-    /// The epoch at which the Lease as last confirmed asks this pod to step down, once its role
-    /// no longer says `Leader` at that epoch (it was published before this is asked), with the
-    /// Lease to write it in.
-    fn step_down_owed(&self, now: Instant) -> Option<(Epoch, &Lease)> {
+    /// The note the Lease as last confirmed asks of this pod, with the Lease to write it in: its
+    /// acknowledgement while it holds the Lease in Readiness mode without one, or its step-down
+    /// while the Lease names it as the predecessor and its role (published before this is asked)
+    /// no longer says `Leader` at that epoch.
+    fn note_owed(&self, now: Instant) -> Option<(Note, &Lease)> {
         let observation = self.belief.observation();
         let LeaseObservation::Confirmed(Confirmed {
             state: Some(lease), ..
@@ -470,19 +469,25 @@ impl Core {
             return None;
         };
         let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
-        let epoch = lease.step_down_asked_of(&self.pod, uid)?;
-        (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
-        Some((epoch, self.lease_object.as_ref()?))
+        let note = match lease.acknowledgement_asked_of(&self.pod, uid) {
+            Some(epoch) => Note::Acknowledged(epoch),
+            None => {
+                let epoch = lease.step_down_asked_of(&self.pod, uid)?;
+                (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
+                Note::SteppedDown(epoch)
+            }
+        };
+        Some((note, self.lease_object.as_ref()?))
     }
 
-    /// When to write the step-down owed: at once, or after a failed attempt on this same
-    /// version of the Lease, when that allows.
-    fn next_step_down(&self, now: Instant) -> Option<Instant> {
-        if self.step_downs.in_flight.is_some() {
+    /// When to write the note owed: at once, or after a failed attempt on this same version of
+    /// the Lease, when that allows.
+    fn next_note(&self, now: Instant) -> Option<Instant> {
+        if self.notes.in_flight.is_some() {
             return None;
         }
-        let (_, lease) = self.step_down_owed(now)?;
-        match &self.step_downs.tried {
+        let (_, lease) = self.note_owed(now)?;
+        match &self.notes.tried {
             Some((version, retry_at)) if *version == lease.metadata.resource_version => {
                 Some(*retry_at)
             }
@@ -490,8 +495,8 @@ impl Core {
         }
     }
 
-    fn start_step_down(&mut self) {
-        let Some((epoch, lease)) = self.step_down_owed(Instant::now()) else {
+    fn start_note(&mut self) {
+        let Some((note, lease)) = self.note_owed(Instant::now()) else {
             return;
         };
         let lease = lease.clone();
@@ -505,21 +510,21 @@ impl Core {
         };
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
-        tracing::info!(pod = %self.pod, %epoch, "stepping down in the Lease: no longer leader at this epoch");
-        self.step_downs.in_flight = Some(Task(tokio::spawn(async move {
-            let result = step_down(api, lease, epoch, limit, request).await;
+        tracing::info!(pod = %self.pod, ?note, "writing in the Lease");
+        self.notes.in_flight = Some(Task(tokio::spawn(async move {
+            let result = write_note(api, lease, note, limit, request).await;
             let _ = updates
-                .send(Update::SteppedDown(from_version, Box::new(result)))
+                .send(Update::Noted(from_version, Box::new(result)))
                 .await;
         })));
     }
 
-    fn step_down_answered(
+    fn note_answered(
         &mut self,
         from_version: Option<String>,
         result: Result<Lease, MembershipError>,
     ) {
-        self.step_downs.in_flight = None;
+        self.notes.in_flight = None;
         let now = Instant::now();
         // Written, or the Lease changed since it was read (a newer version decides again), or
         // refused for good: not again on this version. Anything else: again after a pause.
@@ -527,9 +532,9 @@ impl Core {
             Err(e) if !e.is_conflict() && !e.is_forbidden() => now + BACKOFF_MAX,
             _ => now + Duration::from_secs(3600),
         };
-        self.step_downs.tried = Some((from_version, retry_at));
+        self.notes.tried = Some((from_version, retry_at));
         let error = result.err().filter(|e| !e.is_conflict()).map(Arc::new);
-        self.set_error(Source::StepDown, error);
+        self.set_error(Source::Note, error);
     }
 
     /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
@@ -641,7 +646,7 @@ impl Core {
             Source::Pod => &mut self.pod_error,
             Source::Lease => &mut self.lease_error,
             Source::Renewal => &mut self.renewal_error,
-            Source::StepDown => &mut self.step_down_error,
+            Source::Note => &mut self.note_error,
         };
         let same = match (slot.as_ref(), error.as_ref()) {
             (None, None) => true,
@@ -663,7 +668,7 @@ impl Core {
             .clone()
             .or_else(|| self.lease_error.clone())
             .or_else(|| self.renewal_error.clone())
-            .or_else(|| self.step_down_error.clone());
+            .or_else(|| self.note_error.clone());
         self.errors.send_if_modified(|e| {
             let changed = match (e.as_ref(), current.as_ref()) {
                 (None, None) => false,
@@ -693,7 +698,7 @@ enum Source {
     Pod,
     Lease,
     Renewal,
-    StepDown,
+    Note,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -49,6 +49,8 @@ pub(super) fn commit(
         arbiter: Some(obs.identity.to_string()),
         heartbeat,
         released_by: None,
+        // The member's word holds for this tenure only.
+        acknowledged: same_holder && !token.minted && lease.is_some_and(|l| l.acknowledged),
         predecessor,
     };
     match lease {

@@ -4,12 +4,59 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
 
 use super::*;
+use crate::lease_record::Predecessor;
 
-/// `a` led at 4 and is NotReady; `b` and `c` are candidates.
+/// A group led by `a` at 4 whose member acknowledged its leadership in the Lease.
+fn acknowledged(e: i64) -> (LeaderGroup, Vec<PodFixture>, Lease) {
+    let (g, pods, _) = converged(e);
+    let l = owned(&LeaseRecord {
+        acknowledged: true,
+        ..record(Some("a"), e, 999, ME)
+    });
+    (g, pods, l)
+}
+
+/// `a` led at 4, acknowledged, and is NotReady; `b` and `c` are candidates.
 fn not_ready_leader() -> (LeaderGroup, Vec<PodFixture>, Lease) {
-    let (g, mut pods, l) = converged(4);
+    let (g, mut pods, l) = acknowledged(4);
     pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
     (g, pods, l)
+}
+
+/// `first` moved leadership away from `predecessor` at once: the new leader `(pod, epoch)` is not
+/// labeled yet, the committed Lease names the predecessor, still to step down, and the group looks
+/// again within two thirds of the predecessor's Lease. Once its member has stepped down (in the
+/// Lease), the next decision labels the new leader.
+#[track_caller]
+fn assert_promoted_after_step_down(
+    g: &LeaderGroup,
+    pods: &[PodFixture],
+    first: &Plan,
+    predecessor: &str,
+    (leader, epoch): (&str, i64),
+) {
+    assert_eq!(first.promote, None, "the promotion waits for {predecessor}");
+    assert!(first.barrier_candidates.is_empty());
+    assert!(first.requeue_after <= Duration::from_secs(10));
+    let mut committed = first.commit.clone().expect("the commit");
+    assert_eq!(
+        (committed.holder.as_deref(), committed.epoch),
+        (Some(leader), epoch)
+    );
+    let named = committed.predecessor.as_mut().expect("the predecessor");
+    assert_eq!((named.pod.as_str(), named.pending()), (predecessor, true));
+    let waiting = plan(decide_with(g, pods, Some(&owned(&committed))));
+    assert_eq!(waiting.promote, None, "still waiting for {predecessor}");
+    assert_eq!(waiting.commit, None, "nothing to write meanwhile");
+    committed.predecessor.as_mut().unwrap().stepped_down = true;
+    let next = plan(decide_with(g, pods, Some(&owned(&committed))));
+    assert_eq!(
+        next.promote,
+        Some(Promotion {
+            pod: leader.into(),
+            epoch
+        })
+    );
 }
 
 /// The pod's containers as the kubelet reports them: each running or terminated.
@@ -140,7 +187,7 @@ fn the_validity_is_that_of_the_lease_the_predecessor_saw_not_a_shorter_one_since
 #[test]
 fn a_predecessor_deposed_for_no_candidate_is_still_waited_for_by_the_next_leader() {
     // a is NotReady and nobody else is a candidate: nobody leads, and a is named.
-    let (g, _, l) = converged(4);
+    let (g, _, l) = acknowledged(4);
     let alone = vec![PodFixture::new("a", 1).leader(4).not_ready()];
     let p = plan(decide_with(&g, &alone, Some(&l)));
     let released = p.commit.expect("the Lease released");
@@ -184,7 +231,7 @@ fn a_predecessor_deposed_for_no_candidate_is_still_waited_for_by_the_next_leader
 #[test]
 fn the_same_pod_elected_again_does_not_wait_for_itself() {
     // a flapped NotReady and back with nobody else eligible: released, then a again at 5.
-    let (g, _, l) = converged(4);
+    let (g, _, l) = acknowledged(4);
     let alone = vec![PodFixture::new("a", 1).leader(4).not_ready()];
     let first = plan(decide_with(&g, &alone, Some(&l)));
     let released = owned(&first.commit.unwrap());
@@ -209,4 +256,31 @@ fn a_first_leader_has_no_predecessor_to_wait_for() {
     let p = plan(decide_with(&g, &three(), None));
     assert_eq!(p.commit.as_ref().and_then(|c| c.predecessor.clone()), None);
     assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("a"));
+}
+
+#[test]
+fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_is() {
+    // a never acknowledged (no agent, no client): nothing of it reports Leader.
+    let (g, mut pods, l) = converged(4);
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.commit.and_then(|c| c.predecessor), None);
+
+    // An acknowledged predecessor z still to step down, then a holder b without a member deposed
+    // at once: z is still waited for.
+    let z = Predecessor {
+        pod: "z".into(),
+        uid: None,
+        epoch: 3,
+        lease_seconds: 15,
+        stepped_down: false,
+    };
+    let l = owned(&LeaseRecord {
+        predecessor: Some(z.clone()),
+        ..record(Some("a"), 4, 999, ME)
+    });
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote, None);
+    assert_eq!(p.commit.and_then(|c| c.predecessor), Some(z));
 }
