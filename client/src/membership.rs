@@ -499,15 +499,7 @@ impl Core {
         let Some((note, lease)) = self.note_owed(Instant::now()) else {
             return;
         };
-        let lease = lease.clone();
-        let from_version = lease.metadata.resource_version.clone();
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let request = Request {
-            verb: "update",
-            resource: "leases.coordination.k8s.io",
-            name: lease.metadata.name.clone().unwrap_or_default(),
-            namespace: self.namespace.clone(),
-        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
         tracing::info!(pod = %self.pod, ?note, "writing in the Lease");
@@ -572,19 +564,29 @@ impl Core {
         Some(self.renewals.retry_at.map_or(due, |retry| retry.max(due)))
     }
 
-    fn start_renewal(&mut self) {
-        let Some((epoch, lease)) = self.renewable() else {
-            return;
-        };
-        let lease = lease.clone();
-        let from_version = lease.metadata.resource_version.clone();
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+    /// What a write of `lease` (as last seen) needs: the Lease, the resourceVersion the write is
+    /// conditional on, the API and the request, for errors.
+    fn lease_write(&self, lease: &Lease) -> (Lease, Option<String>, Api<Lease>, Request) {
         let request = Request {
             verb: "update",
             resource: "leases.coordination.k8s.io",
             name: lease.metadata.name.clone().unwrap_or_default(),
             namespace: self.namespace.clone(),
         };
+        let api = Api::namespaced(self.client.clone(), &self.namespace);
+        (
+            lease.clone(),
+            lease.metadata.resource_version.clone(),
+            api,
+            request,
+        )
+    }
+
+    fn start_renewal(&mut self) {
+        let Some((epoch, lease)) = self.renewable() else {
+            return;
+        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
         let sent = Instant::now();
