@@ -233,6 +233,8 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: true,
             released_by: None,
+            acknowledged: false,
+            predecessor: None,
         }
     }
 

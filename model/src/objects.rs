@@ -159,6 +159,8 @@ pub fn lease(obj: &LeaseObj) -> Lease {
         arbiter: obj.owner.map(|_| replica_name(obj.arbiter)),
         heartbeat: false,
         released_by: None,
+        acknowledged: false,
+        predecessor: None,
     };
     lease_of(&record, obj.owner, obj.rv)
 }

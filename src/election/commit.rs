@@ -19,6 +19,7 @@ pub(super) fn commit(
     records: &Records,
     leader: &Option<String>,
     token: Token,
+    lapsed: Option<&str>,
 ) -> Option<LeaseRecord> {
     let lease = records.lease.as_ref();
     let duration = obs.group.spec.lease_duration_seconds;
@@ -36,6 +37,8 @@ pub(super) fn commit(
         Some(l) if same_holder && !token.minted => (l.acquire_time, Some(obs.now)),
         _ => (acquired_now, Some(obs.now)),
     };
+    let predecessor =
+        super::step_down::predecessor(obs, lease, leader.as_deref(), token.minted, lapsed);
     let wanted = LeaseRecord {
         holder: leader.clone(),
         holder_uid: holder_uid.clone(),
@@ -46,6 +49,9 @@ pub(super) fn commit(
         arbiter: Some(obs.identity.to_string()),
         heartbeat,
         released_by: None,
+        // The member's word holds for this tenure only.
+        acknowledged: same_holder && !token.minted && lease.is_some_and(|l| l.acknowledged),
+        predecessor,
     };
     match lease {
         Some(l)
@@ -54,6 +60,7 @@ pub(super) fn commit(
                 && l.duration_seconds == duration
                 && l.arbiter.as_deref() == Some(obs.identity)
                 && l.heartbeat == heartbeat
+                && l.predecessor == wanted.predecessor
                 && (heartbeat || l.renew_due_at().is_some_and(|due| due > obs.now)) =>
         {
             None

@@ -153,6 +153,8 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         arbiter: Some(arbiter.into()),
         heartbeat: false,
         released_by: None,
+        acknowledged: false,
+        predecessor: None,
     }
 }
 
@@ -1142,6 +1144,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 
 mod heartbeat;
 mod status;
+mod step_down;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {

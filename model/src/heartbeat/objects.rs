@@ -38,6 +38,8 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         arbiter: Some(ARBITER.to_string()),
         heartbeat: true,
         released_by: None,
+        acknowledged: false,
+        predecessor: None,
     }
 }
 
