@@ -75,7 +75,7 @@ impl Run {
         let control_plane = match cp.cluster_dir() {
             Some(dir) => format!(
                 "its own, started by leadergroup-testenv in {} (etcd + kube-apiserver on loopback)",
-                in_repo(&dir).display()
+                in_repo(dir).display()
             ),
             None => format!(
                 "shared, from {} (other clients may add load and requests)",
