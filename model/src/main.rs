@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
+use leadergroup_model::finalizer::LeaseOnDeletion;
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
 
@@ -98,6 +99,12 @@ fn main() -> ExitCode {
         println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
         let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
         println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Released);
+        println!("the group deleted and created again: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Deleted);
+        println!(
+            "the group deleted and created again, its Lease deleted (as before): {outcome:?}\n{text}"
+        );
         let (outcome, text) = heartbeat::regressions::replay_shorter_duration_during_a_cut_off();
         println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
         let (outcome, text) = heartbeat::regressions::replay_restarted_client();
