@@ -4,15 +4,15 @@
 
 use std::process::ExitCode;
 
-use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
 use leadergroup_model::finalizer::LeaseOnDeletion;
+use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 enum UsageError {
     #[error(
-        "unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation, heartbeat, heartbeat-large)"
+        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover)"
     )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
@@ -109,6 +109,11 @@ fn main() -> ExitCode {
         println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
         let (outcome, text) = heartbeat::regressions::replay_restarted_client();
         println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
+        let (overlap, text) =
+            heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
+        println!(
+            "Heartbeat, an immediate handover with the old leader cut off (open): two clients believe Leader at {overlap:?} s\n{text}"
+        );
         return ExitCode::SUCCESS;
     }
     let text = match &args.config {
