@@ -255,7 +255,8 @@ bench-e2e: bench-venv
 # The model checker's larger configuration (docs/model.md), explored depth first in a release
 # build for 15 minutes at most (it is too large to exhaust in that time: the report says so);
 # `make check` explores a smaller one exhaustively through the unit tests. MODEL_ARGS: --config NAME,
-# --threads N, --timeout SECS, --replay (the counterexamples kept as regression cases).
+# --threads N, --timeout SECS, --first (breadth first, to the first counterexample), --replay (the
+# counterexamples kept as regression cases).
 .PHONY: model
 MODEL_ARGS ?= --config large --timeout 900
 model:

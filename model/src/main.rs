@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use leadergroup_model::finalizer::LeaseOnDeletion;
 use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
@@ -11,7 +12,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 enum UsageError {
     #[error(
-        "unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation, heartbeat, heartbeat-large)"
+        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover)"
     )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
@@ -98,10 +99,21 @@ fn main() -> ExitCode {
         println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
         let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
         println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Released);
+        println!("the group deleted and created again: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Deleted);
+        println!(
+            "the group deleted and created again, its Lease deleted (as before): {outcome:?}\n{text}"
+        );
         let (outcome, text) = heartbeat::regressions::replay_shorter_duration_during_a_cut_off();
         println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
         let (outcome, text) = heartbeat::regressions::replay_restarted_client();
         println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
+        let (overlap, text) =
+            heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
+        println!(
+            "Heartbeat, an immediate handover with the old leader cut off (open): two clients believe Leader at {overlap:?} s\n{text}"
+        );
         return ExitCode::SUCCESS;
     }
     let text = match &args.config {

@@ -169,6 +169,19 @@ impl Config {
         }
     }
 
+    /// `group-recreated` with a readiness change besides (a handover before the deletion, so
+    /// that the old group handed an epoch above 1), and the finalizer as it was before epochs
+    /// continued across a group's re-creation: it deleted the group's Lease, so the group
+    /// created again minted from 1 (its counterexample to I3 is kept as a replay).
+    pub fn group_recreated_lease_deleted() -> Self {
+        Config {
+            name: "group-recreated-lease-deleted",
+            readiness: 1,
+            lease_on_deletion: LeaseOnDeletion::Deleted,
+            ..Config::group_recreated()
+        }
+    }
+
     /// Liveness: the group's creation and a settled group, a failover, an expiry, a lost answer
     /// and a preference edit, after which the faults end.
     pub fn liveness() -> Self {
@@ -221,6 +234,7 @@ impl Config {
             Config::large(),
             Config::recreation(),
             Config::group_recreated(),
+            Config::group_recreated_lease_deleted(),
         ]
         .into_iter()
         .find(|c| c.name == name)

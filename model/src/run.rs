@@ -27,6 +27,11 @@ pub trait Explained:
     fn config_name(&self) -> &'static str;
     /// A path as numbered API calls and events.
     fn explain(&self, states: &[Self::State], actions: &[Self::Action]) -> String;
+    /// The property the configuration is known to break, if any: a search for the first
+    /// counterexample looks for one to it (others met on the way are reported too).
+    fn sought(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl Explained for LeaderGroupModel {
@@ -50,7 +55,8 @@ pub enum Search {
     /// states in memory.
     DepthFirst,
     BreadthFirst,
-    /// Breadth first, stopping at the first counterexample: a shortest one, soon.
+    /// Breadth first, stopping at the first counterexample (to the configuration's sought
+    /// property, if it names one): a shortest one, soon.
     FirstFailure,
 }
 
@@ -64,6 +70,8 @@ pub struct Report {
     pub discoveries: Vec<(&'static str, String)>,
     /// Whether every reachable state was visited (false: it stopped at the first failures).
     pub complete: bool,
+    /// It stopped at the first counterexample (`Search::FirstFailure`), not at its time limit.
+    pub stopped_at_first: bool,
 }
 
 impl Report {
@@ -98,17 +106,26 @@ where
         Search::DepthFirst => Box::new(builder.spawn_dfs()),
         Search::BreadthFirst => Box::new(builder.spawn_bfs()),
         Search::FirstFailure => {
-            Box::new(builder.finish_when(HasDiscoveries::AnyFailures).spawn_bfs())
+            let until = match model.sought() {
+                Some(property) => HasDiscoveries::AnyOf([property].into()),
+                None => HasDiscoveries::AnyFailures,
+            };
+            Box::new(builder.finish_when(until).spawn_bfs())
         }
     };
+    let mut reported = Instant::now();
     while progress && !checker.is_done() {
-        std::thread::sleep(Duration::from_secs(10));
-        eprintln!(
-            "  {:.0} s: {} unique states, depth {}",
-            started.elapsed().as_secs_f64(),
-            checker.unique_state_count(),
-            checker.max_depth()
-        );
+        // Polled often, so that a search that ends early is not timed to the next report.
+        std::thread::sleep(Duration::from_millis(100));
+        if reported.elapsed() >= Duration::from_secs(10) {
+            reported = Instant::now();
+            eprintln!(
+                "  {:.0} s: {} unique states, depth {}",
+                started.elapsed().as_secs_f64(),
+                checker.unique_state_count(),
+                checker.max_depth()
+            );
+        }
     }
     let checker = joined(checker);
     let elapsed = started.elapsed();
@@ -129,7 +146,8 @@ where
             .properties()
             .iter()
             .any(|p| p.expectation.discovery_is_failure() && checker.discovery(p.name).is_some());
-    let complete = checker.is_done() && limit.is_none_or(|l| elapsed < l) && !first_failure;
+    let timed_out = limit.is_some_and(|l| elapsed >= l);
+    let complete = checker.is_done() && !timed_out && !first_failure;
     let mut discoveries = Vec::new();
     for property in model.properties() {
         if checker.discovery(property.name).is_none() {
@@ -168,6 +186,7 @@ where
         elapsed,
         discoveries,
         complete,
+        stopped_at_first: first_failure && !timed_out,
     }
 }
 
@@ -185,6 +204,8 @@ where
         report.elapsed.as_secs_f64(),
         if report.complete {
             ", every state visited"
+        } else if report.stopped_at_first {
+            ", stopped at the first counterexample"
         } else {
             ", STOPPED before the end (time limit)"
         }

@@ -43,6 +43,13 @@ impl fmt::Display for HbAction {
             HbAction::EditDuration(d) => {
                 write!(f, "user sets spec.leaseDurationSeconds={d}")
             }
+            HbAction::Prefer(p) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
+            HbAction::SetReady(p, ready) => write!(
+                f,
+                "kubelet: {} {} (its process runs on)",
+                pod_name(*p),
+                if *ready { "Ready" } else { "NotReady" }
+            ),
         }
     }
 }
@@ -113,15 +120,17 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
         if next.lease != cur.lease {
             out.push_str(&format!("         {}\n", lease(&next.lease)));
         }
-        if next.marks != cur.marks {
+        if next.marks != cur.marks || next.ready != cur.ready {
             let marks: Vec<String> = next
                 .marks
                 .iter()
+                .zip(&next.ready)
                 .enumerate()
-                .map(|(p, m)| {
+                .map(|(p, (m, ready))| {
                     let name = pod_name(u8::try_from(p).unwrap_or(0));
-                    m.map_or(format!("{name}[follower]"), |e| {
-                        format!("{name}[leader@{e}]")
+                    let ready = if *ready { "" } else { " NotReady" };
+                    m.map_or(format!("{name}[follower{ready}]"), |e| {
+                        format!("{name}[leader@{e}{ready}]")
                     })
                 })
                 .collect();
@@ -129,6 +138,18 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
         }
         cur = next;
         out.push_str(&format!("         believed: {}\n", roles(&cur)));
+    }
+    let believed = super::model::believed_leaders(&cur);
+    if believed.len() > 1 {
+        let who: Vec<String> = believed
+            .iter()
+            .map(|(p, e)| format!("{}'s client Leader@{e}", pod_name(*p)))
+            .collect();
+        out.push_str(&format!(
+            "   => {} at once: {}\n",
+            at(cur.now),
+            who.join(", ")
+        ));
     }
     let stale = super::model::stale_leaders(&cur);
     for (p, e) in stale {
@@ -150,5 +171,9 @@ impl Explained for HeartbeatModel {
 
     fn explain(&self, states: &[HbState], actions: &[HbAction]) -> String {
         path(self, states, actions)
+    }
+
+    fn sought(&self) -> Option<&'static str> {
+        self.config.sought
     }
 }

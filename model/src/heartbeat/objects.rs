@@ -54,7 +54,7 @@ pub fn pod(state: &HbState, id: PodId) -> Pod {
         id,
         &PodObj {
             incarnation: 0,
-            ready: true,
+            ready: state.ready.get(usize::from(id)).copied().unwrap_or(true),
             role: Some(if epoch.is_some() {
                 Role::Leader
             } else {
@@ -73,7 +73,10 @@ pub fn group(state: &HbState) -> Result<LeaderGroup, ModelError> {
     let mut g = objects::group(
         &GroupObj {
             incarnation: 0,
-            spec: Spec::default(),
+            spec: Spec {
+                preferred: state.preferred,
+                ..Spec::default()
+            },
             generation: 1,
             status: None,
             rv: 1,

@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use leadergroup_client::Epoch;
 use leadergroup_client::belief::Belief;
+use leadergroup_client::role::LeaseObservation;
 use leadergroup_operator::lease_sightings::Sighting;
 
 use super::clock::Tick;
 use crate::api::{PodId, Rv};
+use crate::objects::pod_name;
 
 /// A renewal's `renewTime`: which process of which pod's client wrote it, and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +85,8 @@ pub struct HbSpent {
     pub cuts: u8,
     pub restarts: u8,
     pub duration_edits: u8,
+    pub preference_edits: u8,
+    pub readiness: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -91,6 +95,10 @@ pub struct HbState {
     pub lease: HbLease,
     /// Per pod: the epoch of its leader marks (`role=leader` and the epoch), `None`: follower.
     pub marks: Vec<Option<i64>>,
+    /// Per pod: Ready (its process runs whatever this says).
+    pub ready: Vec<bool>,
+    /// `spec.preferredLeader`.
+    pub preferred: Option<PodId>,
     /// `spec.leaseDurationSeconds`.
     pub spec_duration: u8,
     /// The status's leader and epoch.
@@ -123,8 +131,27 @@ impl HbState {
         }
     }
 
-    /// Versions renumbered by rank (only equality matters), renewals in flight sorted.
+    /// Versions renumbered by rank (only equality matters), renewals in flight sorted, and what a
+    /// client keeps only to compare with the present forgotten once it can no longer match: a
+    /// renewal sent at an earlier tick (only one sent this tick counts), a refusal at a version
+    /// other than the one it last read (it only reads newer ones). An inert belief (see
+    /// [`Inert`]) is replaced by a new process's, which has the same futures as far as the
+    /// properties see: two states that differ only in these are one.
     pub fn canonical(mut self) -> Self {
+        let now = self.now;
+        for (p, c) in self.clients.iter_mut().enumerate() {
+            let pod = pod_name(PodId::try_from(p).unwrap_or(PodId::MAX));
+            if c.belief.is_inert(&pod) {
+                c.belief = Belief::new(pod, true);
+                c.lease_rv = None;
+            }
+            if c.last_sent != Some(now) {
+                c.last_sent = None;
+            }
+            if c.refused_at != c.lease_rv {
+                c.refused_at = None;
+            }
+        }
         let mut seen: BTreeMap<Rv, Rv> = BTreeMap::new();
         self.visit_rvs(&mut |rv| {
             seen.insert(rv, 0);
@@ -149,5 +176,36 @@ impl HbState {
         }
         self.inflight.sort();
         self
+    }
+}
+
+/// A belief that can lead only after both its pod and its Lease are read again: its pod, as
+/// confirmed, carries no leader marks, and its Lease, as confirmed, does not name it. Each of
+/// those reads replaces what the belief held of the object (the Lease's read its duration and its
+/// renewal clock too: a Lease not naming the pod left no clock anchored, and a renewal that lands
+/// meanwhile counts only once one is), so until both happen the role is not `Leader`, and after
+/// both it is whatever a new process's would be. The properties only ask who believes `Leader`:
+/// such a belief may be taken for a new process's, and its Lease version (used only once a Lease
+/// naming it is read) dropped.
+pub trait Inert {
+    fn is_inert(&self, pod: &str) -> bool;
+}
+
+impl Inert for Belief {
+    fn is_inert(&self, pod: &str) -> bool {
+        let o = self.observation();
+        let marked = o
+            .pod
+            .as_ref()
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|m| m.leader || m.epoch.is_some());
+        let named = match &o.lease {
+            LeaseObservation::Confirmed(c) => c
+                .state
+                .as_ref()
+                .is_some_and(|l| l.holder.as_deref() == Some(pod)),
+            LeaseObservation::NoGroup | LeaseObservation::Unconfirmed => false,
+        };
+        !marked && !named && o.renewed.is_none()
     }
 }
