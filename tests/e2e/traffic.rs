@@ -310,10 +310,20 @@ async fn ask_kept(addr: SocketAddr, kept: &mut Option<BufReader<TcpStream>>) -> 
 ///
 /// Not counted: the newest leader's own answers after it stepped down (no successor had answered
 /// yet: they are the handover's window, in which kube-proxy still sends to the pod it knew, and
-/// the role they carry lets the application refuse); and answers to requests sent before the
-/// successor's first answer arrived (the new-connection client does not wait for one request
-/// before the next: an earlier request on the old rules may arrive later).
+/// the role they carry lets the application refuse); the successor's answers before its agent
+/// learnt that it leads (the slice can list it, and kube-proxy send to it, a few milliseconds
+/// before its agent has seen its promotion); and answers to requests sent before the successor's
+/// first answer arrived (the new-connection client does not wait for one request before the
+/// next: an earlier request on the old rules may arrive later).
 fn deposed_answers(answers: &[Answer]) -> Vec<Answer> {
+    // The highest epoch each agent ever answered as leader in.
+    let mut led: BTreeMap<&str, i64> = BTreeMap::new();
+    for a in answers.iter().filter(|a| a.role == "leader") {
+        if let Some(e) = a.epoch {
+            let highest = led.entry(&a.agent).or_insert(e);
+            *highest = (*highest).max(e);
+        }
+    }
     let mut leaders: Vec<&Answer> = answers
         .iter()
         .filter(|a| a.role == "leader" && a.epoch.is_some())
@@ -334,7 +344,10 @@ fn deposed_answers(answers: &[Answer]) -> Vec<Answer> {
                 return false;
             };
             let current = a.role == "leader" && a.epoch >= n.epoch;
-            !current && a.agent != n.agent
+            let successor = led
+                .get(a.agent.as_str())
+                .is_some_and(|e| Some(*e) > n.epoch);
+            !current && !successor && a.agent != n.agent
         })
         .cloned()
         .collect()
@@ -908,8 +921,9 @@ async fn timings_proxy_pod_deleted() {
 
 /// The count of answers by a deposed pod, without a cluster: the old leader's answers to requests
 /// sent once its successor had answered count; its "follower" answers while kube-proxy still
-/// sends to it before the successor answered do not, nor an answer to a request sent before the
-/// successor's first answer arrived that arrives after it.
+/// sends to it before the successor answered do not, nor the successor's "follower" before its
+/// agent learnt it leads, nor an answer to a request sent before the successor's first answer
+/// arrived that arrives after it.
 #[test]
 fn deposed_answers_count_from_the_successors_first_answer() {
     let zero = Instant::now();
@@ -923,6 +937,7 @@ fn deposed_answers_count_from_the_successors_first_answer() {
     let answers = [
         answer(0, 1, "old", "leader", Some(1)),
         answer(10, 11, "old", "follower", None),
+        answer(12, 13, "new", "follower", None),
         answer(19, 20, "new", "leader", Some(2)),
         answer(15, 21, "old", "follower", None),
         answer(30, 31, "old", "follower", None),
