@@ -56,6 +56,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long the clients go on after both saw the new leader: the window in which a deposed
 /// leader's answer would show.
 const AFTER: Duration = Duration::from_secs(2);
+/// How many lines a timeline prints at its start and at its end, at most.
+const TIMELINE_ENDS: usize = 30;
 /// How long the measured pod deletions leave the cluster without a change of endpoints before
 /// each deletion: kube-proxy's rate limit (its min sync period) has refilled, as on a cluster
 /// where nothing else moves.
@@ -421,12 +423,21 @@ impl Census {
                 .map_or_else(|| -(zero - t).as_secs_f64(), |d| d.as_secs_f64());
             signed * 1e3
         };
-        runs.iter()
+        let mut lines: Vec<String> = runs
+            .iter()
             .map(|(first, last, what, n)| {
                 format!("  {:+.0}..{:+.0} ms {what} ({n})", ms(*first), ms(*last))
             })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        // A cut node alternates refusals and timeouts for seconds: its ends tell the story.
+        if lines.len() > 2 * TIMELINE_ENDS {
+            let left_out = lines.len() - 2 * TIMELINE_ENDS;
+            lines.splice(
+                TIMELINE_ENDS..lines.len() - TIMELINE_ENDS,
+                [format!("  ({left_out} lines left out)")],
+            );
+        }
+        lines.join("\n")
     }
 }
 
