@@ -25,7 +25,8 @@ help:
 	@echo "make it                the integration tests on a light cluster it starts and always stops (newest supported Kubernetes)"
 	@echo "make it-oldest         the same on the oldest supported Kubernetes minor's kube-apiserver (controlplane/build-oldest.sh)"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
-	@echo "make e2e-traffic       (root) the traffic tests alone (Label, EndpointSlice, the agent's proxy), not yet part of make e2e"
+	@echo "make e2e-traffic       (root) the traffic tests alone (Label, EndpointSlice, the agent's proxy; make e2e runs them too)"
+	@echo "make e2e-traffic-timings (root) the leader deleted again and again: the time to the new leader's first answer through the ClusterIP"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
 	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas (~45 min): docs/chaos.md"
@@ -293,14 +294,19 @@ E2E_CLUSTER := $(CURDIR)/target/e2e-cluster
 E2E_LOGS := $(CURDIR)/target/e2e-logs
 E2E_GRACE := 10
 E2E_THREADS ?= 1
-# The traffic tests (tests/e2e/traffic.rs) measure the open part of the traffic path and run on
-# their own, `make e2e-traffic`: in EndpointSlice mode a deposed pod still answers new connections
-# through the ClusterIP after its successor answered (a finding under investigation), so they are
-# not part of `make e2e` until that holds.
-E2E_FILTER ?= --skip traffic::
-.PHONY: e2e-traffic
+# E2E_FILTER: libtest's arguments (a test name filter, --skip, --ignored). E2E_CLUSTER_ARGS: more
+# arguments of `realcluster.sh up` (--proxy-mode nftables, --proxy-min-sync-period 0s).
+E2E_FILTER ?=
+E2E_CLUSTER_ARGS ?=
+# The traffic tests alone (tests/e2e/traffic.rs: Label, EndpointSlice, the agent's proxy; part of
+# make e2e too), and the pod-deleted fault measured (traffic::timings_*, ignored by make e2e:
+# LEADERGROUP_TRAFFIC_ROUNDS deletions per route, the median printed; with E2E_CLUSTER_ARGS, under
+# kube-proxy's other settings).
+.PHONY: e2e-traffic e2e-traffic-timings
 e2e-traffic: E2E_FILTER = traffic::
 e2e-traffic: e2e
+e2e-traffic-timings: E2E_FILTER = --ignored traffic::timings_
+e2e-traffic-timings: e2e
 e2e:
 	@t_all=$$SECONDS; \
 	phase() { t=$$SECONDS; echo "e2e: == $$1"; }; \
@@ -318,6 +324,6 @@ e2e:
 	  for f in "$(E2E_CLUSTER)"/*.log "$(E2E_CLUSTER)"/control/*.log; do [[ -f $$f ]] && cp "$$f" "$(E2E_LOGS)/"; done; \
 	  echo "e2e: the cluster's logs are in $(E2E_LOGS)"; }; \
 	trap 'keep_logs; phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
-	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE); took "cluster up"; \
+	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE) $(E2E_CLUSTER_ARGS); took "cluster up"; \
 	phase "image import"; images/build.sh --import "$(E2E_CLUSTER)" --no-build; took "image import"; \
 	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" LEADERGROUP_PROMETHEUS="$$prometheus" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture $(E2E_FILTER); took "tests"

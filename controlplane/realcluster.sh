@@ -19,8 +19,9 @@
 # short grace period does not make healthy nodes flap. The end-to-end tests use 10.
 # --proxy-mode (default iptables): kube-proxy's mode; nftables uses Debian's nftables (node-deps.sh).
 # --proxy-min-sync-period DUR (default: kube-proxy's, 1s): the mode's minSyncPeriod, the least
-# time between two syncs of the rules (a Go duration: 0s, 100ms); a sync that follows another
+# time between two syncs of the rules (a Go duration: 100ms); a sync that follows another
 # sooner waits for it, so a handover right after another change of endpoints waits this long.
+# 0s measured as the default does (docs/service.md): give a small duration rather than zero.
 # stop-node N stops node N's kubelet and containerd (its containers keep running, as on a node
 # that lost its control-plane connection); start-node N starts both again with the same config.
 # cut-node N is a lost node: stop-node N, then node N's pods (10.244.N.0/24) lose every packet to

@@ -4,8 +4,9 @@
 //! are tested without a cluster.
 //!
 //! The slice never lists two pods: every write of it carries the whole list, of one endpoint or
-//! none. During a handover the old leader's endpoint is taken out in step 3, beside its demotion
-//! ([`clear_for_handover`]), and the new leader's put in once its promotion has landed.
+//! none. During a handover the old leader's endpoint is replaced by the new leader's in one write
+//! once the promotion has landed; it is taken out alone ([`clear_for_handover`]) in step 3 when
+//! nobody is promoted, and when the promotion fails.
 
 use std::collections::BTreeMap;
 
@@ -322,9 +323,10 @@ fn slice(
     }
 }
 
-/// Step 3 of a handover: `current`, the slice as it is, without any endpoint, when it lists a pod
-/// other than `next_leader_uid` (the pod that leads once this pass is done); None when it lists
-/// nothing else. The old leader's endpoint is then gone before the new leader is promoted.
+/// `current`, the slice as it is, without any endpoint, when it lists a pod other than
+/// `next_leader_uid` (the pod that leads once this pass is done); None when it lists nothing
+/// else. Step 3 of a pass that promotes nobody, and the way out of a failed promotion: the old
+/// leader's endpoint does not outlive its leadership.
 pub fn clear_for_handover(
     current: Option<&EndpointSlice>,
     next_leader_uid: Option<&str>,

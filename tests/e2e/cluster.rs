@@ -680,6 +680,11 @@ where
         WatchLog { events, task }
     }
 
+    /// Every state the watch delivered, with its arrival and whether it was a deletion.
+    pub fn events(&self) -> Vec<(Instant, K, bool)> {
+        self.events.lock().unwrap().clone()
+    }
+
     /// Every state of `name` the watch delivered (deletions left out), with its arrival.
     pub fn states_of(&self, name: &str) -> Vec<(Instant, K)> {
         self.events
