@@ -338,9 +338,10 @@ impl Observation {
 /// - In Heartbeat mode (the Lease says so), [`Role::Unknown`] instead of leader when no renewal
 ///   of this pod's at `e` has landed within two thirds of the Lease duration: the operator hands
 ///   over once a whole duration passes without one.
-/// - In Readiness mode, [`Role::Unknown`] instead of leader until the Lease shows this member's
-///   acknowledgement at `e` (annotation `leadergroup.io/acknowledged`): only then does the
-///   operator, deposing it at once, wait for its step-down before it labels the next leader.
+/// - [`Role::Unknown`] instead of leader until the Lease shows this member's acknowledgement at
+///   `e` (annotation `leadergroup.io/acknowledged`; in Heartbeat mode its first renewal writes
+///   it): only then does the operator, deposing it at once, wait for its step-down before it
+///   labels the next leader.
 /// - [`Role::Follower`] otherwise (the pod is gone, or not in a group, or the marks disagree: the
 ///   operator is between two steps of a transition, which never makes two leaders).
 pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
@@ -375,7 +376,7 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
         {
             if lease.heartbeat && !observation.renewed_recently(epoch, now) {
                 Role::Unknown
-            } else if !lease.heartbeat && lease.acknowledged != Some(epoch) {
+            } else if lease.acknowledged != Some(epoch) {
                 // Until its acknowledgement has landed, the operator would not wait for this
                 // member's step-down if it deposed it at once.
                 Role::Unknown

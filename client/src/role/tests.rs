@@ -363,7 +363,8 @@ fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_it
             "acknowledged at {acknowledged:?}"
         );
     }
-    // Only the holder is asked, and in Heartbeat mode its renewals acknowledge.
+    // Only the holder is asked, and in Heartbeat mode its renewals acknowledge: until one has,
+    // the Lease's first sighting (which starts the renewal clock) does not make it leader.
     let unacknowledged = LeaseMarks {
         acknowledged: None,
         ..lease(ME, 4)
@@ -374,4 +375,14 @@ fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_it
         ..unacknowledged
     };
     assert_eq!(heartbeat.acknowledgement_asked_of(ME, None), None);
+    let mut belief = crate::belief::Belief::new(ME, true);
+    belief.pod_seen(Some(marks.clone()), t0);
+    belief.lease_seen(Some(heartbeat.clone()), t0);
+    assert_eq!(belief.role(t0), Role::Unknown, "not renewed yet");
+    let acknowledged = LeaseMarks {
+        acknowledged: Some(epoch(4)),
+        ..heartbeat
+    };
+    belief.lease_seen(Some(acknowledged), t0);
+    assert_eq!(belief.role(t0), Role::Leader { epoch: epoch(4) });
 }
