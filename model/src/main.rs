@@ -109,10 +109,10 @@ fn main() -> ExitCode {
         println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
         let (outcome, text) = heartbeat::regressions::replay_restarted_client();
         println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
-        let (overlap, text) =
+        let (overlap, successor, text) =
             heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
         println!(
-            "Heartbeat, an immediate handover with the old leader cut off (open): two clients believe Leader at {overlap:?} s\n{text}"
+            "Heartbeat, an immediate handover with the old leader cut off: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
         );
         return ExitCode::SUCCESS;
     }

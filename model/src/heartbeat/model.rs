@@ -181,6 +181,7 @@ impl HeartbeatModel {
                 duration: self.config.duration,
                 acquired: 0,
                 renewed: None,
+                predecessor: None,
                 rv: 1,
             },
             marks: (0..pods).map(|p| (p == 0).then_some(1)).collect(),

@@ -5,7 +5,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
-use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::lease_record::{LeaseRecord, Predecessor};
 
 use super::clock;
 use super::state::{HbLease, HbState};
@@ -38,8 +38,18 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         arbiter: Some(ARBITER.to_string()),
         heartbeat: true,
         released_by: None,
-        acknowledged: false,
-        predecessor: None,
+        // The holder's client acknowledges with its renewals (the client crate's renewal writes
+        // the annotation), and a Lease is renewed only by its holder at its epoch.
+        acknowledged: lease.renewed.is_some(),
+        predecessor: lease
+            .predecessor
+            .map(|(pod, epoch, duration, stepped_down)| Predecessor {
+                pod: pod_name(pod),
+                uid: Some(pod_uid(pod)),
+                epoch,
+                lease_seconds: i32::from(duration),
+                stepped_down,
+            }),
     }
 }
 

@@ -124,6 +124,16 @@ fn committed(
             "Lease times the model cannot map",
         ));
     };
+    let predecessor = match &record.predecessor {
+        Some(p) => Some((
+            pod_id(&p.pod)?,
+            p.epoch,
+            u8::try_from(p.lease_seconds)
+                .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?,
+            p.stepped_down,
+        )),
+        None => None,
+    };
     Ok(HbLease {
         holder,
         epoch: record.epoch,
@@ -134,10 +144,12 @@ fn committed(
             && holder == current.holder
             && record.epoch == current.epoch
             && duration == current.duration
+            && predecessor == current.predecessor
         {
             current.rv
         } else {
             state.next_rv()
         },
+        predecessor,
     })
 }

@@ -32,6 +32,9 @@ pub struct HbLease {
     pub acquired: Tick,
     /// The holder's last renewal that landed (`renewTime`); `None`: not renewed since acquired.
     pub renewed: Option<Stamp>,
+    /// The last holder that acknowledged its leadership, once deposed: its pod, its epoch, the
+    /// Lease duration it last saw, and whether it is known to have stepped down.
+    pub predecessor: Option<(PodId, i64, u8, bool)>,
     pub rv: Rv,
 }
 
