@@ -240,6 +240,7 @@ impl OperatorLease {
             arbiter: None,
             heartbeat: false,
             released_by: None,
+            lapsed: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         if let Some(replica) = released_by.filter(|r| *r != self.identity) {
@@ -263,6 +264,7 @@ impl OperatorLease {
             holder_uid: None,
             acquire_time: None,
             released_by: Some(self.identity.clone()),
+            lapsed: None,
             ..record
         };
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;

@@ -10,8 +10,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
 use crate::crd::{
-    ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
-    LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION,
+    ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION, LAPSED_ANNOTATION,
+    LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION,
 };
 
 /// The content of a Lease that the operator writes.
@@ -37,6 +37,35 @@ pub struct LeaseRecord {
     /// The operator replica that gave the Lease up on purpose (the operator's own Lease, released
     /// on shutdown): it has stopped acting.
     pub released_by: Option<String>,
+    /// The pod incarnation whose heartbeat lapsed (group Leases in Heartbeat mode): not elected
+    /// again while the record stands. Not part of [`Written`]: writing it restarts no clock.
+    pub lapsed: Option<Lapsed>,
+}
+
+/// A leader incarnation whose renewals stopped for a Lease duration: annotation
+/// `leadergroup.io/lapsed`, `<pod UID>@<epoch>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lapsed {
+    /// The UID of its pod.
+    pub uid: String,
+    /// The epoch it led at when it lapsed.
+    pub epoch: i64,
+}
+
+impl Lapsed {
+    /// Reads the annotation's value; `None` when it is not `<UID>@<epoch>`.
+    fn parse(value: &str) -> Option<Lapsed> {
+        let (uid, epoch) = value.rsplit_once('@')?;
+        (!uid.is_empty()).then_some(())?;
+        Some(Lapsed {
+            uid: uid.to_string(),
+            epoch: epoch.parse().ok()?,
+        })
+    }
+
+    fn value(&self) -> String {
+        format!("{}@{}", self.uid, self.epoch)
+    }
 }
 
 /// What an operator replica writes in a group's Lease: the holder renews it without changing
@@ -92,6 +121,9 @@ impl LeaseRecord {
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
+            lapsed: annotations
+                .and_then(|a| a.get(LAPSED_ANNOTATION))
+                .and_then(|v| Lapsed::parse(v)),
         }
     }
 
@@ -189,6 +221,10 @@ impl LeaseRecord {
             }
             None => annotations.remove(RELEASED_BY_ANNOTATION),
         };
+        match &self.lapsed {
+            Some(lapsed) => annotations.insert(LAPSED_ANNOTATION.to_string(), lapsed.value()),
+            None => annotations.remove(LAPSED_ANNOTATION),
+        };
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
             lease_duration_seconds: Some(self.duration_seconds),
@@ -222,7 +258,37 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: false,
             released_by: None,
+            lapsed: None,
         }
+    }
+
+    #[test]
+    fn the_lapsed_incarnation_round_trips_and_a_malformed_one_reads_as_none() {
+        let r = LeaseRecord {
+            lapsed: Some(Lapsed {
+                uid: "uid-a".into(),
+                epoch: 4,
+            }),
+            ..record(4)
+        };
+        let mut lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(
+            lease.metadata.annotations.as_ref().unwrap()[LAPSED_ANNOTATION],
+            "uid-a@4"
+        );
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        for bad in ["uid-a", "@4", "uid-a@four"] {
+            lease
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(LAPSED_ANNOTATION.into(), bad.into());
+            assert_eq!(LeaseRecord::from_lease(&lease).lapsed, None, "{bad}");
+        }
+        let cleared = LeaseRecord { lapsed: None, ..r };
+        let back = cleared.apply_to(Some(&lease), "l", "ns", None, None);
+        assert!(!back.metadata.annotations.unwrap().contains_key(LAPSED_ANNOTATION));
     }
 
     #[test]

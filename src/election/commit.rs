@@ -9,16 +9,18 @@ use super::heartbeat::Heartbeat;
 use super::records::Records;
 use super::token::Token;
 use crate::crd::Liveness;
-use crate::lease_record::{LeaseRecord, renew_interval};
+use crate::lease_record::{Lapsed, LeaseRecord, renew_interval};
 
 /// The Lease content to write, unless the Lease already says it and needs no renewal yet. In
 /// Heartbeat mode the operator never renews: it writes `renewTime` only with `acquireTime` (a new
-/// holder, or the switch to Heartbeat), so that any other `renewTime` is the holder's.
+/// holder, or the switch to Heartbeat), so that any other `renewTime` is the holder's. `lapsed`:
+/// the lapsed incarnation the Lease is to remember ([`super::lapse::Lapse`]).
 pub(super) fn commit(
     obs: &Observation<'_>,
     records: &Records,
     leader: &Option<String>,
     token: Token,
+    lapsed: Option<&Lapsed>,
 ) -> Option<LeaseRecord> {
     let lease = records.lease.as_ref();
     let duration = obs.group.spec.lease_duration_seconds;
@@ -46,6 +48,7 @@ pub(super) fn commit(
         arbiter: Some(obs.identity.to_string()),
         heartbeat,
         released_by: None,
+        lapsed: lapsed.cloned(),
     };
     match lease {
         Some(l)
@@ -54,6 +57,7 @@ pub(super) fn commit(
                 && l.duration_seconds == duration
                 && l.arbiter.as_deref() == Some(obs.identity)
                 && l.heartbeat == heartbeat
+                && l.lapsed.as_ref() == lapsed
                 && (heartbeat || l.renew_due_at().is_some_and(|due| due > obs.now)) =>
         {
             None

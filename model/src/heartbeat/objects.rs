@@ -38,6 +38,7 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         arbiter: Some(ARBITER.to_string()),
         heartbeat: true,
         released_by: None,
+        lapsed: None,
     }
 }
 
