@@ -55,3 +55,73 @@ async fn a_stalled_watch_does_not_hold_up_a_handover() {
     assert!(second.epoch > first.epoch);
     watch.assert_held().await;
 }
+
+/// How many pods the group has: the operator writes their marks at once, which leaves as many
+/// connections idle in its client's pool.
+const POOLED: usize = 8;
+
+/// A watch the API server ended (every 10 s) is opened again on a connection from the client's
+/// pool, which may have gone half-open with the others while it sat idle there. Neither opening a
+/// watch nor its initial list is bounded by kube-runtime's idle timeout (that bounds only the
+/// stream once open), so such a request waited for good: the replica's caches froze while new
+/// connections got through, and it decided on pods long gone (in the chaos run, 70 s of 409s on
+/// promotions of deleted pods, until the replica was replaced). Every request of the operator's
+/// client is bounded now.
+#[tokio::test]
+async fn a_watch_reopened_on_a_dead_pooled_connection_does_not_freeze_the_cache() {
+    let w = World::new("stalledpool").await;
+    for i in 0..POOLED {
+        w.kubelet
+            .create_ready_pod(&format!("app-{i}"), &[("app", "pool")])
+            .await
+            .unwrap();
+    }
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let kubeconfig = control_plane()
+        .await
+        .unwrap()
+        .kubeconfig_via(proxy.addr)
+        .unwrap();
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-pool", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pool", "pool"))
+        .await
+        .unwrap();
+    let first = w.wait_settled("pool", "the first leader", |_| true).await;
+    w.wait_status("pool", "every follower marked", |s| {
+        s.eligibility.len() == POOLED
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Every connection the operator holds, the idle ones in its pool among them, goes silent; the
+    // watches notice their silence and are opened again, on pooled connections first.
+    proxy.stall();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    w.kubelet.set_ready(&first.leader, false).await.unwrap();
+    let not_ready = Instant::now();
+    let second = wait_until(
+        "a handover after the watches were opened again",
+        HANDOVER_WITHIN,
+        || async {
+            Ok::<_, String>(
+                w.settled("pool")
+                    .await?
+                    .filter(|s| s.leader != first.leader),
+            )
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", op.logs()));
+    eprintln!(
+        "stalled pool: {} leads at epoch {} {:.1} s after the old leader turned NotReady",
+        second.leader,
+        second.epoch,
+        not_ready.elapsed().as_secs_f64()
+    );
+    assert!(second.epoch > first.epoch);
+    watch.assert_held().await;
+}
