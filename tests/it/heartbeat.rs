@@ -552,10 +552,12 @@ async fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
 
 /// A group's only pod stops renewing while it stays Ready: nobody else may lead, so it keeps the
 /// Lease and its epoch, its member reports no role, and the status says nobody leads and why.
-/// Once its renewals get through again it leads again at the same epoch (no new token, since
-/// nobody else had one).
+/// The operator is restarted meanwhile (killed, another replica started), which knows nothing of
+/// the silence but what the Lease says. Once its renewals get through again it leads again at the
+/// same epoch (no new token, since nobody else had one). Before, the Lease was released and the
+/// same incarnation elected again at once with the next epoch: two epochs in a row.
 #[tokio::test]
-async fn a_lone_lapsed_leader_keeps_its_epoch_and_leads_again_once_it_renews() {
+async fn a_lone_lapsed_leader_keeps_its_epoch_across_an_operator_restart_until_it_renews() {
     let w = World::new("hb-alone").await;
     let pods = w.ordered_ready_pods("app", 1, "alone").await;
     let cp = control_plane().await.unwrap();
@@ -571,7 +573,7 @@ async fn a_lone_lapsed_leader_keeps_its_epoch_and_leads_again_once_it_renews() {
         .unwrap();
     let member = Membership::start(client, &w.ns.name, &pods[0], Some("alone".into()));
     let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
     w.groups
         .create(&PostParams::default(), &heartbeat_group("alone", "alone"))
         .await
@@ -595,8 +597,22 @@ async fn a_lone_lapsed_leader_keeps_its_epoch_and_leads_again_once_it_renews() {
         .await;
     assert_eq!(status.epoch, 1);
     assert_eq!(heartbeat_condition(&status), Some("Lapsed"));
-    // Durations pass: no new token for it, nor a release of the Lease.
-    tokio::time::sleep(DURATION * 2).await;
+    // The operator restarts; durations pass: no new token for it, nor a release of the Lease.
+    operator.kill().await;
+    let _restarted = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
+    wait_until("the restarted operator arbitrates", Duration::from_secs(30), || async {
+        let arbiter = lease_record(&w, "alone").await.arbiter;
+        Ok::<_, String>((arbiter.as_deref() == Some("op-2")).then_some(()))
+    })
+    .await
+    .unwrap();
+    let status = w.groups.get_status("alone").await.unwrap().status.unwrap();
+    assert_eq!(
+        leader_elected_reason(&status),
+        Some("HeartbeatLost"),
+        "the restarted operator takes its first look at the Lease for no renewal"
+    );
+    tokio::time::sleep(DURATION * 3).await;
     let status = w.groups.get_status("alone").await.unwrap().status.unwrap();
     assert_eq!(
         (leader_elected_reason(&status), status.epoch),
