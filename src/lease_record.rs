@@ -288,7 +288,13 @@ mod tests {
         }
         let cleared = LeaseRecord { lapsed: None, ..r };
         let back = cleared.apply_to(Some(&lease), "l", "ns", None, None);
-        assert!(!back.metadata.annotations.unwrap().contains_key(LAPSED_ANNOTATION));
+        assert!(
+            !back
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(LAPSED_ANNOTATION)
+        );
     }
 
     #[test]

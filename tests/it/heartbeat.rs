@@ -535,7 +535,13 @@ async fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
     // Its pod turns NotReady, and once the operator has seen it so, Ready again: it may lead.
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     wait_until("the lapse forgotten", Duration::from_secs(30), || async {
-        Ok::<_, String>(lease_record(&w, "lapse").await.lapsed.is_none().then_some(()))
+        Ok::<_, String>(
+            lease_record(&w, "lapse")
+                .await
+                .lapsed
+                .is_none()
+                .then_some(()),
+        )
     })
     .await
     .unwrap();
@@ -600,10 +606,14 @@ async fn a_lone_lapsed_leader_keeps_its_epoch_across_an_operator_restart_until_i
     // The operator restarts; durations pass: no new token for it, nor a release of the Lease.
     operator.kill().await;
     let _restarted = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
-    wait_until("the restarted operator arbitrates", Duration::from_secs(30), || async {
-        let arbiter = lease_record(&w, "alone").await.arbiter;
-        Ok::<_, String>((arbiter.as_deref() == Some("op-2")).then_some(()))
-    })
+    wait_until(
+        "the restarted operator arbitrates",
+        Duration::from_secs(30),
+        || async {
+            let arbiter = lease_record(&w, "alone").await.arbiter;
+            Ok::<_, String>((arbiter.as_deref() == Some("op-2")).then_some(()))
+        },
+    )
     .await
     .unwrap();
     let status = w.groups.get_status("alone").await.unwrap().status.unwrap();

@@ -306,7 +306,14 @@ fn a_lapsed_leader_is_remembered_in_the_lease_with_its_incarnation_and_epoch() {
         PodFixture::new("b", 2).uid("uid-b").follower(),
     ];
     let g = with_status(heartbeat_group(), Some("a"), 4);
-    let p = plan(decide_seen(&g, &[], &pods, Some(&l), seen(900, Some(985)), ME));
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&l),
+        seen(900, Some(985)),
+        ME,
+    ));
     let commit = p.commit.expect("handover");
     assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
     assert_eq!(commit.lapsed, lapsed_a());
@@ -324,8 +331,16 @@ fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
     let s = seen(990, Some(999));
     let p = plan(decide_seen(&g, &[], &pods, Some(&l), s, ME));
     let t = p.transition.expect("handover");
-    assert_eq!((t.to.as_deref(), t.epoch), (Some("c"), 6), "not the lapsed a");
-    assert_eq!(p.commit.expect("commit").lapsed, lapsed_a(), "still remembered");
+    assert_eq!(
+        (t.to.as_deref(), t.epoch),
+        (Some("c"), 6),
+        "not the lapsed a"
+    );
+    assert_eq!(
+        p.commit.expect("commit").lapsed,
+        lapsed_a(),
+        "still remembered"
+    );
     let status = p.status.expect("recorded");
     let a = eligibility_of(&status, "a");
     assert_eq!((a.eligible, a.reason.as_str()), (false, "HeartbeatLost"));
@@ -358,7 +373,11 @@ fn a_lapse_is_forgotten_once_its_pod_turns_not_ready_or_is_created_again() {
     ];
     let p = plan(decide_seen(&g, &[], &created_again, Some(&l), s, ME));
     let t = p.transition.expect("handover");
-    assert_eq!(t.to.as_deref(), Some("a"), "a new incarnation is a new candidate");
+    assert_eq!(
+        t.to.as_deref(),
+        Some("a"),
+        "a new incarnation is a new candidate"
+    );
     assert_eq!(p.commit.expect("commit").lapsed, None);
 }
 
@@ -377,7 +396,11 @@ fn a_lapsed_leader_with_no_successor_keeps_the_lease_and_its_token_until_it_rene
     assert_eq!((p.promote.clone(), p.demote.clone()), (None, vec![]));
     let commit = p.commit.expect("the lapse is recorded");
     assert_eq!(
-        (commit.holder.as_deref(), commit.epoch, commit.lapsed.clone()),
+        (
+            commit.holder.as_deref(),
+            commit.epoch,
+            commit.lapsed.clone()
+        ),
         (Some("a"), 4, lapsed_a())
     );
     assert_eq!(
@@ -408,7 +431,14 @@ fn a_lapsed_leader_with_no_successor_keeps_the_lease_and_its_token_until_it_rene
 
     // An operator restarted since takes the Lease in at its first look: not a renewal.
     let first_look = seen(999, Some(999));
-    let p = plan(decide_seen(&g, &[], &alone, Some(&remembered), first_look, ME));
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &alone,
+        Some(&remembered),
+        first_look,
+        ME,
+    ));
     assert_eq!((p.transition, p.commit, p.status), (None, None, None));
 
     // It renews: it leads again, at the same epoch.
