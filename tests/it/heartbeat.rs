@@ -95,25 +95,39 @@ fn heartbeat_condition(status: &LeaderGroupStatus) -> Option<&str> {
     status.condition(HEARTBEAT).map(|c| c.reason.as_str())
 }
 
+/// The members of `group`, one per pod, with the documented rights: the first pod's reaches the
+/// API server through the returned proxy (the test cuts it: its node lost, as far as the API
+/// server can tell, while its pod stays Ready), the others directly.
+async fn members(w: &World, pods: &[String], group: &str) -> (Proxy, Vec<Membership>) {
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", group, MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let mut members = Vec::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let via = (i == 0).then_some(proxy.addr);
+        let client = cp.client_with_token_via(&token, via).await.unwrap();
+        members.push(Membership::start(
+            client,
+            &w.ns.name,
+            pod,
+            Some(group.into()),
+        ));
+    }
+    (proxy, members)
+}
+
 #[tokio::test]
 async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_refused() {
     let w = World::new("hb-silent").await;
     let pods = w.ordered_ready_pods("app", 2, "hb").await;
     let cp = control_plane().await.unwrap();
-    let token = member_account(&w.ns, "member", "hb", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
     // The leader reaches the API server through the proxy; the follower directly.
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let leader_client = cp
-        .client_with_token_via(&token, Some(proxy.addr))
-        .await
-        .unwrap();
-    let follower_client = cp.client_with_token(&token).await.unwrap();
-    let old = Membership::start(leader_client, &w.ns.name, &pods[0], Some("hb".into()));
-    let new = Membership::start(follower_client, &w.ns.name, &pods[1], Some("hb".into()));
+    let (proxy, mut members) = members(&w, &pods, "hb").await;
+    let (new, old) = (members.pop().unwrap(), members.pop().unwrap());
     let mut old_errors = old.errors();
     let refusals = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -471,19 +485,8 @@ async fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
     let w = World::new("hb-lapse").await;
     let pods = w.ordered_ready_pods("app", 2, "lapse").await;
     let cp = control_plane().await.unwrap();
-    let token = member_account(&w.ns, "member", "lapse", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let cut_client = cp
-        .client_with_token_via(&token, Some(proxy.addr))
-        .await
-        .unwrap();
-    let direct_client = cp.client_with_token(&token).await.unwrap();
-    let old = Membership::start(cut_client, &w.ns.name, &pods[0], Some("lapse".into()));
-    let new = Membership::start(direct_client, &w.ns.name, &pods[1], Some("lapse".into()));
+    let (proxy, mut members) = members(&w, &pods, "lapse").await;
+    let (new, old) = (members.pop().unwrap(), members.pop().unwrap());
     let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
     let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
     w.groups
@@ -567,17 +570,8 @@ async fn a_lone_lapsed_leader_keeps_its_epoch_across_an_operator_restart_until_i
     let w = World::new("hb-alone").await;
     let pods = w.ordered_ready_pods("app", 1, "alone").await;
     let cp = control_plane().await.unwrap();
-    let token = member_account(&w.ns, "member", "alone", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let client = cp
-        .client_with_token_via(&token, Some(proxy.addr))
-        .await
-        .unwrap();
-    let member = Membership::start(client, &w.ns.name, &pods[0], Some("alone".into()));
+    let (proxy, mut members) = members(&w, &pods, "alone").await;
+    let member = members.pop().unwrap();
     let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
     let mut operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
     w.groups

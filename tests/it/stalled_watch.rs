@@ -14,10 +14,13 @@ use crate::common::{Operator, World, group};
 /// watches last 10 s, and 5 s more of silence ends one), for a loaded 2-core machine.
 const HANDOVER_WITHIN: Duration = Duration::from_secs(60);
 
-#[tokio::test]
-async fn a_stalled_watch_does_not_hold_up_a_handover() {
-    let w = World::new("stalled").await;
-    w.ordered_ready_pods("app", 2, "pay").await;
+/// An operator whose every connection to the API server goes through a proxy, the invariants
+/// watched (directly), and the group `name` of the pods labeled `app=<name>` created.
+async fn proxied_operator(
+    w: &World,
+    identity: &str,
+    name: &str,
+) -> (Proxy, Operator, InvariantWatcher) {
     let proxy = Proxy::start(api_server_addr().await.unwrap())
         .await
         .unwrap();
@@ -27,11 +30,19 @@ async fn a_stalled_watch_does_not_hold_up_a_handover() {
         .kubeconfig_via(proxy.addr)
         .unwrap();
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-stall", &[]).await;
+    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, identity, &[]).await;
     w.groups
-        .create(&PostParams::default(), &group("pay", "pay"))
+        .create(&PostParams::default(), &group(name, name))
         .await
         .unwrap();
+    (proxy, op, watch)
+}
+
+#[tokio::test]
+async fn a_stalled_watch_does_not_hold_up_a_handover() {
+    let w = World::new("stalled").await;
+    w.ordered_ready_pods("app", 2, "pay").await;
+    let (proxy, op, watch) = proxied_operator(&w, "op-stall", "pay").await;
     let first = w
         .wait_settled("pay", "the first leader", |s| s.leader == "app-0")
         .await;
@@ -76,20 +87,7 @@ async fn a_watch_reopened_on_a_dead_pooled_connection_does_not_freeze_the_cache(
             .await
             .unwrap();
     }
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let kubeconfig = control_plane()
-        .await
-        .unwrap()
-        .kubeconfig_via(proxy.addr)
-        .unwrap();
-    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-pool", &[]).await;
-    w.groups
-        .create(&PostParams::default(), &group("pool", "pool"))
-        .await
-        .unwrap();
+    let (proxy, op, watch) = proxied_operator(&w, "op-pool", "pool").await;
     let first = w.wait_settled("pool", "the first leader", |_| true).await;
     w.wait_status("pool", "every follower marked", |s| {
         s.eligibility.len() == POOLED
