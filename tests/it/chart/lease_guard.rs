@@ -188,6 +188,8 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     for (annotation, value) in [
         (EPOCH_ANNOTATION, i64::MAX.to_string()),
         ("leadergroup.io/arbiter", "member-0".to_string()),
+        // A lapsed member may not clear, nor another one set, the record that keeps it out.
+        ("leadergroup.io/lapsed", "some-uid@1".to_string()),
     ] {
         let forged = write(
             &leader,
