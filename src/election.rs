@@ -13,6 +13,7 @@ mod marking;
 mod records;
 mod refusal;
 mod status;
+mod step_down;
 mod token;
 mod transition;
 mod writes;
@@ -277,7 +278,14 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         Ok(token) => token,
         Err(exhausted) => return refusal::tokens_exhausted(obs, &records, exhausted),
     };
-    let commit = commit::commit(obs, &records, &leader, token, lapse.record.as_ref());
+    let commit = commit::commit(
+        obs,
+        &records,
+        &leader,
+        token,
+        heartbeat.lapsed(),
+        lapse.record.as_ref(),
+    );
     let transition = Transition::between(obs, &members, &records, &leader, token);
     let status = status::change(
         obs,
@@ -291,14 +299,24 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let Marking {
         demote,
         release,
-        promote,
+        mut promote,
         mark_followers,
         unmark,
-        barrier_candidates,
+        mut barrier_candidates,
         deposed,
     } = Marking::plan(obs, &members, &records, &leader, token);
-    let requeue_after =
+    let mut requeue_after =
         commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
+    // Step 5 waits for the predecessor's step-down: its member's write wakes the group through
+    // the Lease watch, its lapse by this requeue.
+    let after = commit.as_ref().or(records.lease.as_ref());
+    if let Some(wait) = step_down::awaited(obs, records.lease.as_ref(), after, leader.as_deref())
+        && promote.is_some()
+    {
+        promote = None;
+        barrier_candidates.clear();
+        requeue_after = requeue_after.min(wait.max(Duration::from_millis(100)));
+    }
     Decision::Act(Box::new(Plan {
         commit,
         status,

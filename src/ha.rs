@@ -241,6 +241,8 @@ impl OperatorLease {
             heartbeat: false,
             released_by: None,
             lapsed: None,
+            acknowledged: false,
+            predecessor: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         if let Some(replica) = released_by.filter(|r| *r != self.identity) {

@@ -234,6 +234,8 @@ mod tests {
             heartbeat: true,
             released_by: None,
             lapsed: None,
+            acknowledged: false,
+            predecessor: None,
         }
     }
 

@@ -86,7 +86,7 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         bursts.push(one_burst(&groups).await?);
         tokio::time::sleep(ctx.settle()).await;
     }
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
     let per: Vec<f64> = bursts
         .iter()

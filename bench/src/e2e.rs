@@ -41,7 +41,7 @@ use serde_json::json;
 use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
-use crate::peers::{PEERS, Peer};
+use crate::peers::{Candidate, PEERS, System};
 use crate::results::{Run, Stamped};
 use crate::scenario::{Context, Scenario as BenchScenario, measuring};
 use crate::timeline::{SYSTEM_LABEL, Tracker, first_new_leader, pod_of};
@@ -56,9 +56,6 @@ const CANDIDATES: usize = 3;
 
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
-
-/// The Heartbeat group's Lease.
-const HEARTBEAT_LEASE_SECONDS: u32 = 5;
 
 /// The scenarios that run system by system (node loss runs every system in one cut).
 const HANDOVERS: [Scenario; 3] = [Scenario::Graceful, Scenario::Crash, Scenario::Frozen];
@@ -77,57 +74,37 @@ struct Bench<'a> {
     client: Client,
 }
 
-/// A system measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct System {
-    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
-    label: &'static str,
-    /// The name in the tables.
-    name: &'static str,
-    settings: &'static str,
-    /// A peer's configuration; None for ours.
-    peer: Option<&'static Peer>,
-}
+/// Ours, Readiness liveness (the default), then Heartbeat liveness (node loss only). The web
+/// app's readiness probe is what the frozen scenario waits on.
+const OURS: [System; 2] = [
+    System {
+        name: "leadergroup-operator (Readiness)",
+        settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
+        label: "ours",
+        candidate: Candidate::Agent {
+            liveness: "Readiness",
+        },
+        args: "",
+        lease_seconds: 15,
+    },
+    System {
+        name: "leadergroup-operator (Heartbeat)",
+        settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
+        label: "ours-hb",
+        candidate: Candidate::Agent {
+            liveness: "Heartbeat",
+        },
+        args: "",
+        lease_seconds: 5,
+    },
+];
 
-/// Ours, Readiness liveness (the default). The web app's readiness probe is what the frozen
-/// scenario waits on.
-const OURS: System = System {
-    label: "ours",
-    name: "leadergroup-operator (Readiness)",
-    settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
-    peer: None,
-};
-
-/// Ours, Heartbeat liveness, `leaseDurationSeconds` [`HEARTBEAT_LEASE_SECONDS`] (node loss only).
-const OURS_HEARTBEAT: System = System {
-    label: "ours-hb",
-    name: "leadergroup-operator (Heartbeat)",
-    settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
-    peer: None,
-};
-
-impl System {
-    fn is_ours(label: &str) -> bool {
-        label.starts_with("ours")
+/// How long a handover of `system` may take before the repetition counts as failed.
+fn bound(system: &System) -> Duration {
+    match system.candidate {
+        Candidate::Agent { .. } => Duration::from_secs(60),
+        _ => Duration::from_secs(15 * 3 + 30),
     }
-
-    /// How long a handover may take before the repetition counts as failed.
-    fn bound(self) -> Duration {
-        match self.peer {
-            Some(_) => Duration::from_secs(15 * 3 + 30),
-            None => Duration::from_secs(60),
-        }
-    }
-}
-
-/// The four peers.
-fn peers() -> impl Iterator<Item = System> {
-    PEERS.iter().map(|peer| System {
-        label: peer.label,
-        name: peer.name,
-        settings: peer.settings,
-        peer: Some(peer),
-    })
 }
 
 /// The scenarios.
@@ -170,9 +147,12 @@ impl Scenario {
         self.about()[0]
     }
 
-    /// Its results, every system's in `systems`.
-    fn result(self, systems: Vec<SystemResult>) -> ScenarioResult {
+    /// Its results, every system's in `systems`, summarized.
+    fn result(self, mut systems: Vec<SystemResult>) -> ScenarioResult {
         let [key, title, start] = self.about();
+        for s in &mut systems {
+            s.summary = summarize(&s.samples_ms);
+        }
         ScenarioResult {
             scenario: key.into(),
             title: title.into(),
@@ -226,17 +206,17 @@ struct World<'a> {
 }
 
 impl<'a> World<'a> {
-    /// A namespace with the RBAC of our members and of the peers, and our groups.
+    /// A namespace with the RBAC of our members and of the peers, and our groups: Readiness,
+    /// and Heartbeat when `heartbeat`.
     async fn create(bench: &'a Bench<'a>, prefix: &str, heartbeat: bool) -> Result<World<'a>> {
         let ns = leadergroup_testenv::namespace_in(bench.client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
-        let mut wanted = vec![(OURS, 15, "Readiness")];
-        if heartbeat {
-            wanted.push((OURS_HEARTBEAT, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
-        }
-        for (system, lease, liveness) in wanted {
-            let mut group = leader_group(system.label, SYSTEM_LABEL, system.label, lease)?;
-            group.data["spec"]["liveness"] = json!(liveness);
+        for system in &OURS[..1 + usize::from(heartbeat)] {
+            let label = system.label;
+            let mut group = leader_group(label, SYSTEM_LABEL, label, system.lease_seconds)?;
+            if let Candidate::Agent { liveness } = system.candidate {
+                group.data["spec"]["liveness"] = json!(liveness);
+            }
             leader_groups(&ns.client, &ns.name)
                 .create(&PostParams::default(), &group)
                 .await?;
@@ -254,50 +234,40 @@ impl<'a> World<'a> {
         })
     }
 
-    /// Creates a candidate of `system` on `node`.
-    async fn add_pod(&self, system: System, node: &str) -> Result<()> {
-        let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
-        let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
-        self.pods.create(&PostParams::default(), &pod).await?;
+    /// Creates `count` candidates of `system` on `node`.
+    async fn add_pods(&self, system: &System, node: &str, count: usize) -> Result<()> {
+        for _ in 0..count {
+            let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
+            let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
+            self.pods.create(&PostParams::default(), &pod).await?;
+        }
         Ok(())
     }
 
     /// The pod of a candidate of `system`, from bench/manifests.
-    fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
+    fn pod(&self, system: &System, name: &str, node: &str) -> Result<Pod> {
         let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
-        let Some(peer) = system.peer else {
-            let images = [
-                ("AGENT_IMAGE", self.bench.image("agent")),
-                ("WEBAPP_IMAGE", self.bench.image("webapp")),
-            ];
-            return manifest(OURS_POD, &[&common[..], &images].concat());
-        };
-        let (image, binary) = if peer.go {
-            ("client-go", "leadergroup-bench-client-go")
-        } else {
-            ("rust-peer", "leadergroup-bench-rust-peer")
+        let (image, binary) = match system.candidate {
+            Candidate::Agent { .. } => {
+                let images = [
+                    ("AGENT_IMAGE", self.bench.image("agent")),
+                    ("WEBAPP_IMAGE", self.bench.image("webapp")),
+                ];
+                return manifest(OURS_POD, &[&common[..], &images].concat());
+            }
+            Candidate::Go => ("client-go", "leadergroup-bench-client-go"),
+            Candidate::Rust => ("rust-peer", "leadergroup-bench-rust-peer"),
         };
         let binary = format!("/usr/local/bin/{binary}");
         let values = [("IMAGE", self.bench.image(image)), ("BINARY", &binary)];
         let mut pod: Pod = manifest(PEER_POD, &[&common[..], &values].concat())?;
-        let prefix = [
-            "--namespace",
-            "$(POD_NAMESPACE)",
-            "--lease-prefix",
-            peer.label,
-        ];
         if let Some(command) = pod
             .spec
             .as_mut()
             .and_then(|s| s.containers.first_mut())
             .and_then(|c| c.command.as_mut())
         {
-            command.extend(
-                peer.args
-                    .split_whitespace()
-                    .chain(prefix)
-                    .map(str::to_owned),
-            );
+            command.extend(system.arguments("$(POD_NAMESPACE)", system.label));
         }
         Ok(pod)
     }
@@ -305,7 +275,7 @@ impl<'a> World<'a> {
     /// The leader, when the system is at rest: `pods` candidates eligible (Running, Ready, not
     /// terminating), exactly one believer, and the API agreeing (ours: the group settled on its
     /// pod, I2; a peer: its Lease's holder is that identity).
-    async fn at_rest(&self, system: System, pods: usize) -> Result<Option<Leader>> {
+    async fn at_rest(&self, system: &System, pods: usize) -> Result<Option<Leader>> {
         let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label));
         let listed = self.pods.list(&params).await?.items;
         let live: Vec<&Pod> = listed
@@ -326,15 +296,15 @@ impl<'a> World<'a> {
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
-        let agrees = match system.peer {
-            Some(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
-                .get_opt(&format!("{}-0", peer.label))
+        let agrees = match system.candidate {
+            Candidate::Agent { .. } => settled(&self.client, &self.ns, system.label)
+                .await?
+                .is_ok_and(|s| s.leader == pod),
+            _ => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
+                .get_opt(&format!("{}-0", system.label))
                 .await?
                 .and_then(|l| l.spec?.holder_identity)
                 .is_some_and(|h| h == *sole),
-            None => settled(&self.client, &self.ns, system.label)
-                .await?
-                .is_ok_and(|s| s.leader == pod),
         };
         Ok(agrees.then(|| Leader {
             identity: sole.clone(),
@@ -342,7 +312,7 @@ impl<'a> World<'a> {
         }))
     }
 
-    async fn wait_at_rest(&self, system: System, pods: usize) -> Result<Leader> {
+    async fn wait_at_rest(&self, system: &System, pods: usize) -> Result<Leader> {
         let what = format!(
             "{} at rest with {pods} Ready candidates and one leader",
             system.name
@@ -359,7 +329,7 @@ impl<'a> World<'a> {
     /// Waits for the first candidate other than `old` to start leading at or after `t0`.
     async fn wait_new_leader(
         &self,
-        system: System,
+        system: &System,
         old: &str,
         t0: SystemTime,
         bound: Duration,
@@ -376,7 +346,7 @@ impl<'a> World<'a> {
     /// One repetition of `scenario` (not node loss) on `system`: milliseconds from the fault to
     /// the new leader's application acting. The fault strikes the pod's app container, its only
     /// one (ours: the web app, the agent being a native sidecar; a peer: its candidate).
-    async fn repetition(&self, system: System, scenario: Scenario) -> Result<f64> {
+    async fn repetition(&self, system: &System, scenario: Scenario) -> Result<f64> {
         let old = self.wait_at_rest(system, CANDIDATES).await?;
         let pod = self.pods.get(&old.pod).await?;
         let (Some(node), Some(id)) = (node_of(&pod), container_id(&pod)) else {
@@ -403,7 +373,7 @@ impl<'a> World<'a> {
             }
         }
         let new = self
-            .wait_new_leader(system, &old.identity, t0, system.bound())
+            .wait_new_leader(system, &old.identity, t0, bound(system))
             .await;
         if let Some(frozen) = frozen {
             if new.is_ok() {
@@ -420,7 +390,7 @@ impl<'a> World<'a> {
             // restart, which over the repetitions would only lengthen the waits between them.
             self.pods.delete(&old.pod, &DeleteParams::default()).await?;
         }
-        self.add_pod(system, node).await?;
+        self.add_pods(system, node, 1).await?;
         Ok(ms_between(t0, new?))
     }
 }
@@ -465,52 +435,17 @@ async fn run_command(command: std::process::Command) -> Result<()> {
     Ok(())
 }
 
-/// Collects one system's samples of one scenario.
-#[derive(Default)]
-struct Collected {
-    samples: Vec<f64>,
-    failures: Vec<String>,
-    split_brains: u64,
-}
-
-impl Collected {
-    /// Adds a repetition's outcome: its milliseconds, or why it failed.
-    fn add(&mut self, outcome: Result<f64>) {
-        match outcome {
-            Ok(ms) => self.samples.push(ms),
-            Err(e) => self.failures.push(e.to_string()),
-        }
-    }
-
-    fn result(self, system: System) -> SystemResult {
-        SystemResult {
-            system: system.name.into(),
-            settings: system.settings.into(),
-            summary: summarize(&self.samples),
-            samples_ms: self.samples,
-            split_brains: self.split_brains,
-            failures: self.failures,
-        }
-    }
-}
-
 impl World<'_> {
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
     /// that scenario's); per scenario of [`HANDOVERS`].
-    async fn handovers(&self, system: System, reps: usize) -> [Collected; 3] {
-        let mut out: [Collected; 3] = Default::default();
+    async fn handovers(&self, system: &System, reps: usize) -> [SystemResult; 3] {
+        let mut out = [(); 3].map(|()| SystemResult::of(system.name, system.settings));
         for (scenario, c) in HANDOVERS.into_iter().zip(&mut out) {
             let from = SystemTime::now();
             for i in 1..=reps {
                 let rep = self.repetition(system, scenario).await;
-                let (name, key) = (system.name, scenario.key());
-                match &rep {
-                    Ok(ms) => tracing::info!("e2e: {name} {key} #{i}: {ms:.0} ms"),
-                    Err(e) => tracing::info!("e2e: {name} {key} #{i}: {e}"),
-                }
-                let failed = rep.is_err();
-                c.add(rep);
-                if failed {
+                let what = format!("e2e: {} {} #{i}", system.name, scenario.key());
+                if !c.add(&what, rep) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -536,8 +471,7 @@ pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
     "e2e",
     "The end-to-end scenarios on a real cluster of their own (as root)",
     |ctx| measuring(run_e2e(ctx)),
-)
-.alone();
+);
 
 async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
     let started = Instant::now();
@@ -616,7 +550,7 @@ impl Bench<'_> {
         run.control_plane = format!(
             "the real cluster: controlplane/realcluster.sh up --node-monitor-grace-period {} in {} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets with containerd 1.6 and runc, kube-proxy; all on this machine)",
             self.grace,
-            self.cluster.dir().display()
+            crate::results::in_repo(self.cluster.dir()).display()
         );
     }
 
@@ -628,7 +562,7 @@ impl Bench<'_> {
         for (i, scenario) in HANDOVERS.into_iter().enumerate() {
             let systems = per_system
                 .iter_mut()
-                .map(|(s, collected)| std::mem::take(&mut collected[i]).result(*s))
+                .map(|results| std::mem::take(&mut results[i]))
                 .collect();
             scenarios.push(scenario.result(systems));
         }
@@ -645,27 +579,22 @@ impl Bench<'_> {
 
     /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
     /// (deleted, its tracker stopped, before the node losses).
-    async fn handover_runs(&self) -> Result<Vec<(System, [Collected; 3])>> {
+    async fn handover_runs(&self) -> Result<Vec<[SystemResult; 3]>> {
         let world = World::create(self, "e2e-bench", false).await?;
-        let all: Vec<System> = std::iter::once(OURS).chain(peers()).collect();
-        for &s in &all {
-            world.add_pod(s, CUT_NODE).await?;
-            for _ in 1..CANDIDATES {
-                world.add_pod(s, OTHER_NODE).await?;
-            }
+        let all: Vec<&System> = OURS[..1].iter().chain(&PEERS).collect();
+        for s in &all {
+            world.add_pods(s, CUT_NODE, 1).await?;
+            world.add_pods(s, OTHER_NODE, CANDIDATES - 1).await?;
         }
-        for &s in &all {
+        for s in &all {
             world.wait_at_rest(s, CANDIDATES).await?;
         }
         tracing::info!(
             "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
             self.reps
         );
-        let mut per_system = vec![(OURS, world.handovers(OURS, self.reps).await)];
-        let peers = peers().map(|s| {
-            let world = &world;
-            async move { (s, world.handovers(s, self.reps).await) }
-        });
+        let mut per_system = vec![world.handovers(&OURS[0], self.reps).await];
+        let peers = PEERS.iter().map(|s| world.handovers(s, self.reps));
         per_system.extend(futures::future::join_all(peers).await);
         world.delete().await;
         Ok(per_system)
@@ -673,45 +602,35 @@ impl Bench<'_> {
 
     /// The node losses, every system measured in each cut.
     async fn node_losses(&self) -> Result<ScenarioResult> {
-        let losses: Vec<System> = [OURS, OURS_HEARTBEAT].into_iter().chain(peers()).collect();
-        let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
+        let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
+        let mut results: Vec<SystemResult> = losses
+            .iter()
+            .map(|s| SystemResult::of(s.name, s.settings))
+            .collect();
         for i in 0..self.node_losses {
             tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
-            for (label, (ms, brains)) in self.node_loss(&losses).await? {
-                let c = collected.entry(label).or_default();
-                c.split_brains += brains;
-                c.add(ms);
-            }
+            self.node_loss(&losses, &mut results).await?;
         }
-        let systems = losses
-            .iter()
-            .map(|s| collected.remove(s.label).unwrap_or_default().result(*s))
-            .collect();
-        Ok(Scenario::NodeLoss.result(systems))
+        Ok(Scenario::NodeLoss.result(results))
     }
 
     /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
-    /// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Per
-    /// system: the milliseconds (or why not) and the split brains.
-    async fn node_loss(
-        &self,
-        systems: &[System],
-    ) -> Result<BTreeMap<&'static str, (Result<f64>, u64)>> {
+    /// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Adds each
+    /// system's milliseconds (or why not) and split brains to its entry of `results`.
+    async fn node_loss(&self, systems: &[&System], results: &mut [SystemResult]) -> Result<()> {
         let world = World::create(self, "e2e-node-loss", true).await?;
-        for &s in systems {
-            world.add_pod(s, CUT_NODE).await?;
+        for s in systems {
+            world.add_pods(s, CUT_NODE, 1).await?;
         }
-        for &s in systems {
+        for s in systems {
             world.wait_at_rest(s, 1).await?;
         }
-        for &s in systems {
-            for _ in 1..CANDIDATES {
-                world.add_pod(s, OTHER_NODE).await?;
-            }
+        for s in systems {
+            world.add_pods(s, OTHER_NODE, CANDIDATES - 1).await?;
         }
-        let mut old = BTreeMap::new();
-        for &s in systems {
-            old.insert(s.label, world.wait_at_rest(s, CANDIDATES).await?.identity);
+        let mut old = Vec::new();
+        for s in systems {
+            old.push(world.wait_at_rest(s, CANDIDATES).await?.identity);
         }
         // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -719,11 +638,11 @@ impl Bench<'_> {
         let (uncut, t0) = self.cluster.cut_node(CUT_NODE).await?;
         tracing::info!("e2e: node loss: {CUT_NODE} cut");
         let bound = Duration::from_secs(u64::from(self.grace) + 90);
-        let moved = futures::future::join_all(systems.iter().map(|&s| {
-            let (world, old) = (&world, old.get(s.label).cloned().unwrap_or_default());
-            async move { (s, world.wait_new_leader(s, &old, t0, bound).await) }
-        }))
-        .await;
+        let moved = systems.iter().zip(&old).map(|(s, old)| {
+            let world = &world;
+            async move { world.wait_new_leader(s, old, t0, bound).await }
+        });
+        let moved = futures::future::join_all(moved).await;
         // The node back, whatever happened: its cut-off candidates then say what they believed.
         drop(uncut);
         let back = wait_until(
@@ -739,21 +658,16 @@ impl Bench<'_> {
             tracing::warn!("e2e: node loss: {e}");
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let mut out = BTreeMap::new();
-        for (s, r) in moved {
-            let brains = world
-                .tracker
-                .beliefs
-                .split_brains(s.label, from, SystemTime::now());
-            let ms = r.map(|at| ms_between(t0, at));
-            match &ms {
-                Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name),
-                Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name),
-            }
-            out.insert(s.label, (ms, brains));
+        for ((s, at), result) in systems.iter().zip(moved).zip(results) {
+            let beliefs = &world.tracker.beliefs;
+            result.split_brains += beliefs.split_brains(s.label, from, SystemTime::now());
+            result.add(
+                &format!("e2e: node loss: {}", s.name),
+                at.map(|at| ms_between(t0, at)),
+            );
         }
         world.delete().await;
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -25,6 +25,33 @@ pub struct SystemResult {
 }
 
 impl SystemResult {
+    /// No samples yet of `system`.
+    pub fn of(system: &str, settings: &str) -> SystemResult {
+        let (system, settings) = (system.into(), settings.into());
+        SystemResult {
+            system,
+            settings,
+            ..SystemResult::default()
+        }
+    }
+
+    /// Adds a repetition's outcome, its milliseconds or why it failed, and logs it as `what`;
+    /// whether it succeeded.
+    pub fn add(&mut self, what: &str, outcome: Result<f64>) -> bool {
+        match outcome {
+            Ok(ms) => {
+                tracing::info!("{what}: {ms:.0} ms");
+                self.samples_ms.push(ms);
+                true
+            }
+            Err(e) => {
+                tracing::info!("{what}: {e}");
+                self.failures.push(e.to_string());
+                false
+            }
+        }
+    }
+
     fn median_ms(&self) -> f64 {
         Summary::median(self.summary.as_ref())
     }
@@ -186,49 +213,38 @@ fn headline(result: &E2eResult) -> Table {
 
 fn scenario_table(sc: &ScenarioResult) -> Table {
     let ours: Vec<&SystemResult> = sc.ours().collect();
-    let vs: Vec<String> = if ours.len() > 1 {
-        ours.iter()
-            .map(|o| format!("peer / ours (vs {})", o.mode()))
-            .collect()
-    } else {
-        vec!["peer / ours".to_owned()]
-    };
-    let vs: Vec<&str> = vs.iter().map(String::as_str).collect();
-    let mut table = Table::new(
-        &[
-            &["system", "median", "min–max", "n"][..],
-            &vs,
-            &["split brains", "settings"],
-        ]
-        .concat(),
-    );
+    let mut table = Table::new(&["system", "median", "min–max", "n"]);
+    match ours.as_slice() {
+        [_, _, ..] => table.columns.extend(
+            ours.iter()
+                .map(|o| format!("peer / ours (vs {})", o.mode())),
+        ),
+        _ => table.columns.push("peer / ours".into()),
+    }
+    table
+        .columns
+        .extend(["split brains".into(), "settings".into()]);
     for s in &sc.systems {
-        let mut row = match &s.summary {
-            Some(x) => vec![
+        let mut row = vec![s.system.clone()];
+        row.extend(match &s.summary {
+            Some(x) => [
                 secs(x.median_ms),
                 format!("{}–{}", secs(x.min_ms), secs(x.max_ms)),
                 x.n.to_string(),
             ],
-            None => vec!["–".into(), "–".into(), "0".into()],
-        };
-        row.insert(0, s.system.clone());
+            None => ["–".into(), "–".into(), "0".into()],
+        });
         if ours.is_empty() {
             row.push(String::new());
         }
         for o in &ours {
-            row.push(if s.is_ours() {
-                String::new()
-            } else {
-                ratio(s.median_ms(), o.median_ms())
-            });
+            let vs = (!s.is_ours()).then(|| ratio(s.median_ms(), o.median_ms()));
+            row.push(vs.unwrap_or_default());
         }
         let mut settings = s.settings.clone();
         if !s.failures.is_empty() {
-            settings.push_str(&format!(
-                "; **{} repetition(s) failed**: {}",
-                s.failures.len(),
-                s.failures.join("; ")
-            ));
+            let (n, why) = (s.failures.len(), s.failures.join("; "));
+            settings.push_str(&format!("; **{n} repetition(s) failed**: {why}"));
         }
         row.extend([s.split_brains.to_string(), settings]);
         table.rows.push(row);

@@ -114,7 +114,7 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let reps = ctx.pick(100, 5);
     let graceful = ours(light, baseline, &groups, SCENARIOS[0], reps).await?;
     let crash = ours(light, baseline, &groups, SCENARIOS[1], reps).await?;
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
     Ok(Measured { graceful, crash })
 }
@@ -185,45 +185,18 @@ impl Outcome for Measured {
                 [(10, 5), (15, 10), (8, 4), (8, 4)],
                 [(1, 1), (2, 1), (1, 1), (1, 1)],
             );
-            let tasks: Vec<_> = ctx
-                .peers()
-                .await?
-                .iter()
-                .zip(reps)
-                .enumerate()
-                .map(|(i, (kind, reps))| {
-                    let (kind, kubeconfig) =
-                        (kind.clone(), light.cp.kubeconfig_path().to_path_buf());
-                    let log_dir = ctx.log_dir.clone();
-                    tokio::spawn(async move {
-                        let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
-                        let group =
-                            PeerGroup::start(&kind, &ns.client, &kubeconfig, &ns.name, 1, &log_dir)
-                                .await?;
-                        peer_handovers(kind, group, reps).await
-                    })
-                })
-                .collect();
-            for task in tasks {
-                let peer = task
-                    .await
-                    .map_err(|e| Error::Other(format!("peer task: {e}")))??;
-                let name = peer.kind.peer.name.to_string();
-                light.record(|run| {
-                    run.peer_split_brains
-                        .insert(name.clone(), peer.split_brains);
-                    if !peer.failures.is_empty() {
-                        run.peer_failures.insert(name, peer.failures.join("; "));
-                    }
-                });
-                let [name, settings] = [peer.kind.peer.name, peer.kind.peer.settings];
-                for (result, samples) in [&mut self.graceful, &mut self.crash]
-                    .into_iter()
-                    .zip(peer.samples)
-                {
-                    result
-                        .systems
-                        .push(Handover::new(name, settings, samples, None));
+            let kinds = ctx.peers().await?.iter().zip(reps).enumerate();
+            let runs = kinds.map(|(i, (kind, reps))| async move {
+                let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
+                let group = PeerGroup::start(ctx, kind, &ns, 1).await?;
+                let samples = peer_handovers(light, kind, group, reps).await?;
+                Ok::<_, Error>((kind.peer, samples))
+            });
+            for (peer, samples) in futures::future::try_join_all(runs).await? {
+                let results = [&mut self.graceful, &mut self.crash];
+                for (result, samples) in results.into_iter().zip(samples) {
+                    let handover = Handover::new(peer.name, peer.settings, samples, None);
+                    result.systems.push(handover);
                 }
             }
             Ok(())
@@ -239,23 +212,15 @@ impl Outcome for Measured {
     }
 }
 
-/// One peer kind's graceful and crash handovers.
-struct PeerHandovers {
-    kind: PeerKind,
-    /// Graceful, then crash, milliseconds.
-    samples: [Vec<f64>; 2],
-    split_brains: u64,
-    failures: Vec<String>,
-}
-
-/// `reps` (graceful, crash) handovers of `group`. A peer that fails to hand over within its
-/// bound is a result, not a harness error: the failure is recorded and that kind's remaining
-/// repetitions skipped.
+/// `reps` (graceful, crash) handovers of `group`, milliseconds; its split brains and failures
+/// go to the run's record. A peer that fails to hand over within its bound is a result, not a
+/// harness error: the failure is recorded and that kind's remaining repetitions skipped.
 async fn peer_handovers(
-    kind: PeerKind,
+    light: &Light,
+    kind: &PeerKind,
     mut group: PeerGroup,
     reps: (usize, usize),
-) -> Result<PeerHandovers> {
+) -> Result<[Vec<f64>; 2]> {
     group
         .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
@@ -274,15 +239,16 @@ async fn peer_handovers(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    let split_brains = group.overlaps();
+    let (name, split_brains) = (kind.peer.name.to_owned(), group.overlaps());
     group.stop().await;
+    light.record(|run| {
+        run.peer_split_brains.insert(name.clone(), split_brains);
+        if !failures.is_empty() {
+            run.peer_failures.insert(name, failures.join("; "));
+        }
+    });
     tracing::info!("peers: {} done", kind.peer.name);
-    Ok(PeerHandovers {
-        kind,
-        samples,
-        split_brains,
-        failures,
-    })
+    Ok(samples)
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the

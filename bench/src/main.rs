@@ -1,7 +1,7 @@
 //! `leadergroup-bench`: runs the benchmark scenarios against one control plane (its own, started
 //! through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then writes
 //! `bench/results/<scenario>.json` (every sample) and the tables of `docs/benchmarks.md`.
-//! `--only` runs one scenario alone; `--help` lists the flags ([`Cli`]) and the scenarios
+//! `--only` runs one scenario alone; `--help` lists the flags ([`Options`]) and the scenarios
 //! ([`SCENARIOS`]). An unknown flag is refused before anything runs: a typo must not start a
 //! twelve-minute run that overwrites published results.
 
@@ -48,38 +48,7 @@ const SCENARIOS: &[&Scenario] = &[
 /// `--only` values that measure nothing: the page's tables again from bench/results.
 const PAGE: [&str; 2] = ["page", "e2e-render"];
 
-/// The command line.
-#[derive(Parser, Debug)]
-#[command(
-    name = "leadergroup-bench",
-    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
-)]
-struct Cli {
-    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
-    /// publish.
-    #[arg(long)]
-    quick: bool,
-    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
-    /// first value is the number of groups (default 10000).
-    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
-    scale: Option<Vec<usize>>,
-    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
-    /// this binary was built from).
-    #[arg(long, value_name = "DIR")]
-    repo: Option<PathBuf>,
-    /// Run one scenario alone and write only its results (the page's tables are rewritten from
-    /// bench/results).
-    #[arg(long, value_parser = only_values())]
-    only: Option<String>,
-    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
-    /// `--quick` 10).
-    #[arg(long, value_name = "SECS")]
-    grace: Option<u32>,
-    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
-    #[arg(long, value_name = "SECS")]
-    lease: Option<i32>,
-}
-
+/// `--only`: every scenario, and the page alone.
 fn only_values() -> PossibleValuesParser {
     let page = PossibleValue::new(PAGE[0])
         .alias(PAGE[1])
@@ -96,7 +65,7 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    match run(Cli::parse()).await {
+    match run(Options::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("leadergroup-bench: {e}");
@@ -106,7 +75,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// The repository: this crate lives in `<repo>/bench`.
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
@@ -114,9 +83,10 @@ fn repo_root() -> PathBuf {
         .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
 }
 
-async fn run(cli: Cli) -> Result<()> {
-    let repo = cli.repo.unwrap_or_else(repo_root);
-    let only = cli.only.as_deref();
+async fn run(options: Options) -> Result<()> {
+    let repo = options.repo.clone().unwrap_or_else(repo_root);
+    let only = options.only.clone();
+    let only = only.as_deref();
     if only.is_some_and(|o| PAGE.contains(&o)) {
         return rewrite_page(&repo);
     }
@@ -125,13 +95,6 @@ async fn run(cli: Cli) -> Result<()> {
         .copied()
         .filter(|s| only.map_or(s.in_full_run, |name| s.name == name))
         .collect();
-    let options = Options {
-        quick: cli.quick,
-        alone: only.is_some(),
-        scale: cli.scale,
-        grace: cli.grace,
-        lease: cli.lease,
-    };
     let ctx = Context::new(repo, options)?;
     if only.is_none() {
         // Everything the full run needs, before its first measurement.

@@ -45,6 +45,21 @@ impl Table {
         self
     }
 
+    /// A table of `columns` with these rows.
+    pub fn of<const N: usize>(
+        columns: &[&str],
+        rows: impl IntoIterator<Item = [String; N]>,
+    ) -> Table {
+        let mut table = Table::new(columns);
+        table.rows.extend(rows.into_iter().map(Vec::from));
+        table
+    }
+
+    /// Adds a target's row: what it is, what was measured, and whether it was met.
+    pub fn target(&mut self, target: String, measured: String, ok: bool) {
+        self.row([target, measured, met(ok).to_owned()]);
+    }
+
     fn write(&self, out: &mut String) {
         let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
         out.push_str(&line(&self.columns));

@@ -18,7 +18,7 @@ pub const BOUND: Duration = Duration::from_secs(120);
 /// How long every group of a scale step may take to be led.
 pub const ALL_LED_BOUND: Duration = Duration::from_secs(240);
 /// Requests in flight while a scenario's objects are created.
-const CREATE_CONCURRENCY: usize = 24;
+pub const CREATE_CONCURRENCY: usize = 24;
 /// The Lease duration of every benchmarked group (the CRD's default).
 pub const LEASE_SECONDS: i32 = 15;
 /// How long after the deletion request the simulated kubelet removes the pod (its container
@@ -70,14 +70,9 @@ pub enum Fault {
 }
 
 impl Groups {
-    /// Creates `count` groups of three Ready pods in a fresh namespace, and watches them.
-    pub async fn create(prefix: &str, count: usize) -> Result<Groups> {
-        Self::create_with(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await
-    }
-
-    /// [`Groups::create`] with `concurrency` creations in flight and a Lease duration of
-    /// `lease_seconds`.
-    pub async fn create_with(
+    /// Creates `count` groups of three Ready pods in a fresh namespace, `concurrency` creations
+    /// in flight, their Leases lasting `lease_seconds`, and watches them.
+    pub async fn create(
         prefix: &str,
         count: usize,
         concurrency: usize,

@@ -16,7 +16,7 @@ use leadergroup_operator::crd::LeaderGroup;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::markdown::{Block, Table, counts, met};
+use crate::markdown::{Block, Table, counts};
 use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
@@ -28,8 +28,7 @@ pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
     "scale-10k",
     "10,000 groups (or the first value of `--scale`), then an operator restart",
     |ctx| measuring(measure(ctx)),
-)
-.alone();
+);
 
 /// Groups per namespace.
 const GROUPS_PER_NAMESPACE: usize = 1000;
@@ -152,16 +151,16 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     );
 
     // The restart is measured only once every group was led: its checks compare led groups.
-    let (op, restart) = if led_at_bound.is_some() {
-        (op, None)
+    let restart = if led_at_bound.is_some() {
+        drop(op);
+        None
     } else {
         // Past a whole Lease duration: every group was renewed by the new process, or changed.
         let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle();
-        let (op, restart) = restart(ctx, &sets, watched, op).await?;
-        (op, Some(restart))
+        Some(restart(ctx, &sets, watched, op).await?)
     };
-    drop(op);
-    light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
+    let doubles: u64 = sets.iter().map(|s| s.watch.double_leaders()).sum();
+    light.record(|run| run.double_leaders += doubles);
     Ok(ScaleBigResult {
         lease_seconds,
         namespaces,
@@ -182,14 +181,10 @@ async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<
         groups * 3
     );
     let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
-    try_join_all(
-        (0..namespaces).map(|i| {
-            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
-            async move {
-                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
-            }
-        }),
-    )
+    try_join_all((0..namespaces).map(|i| {
+        let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
+        async move { Groups::create(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await }
+    }))
     .await
 }
 
@@ -212,13 +207,13 @@ async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Optio
 
 /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
 /// reconciled every group of `sets`, and what changed until `watched` after (epochs, leaders,
-/// leader labels). Returns the new process, still running.
+/// leader labels). The new process is stopped when it returns.
 async fn restart(
     ctx: &Context,
     sets: &[Groups],
     watched: Duration,
     mut op: OperatorProcess,
-) -> Result<(OperatorProcess, Restart)> {
+) -> Result<Restart> {
     let groups: usize = sets.iter().map(|s| s.names.len()).sum();
     tracing::info!("scale-10k: restart (SIGKILL, a new process)");
     let before = statuses(sets).await?;
@@ -266,7 +261,8 @@ async fn restart(
         rss_mib: last.rss_mib,
         peak_rss_mib: last.peak_rss_mib,
     };
-    Ok((op, restart))
+    drop(op);
+    Ok(restart)
 }
 
 /// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does
@@ -328,81 +324,68 @@ impl ScaleBigResult {
     }
 
     fn start(&self) -> Table {
-        let e = &self.entry;
-        let to_all_led = self.to_all_led(|n| {
-            format!(
-                "not within {} s: {n} of {} led then",
-                BOUND.as_secs(),
-                e.groups
-            )
-        });
+        let (e, bound) = (&self.entry, BOUND.as_secs());
+        let to_all_led =
+            self.to_all_led(|n| format!("not within {bound} s: {n} of {} led then", e.groups));
         let window = format!("requests/s per group, steady {:.0} s window", e.window_s);
-        Table::new(&["measure", "value"])
-            .with([
-                "from operator start to every group led (independent watches)".into(),
-                to_all_led,
-            ])
-            .with([
-                "CPU until then".into(),
-                format!("{:.1} s", self.converge_cpu_s),
-            ])
-            .with([
-                window + " (by verb, resource)",
-                counts(&e.requests_per_s_per_group),
-            ])
-            .with([
-                "writes per group per third of the Lease".into(),
-                format!("{:.2}", e.writes_per_group_per_third),
-            ])
-            .with([
-                "polling reads/s per group".into(),
-                format!("{:.3}", e.polling_reads_per_s_per_group),
-            ])
-            .with([
-                "CPU s/min, steady".into(),
-                format!("{:.2}", e.cpu_s_per_min),
-            ])
-            .with([
-                "RSS steady (peak)".into(),
-                format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
-            ])
+        let led = "from operator start to every group led (independent watches)";
+        Table::of(
+            &["measure", "value"],
+            [
+                [led.into(), to_all_led],
+                [
+                    "CPU until then".into(),
+                    format!("{:.1} s", self.converge_cpu_s),
+                ],
+                [
+                    window + " (by verb, resource)",
+                    counts(&e.requests_per_s_per_group),
+                ],
+                [
+                    "writes per group per third of the Lease".into(),
+                    format!("{:.2}", e.writes_per_group_per_third),
+                ],
+                [
+                    "polling reads/s per group".into(),
+                    format!("{:.3}", e.polling_reads_per_s_per_group),
+                ],
+                [
+                    "CPU s/min, steady".into(),
+                    format!("{:.2}", e.cpu_s_per_min),
+                ],
+                ["RSS steady (peak)".into(), rss(e.rss_mib, e.peak_rss_mib)],
+            ],
+        )
     }
 
     fn targets(&self) -> Table {
-        let e = &self.entry;
-        let mut targets = Table::new(&["target", "measured", "met"])
-            .with([
-                format!("{} groups: all led within 60 s", e.groups),
-                self.to_all_led(|n| {
-                    format!("{n} of {} led when the harness stopped waiting", e.groups)
-                }),
-                met(self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
-            ])
-            .with([
-                format!("{} groups: steady RSS < 256 MiB", e.groups),
-                format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib),
-                met(e.rss_mib < 256.0).to_owned(),
-            ]);
-        targets.rows.extend(cost_targets(e, |target| {
-            format!("{} groups: {target}", e.groups)
-        }));
+        let (e, mut targets) = (&self.entry, Table::new(&["target", "measured", "met"]));
+        let to_all_led = self
+            .to_all_led(|n| format!("{n} of {} led when the harness stopped waiting", e.groups));
+        let in_time = self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0;
+        let groups = |target: &str| format!("{} groups: {target}", e.groups);
+        targets.target(groups("all led within 60 s"), to_all_led, in_time);
+        let memory = format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib);
+        targets.target(groups("steady RSS < 256 MiB"), memory, e.rss_mib < 256.0);
+        targets.rows.extend(cost_targets(e, groups));
         if let Some(x) = &self.restart {
-            targets.row([
-                format!(
-                    "{} groups: a restart changes no epoch and flaps no label",
-                    e.groups
-                ),
-                format!(
-                    "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
-                    x.epoch_changes,
-                    x.label_flaps,
-                    x.to_all_reconciled_ms / 1000.0
-                ),
-                met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
-            ]);
+            let measured = format!(
+                "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
+                x.epoch_changes,
+                x.label_flaps,
+                x.to_all_reconciled_ms / 1000.0
+            );
+            let held = x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0;
+            let target = groups("a restart changes no epoch and flaps no label");
+            targets.target(target, measured, held);
         }
         targets
     }
+}
+
+/// Resident memory and its peak, MiB.
+fn rss(rss_mib: f64, peak_rss_mib: f64) -> String {
+    format!("{rss_mib:.1} MiB ({peak_rss_mib:.1})")
 }
 
 fn restart_table(x: &Restart) -> Table {
@@ -411,26 +394,28 @@ fn restart_table(x: &Restart) -> Table {
         x.watched_s
     );
     let secs = |ms: f64| format!("{:.1} s", ms / 1000.0);
-    Table::new(&["restart (SIGKILL, a new process)", "value"])
-        .with([
-            "from the new process's start to ready (every watch listed)".into(),
-            secs(x.to_ready_ms),
-        ])
-        .with([
-            "... to every group reconciled once".into(),
-            secs(x.to_all_reconciled_ms),
-        ])
-        .with([
-            "groups whose epoch changed".into(),
-            x.epoch_changes.to_string(),
-        ])
-        .with([
-            "groups whose leader changed".into(),
-            x.leader_changes.to_string(),
-        ])
-        .with([flaps, x.label_flaps.to_string()])
-        .with([
-            "RSS of the new process at the end (peak)".into(),
-            format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
-        ])
+    let ready = "from the new process's start to ready (every watch listed)";
+    Table::of(
+        &["restart (SIGKILL, a new process)", "value"],
+        [
+            [ready.into(), secs(x.to_ready_ms)],
+            [
+                "... to every group reconciled once".into(),
+                secs(x.to_all_reconciled_ms),
+            ],
+            [
+                "groups whose epoch changed".into(),
+                x.epoch_changes.to_string(),
+            ],
+            [
+                "groups whose leader changed".into(),
+                x.leader_changes.to_string(),
+            ],
+            [flaps, x.label_flaps.to_string()],
+            [
+                "RSS of the new process at the end (peak)".into(),
+                rss(x.rss_mib, x.peak_rss_mib),
+            ],
+        ],
+    )
 }

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
-use crate::ours::{ALL_LED_BOUND, Groups};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
 use crate::results::{Results, Run, Stamped};
 
@@ -38,27 +38,20 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario of the full run whose page blocks come from one results file, `T`.
+    /// A scenario whose page blocks come from one results file, `T`; the full run measures it
+    /// unless the page may lack `T` ([`Recorded::OPTIONAL`]: it runs only alone).
     pub const fn of<T: Recorded>(
         name: &'static str,
         help: &'static str,
         measure: fn(&Context) -> Measuring<'_>,
     ) -> Self {
-        let (in_full_run, render) = (true, render_file::<T>);
+        let (in_full_run, render) = (!T::OPTIONAL, render_file::<T>);
         Scenario {
             name,
             help,
             in_full_run,
             measure,
             render,
-        }
-    }
-
-    /// This scenario, measured only alone (`--only NAME`).
-    pub const fn alone(self) -> Self {
-        Scenario {
-            in_full_run: false,
-            ..self
         }
     }
 }
@@ -68,7 +61,7 @@ impl Scenario {
 pub trait Recorded: Serialize + DeserializeOwned + 'static {
     /// The file's name.
     const FILE: &'static str;
-    /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
+    /// Whether the page may lack it: its scenario runs only alone, and renders nothing without it.
     const OPTIONAL: bool = false;
     /// Its blocks of the page; `run` is the record of the run that measured it.
     fn blocks(&self, run: &Run) -> Vec<Block>;
@@ -124,19 +117,43 @@ pub trait Outcome {
     }
 }
 
-/// The command line's settings of the scenarios.
-#[derive(Clone, Debug, Default)]
+/// The command line: which scenarios run, and their settings.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "leadergroup-bench",
+    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
+)]
 pub struct Options {
-    /// A few repetitions of everything: a smoke test of the harness.
+    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
+    /// publish.
+    #[arg(long)]
     pub quick: bool,
-    /// One scenario alone (`--only`), not the full run.
-    pub alone: bool,
-    /// `--scale`: the scale scenario's group counts; scale-10k's first.
+    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
+    /// first value is the number of groups (default 10000).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub scale: Option<Vec<usize>>,
-    /// `--grace`: the real cluster's node-monitor grace period, seconds.
+    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
+    /// this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Run one scenario alone and write only its results (the page's tables are rewritten from
+    /// bench/results).
+    #[arg(long, value_parser = crate::only_values())]
+    pub only: Option<String>,
+    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
+    /// `--quick` 10).
+    #[arg(long, value_name = "SECS")]
     pub grace: Option<u32>,
-    /// `--lease`: scale-10k's Lease duration, seconds.
+    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
+    #[arg(long, value_name = "SECS")]
     pub lease: Option<i32>,
+}
+
+impl Options {
+    /// One scenario alone (`--only`), not the full run.
+    pub fn alone(&self) -> bool {
+        self.only.is_some()
+    }
 }
 
 /// The light control plane, the operator binary measured on it, and the run's record.
@@ -151,11 +168,6 @@ pub struct Light {
 }
 
 impl Light {
-    /// Counts what the independent watch saw: two pods of one group labeled leader.
-    pub fn add_double_leaders(&self, n: u64) {
-        self.record(|run| run.double_leaders += n);
-    }
-
     /// The run's record so far.
     pub fn run(&self) -> Run {
         self.run.lock().map(|r| r.clone()).unwrap_or_default()
@@ -265,7 +277,7 @@ impl Context {
         count: usize,
         log: &str,
     ) -> Result<(Groups, OperatorProcess)> {
-        let groups = Groups::create(prefix, count).await?;
+        let groups = Groups::create(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
         let op = self.start_operator(Some(&groups.namespace), log).await?;
         groups.wait_all_led(ALL_LED_BOUND).await?;
         Ok((groups, op))

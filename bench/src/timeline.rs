@@ -170,13 +170,14 @@ pub fn first_new_leader(events: &[Event], old: &str, t0: SystemTime) -> Option<E
         .cloned()
 }
 
-/// What a source file is.
+/// What a source file is, and how far it was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// The agent's `role` file: `leader`, `follower` or `unknown`.
-    RoleFile,
-    /// A peer's appended stdout.
-    EventLog,
+    /// The agent's `role` file (`leader`, `follower` or `unknown`), and the leading state last
+    /// read.
+    RoleFile(Option<bool>),
+    /// A peer's appended stdout, and the bytes consumed.
+    EventLog(usize),
 }
 
 struct Source {
@@ -184,42 +185,35 @@ struct Source {
     pod: String,
     path: PathBuf,
     kind: Kind,
-    /// RoleFile: the leading state last read.
-    leading: Option<bool>,
-    /// EventLog: bytes consumed.
-    consumed: usize,
 }
 
 impl Source {
     fn poll(&mut self) -> Vec<Event> {
-        match self.kind {
-            Kind::RoleFile => {
+        match &mut self.kind {
+            Kind::RoleFile(last) => {
                 let Ok((at, role)) = read_with_mtime(&self.path) else {
                     return Vec::new();
                 };
                 let leading = role.trim() == "leader";
-                if self.leading == Some(leading) {
+                if last.replace(leading) == Some(leading) {
                     return Vec::new();
                 }
-                self.leading = Some(leading);
+                let identity = self.pod.clone();
                 vec![Event {
                     at,
-                    identity: self.pod.clone(),
+                    identity,
                     leading,
                 }]
             }
-            Kind::EventLog => {
+            Kind::EventLog(consumed) => {
                 let Ok(text) = std::fs::read_to_string(&self.path) else {
                     return Vec::new();
                 };
-                let Some(fresh) = text.get(self.consumed..) else {
+                let Some(end) = text.get(*consumed..).and_then(|fresh| fresh.rfind('\n')) else {
                     return Vec::new();
                 };
-                let Some(end) = fresh.rfind('\n') else {
-                    return Vec::new();
-                };
-                let complete = &fresh[..=end];
-                self.consumed += complete.len();
+                let complete = &text[*consumed..=*consumed + end];
+                *consumed += complete.len();
                 complete
                     .lines()
                     .filter_map(|l| Some(parse_peer_line(l)?.1))
@@ -311,23 +305,20 @@ async fn discover(
             continue;
         }
         let (kind, volume, file) = if ours(&system) {
-            (Kind::RoleFile, AGENT_VOLUME, "role")
+            (Kind::RoleFile(None), AGENT_VOLUME, "role")
         } else {
-            (Kind::EventLog, EVENTS_VOLUME, "events.log")
+            (Kind::EventLog(0), EVENTS_VOLUME, "events.log")
         };
         let Ok(dir) = RealCluster::empty_dir(cluster, &node, &uid, volume) else {
             continue;
         };
         let path = dir.join(file);
         let pod = p.name_any();
-        let (leading, consumed) = (None, 0);
         let source = Source {
             system,
             pod,
             path,
             kind,
-            leading,
-            consumed,
         };
         sources.insert(uid, source);
     }

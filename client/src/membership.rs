@@ -15,7 +15,7 @@ use crate::{
     belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
-    renew::renew,
+    lease_writes::{Note, renew, write_note},
     role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
 };
 
@@ -217,6 +217,9 @@ enum Update {
     Lease(String, Report<Lease>),
     /// A renewal of the Lease (Heartbeat mode) answered.
     Renewal(Box<RenewalOutcome>),
+    /// A note written in the Lease answered: the resourceVersion it was conditional on, and the
+    /// Lease as written or why not.
+    Noted(Option<String>, Box<Result<Lease, MembershipError>>),
 }
 
 /// How a renewal of the Lease went.
@@ -246,6 +249,17 @@ struct Renewals {
     backoff: Option<Duration>,
 }
 
+/// The notes this member owes the operator in the Lease (its acknowledgement as holder, its
+/// step-down as predecessor): one write at a time, and one per version of the Lease unless it
+/// failed for a reason a retry can fix.
+#[derive(Default)]
+struct Notes {
+    in_flight: Option<Task>,
+    /// The resourceVersion the last attempt was conditional on, and when another attempt on that
+    /// same version may be made.
+    tried: Option<(Option<String>, Instant)>,
+}
+
 /// The task that owns the observation and decides the role.
 struct Core {
     client: Client,
@@ -267,6 +281,8 @@ struct Core {
     lease_object: Option<Lease>,
     renewals: Renewals,
     renewal_error: Option<Arc<MembershipError>>,
+    notes: Notes,
+    note_error: Option<Arc<MembershipError>>,
 }
 
 impl Core {
@@ -299,6 +315,8 @@ impl Core {
                 lease_object: None,
                 renewals: Renewals::default(),
                 renewal_error: None,
+                notes: Notes::default(),
+                note_error: None,
             },
             rx,
         )
@@ -335,11 +353,16 @@ impl Core {
             let now = Instant::now();
             let lapses_at = self.belief.observation().lapses_at().filter(|t| *t > now);
             let renew_at = self.next_renewal(now);
+            let note_at = self.next_note(now);
             let update = tokio::select! {
                 update = updates.recv() => update,
                 () = sleep_until(lapses_at) => None,
                 () = sleep_until(renew_at) => {
                     self.start_renewal();
+                    None
+                }
+                () = sleep_until(note_at) => {
+                    self.start_note();
                     None
                 }
             };
@@ -429,7 +452,81 @@ impl Core {
                 }
             }
             Update::Renewal(outcome) => self.renewal_answered(*outcome),
+            Update::Noted(from_version, result) => self.note_answered(from_version, *result),
         }
+    }
+
+    /// The note the Lease as last confirmed asks of this pod, with the Lease to write it in: its
+    /// acknowledgement while it holds the Lease in Readiness mode without one, or its step-down
+    /// while the Lease names it as the predecessor and its role (published before this is asked)
+    /// no longer says `Leader` at that epoch.
+    fn note_owed(&self, now: Instant) -> Option<(Note, &Lease)> {
+        let observation = self.belief.observation();
+        let LeaseObservation::Confirmed(Confirmed {
+            state: Some(lease), ..
+        }) = &observation.lease
+        else {
+            return None;
+        };
+        let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
+        let note = match lease.acknowledgement_asked_of(&self.pod, uid) {
+            Some(epoch) => Note::Acknowledged(epoch),
+            None => {
+                let epoch = lease.step_down_asked_of(&self.pod, uid)?;
+                (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
+                Note::SteppedDown(epoch)
+            }
+        };
+        Some((note, self.lease_object.as_ref()?))
+    }
+
+    /// When to write the note owed: at once, or after a failed attempt on this same version of
+    /// the Lease, when that allows.
+    fn next_note(&self, now: Instant) -> Option<Instant> {
+        if self.notes.in_flight.is_some() {
+            return None;
+        }
+        let (_, lease) = self.note_owed(now)?;
+        match &self.notes.tried {
+            Some((version, retry_at)) if *version == lease.metadata.resource_version => {
+                Some(*retry_at)
+            }
+            _ => Some(now),
+        }
+    }
+
+    fn start_note(&mut self) {
+        let Some((note, lease)) = self.note_owed(Instant::now()) else {
+            return;
+        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
+        let limit = *self.period.borrow();
+        let updates = self.updates.clone();
+        tracing::info!(pod = %self.pod, ?note, "writing in the Lease");
+        self.notes.in_flight = Some(Task(tokio::spawn(async move {
+            let result = write_note(api, lease, note, limit, request).await;
+            let _ = updates
+                .send(Update::Noted(from_version, Box::new(result)))
+                .await;
+        })));
+    }
+
+    fn note_answered(
+        &mut self,
+        from_version: Option<String>,
+        result: Result<Lease, MembershipError>,
+    ) {
+        self.notes.in_flight = None;
+        let now = Instant::now();
+        // Written, or the Lease changed since it was read (a newer version decides again), or
+        // refused for good: not again on this version. Anything else: again after a pause.
+        let retry_at = match &result {
+            Err(e) if !e.is_conflict() && !e.is_forbidden() => now + BACKOFF_MAX,
+            _ => now + Duration::from_secs(3600),
+        };
+        self.notes.tried = Some((from_version, retry_at));
+        let error = result.err().filter(|e| !e.is_conflict()).map(Arc::new);
+        self.set_error(Source::Note, error);
     }
 
     /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
@@ -467,19 +564,29 @@ impl Core {
         Some(self.renewals.retry_at.map_or(due, |retry| retry.max(due)))
     }
 
-    fn start_renewal(&mut self) {
-        let Some((epoch, lease)) = self.renewable() else {
-            return;
-        };
-        let lease = lease.clone();
-        let from_version = lease.metadata.resource_version.clone();
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+    /// What a write of `lease` (as last seen) needs: the Lease, the resourceVersion the write is
+    /// conditional on, the API and the request, for errors.
+    fn lease_write(&self, lease: &Lease) -> (Lease, Option<String>, Api<Lease>, Request) {
         let request = Request {
             verb: "update",
             resource: "leases.coordination.k8s.io",
             name: lease.metadata.name.clone().unwrap_or_default(),
             namespace: self.namespace.clone(),
         };
+        let api = Api::namespaced(self.client.clone(), &self.namespace);
+        (
+            lease.clone(),
+            lease.metadata.resource_version.clone(),
+            api,
+            request,
+        )
+    }
+
+    fn start_renewal(&mut self) {
+        let Some((epoch, lease)) = self.renewable() else {
+            return;
+        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
         let sent = Instant::now();
@@ -541,6 +648,7 @@ impl Core {
             Source::Pod => &mut self.pod_error,
             Source::Lease => &mut self.lease_error,
             Source::Renewal => &mut self.renewal_error,
+            Source::Note => &mut self.note_error,
         };
         let same = match (slot.as_ref(), error.as_ref()) {
             (None, None) => true,
@@ -561,7 +669,8 @@ impl Core {
             .pod_error
             .clone()
             .or_else(|| self.lease_error.clone())
-            .or_else(|| self.renewal_error.clone());
+            .or_else(|| self.renewal_error.clone())
+            .or_else(|| self.note_error.clone());
         self.errors.send_if_modified(|e| {
             let changed = match (e.as_ref(), current.as_ref()) {
                 (None, None) => false,
@@ -591,6 +700,7 @@ enum Source {
     Pod,
     Lease,
     Renewal,
+    Note,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -160,6 +160,8 @@ pub fn lease(obj: &LeaseObj) -> Lease {
         heartbeat: false,
         released_by: None,
         lapsed: None,
+        acknowledged: false,
+        predecessor: None,
     };
     lease_of(&record, obj.owner, obj.rv)
 }

@@ -158,6 +158,8 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         heartbeat: false,
         released_by: None,
         lapsed: None,
+        acknowledged: false,
+        predecessor: None,
     }
 }
 
@@ -1147,6 +1149,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 
 mod heartbeat;
 mod status;
+mod step_down;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {

@@ -88,9 +88,13 @@ impl Cluster {
         self.wait_operator_active(None).await;
     }
 
-    /// `helm install` of the chart with the default values into [`RELEASE_NS`].
+    /// `helm install` of the chart into [`RELEASE_NS`], with the default values but one: the
+    /// operator is told this cluster's node grace period, as a user is asked to.
     pub fn helm_install(&self) -> std::process::Command {
-        RealCluster::helm_install(self.cp)
+        let mut install = RealCluster::helm_install(self.cp);
+        let grace = self.node_monitor_grace_period().as_secs();
+        install.args(["--set", &format!("nodeMonitorGracePeriodSeconds={grace}")]);
+        install
     }
 
     /// The running operator pods.

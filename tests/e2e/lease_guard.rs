@@ -21,12 +21,22 @@ use crate::cluster::{CONVERGE, Cluster};
 
 const GROUP: &str = "lg";
 
-/// Reads the group's Lease and writes it back through `api` after `change`.
-async fn write(api: &Api<Lease>, change: impl FnOnce(&mut Lease)) -> Result<Lease, kube::Error> {
+/// Reads the group's Lease and writes it back through `api` after `change`. The leader's agent
+/// renews the Lease every third of its duration, so a renewal can land between the read and the
+/// write: the server then answers 409 before the guard is asked, and the write is tried again on
+/// a fresh read.
+async fn write(api: &Api<Lease>, change: impl Fn(&mut Lease)) -> Result<Lease, kube::Error> {
     let name = lease_name_for(GROUP);
-    let mut lease = api.get(&name).await?;
-    change(&mut lease);
-    api.replace(&name, &PostParams::default(), &lease).await
+    let mut tries = 0;
+    loop {
+        let mut lease = api.get(&name).await?;
+        change(&mut lease);
+        tries += 1;
+        match api.replace(&name, &PostParams::default(), &lease).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && tries < 5 => continue,
+            answer => return answer,
+        }
+    }
 }
 
 fn renew(lease: &mut Lease) {

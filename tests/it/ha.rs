@@ -292,6 +292,8 @@ async fn the_operator_lease_is_timed_on_the_standbys_clock_not_the_holders_renew
                 heartbeat: false,
                 released_by: None,
                 lapsed: None,
+                acknowledged: false,
+                predecessor: None,
             };
             let current = read(&api, DEFAULT_LEASE_NAME).await.unwrap();
             compare_and_swap(

@@ -9,7 +9,7 @@ use std::{
 };
 use tokio::process::{Child, Command};
 
-use crate::common::{Agent, WAIT, member_kubeconfig, scratch, world};
+use crate::common::{Agent, WAIT, scratch, world_of_two_members};
 
 /// The folder of the examples, beside the agent's crate.
 fn examples() -> PathBuf {
@@ -92,14 +92,7 @@ fn build_go(ns: &str) -> PathBuf {
 
 #[tokio::test]
 async fn the_shell_python_and_go_examples_follow_the_agent() {
-    let w = world("agent-examples").await;
-    for pod in ["app-0", "app-1"] {
-        w.kubelet
-            .create_ready_pod(pod, &[("app", "a")])
-            .await
-            .unwrap();
-    }
-    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    let (w, kubeconfig) = world_of_two_members("agent-examples").await;
     let agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &[]).await;
     let ns = w.ns.name.clone();
     let go = build_go(&ns);

@@ -16,7 +16,7 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-use crate::common::{Agent, DURATION_SECS, WAIT, leader_behind_proxy, member_kubeconfig, world};
+use crate::common::{Agent, DURATION_SECS, WAIT, leader_behind_proxy, world_of_two_members};
 
 /// The application: an echo server that counts the connections it got.
 struct Application {
@@ -111,12 +111,7 @@ async fn refused(proxy: SocketAddr, app: &Application) {
 
 #[tokio::test]
 async fn the_proxy_serves_the_leader_only_and_resets_its_connections_on_demotion() {
-    let w = world("agent-proxy").await;
-    w.kubelet
-        .create_ready_pod("app-0", &[("app", "a")])
-        .await
-        .unwrap();
-    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    let (w, kubeconfig) = world_of_two_members("agent-proxy").await;
     let (app, agent, proxy) = agent_with_proxy(&kubeconfig, &w.ns.name).await;
 
     // A follower: every connection is closed before it reaches the application.

@@ -39,6 +39,8 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         heartbeat: true,
         released_by: None,
         lapsed: None,
+        acknowledged: false,
+        predecessor: None,
     }
 }
 

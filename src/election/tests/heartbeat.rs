@@ -105,6 +105,10 @@ fn a_leader_silent_for_a_lease_duration_hands_over() {
     assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
     assert!(commit.heartbeat);
     assert_eq!(commit.renew_time, commit.acquire_time);
+    assert!(
+        commit.predecessor.as_ref().is_none_or(|d| !d.pending()),
+        "its own rule stopped the silent leader: no step-down to wait for"
+    );
     assert_eq!(p.demote, vec!["a".to_string()]);
     assert_eq!(
         p.promote,

@@ -15,7 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_client::{Epoch, Membership, Role as MemberRole};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, lease_name_for};
+use leadergroup_operator::crd::{
+    EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    lease_name_for,
+};
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::{MemberRules, NODE_NAME, control_plane, member_account, namespace};
 use serde_json::json;
@@ -257,6 +260,56 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     w.kubelet.set_ready("member-0", false).await.unwrap();
     w.wait_settled("g", "member-1 leads at epoch 2", |s| s.epoch == 2)
         .await;
+    // member-1 was labeled once member-0's client had stepped down in the Lease, through the
+    // guard, with member-0's token.
+    let lease = leader.get(&lease_name_for("g")).await.unwrap();
+    assert_eq!(
+        [PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION]
+            .map(|k| lease.annotations().get(k).cloned()),
+        [Some("member-0".to_string()), Some("1".to_string())],
+        "the predecessor and its step-down"
+    );
+    // Nobody else may say so, nor member-0 for another epoch, nor move the predecessor.
+    let unset = |mut l: Lease| {
+        l.annotations_mut().remove(STEPPED_DOWN_ANNOTATION);
+        l
+    };
+    for (who, api, lease_change, naming) in [
+        (
+            "member-1",
+            &follower,
+            unset as fn(Lease) -> Lease,
+            "from pod member-1",
+        ),
+        (
+            "member-0",
+            &leader,
+            |mut l: Lease| {
+                l.annotations_mut()
+                    .insert(STEPPED_DOWN_ANNOTATION.into(), "2".into());
+                l
+            },
+            "would be set to 2",
+        ),
+        (
+            "member-0",
+            &leader,
+            |mut l: Lease| {
+                l.annotations_mut()
+                    .insert(PREDECESSOR_ANNOTATION.into(), "member-1".into());
+                l
+            },
+            "annotation leadergroup.io/predecessor ",
+        ),
+        ("someone", &someone, unset, "carries no pod name"),
+    ] {
+        refused(
+            write(api, lease_change, &PostParams::default()).await,
+            FORBIDDEN,
+            naming,
+            &format!("{who} rewrites the step-down"),
+        );
+    }
     w.wait_status("g", "member-1 renews through the client", |s| {
         renewing(s, "member-1")
     })
