@@ -355,6 +355,19 @@ fn watch_config() -> watcher::Config {
 /// How long a watch lasts before the API server ends it (see [`watch_config`]).
 const WATCH_SECONDS: u32 = 10;
 
+/// How long the operator's client waits for the next byte of an answer: the longest a healthy
+/// watch stays silent ([`WATCH_SECONDS`]) and a margin, as kube-runtime's own bound on an open
+/// watch. That bound covers only the stream once open: the request that opens a watch again
+/// (every [`WATCH_SECONDS`]) and the list that starts one have none, and go out on a connection
+/// from the client's pool, which may have gone half-open while it sat idle there. Without this
+/// such a request waited for good, and the caches froze while new connections got through (a
+/// replica deciding on pods long gone; tests/it/stalled_watch.rs). The timer counts from the
+/// request's write, not from when its connection went idle.
+pub fn configure_client(config: &mut kube::Config) {
+    config.read_timeout = Some(Duration::from_secs(u64::from(WATCH_SECONDS) + 5));
+    config.reset_reader_on_write = true;
+}
+
 /// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
 /// the store, and applied to the index on its way to the Controller.
 fn pod_stream(

@@ -7,6 +7,7 @@ mod commit;
 mod eligibility;
 mod heartbeat;
 mod history;
+mod lapse;
 mod leader;
 mod marking;
 mod records;
@@ -28,6 +29,7 @@ use kube::ResourceExt;
 use self::candidates::Candidates;
 pub use self::candidates::{is_eligible, oldest_first as succession_order};
 use self::heartbeat::Heartbeat;
+use self::lapse::Lapse;
 use self::marking::Marking;
 use self::records::Records;
 use self::refusal::refusal;
@@ -267,14 +269,23 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         return refusal;
     }
     let heartbeat = Heartbeat::judge(obs, &records);
-    let members = Candidates::of(obs, heartbeat.lapsed());
-    let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
+    let lapse = Lapse::judge(obs, &records, &heartbeat);
+    let members = Candidates::of(obs, lapse.pod.as_deref());
+    let leader = leader::choose(&obs.group.spec, &members, records.incumbent())
+        .or_else(|| lapse.kept_holder(obs, &members, &records));
     let token = match Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued())
     {
         Ok(token) => token,
         Err(exhausted) => return refusal::tokens_exhausted(obs, &records, exhausted),
     };
-    let commit = commit::commit(obs, &records, &leader, token, heartbeat.lapsed());
+    let commit = commit::commit(
+        obs,
+        &records,
+        &leader,
+        token,
+        heartbeat.lapsed(),
+        lapse.record.as_ref(),
+    );
     let transition = Transition::between(obs, &members, &records, &leader, token);
     let status = status::change(
         obs,

@@ -240,6 +240,7 @@ impl OperatorLease {
             arbiter: None,
             heartbeat: false,
             released_by: None,
+            lapsed: None,
             acknowledged: false,
             predecessor: None,
         };
@@ -265,6 +266,7 @@ impl OperatorLease {
             holder_uid: None,
             acquire_time: None,
             released_by: Some(self.identity.clone()),
+            lapsed: None,
             ..record
         };
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;

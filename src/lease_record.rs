@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 
 use crate::crd::{
     ACKNOWLEDGED_ANNOTATION, ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION,
-    LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, PREDECESSOR_ANNOTATION,
-    PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION, PREDECESSOR_UID_ANNOTATION,
-    RELEASED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    LAPSED_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
+    PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+    PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
 };
 
 /// The content of a Lease that the operator writes.
@@ -39,6 +39,9 @@ pub struct LeaseRecord {
     /// The operator replica that gave the Lease up on purpose (the operator's own Lease, released
     /// on shutdown): it has stopped acting.
     pub released_by: Option<String>,
+    /// The pod incarnation whose heartbeat lapsed (group Leases in Heartbeat mode): not elected
+    /// again while the record stands. Not part of [`Written`]: writing it restarts no clock.
+    pub lapsed: Option<Lapsed>,
     /// The holder's member (its agent or client) acknowledged its leadership at this epoch
     /// (annotation `leadergroup.io/acknowledged`): deposed, it is waited for as the predecessor.
     pub acknowledged: bool,
@@ -73,6 +76,32 @@ impl Predecessor {
     /// The predecessor, still to step down.
     pub fn pending(&self) -> bool {
         !self.stepped_down
+    }
+}
+
+/// A leader incarnation whose renewals stopped for a Lease duration: annotation
+/// `leadergroup.io/lapsed`, `<pod UID>@<epoch>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lapsed {
+    /// The UID of its pod.
+    pub uid: String,
+    /// The epoch it led at when it lapsed.
+    pub epoch: i64,
+}
+
+impl Lapsed {
+    /// Reads the annotation's value; `None` when it is not `<UID>@<epoch>`.
+    fn parse(value: &str) -> Option<Lapsed> {
+        let (uid, epoch) = value.rsplit_once('@')?;
+        (!uid.is_empty()).then_some(())?;
+        Some(Lapsed {
+            uid: uid.to_string(),
+            epoch: epoch.parse().ok()?,
+        })
+    }
+
+    fn value(&self) -> String {
+        format!("{}@{}", self.uid, self.epoch)
     }
 }
 
@@ -129,6 +158,9 @@ impl LeaseRecord {
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
+            lapsed: annotations
+                .and_then(|a| a.get(LAPSED_ANNOTATION))
+                .and_then(|v| Lapsed::parse(v)),
             acknowledged: annotations
                 .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
                 .and_then(|v| v.parse::<i64>().ok())
@@ -247,6 +279,10 @@ impl LeaseRecord {
             }
             None => annotations.remove(RELEASED_BY_ANNOTATION),
         };
+        match &self.lapsed {
+            Some(lapsed) => annotations.insert(LAPSED_ANNOTATION.to_string(), lapsed.value()),
+            None => annotations.remove(LAPSED_ANNOTATION),
+        };
         if self.acknowledged {
             annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), self.epoch.to_string());
         } else {
@@ -324,9 +360,45 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: false,
             released_by: None,
+            lapsed: None,
             acknowledged: false,
             predecessor: None,
         }
+    }
+
+    #[test]
+    fn the_lapsed_incarnation_round_trips_and_a_malformed_one_reads_as_none() {
+        let r = LeaseRecord {
+            lapsed: Some(Lapsed {
+                uid: "uid-a".into(),
+                epoch: 4,
+            }),
+            ..record(4)
+        };
+        let mut lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(
+            lease.metadata.annotations.as_ref().unwrap()[LAPSED_ANNOTATION],
+            "uid-a@4"
+        );
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        for bad in ["uid-a", "@4", "uid-a@four"] {
+            lease
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(LAPSED_ANNOTATION.into(), bad.into());
+            assert_eq!(LeaseRecord::from_lease(&lease).lapsed, None, "{bad}");
+        }
+        let cleared = LeaseRecord { lapsed: None, ..r };
+        let back = cleared.apply_to(Some(&lease), "l", "ns", None, None);
+        assert!(
+            !back
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(LAPSED_ANNOTATION)
+        );
     }
 
     #[test]

@@ -233,6 +233,7 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: true,
             released_by: None,
+            lapsed: None,
             acknowledged: false,
             predecessor: None,
         }

@@ -120,7 +120,7 @@ fn print_crd() -> Result<(), StartupError> {
 }
 
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupError> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?;
@@ -132,6 +132,7 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupE
             .await
             .map_err(|e| StartupError::Config(e.to_string()))?,
     };
+    controller::configure_client(&mut config);
     Client::try_from(config).map_err(StartupError::Client)
 }
 

@@ -288,7 +288,7 @@ def check_guard(objs, sa_name, namespace_selector):
 # name it; a member changes spec.renewTime alone.
 LEASE_FIELDS = ["spec.holderIdentity", "spec.acquireTime", "spec.leaseDurationSeconds", "spec.leaseTransitions",
                 "metadata.ownerReferences", "label leadergroup.io/group",
-                *(f"annotation leadergroup.io/{a}" for a in ["epoch", "arbiter", "liveness", "holder-uid"])]
+                *(f"annotation leadergroup.io/{a}" for a in ["epoch", "arbiter", "liveness", "holder-uid", "lapsed"])]
 
 
 def check_lease_guard(objs, sa_name, namespace_selector):

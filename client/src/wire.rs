@@ -40,6 +40,12 @@ pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
 /// incarnation: a pod created again under the same name (a StatefulSet's, or a force-deleted
 /// one) is another candidate, and never holds its predecessor's token.
 pub const HOLDER_UID_ANNOTATION: &str = "leadergroup.io/holder-uid";
+/// Annotation on the group's Lease (Heartbeat mode): `<pod UID>@<epoch>`, the incarnation whose
+/// renewals stopped for a Lease duration while it led at that epoch. Its pod may still show
+/// Ready, so the operator remembers it here, across its own passes and restarts, and does not
+/// elect it again until it turns NotReady, is created again under another UID, or renews as
+/// holder.
+pub const LAPSED_ANNOTATION: &str = "leadergroup.io/lapsed";
 /// Annotation on the group's Lease: the epoch at which the holder's member (its agent or client)
 /// acknowledged its leadership, before it first reported `Leader`. A holder that acknowledged may
 /// report `Leader` until it steps down, so the operator waits for its step-down once it deposes

@@ -159,6 +159,7 @@ pub fn lease(obj: &LeaseObj) -> Lease {
         arbiter: obj.owner.map(|_| replica_name(obj.arbiter)),
         heartbeat: false,
         released_by: None,
+        lapsed: None,
         acknowledged: false,
         predecessor: None,
     };

@@ -38,7 +38,7 @@ pub(super) fn change(
     );
     let generation = obs.group.metadata.generation;
     let at = (generation, obs.now);
-    let heartbeat = heartbeat_condition(obs, leader, heartbeat);
+    let heartbeat = heartbeat_condition(obs, leader, heartbeat, members.lapsed.as_deref());
     set_or_remove(&mut next, HEARTBEAT, heartbeat, at);
     let late = late_step_down(obs).map(|m| (TRUE, "LeaseOutlastsNodeGrace", m));
     set_or_remove(&mut next, LATE_STEP_DOWN, late, at);
@@ -110,8 +110,12 @@ fn next(
         s.last_transition_time = Some(Time(obs.now));
         s.last_transition_reason = Some(t.reason.as_str().to_string());
     }
-    let (elected, reason, message) =
-        leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready);
+    let lapsed = leader.is_some() && m.lapsed.as_deref() == leader.as_deref();
+    let (elected, reason, message) = if lapsed {
+        lapsed_holder(leader.as_deref().unwrap_or_default(), epoch)
+    } else {
+        leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready)
+    };
     let generation = obs.group.metadata.generation;
     set_condition(
         &mut s,
@@ -130,6 +134,7 @@ fn heartbeat_condition(
     obs: &Observation<'_>,
     leader: &Option<String>,
     heartbeat: &Heartbeat,
+    lapsed: Option<&str>,
 ) -> Option<(&'static str, &'static str, String)> {
     let leader = leader.as_deref()?;
     if obs.group.spec.liveness != Liveness::Heartbeat {
@@ -137,6 +142,16 @@ fn heartbeat_condition(
     }
     let seconds = obs.group.spec.lease_duration_seconds;
     let lease = obs.group.lease_name();
+    if lapsed == Some(leader) {
+        return Some((
+            FALSE,
+            "Lapsed",
+            format!(
+                "{leader} has not renewed Lease {lease} for {seconds} s; it leads again once \
+                 it renews"
+            ),
+        ));
+    }
     let awaiting = || {
         (
             UNKNOWN,
@@ -198,6 +213,20 @@ fn leader_elected(
             format!("no eligible pod: {candidates} candidates, {ready} Running and Ready"),
         ),
     }
+}
+
+/// The `LeaderElected` condition while the holder whose heartbeat lapsed keeps the Lease, since
+/// no other pod may lead ([`super::lapse::Lapse::kept_holder`]): its client reports no role.
+fn lapsed_holder(holder: &str, epoch: i64) -> (bool, &'static str, String) {
+    (
+        false,
+        "HeartbeatLost",
+        format!(
+            "{holder} stopped renewing the Lease for a Lease duration and no other pod is \
+             eligible: nobody leads; {holder} keeps the Lease at epoch {epoch} (no new token) \
+             until it renews again or another pod becomes eligible"
+        ),
+    )
 }
 
 /// Which of the selected pods older groups hold, if any, grouped by group.

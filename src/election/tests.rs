@@ -73,6 +73,10 @@ impl PodFixture {
         }
         self
     }
+    fn uid(mut self, uid: &str) -> Self {
+        self.pod.metadata.uid = Some(uid.into());
+        self
+    }
     fn terminating(mut self) -> Self {
         self.pod.metadata.deletion_timestamp = Some(Time(now()));
         self
@@ -153,6 +157,7 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         arbiter: Some(arbiter.into()),
         heartbeat: false,
         released_by: None,
+        lapsed: None,
         acknowledged: false,
         predecessor: None,
     }

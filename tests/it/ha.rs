@@ -291,6 +291,7 @@ async fn the_operator_lease_is_timed_on_the_standbys_clock_not_the_holders_renew
                 arbiter: None,
                 heartbeat: false,
                 released_by: None,
+                lapsed: None,
                 acknowledged: false,
                 predecessor: None,
             };

@@ -38,6 +38,8 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         arbiter: Some(ARBITER.to_string()),
         heartbeat: true,
         released_by: None,
+        // The model does not keep the lapse record (`leadergroup.io/lapsed`) in its Lease.
+        lapsed: None,
         // The holder's client acknowledges with its renewals (the client crate's renewal writes
         // the annotation), and a Lease is renewed only by its holder at its epoch.
         acknowledged: lease.renewed.is_some(),

@@ -191,6 +191,8 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     for (annotation, value) in [
         (EPOCH_ANNOTATION, i64::MAX.to_string()),
         ("leadergroup.io/arbiter", "member-0".to_string()),
+        // A lapsed member may not clear, nor another one set, the record that keeps it out.
+        ("leadergroup.io/lapsed", "some-uid@1".to_string()),
     ] {
         let forged = write(
             &leader,
@@ -255,6 +257,24 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
         renewing(s, "member-0")
     })
     .await;
+    // Its client reports Leader once its renewal (its acknowledgement) shows in the Lease: from
+    // then on, deposing it waits for its step-down. (The test's own renewal above already made
+    // the status say Renewing.)
+    let mut first = members[0].subscribe();
+    let acknowledged = tokio::time::timeout(
+        Duration::from_secs(20),
+        first.wait_for(|r| {
+            *r == MemberRole::Leader {
+                epoch: Epoch::from(1u32),
+            }
+        }),
+    )
+    .await;
+    assert!(
+        acknowledged.is_ok_and(|r| r.is_ok()),
+        "member-0's client: {}",
+        *first.borrow()
+    );
     w.kubelet.set_ready("member-0", false).await.unwrap();
     w.wait_settled("g", "member-1 leads at epoch 2", |s| s.epoch == 2)
         .await;
