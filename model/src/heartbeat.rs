@@ -5,7 +5,8 @@
 //! and role rule, and when the operator judges a lapse its own
 //! [`leadergroup_operator::lease_sightings::Sighting`] and `election::decide`.
 //!
-//! Property: a client never believes `Leader` once a successor holds the Lease.
+//! Properties: at most one client believes `Leader` at any instant, and none once a successor
+//! holds the Lease, unless the Lease still waits for its step-down (an immediate handover).
 
 pub mod client;
 pub mod clock;

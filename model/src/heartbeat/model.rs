@@ -312,7 +312,7 @@ impl HeartbeatModel {
 }
 
 pub const NO_STALE_LEADER: &str =
-    "heartbeat: no client believes Leader once a successor holds the Lease";
+    "heartbeat: no client believes Leader once a successor holds the Lease and it is not awaited";
 pub const ONE_LEADER_AT_A_TIME: &str =
     "heartbeat: at most one client believes Leader at any instant";
 pub const CONSISTENT: &str = "heartbeat model consistent";
@@ -326,12 +326,23 @@ pub const SUCCESSOR_LEADS: &str = "sometimes a successor's client believes Leade
 pub fn stale_leaders(s: &HbState) -> Vec<(PodId, i64)> {
     (0..u8::try_from(s.clients.len()).unwrap_or(0))
         .filter_map(|p| match client::role(s, p) {
-            Some(Role::Leader { epoch }) if i64::from(epoch) != s.lease.epoch => {
+            Some(Role::Leader { epoch })
+                if i64::from(epoch) != s.lease.epoch && !awaited(s, p, i64::from(epoch)) =>
+            {
                 Some((p, i64::from(epoch)))
             }
             _ => None,
         })
         .collect()
+}
+
+/// Whether the Lease still waits for `pod`'s step-down from `epoch`: deposed at once, it may
+/// believe `Leader` until it steps down or its belief lapses, and its successor is not labeled
+/// until then (the other property, one believer at a time, is what that wait keeps).
+fn awaited(s: &HbState, pod: PodId, epoch: i64) -> bool {
+    s.lease
+        .predecessor
+        .is_some_and(|(p, e, _, stepped_down)| p == pod && e == epoch && !stepped_down)
 }
 
 /// The clients that believe `Leader` now, with their epoch.
