@@ -64,6 +64,20 @@ async fn write(
     api.replace(&name, params, &change(lease)).await
 }
 
+/// Waits until `member`'s client reports `Leader` at `epoch`.
+async fn wait_leader(member: &Membership, epoch: u32, pod: &str) {
+    let mut role = member.subscribe();
+    let want = MemberRole::Leader {
+        epoch: Epoch::from(epoch),
+    };
+    let led = tokio::time::timeout(Duration::from_secs(20), role.wait_for(|r| *r == want)).await;
+    assert!(
+        led.is_ok_and(|r| r.is_ok()),
+        "{pod}'s client: {}",
+        *role.borrow()
+    );
+}
+
 fn renewing(status: &LeaderGroupStatus, leader: &str) -> bool {
     status.leader.as_deref() == Some(leader)
         && status
@@ -260,21 +274,7 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     // Its client reports Leader once its renewal (its acknowledgement) shows in the Lease: from
     // then on, deposing it waits for its step-down. (The test's own renewal above already made
     // the status say Renewing.)
-    let mut first = members[0].subscribe();
-    let acknowledged = tokio::time::timeout(
-        Duration::from_secs(20),
-        first.wait_for(|r| {
-            *r == MemberRole::Leader {
-                epoch: Epoch::from(1u32),
-            }
-        }),
-    )
-    .await;
-    assert!(
-        acknowledged.is_ok_and(|r| r.is_ok()),
-        "member-0's client: {}",
-        *first.borrow()
-    );
+    wait_leader(&members[0], 1, "member-0").await;
     w.kubelet.set_ready("member-0", false).await.unwrap();
     w.wait_settled("g", "member-1 leads at epoch 2", |s| s.epoch == 2)
         .await;
@@ -332,21 +332,7 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
         renewing(s, "member-1")
     })
     .await;
-    let mut role = members[1].subscribe();
-    let led = tokio::time::timeout(
-        Duration::from_secs(20),
-        role.wait_for(|r| {
-            *r == MemberRole::Leader {
-                epoch: Epoch::from(2u32),
-            }
-        }),
-    )
-    .await;
-    assert!(
-        led.is_ok_and(|r| r.is_ok()),
-        "member-1's client: {}",
-        *role.borrow()
-    );
+    wait_leader(&members[1], 2, "member-1").await;
     for m in members {
         assert!(
             m.last_error()
