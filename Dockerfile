@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 #
-# The leadergroup-operator image: `docker build -t leadergroup-operator:0.1.0 .` builds what the
+# The leadergroup-operator image: `docker build -t leadergroup-operator:0.2.0 .` builds what the
 # Helm chart's default image (repository leadergroup-operator, tag = appVersion) refers to.
 #
 # The builder and the runtime are both Debian 12 (bookworm), so the glibc the binary links against

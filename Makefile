@@ -10,18 +10,23 @@ SHELL := bash
 TEST_THREADS ?= 6
 # The control plane `make test` starts for the whole run (one for all test binaries).
 TEST_CLUSTER := $(CURDIR)/target/test-cluster
+OLDEST_TEST_CLUSTER := $(CURDIR)/target/test-cluster-oldest
 
 .PHONY: help demo light-demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
-.PHONY: check unit it clippy shellcheck check-deps
+.PHONY: check unit it clippy shellcheck check-deps docs docs-gen docs-check
 .PHONY: node-deps node-binaries images cluster-up cluster-down e2e
 
 help:
 	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
 	@echo "make light-demo        the light cluster: the operator, an election, handovers and a GC pause (make demo without root)"
-	@echo "make test              make check, make it, then make e2e (what CI runs)"
-	@echo "make check             no cluster: fmt check, clippy, shellcheck, cargo deny, CRD drift, the chart's static checks, unit tests"
-	@echo "make it                the integration tests on a light cluster it starts and always stops"
+	@echo "make test              make check, make it, make it-oldest, make e2e, make dist (what CI runs)"
+	@echo "make check             no cluster: fmt check, clippy, shellcheck, cargo deny, CRD drift, the chart's static checks, the docs, unit tests"
+	@echo "make docs              the docs book (docs/, mdBook) into target/book; make docs-gen rewrites its generated pages"
+	@echo "make it                the integration tests on a light cluster it starts and always stops (newest supported Kubernetes)"
+	@echo "make it-oldest         the same on the oldest supported Kubernetes minor's kube-apiserver (controlplane/build-oldest.sh)"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
+	@echo "make e2e-traffic       (root) the traffic tests alone (Label, EndpointSlice, the agent's proxy; make e2e runs them too)"
+	@echo "make e2e-traffic-timings (root) the leader deleted again and again: the time to the new leader's first answer through the ClusterIP"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
 	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas and the pods' Memberships (~0.3-0.5 s a fault with the machine's load): docs/chaos.md"
@@ -131,15 +136,40 @@ chart-static:
 helm-lint: chart-static
 
 # make dist last: it takes the images make e2e built, and proves the release can be written.
-test: check it e2e dist
+# make it-oldest after make it: the range's oldest end, once the newest has passed.
+test: check it it-oldest e2e dist
 
 # Layer 1, no cluster: what a change must pass before any cluster is started.
-check: fmt-check lint deny crd-check chart-static unit
+check: fmt-check lint deny crd-check chart-static docs-check unit
+
+# The docs book: docs/ (its table of contents docs/SUMMARY.md, book.toml at the root), built with
+# the pinned mdbook (doctools/mdbook.sh, built once into the project's cache) into target/book.
+docs:
+	"$$(doctools/mdbook.sh)" build
+
+# The generated pages (doctools/reference.py): the LeaderGroup fields from the CRD, the chart's
+# values from its schema, both binaries' flags from their --help, the README's headline table
+# from docs/benchmarks.md. docs-gen rewrites them; docs-check fails naming each one that differs,
+# checks every link and anchor of the Markdown (doctools/links.py, no network) and builds the book.
+.PHONY: docs-binaries
+DOCS_BINARIES := --operator target/debug/leadergroup-operator --agent target/debug/leadergroup-agent
+docs-binaries:
+	cargo build -q --bin leadergroup-operator
+	cargo build -q -p leadergroup-agent --bin leadergroup-agent
+
+docs-gen: docs-binaries
+	doctools/reference.py write $(DOCS_BINARIES)
+
+docs-check: docs-binaries
+	doctools/reference.py check $(DOCS_BINARIES)
+	doctools/links.py
+	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
+	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 
 # Licenses, bans and sources of every dependency (deny.toml), with the pinned cargo-deny.
 .PHONY: deny
 deny:
-	"$$(controlplane/cargo-deny.sh)" check licenses bans sources
+	"$$(controlplane/cargo-tool.sh deny)" check licenses bans sources
 
 # The tests that need no cluster: every crate's library and binary unit tests, the doc tests (all
 # no_run: compiled, not run) and the ledger example's unit tests (cargo only builds examples
@@ -157,20 +187,30 @@ IT_TESTS = $(eval IT_TESTS := $(or $(shell cargo metadata --no-deps --format-ver
   'import json, sys; m = json.load(sys.stdin); print(" ".join(sorted({"--test " + t["name"] for p in m["packages"] for t in p["targets"] if "test" in t["kind"] and t.get("test", True)})))'),\
   $(error no integration test targets found in cargo metadata)))$(IT_TESTS)
 
-# Layer 2, the light cluster. Compiles first (so the cluster does not idle through a build; the
-# whole workspace, as `cargo test` would: the GC-pause test runs the ledger example's binary), then
-# starts one control plane for all test binaries. The trap stops it when the tests end; the
-# watchdog (--watch-pid: this recipe's shell) when make is killed instead. build.sh prints the
-# pinned control plane's cached bin folder (building it first on a fresh machine); called in the
-# recipe, not by make, so that `make -n` builds nothing.
-it:
+# Layer 2, the light cluster, at both ends of the supported Kubernetes range (README, "Supported
+# Kubernetes versions"): `make it` against the newest minor's kube-apiserver (the pinned control
+# plane), `make it-oldest` against the oldest's (controlplane/build-oldest.sh; LEADERGROUP_BIN_DIR
+# points the clusters a test starts for itself at it too). Compiles first (so the cluster does not
+# idle through a build; the whole workspace, as `cargo test` would: the GC-pause test runs the
+# ledger example's binary), then starts one control plane for all test binaries. The trap stops it
+# when the tests end; the watchdog (--watch-pid: this recipe's shell) when make is killed instead.
+# The build scripts print their cached bin folder (building it first on a fresh machine); called
+# in the recipe, not by make, so that `make -n` builds nothing.
+# it-recipe BUILD_SCRIPT CLUSTER_DIR
+define it-recipe
 	cargo test --workspace --no-run
-	@bin=$$(controlplane/build.sh); \
-	trap 'controlplane/cluster.sh down --dir "$(TEST_CLUSTER)"' EXIT; \
-	controlplane/cluster.sh up --dir "$(TEST_CLUSTER)" --watch-pid $$$$ --bin-dir "$$bin"; \
+	@bin=$$($(1)); \
+	trap 'controlplane/cluster.sh down --dir "$(2)"' EXIT; \
+	controlplane/cluster.sh up --dir "$(2)" --watch-pid $$$$ --bin-dir "$$bin"; \
 	start=$$SECONDS; \
-	LEADERGROUP_KUBECONFIG="$(TEST_CLUSTER)/kubeconfig" cargo test --workspace $(IT_TESTS) -- --test-threads=$(TEST_THREADS); \
-	echo "it: tests ran in $$((SECONDS - start)) s"
+	LEADERGROUP_KUBECONFIG="$(2)/kubeconfig" LEADERGROUP_BIN_DIR="$$bin" cargo test --workspace $(IT_TESTS) -- --test-threads=$(TEST_THREADS); \
+	echo "it: tests ran in $$((SECONDS - start)) s against kube-apiserver $$("$$bin/kube-apiserver" --version | cut -d' ' -f2)"
+endef
+.PHONY: it-oldest
+it:
+	$(call it-recipe,controlplane/build.sh,$(TEST_CLUSTER))
+it-oldest:
+	$(call it-recipe,controlplane/build-oldest.sh,$(OLDEST_TEST_CLUSTER))
 
 # Every cargo test but the end-to-end ones (what this target ran before the layers had names).
 cargo-test: unit it
@@ -216,7 +256,8 @@ bench-e2e: bench-venv
 # The model checker's larger configuration (docs/model.md), explored depth first in a release
 # build for 15 minutes at most (it is too large to exhaust in that time: the report says so);
 # `make check` explores a smaller one exhaustively through the unit tests. MODEL_ARGS: --config NAME,
-# --threads N, --timeout SECS, --replay (the counterexamples kept as regression cases).
+# --threads N, --timeout SECS, --first (breadth first, to the first counterexample), --replay (the
+# counterexamples kept as regression cases).
 .PHONY: model
 MODEL_ARGS ?= --config large --timeout 900
 model:
@@ -254,6 +295,19 @@ E2E_CLUSTER := $(CURDIR)/target/e2e-cluster
 E2E_LOGS := $(CURDIR)/target/e2e-logs
 E2E_GRACE := 10
 E2E_THREADS ?= 1
+# E2E_FILTER: libtest's arguments (a test name filter, --skip, --ignored). E2E_CLUSTER_ARGS: more
+# arguments of `realcluster.sh up` (--proxy-mode nftables, --proxy-min-sync-period 0s).
+E2E_FILTER ?=
+E2E_CLUSTER_ARGS ?=
+# The traffic tests alone (tests/e2e/traffic.rs: Label, EndpointSlice, the agent's proxy; part of
+# make e2e too), and the pod-deleted fault measured (traffic::timings_*, ignored by make e2e:
+# LEADERGROUP_TRAFFIC_ROUNDS deletions per route, the median printed; with E2E_CLUSTER_ARGS, under
+# kube-proxy's other settings).
+.PHONY: e2e-traffic e2e-traffic-timings
+e2e-traffic: E2E_FILTER = traffic::
+e2e-traffic: e2e
+e2e-traffic-timings: E2E_FILTER = --ignored traffic::timings_
+e2e-traffic-timings: e2e
 e2e:
 	@t_all=$$SECONDS; \
 	phase() { t=$$SECONDS; echo "e2e: == $$1"; }; \
@@ -264,11 +318,13 @@ e2e:
 	  nice -n 10 cargo build --release --locked -p leadergroup-agent --bin leadergroup-agent; \
 	  nice -n 10 cargo build --release --locked --example ledger; took "release build"; \
 	phase "images"; images/build.sh; took "images"; \
+	phase "previous release (images/previous-release.sh, cached)"; images/previous-release.sh >/dev/null; took "previous release"; \
+	phase "prometheus build"; prometheus=$$(charts/tests/prometheus-build.sh prometheus); took "prometheus build"; \
 	phase "test build"; cargo test --test e2e --no-run; took "test build"; \
 	keep_logs() { rm -rf "$(E2E_LOGS)"; mkdir -p "$(E2E_LOGS)"; \
 	  for f in "$(E2E_CLUSTER)"/*.log "$(E2E_CLUSTER)"/control/*.log; do [[ -f $$f ]] && cp "$$f" "$(E2E_LOGS)/"; done; \
 	  echo "e2e: the cluster's logs are in $(E2E_LOGS)"; }; \
 	trap 'keep_logs; phase "cluster down"; controlplane/realcluster.sh down --dir "$(E2E_CLUSTER)"; took "cluster down"; echo "e2e: total $$((SECONDS - t_all)) s"' EXIT; \
-	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE); took "cluster up"; \
+	phase "cluster up"; controlplane/realcluster.sh up --dir "$(E2E_CLUSTER)" --node-monitor-grace-period $(E2E_GRACE) $(E2E_CLUSTER_ARGS); took "cluster up"; \
 	phase "image import"; images/build.sh --import "$(E2E_CLUSTER)" --no-build; took "image import"; \
-	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture; took "tests"
+	phase "tests"; LEADERGROUP_E2E_KUBECONFIG="$(E2E_CLUSTER)/kubeconfig" LEADERGROUP_PROMETHEUS="$$prometheus" cargo test --test e2e -- --test-threads=$(E2E_THREADS) --nocapture $(E2E_FILTER); took "tests"

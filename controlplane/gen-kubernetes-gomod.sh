@@ -6,6 +6,9 @@
 #
 #   controlplane/gen-kubernetes-gomod.sh          go.mod + go.sum, then node.mod + node.sum
 #   controlplane/gen-kubernetes-gomod.sh --node   node.mod + node.sum only (go.mod stays as it is)
+#   controlplane/gen-kubernetes-gomod.sh --oldest oldest/kubernetes/go.mod + go.sum for the oldest
+#                                                 supported minor (oldest/versions.env; no node files:
+#                                                 the real cluster runs the newest only)
 #
 # node.mod is go.mod plus what kubelet, kube-proxy, kube-scheduler and kube-controller-manager add;
 # node-build.sh reads it with -modfile, so the node binaries never change build.sh's cache key.
@@ -29,6 +32,13 @@ gen_node() {
   echo "kubernetes/node.mod regenerated: $(($(grep -c '// indirect' node.mod) - $(grep -c '// indirect' go.mod))) more modules than go.mod"
 }
 if [[ ${1:-} == --node ]]; then gen_node; exit 0; fi
+module_dir=$here/kubernetes
+if [[ ${1:-} == --oldest ]]; then
+  # shellcheck source=oldest/versions.env
+  source "$here/oldest/versions.env"
+  module_dir=$here/oldest/kubernetes
+  mkdir -p "$module_dir"
+fi
 staging_version="v0.${KUBERNETES_VERSION#v1.}"
 dir=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [[ -n $dir ]] || { echo "could not download k8s.io/kubernetes@$KUBERNETES_VERSION" >&2; exit 1; }
@@ -44,10 +54,10 @@ go_line=$(grep -E '^go ' "$dir/go.mod")
   echo "replace ("
   sed -n '/^replace (/,/^)/p' "$dir/go.mod" | awk -v v="$staging_version" '$2 == "=>" && $3 ~ /^\.\/staging\// {printf "\t%s => %s %s\n", $1, $1, v}'
   echo ")"
-} > "$here/kubernetes/go.mod"
-cd "$here/kubernetes"
+} > "$module_dir/go.mod"
+cd "$module_dir"
 rm -f go.sum
 # go mod tidy cannot see main packages of a dependency, so resolve what the builds import directly.
 go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kubectl@"$KUBERNETES_VERSION"
-echo "kubernetes/go.mod regenerated for $KUBERNETES_VERSION ($(grep -c '=>' go.mod) staging replaces)"
-gen_node
+echo "${module_dir#"$here/"}/go.mod regenerated for $KUBERNETES_VERSION ($(grep -c '=>' go.mod) staging replaces)"
+[[ ${1:-} == --oldest ]] || gen_node

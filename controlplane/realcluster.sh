@@ -2,9 +2,10 @@
 # Starts and stops a real two-node cluster on this machine: etcd + kube-apiserver (cluster.sh),
 # kube-controller-manager, kube-scheduler, and two nodes, each a kubelet with a containerd of its
 # own (config, root, state, socket, runc root, cgroup root) and a bridge with its own pod CIDR,
-# plus kube-proxy (iptables mode). As root. Everything lives in one folder.
+# plus kube-proxy (iptables mode, or nftables). As root. Everything lives in one folder.
 #
 #   controlplane/realcluster.sh up   [--dir DIR] [--node-monitor-grace-period SECS]
+#                                    [--proxy-mode iptables|nftables] [--proxy-min-sync-period DUR]
 #   controlplane/realcluster.sh down [--dir DIR]
 #   controlplane/realcluster.sh stop-node|start-node N [--dir DIR]
 #   controlplane/realcluster.sh cut-node|uncut-node N [--dir DIR]
@@ -16,6 +17,11 @@
 # for a silent node before it marks it and its pods NotReady. Below 40 the kubelets renew their
 # node Lease every 2 s (nodeLeaseDurationSeconds 8) and the controller checks every 2 s, so a
 # short grace period does not make healthy nodes flap. The end-to-end tests use 10.
+# --proxy-mode (default iptables): kube-proxy's mode; nftables uses Debian's nftables (node-deps.sh).
+# --proxy-min-sync-period DUR (default: kube-proxy's, 1s): the mode's minSyncPeriod, the least
+# time between two syncs of the rules (a Go duration: 100ms); a sync that follows another
+# sooner waits for it, so a handover right after another change of endpoints waits this long.
+# 0s measured as the default does (docs/service.md): give a small duration rather than zero.
 # stop-node N stops node N's kubelet and containerd (its containers keep running, as on a node
 # that lost its control-plane connection); start-node N starts both again with the same config.
 # cut-node N is a lost node: stop-node N, then node N's pods (10.244.N.0/24) lose every packet to
@@ -52,6 +58,8 @@ if [[ $cmd == *-node ]]; then
 fi
 dir=$repo/.realcluster
 grace=""
+proxy_mode=iptables
+min_sync=""
 while (($#)); do
   case $1 in
     --dir) need_value "$@"; dir=$2; shift 2 ;;
@@ -59,6 +67,18 @@ while (($#)); do
       need_value "$@"
       grace=$2
       [[ $grace =~ ^[0-9]+$ && $grace -ge 6 ]] || die "--node-monitor-grace-period: whole seconds, at least 6 (got $grace)"
+      shift 2
+      ;;
+    --proxy-mode)
+      need_value "$@"
+      proxy_mode=$2
+      [[ $proxy_mode == iptables || $proxy_mode == nftables ]] || die "--proxy-mode: iptables or nftables (got $proxy_mode)"
+      shift 2
+      ;;
+    --proxy-min-sync-period)
+      need_value "$@"
+      min_sync=$2
+      [[ $min_sync =~ ^[0-9]+(ms|s)$ ]] || die "--proxy-min-sync-period: a duration in ms or s, e.g. 100ms (got $min_sync)"
       shift 2
       ;;
     -h | --help) usage; exit 0 ;;
@@ -449,7 +469,8 @@ EOF
 
 if [[ -f $kubeconfig && -f $dir/env ]]; then
   bin=$(sed -n 's/^BIN_DIR=//p' "$dir/env")
-  if all_alive && [[ -x $bin/kubectl ]] && nodes_ready && [[ $(sed -n 's/^GRACE=//p' "$dir/env") == "$grace" ]]; then
+  if all_alive && [[ -x $bin/kubectl ]] && nodes_ready && [[ $(sed -n 's/^GRACE=//p' "$dir/env") == "$grace" ]] &&
+    [[ $(sed -n 's/^PROXY=//p' "$dir/env") == "$proxy_mode $min_sync" ]]; then
     say "reusing the healthy cluster in $dir"
     print_usage
     exit 0
@@ -477,6 +498,7 @@ BIN_DIR=$bin
 NODE_BIN_DIR=$node_bin
 KUBECONFIG=$kubeconfig
 GRACE=$grace
+PROXY=$proxy_mode $min_sync
 EOF
 say "binaries and images ready in $(since "$t") s"
 
@@ -671,11 +693,12 @@ hostnameOverride: ${nodes[0]}
 bindAddress: $api_ip
 healthzBindAddress: $api_ip:10256
 metricsBindAddress: $api_ip:10249
-mode: iptables
+mode: $proxy_mode
 clusterCIDR: $pod_cidr
 detectLocalMode: ClusterCIDR
 nodePortAddresses: [10.250.0.0/24]
-iptables: {localhostNodePorts: false}
+iptables: {localhostNodePorts: false${min_sync:+, minSyncPeriod: $min_sync}}
+nftables: {${min_sync:+minSyncPeriod: $min_sync}}
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
 spawn kube-proxy "$node_bin/kube-proxy" --config="$dir/kube-proxy.yaml"

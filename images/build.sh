@@ -5,8 +5,8 @@
 #
 #   images/build.sh [--import DIR [--no-build]] [NAME...]
 #
-# NAME: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer (default: all but
-# rust-peer, which only the benchmark uses). Archives go to target/images/NAME.tar.
+# NAME: pause, busybox, webapp, operator, agent, ledger, client-go, agent-clients, rust-peer
+# (default: all but rust-peer, which only the benchmark uses). Archives go to target/images/NAME.tar.
 # --import DIR: also import them into the containerd of every node of the real cluster in DIR
 # (controlplane/realcluster.sh; default .realcluster/ when it runs). --no-build: import the
 # archives built before, without building them again.
@@ -28,6 +28,10 @@
 #             (CGO_ENABLED=0), user 65532, and busybox-static as /bin/sh (the end-to-end benchmark
 #             starts it through a shell that appends its stdout to a file); in a pod it uses the
 #             ServiceAccount
+#   agent-clients localhost/leadergroup/agent-clients:1  the book's three clients of the agent
+#             (examples/agent-clients): role.sh with busybox-static's sh and wget, role.py with
+#             Debian's python3 (the binary, its standard library, the libraries ldd lists), and the
+#             Go one built static (CGO_ENABLED=0) as /usr/local/bin/agent-role; user 65532
 #   rust-peer localhost/leadergroup/rust-peer:1      bench/peers/rust (kube-leader-election and
 #             kube-lease-manager candidates: --lib kle|klm), built with CARGO_TARGET_DIR=target/bench-peers,
 #             its libraries, CA certificates, user 65532, busybox-static as /bin/sh (as client-go)
@@ -47,11 +51,11 @@ while (($#)); do
     --import) need_value "$@"; import_dir=$2; shift 2 ;;
     --no-build) build=""; shift ;;
     -h | --help) usage; exit 0 ;;
-    pause | busybox | webapp | operator | agent | ledger | client-go | rust-peer) names+=("$1"); shift ;;
-    *) bad_arg "$1 (images: pause, busybox, webapp, operator, agent, ledger, client-go, rust-peer)" ;;
+    pause | busybox | webapp | operator | agent | ledger | client-go | agent-clients | rust-peer) names+=("$1"); shift ;;
+    *) bad_arg "$1 (images: pause, busybox, webapp, operator, agent, ledger, client-go, agent-clients, rust-peer)" ;;
   esac
 done
-((${#names[@]})) || names=(pause busybox webapp operator agent ledger client-go)
+((${#names[@]})) || names=(pause busybox webapp operator agent ledger client-go agent-clients)
 [[ -n $build || -n $import_dir ]] || die "--no-build only makes sense with --import"
 
 out=$repo/target/images
@@ -241,6 +245,41 @@ with_shell() {
   local a
   cp "$busybox" "$1/bin/busybox"
   for a in sh cut cat head; do ln -sf busybox "$1/bin/$a"; done
+}
+
+# libraries_of DIR FILE...: every library ldd lists for FILEs, at the path it names, dereferenced.
+libraries_of() {
+  local r=$1 lib
+  shift
+  for lib in $(ldd "$@" 2>/dev/null | grep -o '/[^ :]*' | sort -u); do
+    [[ -e $r$lib ]] || install -D -m 0755 "$(readlink -f "$lib")" "$r$lib"
+  done
+}
+
+# The book's clients of the agent, in one image for the end-to-end test that runs them in pods.
+# Python is Debian's /usr/bin/python3 (not a python3 earlier on the PATH): its standard library
+# without the test suites, its extension modules and their libraries.
+build_agent-clients() {
+  local r=$work/agent-clients-rootfs a python stdlib
+  python=$(readlink -f /usr/bin/python3 2>/dev/null) || true
+  [[ -x $python ]] || die "no Debian python3 at /usr/bin/python3 (apt-get install python3)"
+  stdlib=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')
+  base_rootfs "$r"
+  cp "$busybox" "$r/bin/busybox"
+  for a in sh wget sed sleep kill cat; do ln -s busybox "$r/bin/$a"; done
+  install -D -m 0755 "$python" "$r$python"
+  ln -s "$python" "$r/usr/bin/python3"
+  mkdir -p "$r$stdlib"
+  tar -C "$stdlib" --exclude=test --exclude=tests --exclude=__pycache__ --exclude=idlelib \
+    --exclude=tkinter --exclude=ensurepip --exclude=site-packages --exclude=dist-packages \
+    --exclude='config-*' --exclude=pydoc_data --exclude=lib2to3 --exclude=turtledemo -cf - . |
+    tar -C "$r$stdlib" -xf -
+  libraries_of "$r" "$python" "$stdlib"/lib-dynload/*.so
+  install -D -m 0755 "$repo/examples/agent-clients/role.sh" "$r/usr/local/bin/role.sh"
+  install -D -m 0644 "$repo/examples/agent-clients/role.py" "$r/usr/local/bin/role.py"
+  say "go build examples/agent-clients/go"
+  (cd "$repo/examples/agent-clients/go" && GOTOOLCHAIN=local CGO_ENABLED=0 nice -n 10 go build -trimpath -o "$r/usr/local/bin/agent-role" .)
+  oci_archive agent-clients localhost/leadergroup/agent-clients:1 "$r" 65532:65532 null "$(json_array /bin/sh)"
 }
 
 # The benchmark's Rust peers (kube-leader-election, kube-lease-manager) in a pod: the same binary

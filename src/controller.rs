@@ -105,10 +105,13 @@ pub struct Context {
     pod_index: PodIndex,
     /// The group cache by namespace.
     group_index: GroupIndex,
-    /// When this replica saw each group's Lease reach its current state (Heartbeat liveness).
-    lease_sightings: LeaseSightings,
+    /// When this replica saw each group's Lease reach its current state (Heartbeat liveness,
+    /// and how long another replica that arbitrates a group still counts as alive).
+    lease_sightings: Arc<LeaseSightings>,
     /// Operator replicas known to have stopped on purpose.
     retired: Retired,
+    /// The node controller's grace period ([`Settings::node_grace`]).
+    node_grace: Duration,
     /// The groups where no earlier promotion can still land.
     barriers: Barriers,
     /// When each group's handover began: started by pod events, read by the group's next reconcile.
@@ -175,6 +178,9 @@ pub struct Settings {
     /// Operator replicas known to have stopped on purpose (see [`crate::ha::Retired`]): the
     /// groups they arbitrated are taken over at once.
     pub retired: Retired,
+    /// The node controller's grace period (its `--node-monitor-grace-period`): a Readiness-mode
+    /// group whose Lease is too long for it says so in its status (`LateStepDown`).
+    pub node_grace: Duration,
 }
 
 impl Settings {
@@ -227,6 +233,7 @@ pub async fn run(
             .touched_objects()
     };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
+    let lease_sightings = Arc::new(LeaseSightings::default());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watch_config().labels(LEASE_GROUP_LABEL),
@@ -235,6 +242,10 @@ pub async fn run(
     .modify(|l| l.metadata.managed_fields = None)
     .backoff(watch_backoff())
     .reflect(leases_writer)
+    .inspect_ok({
+        let sightings = lease_sightings.clone();
+        move |event| sightings.watched(event)
+    })
     .try_filter({
         let mut triggers = lease_triggers::LeaseTriggers::default();
         move |event| futures::future::ready(triggers.wants(event))
@@ -273,8 +284,9 @@ pub async fn run(
         group_index,
         handover_clocks: HandoverClocks::default(),
         permanent: backoff::PermanentBackoff::default(),
-        lease_sightings: LeaseSightings::default(),
+        lease_sightings,
         retired: settings.retired.clone(),
+        node_grace: settings.node_grace,
         barriers: Barriers::default(),
         active: active.clone(),
         synced: synced.subscribe(),
@@ -342,6 +354,19 @@ fn watch_config() -> watcher::Config {
 
 /// How long a watch lasts before the API server ends it (see [`watch_config`]).
 const WATCH_SECONDS: u32 = 10;
+
+/// How long the operator's client waits for the next byte of an answer: the longest a healthy
+/// watch stays silent ([`WATCH_SECONDS`]) and a margin, as kube-runtime's own bound on an open
+/// watch. That bound covers only the stream once open: the request that opens a watch again
+/// (every [`WATCH_SECONDS`]) and the list that starts one have none, and go out on a connection
+/// from the client's pool, which may have gone half-open while it sat idle there. Without this
+/// such a request waited for good, and the caches froze while new connections got through (a
+/// replica deciding on pods long gone; tests/it/stalled_watch.rs). The timer counts from the
+/// request's write, not from when its connection went idle.
+pub fn configure_client(config: &mut kube::Config) {
+    config.read_timeout = Some(Duration::from_secs(u64::from(WATCH_SECONDS) + 5));
+    config.reset_reader_on_write = true;
+}
 
 /// The pod watch: trimmed before the cache (see [`crate::pod_index::trim_pod`]), reflected into
 /// the store, and applied to the index on its way to the Controller.

@@ -1,17 +1,19 @@
 //! The election decision: from a group, the pods and groups of its namespace, its Lease and the
-//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule (README, "What it
-//! does") is tested here.
+//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule
+//! (docs/concepts.md, "How it elects") is tested here.
 
 mod candidates;
 mod commit;
 mod eligibility;
 mod heartbeat;
 mod history;
+mod lapse;
 mod leader;
 mod marking;
 mod records;
 mod refusal;
 mod status;
+mod step_down;
 mod token;
 mod transition;
 mod writes;
@@ -27,6 +29,7 @@ use kube::ResourceExt;
 use self::candidates::Candidates;
 pub use self::candidates::{is_eligible, oldest_first as succession_order};
 use self::heartbeat::Heartbeat;
+use self::lapse::Lapse;
 use self::marking::Marking;
 use self::records::Records;
 use self::refusal::refusal;
@@ -49,6 +52,11 @@ pub const LEADER_ELECTED: &str = "LeaderElected";
 pub const HEARTBEAT: &str = "Heartbeat";
 /// Type of the condition that says some selected pods belong to an older group.
 pub const OVERLAPPING: &str = "Overlapping";
+/// Type of the condition that says, in Readiness mode, that a leader cut off from the API server
+/// may still believe it leads after its successor is chosen: two thirds of the Lease (how long
+/// its last confirmation holds) are not shorter than the node controller's grace period (how long
+/// its node takes to turn NotReady). Present (True) only then.
+pub const LATE_STEP_DOWN: &str = "LateStepDown";
 /// Type of the condition that says the API server refuses the operator's requests for the group
 /// for good (False, with the refusal), until a reconcile succeeds again (then it is removed).
 pub const RECONCILED: &str = "Reconciled";
@@ -72,6 +80,9 @@ pub struct Observation<'a> {
     pub retired: &'a BTreeSet<String>,
     /// This operator replica's identity.
     pub identity: &'a str,
+    /// The node controller's grace period (its `--node-monitor-grace-period`): how long a node
+    /// cut off from the API server takes to turn NotReady, and its pods with it.
+    pub node_grace: Duration,
     /// The time of the decision.
     pub now: Timestamp,
 }
@@ -258,14 +269,23 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         return refusal;
     }
     let heartbeat = Heartbeat::judge(obs, &records);
-    let members = Candidates::of(obs, heartbeat.lapsed());
-    let leader = leader::choose(&obs.group.spec, &members, records.incumbent());
+    let lapse = Lapse::judge(obs, &records, &heartbeat);
+    let members = Candidates::of(obs, lapse.pod.as_deref());
+    let leader = leader::choose(&obs.group.spec, &members, records.incumbent())
+        .or_else(|| lapse.kept_holder(obs, &members, &records));
     let token = match Token::for_leader(leader.as_deref(), obs.group.spec.paused, &records.issued())
     {
         Ok(token) => token,
         Err(exhausted) => return refusal::tokens_exhausted(obs, &records, exhausted),
     };
-    let commit = commit::commit(obs, &records, &leader, token);
+    let commit = commit::commit(
+        obs,
+        &records,
+        &leader,
+        token,
+        heartbeat.lapsed(),
+        lapse.record.as_ref(),
+    );
     let transition = Transition::between(obs, &members, &records, &leader, token);
     let status = status::change(
         obs,
@@ -279,14 +299,24 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     let Marking {
         demote,
         release,
-        promote,
+        mut promote,
         mark_followers,
         unmark,
-        barrier_candidates,
+        mut barrier_candidates,
         deposed,
     } = Marking::plan(obs, &members, &records, &leader, token);
-    let requeue_after =
+    let mut requeue_after =
         commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
+    // Step 5 waits for the predecessor's step-down: its member's write wakes the group through
+    // the Lease watch, its lapse by this requeue.
+    let after = commit.as_ref().or(records.lease.as_ref());
+    if let Some(wait) = step_down::awaited(obs, records.lease.as_ref(), after, leader.as_deref())
+        && promote.is_some()
+    {
+        promote = None;
+        barrier_candidates.clear();
+        requeue_after = requeue_after.min(wait.max(Duration::from_millis(100)));
+    }
     Decision::Act(Box::new(Plan {
         commit,
         status,

@@ -1,7 +1,9 @@
 //! Operator HA: replicas agree on one active replica through a Lease of their own, written with
 //! the same compare-and-swap as the groups' Leases. The active replica renews every third of the
 //! duration and stops acting the moment a renewal fails or has not landed within two thirds of the
-//! duration (a hung request); a standby takes over once the Lease has run out. On shutdown the
+//! duration (a hung request); a standby takes over once the Lease has run out, timed on its own
+//! monotonic clock from when it saw the Lease last change (never from the `renewTime` another
+//! machine's clock wrote: [`HolderSighting`]). On shutdown the
 //! active replica stops acting, then releases the Lease naming itself (`leadergroup.io/released-by`),
 //! so that a standby takes over at once and knows that replica stopped on purpose: it takes over
 //! the groups that replica arbitrated at once too, instead of waiting out their Leases
@@ -79,9 +81,44 @@ pub struct OperatorLease {
     pub retired: Retired,
 }
 
+/// When this replica last saw another replica's hold of the operator Lease change, on its own
+/// monotonic clock. The holder's `renewTime` is stamped by the holder's clock, which may be
+/// minutes off this one (or step): compared with the local time, a holder whose clock runs behind
+/// looks expired while it still acts, and one whose clock runs ahead holds a crashed replica's
+/// Lease for as long. So the Lease runs out a duration after this replica saw its last change
+/// (any write moves its resourceVersion): late, never early. A standby reads the Lease every third
+/// of the duration, so it sights each renewal and a crash failover waits one duration after
+/// the last renewal it saw, not one more from its first look.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct HolderSighting {
+    /// The Lease's resourceVersion when last seen to change, and when that was.
+    last: Option<(String, tokio::time::Instant)>,
+}
+
+impl HolderSighting {
+    /// Takes in the Lease as read at `at` (answered then: any renewal it shows landed earlier) and
+    /// says when it runs out, for a holder whose Lease lasts `duration`.
+    fn expires_at(
+        &mut self,
+        version: &str,
+        at: tokio::time::Instant,
+        duration: Duration,
+    ) -> tokio::time::Instant {
+        let seen = match &self.last {
+            Some((v, seen)) if v == version => *seen,
+            _ => {
+                self.last = Some((version.to_string(), at));
+                at
+            }
+        };
+        seen + duration
+    }
+}
+
 impl OperatorLease {
     /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
     pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+        let mut sighting = HolderSighting::default();
         let third = renew_interval(self.duration_seconds);
         // While holding, each renewal must land within two thirds of the duration after the last
         // successful one began: a request that hangs (API server unreachable, connection stuck)
@@ -93,7 +130,7 @@ impl OperatorLease {
             let started = tokio::time::Instant::now();
             // Not holding, a round may take up to the Lease's duration: no request waits longer.
             let deadline = renew_by.unwrap_or(started + third * 3);
-            let round = tokio::time::timeout_at(deadline, self.try_hold())
+            let round = tokio::time::timeout_at(deadline, self.try_hold(&mut sighting))
                 .await
                 .ok();
             let wait = match round {
@@ -158,23 +195,31 @@ impl OperatorLease {
 
     /// One round: renew or acquire if possible. Returns whether this replica holds the Lease and
     /// how long until the next round should run.
-    async fn try_hold(&self) -> Result<(bool, Duration)> {
+    async fn try_hold(&self, sighting: &mut HolderSighting) -> Result<(bool, Duration)> {
         let now = Timestamp::now();
         let current = read(&self.api, &self.name).await?;
+        let answered = tokio::time::Instant::now();
         let record = current.as_ref().map(LeaseRecord::from_lease);
         let mine = record
             .as_ref()
             .is_some_and(|r| r.holder.as_deref() == Some(&self.identity));
-        let free = record
+        // Another replica's hold: how long it still has, by this replica's sightings.
+        let held_for = current
             .as_ref()
-            .is_none_or(|r| r.holder.is_none() || r.is_expired(now));
-        if !mine && !free {
-            let until = record
-                .as_ref()
-                .and_then(LeaseRecord::expires_at)
-                .unwrap_or(now);
-            let ms = until.duration_since(now).as_millis().max(0);
-            return Ok((false, Duration::from_millis(u64::try_from(ms).unwrap_or(0))));
+            .zip(record.as_ref())
+            .filter(|(_, r)| r.holder.is_some() && !mine)
+            .and_then(|(lease, r)| {
+                let version = lease
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or_default();
+                let duration = Duration::from_secs(u64::try_from(r.duration_seconds).unwrap_or(0));
+                let until = sighting.expires_at(version, answered, duration);
+                (until > answered).then(|| until - answered)
+            });
+        if let Some(left) = held_for {
+            return Ok((false, left));
         }
         let previous = record.clone();
         let released_by = previous
@@ -195,6 +240,9 @@ impl OperatorLease {
             arbiter: None,
             heartbeat: false,
             released_by: None,
+            lapsed: None,
+            acknowledged: false,
+            predecessor: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         if let Some(replica) = released_by.filter(|r| *r != self.identity) {
@@ -218,6 +266,7 @@ impl OperatorLease {
             holder_uid: None,
             acquire_time: None,
             released_by: Some(self.identity.clone()),
+            lapsed: None,
             ..record
         };
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
@@ -256,6 +305,21 @@ mod tests {
         ));
         assert!(!in_time(started, started + window, window));
         assert!(!in_time(started, started + Duration::from_secs(3), window));
+    }
+
+    #[test]
+    fn another_replicas_hold_runs_out_a_duration_after_its_last_change_was_seen() {
+        let start = tokio::time::Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let duration = Duration::from_secs(15);
+        let mut sighting = HolderSighting::default();
+        // First look: a whole duration from now, whatever renewTime said.
+        assert_eq!(sighting.expires_at("7", at(0), duration), at(15));
+        // Read again unchanged: no renewal, the deadline stands.
+        assert_eq!(sighting.expires_at("7", at(5), duration), at(15));
+        // A renewal seen at 10: a duration from then.
+        assert_eq!(sighting.expires_at("9", at(10), duration), at(25));
+        assert_eq!(sighting.expires_at("9", at(24), duration), at(25));
     }
 
     #[test]

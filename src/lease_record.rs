@@ -10,8 +10,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
 use crate::crd::{
-    ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
-    LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT, RELEASED_BY_ANNOTATION,
+    ACKNOWLEDGED_ANNOTATION, ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION,
+    LAPSED_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
+    PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+    PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
 };
 
 /// The content of a Lease that the operator writes.
@@ -37,12 +39,76 @@ pub struct LeaseRecord {
     /// The operator replica that gave the Lease up on purpose (the operator's own Lease, released
     /// on shutdown): it has stopped acting.
     pub released_by: Option<String>,
+    /// The pod incarnation whose heartbeat lapsed (group Leases in Heartbeat mode): not elected
+    /// again while the record stands. Not part of [`Written`]: writing it restarts no clock.
+    pub lapsed: Option<Lapsed>,
+    /// The holder's member (its agent or client) acknowledged its leadership at this epoch
+    /// (annotation `leadergroup.io/acknowledged`): deposed, it is waited for as the predecessor.
+    pub acknowledged: bool,
+    /// The last holder that acknowledged its leadership, once deposed (group Leases): the next
+    /// leader is labeled only once it has stepped down.
+    pub predecessor: Option<Predecessor>,
+}
+
+/// The previous holder of a group's Lease, and whether it is known to no longer report `Leader`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Predecessor {
+    /// Its pod.
+    pub pod: String,
+    /// The UID of its pod: only that incarnation's member may say it stepped down.
+    pub uid: Option<String>,
+    /// The epoch it held.
+    pub epoch: i64,
+    /// The `leaseDurationSeconds` of the Lease it last saw: its member's confirmation holds for two
+    /// thirds of it, whatever the group's spec says since.
+    pub lease_seconds: i32,
+    /// It no longer reports `Leader` at `epoch` (annotation `leadergroup.io/stepped-down`).
+    pub stepped_down: bool,
+}
+
+impl Predecessor {
+    /// How long after the handover its member may still report `Leader` without being told:
+    /// its confirmation's validity, two thirds of the Lease it last saw.
+    pub fn validity(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.lease_seconds).unwrap_or(0) * 2000 / 3)
+    }
+
+    /// The predecessor, still to step down.
+    pub fn pending(&self) -> bool {
+        !self.stepped_down
+    }
+}
+
+/// A leader incarnation whose renewals stopped for a Lease duration: annotation
+/// `leadergroup.io/lapsed`, `<pod UID>@<epoch>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lapsed {
+    /// The UID of its pod.
+    pub uid: String,
+    /// The epoch it led at when it lapsed.
+    pub epoch: i64,
+}
+
+impl Lapsed {
+    /// Reads the annotation's value; `None` when it is not `<UID>@<epoch>`.
+    fn parse(value: &str) -> Option<Lapsed> {
+        let (uid, epoch) = value.rsplit_once('@')?;
+        (!uid.is_empty()).then_some(())?;
+        Some(Lapsed {
+            uid: uid.to_string(),
+            epoch: epoch.parse().ok()?,
+        })
+    }
+
+    fn value(&self) -> String {
+        format!("{}@{}", self.uid, self.epoch)
+    }
 }
 
 /// What an operator replica writes in a group's Lease: the holder renews it without changing
 /// any of this, so a change here is a new write of the operator, and a moved `renewTime` alone a
 /// renewal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Written {
     holder: Option<String>,
     holder_uid: Option<String>,
@@ -92,6 +158,14 @@ impl LeaseRecord {
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
+            lapsed: annotations
+                .and_then(|a| a.get(LAPSED_ANNOTATION))
+                .and_then(|v| Lapsed::parse(v)),
+            acknowledged: annotations
+                .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions)),
+            predecessor: annotations.and_then(predecessor_of),
         }
     }
 
@@ -101,6 +175,22 @@ impl LeaseRecord {
     /// holder's clock may be behind).
     pub fn renewed_by_holder(&self) -> bool {
         self.heartbeat && self.holder.is_some() && self.renew_time != self.acquire_time
+    }
+
+    /// The predecessor once the current holder gives the Lease up: the holder itself, still to
+    /// step down, if its member acknowledged its leadership; else (nobody holds it, or a holder
+    /// without a member, which never reported `Leader`) the predecessor it already names.
+    pub fn predecessor_after_holder(&self) -> Option<Predecessor> {
+        match &self.holder {
+            Some(pod) if self.acknowledged => Some(Predecessor {
+                pod: pod.clone(),
+                uid: self.holder_uid.clone(),
+                epoch: self.epoch,
+                lease_seconds: self.duration_seconds,
+                stepped_down: false,
+            }),
+            _ => self.predecessor.clone(),
+        }
     }
 
     /// What of it an operator replica writes ([`Written`]).
@@ -189,6 +279,16 @@ impl LeaseRecord {
             }
             None => annotations.remove(RELEASED_BY_ANNOTATION),
         };
+        match &self.lapsed {
+            Some(lapsed) => annotations.insert(LAPSED_ANNOTATION.to_string(), lapsed.value()),
+            None => annotations.remove(LAPSED_ANNOTATION),
+        };
+        if self.acknowledged {
+            annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), self.epoch.to_string());
+        } else {
+            annotations.remove(ACKNOWLEDGED_ANNOTATION);
+        }
+        write_predecessor(annotations, self.predecessor.as_ref());
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
             lease_duration_seconds: Some(self.duration_seconds),
@@ -199,6 +299,44 @@ impl LeaseRecord {
         });
         lease
     }
+}
+
+/// The predecessor the annotations name; one whose epoch is missing or not a number is no
+/// predecessor (only the operator writes them).
+fn predecessor_of(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
+    let epoch: i64 = annotations
+        .get(PREDECESSOR_EPOCH_ANNOTATION)?
+        .parse()
+        .ok()?;
+    Some(Predecessor {
+        pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
+        uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
+        epoch,
+        lease_seconds: annotations
+            .get(PREDECESSOR_LEASE_SECONDS_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        stepped_down: annotations
+            .get(STEPPED_DOWN_ANNOTATION)
+            .is_some_and(|v| v.parse::<i64>().ok() == Some(epoch)),
+    })
+}
+
+fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Predecessor>) {
+    let mut set = |key: &str, value: Option<String>| match value {
+        Some(v) => annotations.insert(key.to_string(), v),
+        None => annotations.remove(key),
+    };
+    set(PREDECESSOR_ANNOTATION, p.map(|p| p.pod.clone()));
+    set(PREDECESSOR_UID_ANNOTATION, p.and_then(|p| p.uid.clone()));
+    set(PREDECESSOR_EPOCH_ANNOTATION, p.map(|p| p.epoch.to_string()));
+    set(
+        PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+        p.map(|p| p.lease_seconds.to_string()),
+    );
+    // A step-down its member wrote stays as long as it is about this predecessor.
+    let stepped_down = p.filter(|p| p.stepped_down).map(|p| p.epoch.to_string());
+    set(STEPPED_DOWN_ANNOTATION, stepped_down);
 }
 
 /// How often a Lease of `duration_seconds` is renewed: every third of its duration, so that a
@@ -222,7 +360,45 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: false,
             released_by: None,
+            lapsed: None,
+            acknowledged: false,
+            predecessor: None,
         }
+    }
+
+    #[test]
+    fn the_lapsed_incarnation_round_trips_and_a_malformed_one_reads_as_none() {
+        let r = LeaseRecord {
+            lapsed: Some(Lapsed {
+                uid: "uid-a".into(),
+                epoch: 4,
+            }),
+            ..record(4)
+        };
+        let mut lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(
+            lease.metadata.annotations.as_ref().unwrap()[LAPSED_ANNOTATION],
+            "uid-a@4"
+        );
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        for bad in ["uid-a", "@4", "uid-a@four"] {
+            lease
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(LAPSED_ANNOTATION.into(), bad.into());
+            assert_eq!(LeaseRecord::from_lease(&lease).lapsed, None, "{bad}");
+        }
+        let cleared = LeaseRecord { lapsed: None, ..r };
+        let back = cleared.apply_to(Some(&lease), "l", "ns", None, None);
+        assert!(
+            !back
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(LAPSED_ANNOTATION)
+        );
     }
 
     #[test]
@@ -272,6 +448,48 @@ mod tests {
         assert!(
             !readiness.renewed_by_holder(),
             "Readiness: the operator renews"
+        );
+    }
+
+    #[test]
+    fn the_predecessor_round_trips_and_a_step_down_counts_only_at_its_epoch() {
+        let predecessor = Predecessor {
+            pod: "pod-b".into(),
+            uid: Some("uid-b".into()),
+            epoch: 6,
+            lease_seconds: 30,
+            stepped_down: false,
+        };
+        let r = LeaseRecord {
+            acknowledged: true,
+            predecessor: Some(predecessor.clone()),
+            ..record(7)
+        };
+        assert_eq!(predecessor.validity(), Duration::from_secs(20));
+        let mut lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        let annotations = lease.metadata.annotations.as_mut().unwrap();
+        annotations.insert(STEPPED_DOWN_ANNOTATION.into(), "5".into());
+        assert!(
+            LeaseRecord::from_lease(&lease)
+                .predecessor
+                .unwrap()
+                .pending(),
+            "a step-down from an earlier epoch"
+        );
+        let annotations = lease.metadata.annotations.as_mut().unwrap();
+        annotations.insert(STEPPED_DOWN_ANNOTATION.into(), "6".into());
+        let read = LeaseRecord::from_lease(&lease);
+        assert!(!read.predecessor.as_ref().unwrap().pending());
+        let none = LeaseRecord {
+            predecessor: None,
+            ..read
+        };
+        let cleared = none.apply_to(Some(&lease), "l", "ns", None, None);
+        let left = cleared.metadata.annotations.unwrap();
+        assert!(
+            left.keys()
+                .all(|k| !k.contains("predecessor") && !k.contains("stepped-down"))
         );
     }
 

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
 
-use crate::crd::LeaderGroup;
+use crate::crd::{LEASE_GROUP_LABEL, LeaderGroup, lease_name_for};
 use crate::lease_record::{LeaseRecord, Written};
 
 /// When this replica saw the group's Lease reach its current state, on its own clock.
@@ -70,9 +72,10 @@ impl Now {
     }
 }
 
-/// One Lease's sighting.
-#[derive(Clone, Debug)]
-struct Sighting {
+/// One Lease's sighting: what this replica last saw of it and when, on its monotonic clock.
+/// Public so that the model checker (`model/`) times a holder's silence with this very code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sighting {
     written: Written,
     renew_time: Option<Timestamp>,
     written_at: Instant,
@@ -82,7 +85,8 @@ struct Sighting {
 }
 
 impl Sighting {
-    fn first(record: &LeaseRecord, now: Instant) -> Sighting {
+    /// The first sighting of the Lease, as read at `now`.
+    pub fn first(record: &LeaseRecord, now: Instant) -> Sighting {
         Sighting {
             written: record.written(),
             renew_time: record.renew_time,
@@ -103,7 +107,7 @@ impl Sighting {
 
     /// Takes in the Lease as read now: a new write starts over, a moved `renewTime` alone is a
     /// renewal by the holder.
-    fn update(&mut self, record: &LeaseRecord, now: Instant) {
+    pub fn update(&mut self, record: &LeaseRecord, now: Instant) {
         let written = record.written();
         if self.written != written {
             let same_tenure = self.written.same_tenure(&written);
@@ -117,7 +121,8 @@ impl Sighting {
         }
     }
 
-    fn seen(&self, now: &Now) -> LeaseSeen {
+    /// What the decision reads of this sighting, on the wall clock as it reads at `now`.
+    pub fn seen(&self, now: &Now) -> LeaseSeen {
         LeaseSeen {
             written_at: now.wall_of(self.written_at),
             renewed_at: self.renewed_at.map(|r| now.wall_of(r)),
@@ -154,12 +159,40 @@ impl LeaseSightings {
         Some(sighting.seen(&now))
     }
 
+    /// Notes what the Lease watch shows as it arrives, on every replica, active or standing by:
+    /// a replica that turns active then times another replica's Leases from the renewals it saw
+    /// (Readiness mode: the decision defers to that replica until a duration after the last
+    /// one), not from its first look, which would hold the groups of a crashed replica for one
+    /// more duration.
+    pub fn watched(&self, event: &Event<Lease>) {
+        match event {
+            Event::Apply(lease) | Event::InitApply(lease) => {
+                if let Some(group) = group_of(lease) {
+                    self.observe(&group, Some(lease), Now::read());
+                }
+            }
+            Event::Delete(lease) => {
+                if let Some(group) = group_of(lease) {
+                    self.forget(&group);
+                }
+            }
+            Event::Init | Event::InitDone => {}
+        }
+    }
+
     /// Drops what was seen of a deleted group's Lease.
     pub fn forget(&self, group: &ObjectRef<LeaderGroup>) {
         if let Ok(mut sightings) = self.0.lock() {
             sightings.remove(group);
         }
     }
+}
+
+/// The group whose Lease `lease` is: its label names it, and its name is that group's Lease name.
+fn group_of(lease: &Lease) -> Option<ObjectRef<LeaderGroup>> {
+    let group = lease.labels().get(LEASE_GROUP_LABEL)?;
+    let ns = lease.namespace()?;
+    (lease.name_any() == lease_name_for(group)).then(|| ObjectRef::new(group).within(&ns))
 }
 
 #[cfg(test)]
@@ -200,6 +233,9 @@ mod tests {
             arbiter: Some("op-1".into()),
             heartbeat: true,
             released_by: None,
+            lapsed: None,
+            acknowledged: false,
+            predecessor: None,
         }
     }
 

@@ -67,6 +67,11 @@ struct Cli {
     /// clusters with very many groups, where they cost the most (docs/metrics.md).
     #[arg(long, env = "PER_GROUP_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
     per_group_metrics: bool,
+    /// The node controller's grace period in seconds (kube-controller-manager's
+    /// --node-monitor-grace-period): a Readiness-mode group whose leader could outlive it says so
+    /// in its status.
+    #[arg(long, env = "NODE_MONITOR_GRACE_PERIOD", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    node_monitor_grace_period: u64,
     /// This replica's identity (default: the host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -115,7 +120,7 @@ fn print_crd() -> Result<(), StartupError> {
 }
 
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupError> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| StartupError::Config(format!("{}: {e}", path.display())))?;
@@ -127,6 +132,7 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StartupE
             .await
             .map_err(|e| StartupError::Config(e.to_string()))?,
     };
+    controller::configure_client(&mut config);
     Client::try_from(config).map_err(StartupError::Client)
 }
 
@@ -175,6 +181,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
             namespace: cli.namespace.clone(),
             concurrency: cli.concurrency,
             retired,
+            node_grace: std::time::Duration::from_secs(cli.node_monitor_grace_period),
         },
         identity,
         metrics,

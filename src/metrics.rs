@@ -390,6 +390,56 @@ mod tests {
         assert!(!m.render().contains("leadergroup_group_transitions_total{"));
     }
 
+    #[test]
+    fn a_lapsed_heartbeat_leader_counts_as_no_leader_not_as_a_missing_agent() {
+        use kube::runtime::watcher;
+
+        use crate::crd::{LeaderGroupSpec, LeaderGroupStatus};
+        use crate::election::{HEARTBEAT, LEADER_ELECTED, set_condition};
+        let (store, mut writer) = kube::runtime::reflector::store();
+        let spec: LeaderGroupSpec = serde_json::from_value(serde_json::json!({
+            "selector": { "matchLabels": { "app": "lapsed" } },
+            "liveness": "Heartbeat",
+        }))
+        .expect("a valid spec");
+        let mut g = LeaderGroup::new("lapsed", spec);
+        g.metadata.namespace = Some("payments".into());
+        let mut status = LeaderGroupStatus {
+            leader: Some("lapsed-0".into()),
+            epoch: 3,
+            ..LeaderGroupStatus::default()
+        };
+        let now = jiff::Timestamp::now();
+        set_condition(
+            &mut status,
+            (
+                LEADER_ELECTED,
+                "False",
+                "HeartbeatLost",
+                "lapsed-0 keeps the Lease",
+            ),
+            None,
+            now,
+        );
+        set_condition(
+            &mut status,
+            (HEARTBEAT, "False", "Lapsed", "lapsed-0 has not renewed"),
+            None,
+            now,
+        );
+        g.status = Some(status);
+        writer.apply_watcher_event(&watcher::Event::Apply(g));
+        let m = Metrics::new(true);
+        m.watch_groups(store);
+        let text = m.render();
+        for sample in [
+            r#"leadergroup_group_leader{namespace="payments",group="lapsed"} 0"#,
+            r#"leadergroup_group_heartbeat_missing{namespace="payments",group="lapsed"} 0"#,
+        ] {
+            assert!(text.contains(sample), "{sample} missing:\n{text}");
+        }
+    }
+
     fn sample(text: &str, series: &str) -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(series))

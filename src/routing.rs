@@ -4,8 +4,9 @@
 //! are tested without a cluster.
 //!
 //! The slice never lists two pods: every write of it carries the whole list, of one endpoint or
-//! none. During a handover the old leader's endpoint is taken out in step 3, beside its demotion
-//! ([`clear_for_handover`]), and the new leader's put in once its promotion has landed.
+//! none. During a handover the old leader's endpoint is replaced by the new leader's in one write
+//! once the promotion has landed; it is taken out alone ([`clear_for_handover`]) in step 3 when
+//! nobody is promoted, and when the promotion fails.
 
 use std::collections::BTreeMap;
 
@@ -243,11 +244,18 @@ fn endpoint_ports(spec: &LeaderService, pod: &Pod) -> Result<Vec<EndpointPort>, 
 }
 
 /// The number of the pod's container port named `name` with `protocol` (TCP when unset), as
-/// Kubernetes resolves a Service's named targetPort.
+/// Kubernetes resolves a Service's named targetPort: among the containers, then the native
+/// sidecars (init containers with `restartPolicy: Always`, such as the agent and its proxy).
 fn container_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
-    pod.spec
+    let spec = pod.spec.as_ref()?;
+    let sidecars = spec
+        .init_containers
         .iter()
-        .flat_map(|s| &s.containers)
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
         .flat_map(|c| c.ports.iter().flatten())
         .find(|p| {
             p.name.as_deref() == Some(name) && p.protocol.as_deref().unwrap_or("TCP") == protocol
@@ -315,9 +323,10 @@ fn slice(
     }
 }
 
-/// Step 3 of a handover: `current`, the slice as it is, without any endpoint, when it lists a pod
-/// other than `next_leader_uid` (the pod that leads once this pass is done); None when it lists
-/// nothing else. The old leader's endpoint is then gone before the new leader is promoted.
+/// `current`, the slice as it is, without any endpoint, when it lists a pod other than
+/// `next_leader_uid` (the pod that leads once this pass is done); None when it lists nothing
+/// else. Step 3 of a pass that promotes nobody, and the way out of a failed promotion: the old
+/// leader's endpoint does not outlive its leadership.
 pub fn clear_for_handover(
     current: Option<&EndpointSlice>,
     next_leader_uid: Option<&str>,

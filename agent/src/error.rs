@@ -49,6 +49,16 @@ pub enum StartupError {
         source: std::io::Error,
     },
 
+    /// A `--proxy` listening address could not be bound.
+    #[error("--proxy: cannot listen on {listen}: {source}")]
+    Proxy {
+        /// The LISTEN part of `--proxy`.
+        listen: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// The signal handlers could not be installed.
     #[error("cannot install the signal handlers: {0}")]
     Signal(#[source] std::io::Error),

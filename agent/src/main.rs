@@ -4,6 +4,7 @@ mod error;
 mod files;
 mod http;
 mod on_change;
+mod proxy;
 mod state;
 
 use std::{
@@ -24,7 +25,13 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use crate::{error::StartupError, files::RoleFiles, on_change::OnChange, state::Published};
+use crate::{
+    error::StartupError,
+    files::RoleFiles,
+    on_change::OnChange,
+    proxy::{Proxy, Route},
+    state::Published,
+};
 
 /// How long the shutdown waits for the last `--on-change` runs and the open requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -55,6 +62,11 @@ struct Cli {
     /// LEADERGROUP_ROLE and LEADERGROUP_EPOCH in its environment; a failure is only logged.
     #[arg(long, env = "LEADERGROUP_ON_CHANGE")]
     on_change: Option<String>,
+    /// A TCP proxy to the application that serves only while this pod leads, LISTEN=TARGET
+    /// (e.g. 0.0.0.0:8080=127.0.0.1:8081); repeatable (or comma-separated in the variable). Every
+    /// connection it carries is reset the moment the role leaves the term it was accepted in.
+    #[arg(long = "proxy", env = "LEADERGROUP_PROXY", value_delimiter = ',')]
+    proxies: Vec<Route>,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -138,6 +150,16 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
         .await
         .map_err(http_error)?;
     let addr = listener.local_addr().map_err(http_error)?;
+    let mut proxies = Vec::with_capacity(cli.proxies.len());
+    for route in &cli.proxies {
+        let proxy = Proxy::bind(route)
+            .await
+            .map_err(|source| StartupError::Proxy {
+                listen: route.listen.clone(),
+                source,
+            })?;
+        proxies.push(proxy);
+    }
     let client = client(cli.kubeconfig.as_deref()).await?;
     let mut terminate = signal(SignalKind::terminate()).map_err(StartupError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(StartupError::Signal)?;
@@ -155,6 +177,13 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
 
     let on_change = cli.on_change.map(OnChange::start);
     let membership = Membership::start(client, &namespace, &pod, group.clone());
+    // Dropped at the end of this function, which closes every proxied connection (the role is
+    // already unknown by then: dropping `membership` publishes it, and the proxies reset theirs).
+    let mut serving = tokio::task::JoinSet::new();
+    for proxy in proxies {
+        proxy::announce(&proxy);
+        serving.spawn(proxy.serve(membership.subscribe()));
+    }
     info!(%pod, %namespace, group = group.as_deref().unwrap_or("(from the pod's annotation)"), dir = %files.dir().display(), "started");
 
     let mut roles = membership.subscribe();

@@ -10,14 +10,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
-use crate::stats::{Summary, summarize};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
 pub const APP_LATENCY: Scenario = Scenario::of::<AppLatencyResult>(
-    About::full_run(
-        "app-latency",
-        "How fast the application learns its role (crate and agent)",
-    ),
+    "app-latency",
+    "How fast the application learns its role (crate and agent)",
     |ctx| measuring(measure(ctx)),
 );
 
@@ -85,9 +83,8 @@ pub struct HandoverRow {
 }
 
 /// `bench/results/app-latency.json`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct AppLatencyResult {
-    pub run: Run,
     /// Where every clock starts.
     pub start: String,
     /// The clocks, over all handovers and per trigger.
@@ -100,10 +97,10 @@ pub struct AppLatencyResult {
     pub downward_api: Option<Summary>,
 }
 
-stamped!(AppLatencyResult, "app-latency");
-
 impl Recorded for AppLatencyResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "app-latency";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let deletions = self
             .handovers
             .iter()
@@ -217,7 +214,6 @@ impl AppLatencyResult {
             })
             .collect();
         AppLatencyResult {
-            run: Run::default(),
             start: START.into(),
             clocks,
             violations: report.violations(),

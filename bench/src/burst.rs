@@ -10,13 +10,13 @@ use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
 use crate::observe::ms_between;
 use crate::ours::Groups;
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
-use crate::stats::{Summary, summarize};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
-pub const BURST: Scenario = Scenario::of::<BurstResult>(
-    About::full_run("burst", "The burst of failed leaders"),
-    |ctx| measuring(measure(ctx)),
-);
+pub const BURST: Scenario =
+    Scenario::of::<BurstResult>("burst", "The burst of failed leaders", |ctx| {
+        measuring(measure(ctx))
+    });
 
 /// One burst.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -30,9 +30,8 @@ pub struct OneBurst {
 }
 
 /// `burst.json`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct BurstResult {
-    pub run: Run,
     /// Groups per burst.
     pub groups: usize,
     pub bursts: Vec<OneBurst>,
@@ -42,11 +41,10 @@ pub struct BurstResult {
     pub all_re_led: Option<Summary>,
 }
 
-stamped!(BurstResult, "burst");
-
 impl Recorded for BurstResult {
-    fn blocks(&self) -> Vec<Block> {
-        let run = &self.run;
+    const FILE: &'static str = "burst";
+
+    fn blocks(&self, run: &Run) -> Vec<Block> {
         let setup = Table::new(&["groups", "run"]).with([
             self.groups.to_string(),
             format!("{} (`{}`)", run.started_at, run.command),
@@ -88,7 +86,7 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         bursts.push(one_burst(&groups).await?);
         tokio::time::sleep(ctx.settle()).await;
     }
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
     let per: Vec<f64> = bursts
         .iter()
@@ -96,7 +94,6 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         .collect();
     let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
     Ok(BurstResult {
-        run: Run::default(),
         groups: count,
         per_group: summarize(&per),
         all_re_led: summarize(&all),

@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,13 +41,11 @@ use serde_json::json;
 use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
-use crate::peers::{PEERS, Peer};
-use crate::results::Run;
-use crate::scenario::{About, Context, Scenario as BenchScenario, measuring};
-use crate::stats::summarize;
-use crate::timeline::{
-    Exclusion, SYSTEM_LABEL, Tracker, believers_at, first_new_leader, pod_of, split_brains,
-};
+use crate::peers::{Candidate, PEERS, System};
+use crate::results::{Run, Stamped};
+use crate::scenario::{Context, Scenario as BenchScenario, measuring};
+use crate::timeline::{SYSTEM_LABEL, Tracker, first_new_leader, pod_of};
+use leadergroup_testenv::stats::summarize;
 
 /// The node that is lost, where every leader sits before the cut, and the other one.
 const CUT_NODE: &str = "lg-node-1";
@@ -60,80 +57,54 @@ const CANDIDATES: usize = 3;
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
 
-/// The Heartbeat group's Lease.
-const HEARTBEAT_LEASE_SECONDS: u32 = 5;
-
 /// The scenarios that run system by system (node loss runs every system in one cut).
 const HANDOVERS: [Scenario; 3] = [Scenario::Graceful, Scenario::Crash, Scenario::Frozen];
 
-/// Repetitions of one run.
-#[derive(Clone, Debug)]
-struct Plan {
+/// One end-to-end run: its repetitions, the cluster, the images and the admin client.
+struct Bench<'a> {
     /// Graceful, crash and frozen, per system.
     reps: usize,
     /// Node losses (every system measured in each).
     node_losses: usize,
     /// `--node-monitor-grace-period` of the cluster, seconds.
     grace: u32,
+    cluster: &'a RealCluster,
+    /// The image references `images/build.sh` wrote, by image name.
+    images: BTreeMap<&'static str, String>,
+    client: Client,
 }
 
-/// A system measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct System {
-    /// The pods' label value; ours, the group's name too, a peer, its Lease's prefix.
-    label: &'static str,
-    /// The name in the tables.
-    name: &'static str,
-    settings: &'static str,
-    /// A peer's configuration; None for ours.
-    peer: Option<&'static Peer>,
-}
+/// Ours, Readiness liveness (the default), then Heartbeat liveness (node loss only). The web
+/// app's readiness probe is what the frozen scenario waits on.
+const OURS: [System; 2] = [
+    System {
+        name: "leadergroup-operator (Readiness)",
+        settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
+        label: "ours",
+        candidate: Candidate::Agent {
+            liveness: "Readiness",
+        },
+        args: "",
+        lease_seconds: 15,
+    },
+    System {
+        name: "leadergroup-operator (Heartbeat)",
+        settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
+        label: "ours-hb",
+        candidate: Candidate::Agent {
+            liveness: "Heartbeat",
+        },
+        args: "",
+        lease_seconds: 5,
+    },
+];
 
-/// Ours, Readiness liveness (the default). The web app's readiness probe is what the frozen
-/// scenario waits on.
-const OURS: System = System {
-    label: "ours",
-    name: "leadergroup-operator (Readiness)",
-    settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
-    peer: None,
-};
-
-/// Ours, Heartbeat liveness, `leaseDurationSeconds` [`HEARTBEAT_LEASE_SECONDS`] (node loss only).
-const OURS_HEARTBEAT: System = System {
-    label: "ours-hb",
-    name: "leadergroup-operator (Heartbeat)",
-    settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
-    peer: None,
-};
-
-impl System {
-    fn peer(peer: &'static Peer) -> System {
-        let (label, name, settings) = (peer.label, peer.name, peer.settings);
-        let peer = Some(peer);
-        System {
-            label,
-            name,
-            settings,
-            peer,
-        }
+/// How long a handover of `system` may take before the repetition counts as failed.
+fn bound(system: &System) -> Duration {
+    match system.candidate {
+        Candidate::Agent { .. } => Duration::from_secs(60),
+        _ => Duration::from_secs(15 * 3 + 30),
     }
-
-    fn is_ours(label: &str) -> bool {
-        label.starts_with("ours")
-    }
-
-    /// How long a handover may take before the repetition counts as failed.
-    fn bound(self) -> Duration {
-        match self.peer {
-            Some(_) => Duration::from_secs(15 * 3 + 30),
-            None => Duration::from_secs(60),
-        }
-    }
-}
-
-/// The four peers.
-fn peers() -> impl Iterator<Item = System> {
-    PEERS.iter().map(System::peer)
 }
 
 /// The scenarios.
@@ -175,37 +146,46 @@ impl Scenario {
     fn key(self) -> &'static str {
         self.about()[0]
     }
+
+    /// Its results, every system's in `systems`, summarized.
+    fn result(self, mut systems: Vec<SystemResult>) -> ScenarioResult {
+        let [key, title, start] = self.about();
+        for s in &mut systems {
+            s.summary = summarize(&s.samples_ms);
+        }
+        ScenarioResult {
+            scenario: key.into(),
+            title: title.into(),
+            clock_start: start.into(),
+            clock_stop: CLOCK_STOP.into(),
+            systems,
+        }
+    }
 }
 
 /// Where every scenario's clock stops.
 const CLOCK_STOP: &str = "the new leader's application learns that it leads: ours, the mtime of the new leader pod's agent `role` file when it first reads `leader`; a peer, the timestamp its candidate writes when OnStartedLeading (or the library's equivalent) fires. A peer's new leader may be the crashed pod's own restarted container: a new process with a new identity";
 
-/// The image references `images/build.sh` wrote (`target/images/<name>.ref`).
-struct Images {
-    webapp: String,
-    agent: String,
-    client_go: String,
-    rust_peer: String,
-}
+/// The images the run imports into the nodes (`images/build.sh`); the candidates' pods name all
+/// but the operator's.
+const IMAGES: [&str; 5] = ["webapp", "operator", "agent", "client-go", "rust-peer"];
 
-impl Images {
-    fn read(repo: &Path) -> Result<Images> {
-        let read = |name: &str| {
-            let path = repo.join(format!("target/images/{name}.ref"));
-            std::fs::read_to_string(&path)
-                .map(|s| s.trim().to_owned())
-                .map_err(Error::io(format!(
-                    "reading {} (build it: images/build.sh {name})",
-                    path.display()
-                )))
-        };
-        Ok(Images {
-            webapp: read("webapp")?,
-            agent: read("agent")?,
-            client_go: read("client-go")?,
-            rust_peer: read("rust-peer")?,
-        })
-    }
+/// The references `images/build.sh` wrote (`target/images/<name>.ref`) of the candidates' images.
+fn read_images(repo: &Path) -> Result<BTreeMap<&'static str, String>> {
+    let read = |name: &'static str| {
+        let path = repo.join(format!("target/images/{name}.ref"));
+        let what = format!(
+            "reading {} (build it: images/build.sh {name})",
+            path.display()
+        );
+        let text = std::fs::read_to_string(&path).map_err(Error::io(what))?;
+        Ok((name, text.trim().to_owned()))
+    };
+    IMAGES
+        .into_iter()
+        .filter(|n| *n != "operator")
+        .map(read)
+        .collect()
 }
 
 /// The leader of a system at rest.
@@ -217,134 +197,85 @@ struct Leader {
 
 /// One namespace of candidates and what watches them.
 struct World<'a> {
-    cluster: &'a RealCluster,
-    images: &'a Images,
+    bench: &'a Bench<'a>,
     client: Client,
     ns: String,
     pods: Api<Pod>,
     tracker: Tracker,
-    exclusions: Mutex<BTreeMap<&'static str, Vec<Exclusion>>>,
     next_pod: AtomicUsize,
 }
 
 impl<'a> World<'a> {
-    /// A namespace with the RBAC of our members and of the peers, and our groups.
-    async fn create(
-        cluster: &'a RealCluster,
-        images: &'a Images,
-        client: &Client,
-        prefix: &str,
-        heartbeat: bool,
-    ) -> Result<World<'a>> {
-        let ns = leadergroup_testenv::namespace_in(client.clone(), prefix).await?;
+    /// A namespace with the RBAC of our members and of the peers, and our groups: Readiness,
+    /// and Heartbeat when `heartbeat`.
+    async fn create(bench: &'a Bench<'a>, prefix: &str, heartbeat: bool) -> Result<World<'a>> {
+        let ns = leadergroup_testenv::namespace_in(bench.client.clone(), prefix).await?;
         create_rbac(&ns.client, &ns.name).await?;
-        let mut wanted = vec![(OURS, 15, "Readiness")];
-        if heartbeat {
-            wanted.push((OURS_HEARTBEAT, HEARTBEAT_LEASE_SECONDS, "Heartbeat"));
-        }
-        for (system, lease, liveness) in wanted {
-            let mut group = leader_group(system.label, SYSTEM_LABEL, system.label, lease)?;
-            group.data["spec"]["liveness"] = json!(liveness);
+        for system in &OURS[..1 + usize::from(heartbeat)] {
+            let label = system.label;
+            let mut group = leader_group(label, SYSTEM_LABEL, label, system.lease_seconds)?;
+            if let Candidate::Agent { liveness } = system.candidate {
+                group.data["spec"]["liveness"] = json!(liveness);
+            }
             leader_groups(&ns.client, &ns.name)
                 .create(&PostParams::default(), &group)
                 .await?;
         }
         let pods: Api<Pod> = ns.api();
-        let tracker = Tracker::start(pods.clone(), cluster.dir().to_owned(), System::is_ours);
+        let cluster = bench.cluster.dir().to_owned();
+        let tracker = Tracker::start(pods.clone(), cluster, System::is_ours);
         Ok(World {
-            cluster,
-            images,
+            bench,
             client: ns.client,
             ns: ns.name,
             pods,
             tracker,
-            exclusions: Mutex::default(),
             next_pod: AtomicUsize::new(1),
         })
     }
 
-    /// Creates a candidate of `system` on `node`.
-    async fn add_pod(&self, system: System, node: &str) -> Result<()> {
-        let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
-        let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
-        self.pods.create(&PostParams::default(), &pod).await?;
+    /// Creates `count` candidates of `system` on `node`.
+    async fn add_pods(&self, system: &System, node: &str, count: usize) -> Result<()> {
+        for _ in 0..count {
+            let n = self.next_pod.fetch_add(1, Ordering::Relaxed);
+            let pod = self.pod(system, &format!("{}-{n}", system.label), node)?;
+            self.pods.create(&PostParams::default(), &pod).await?;
+        }
         Ok(())
     }
 
     /// The pod of a candidate of `system`, from bench/manifests.
-    fn pod(&self, system: System, name: &str, node: &str) -> Result<Pod> {
+    fn pod(&self, system: &System, name: &str, node: &str) -> Result<Pod> {
         let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
-        let Some(peer) = system.peer else {
-            let images = [
-                ("AGENT_IMAGE", self.images.agent.as_str()),
-                ("WEBAPP_IMAGE", &self.images.webapp),
-            ];
-            return manifest(OURS_POD, &[&common[..], &images].concat());
-        };
-        let (image, binary) = if peer.go {
-            (&self.images.client_go, "leadergroup-bench-client-go")
-        } else {
-            (&self.images.rust_peer, "leadergroup-bench-rust-peer")
+        let (image, binary) = match system.candidate {
+            Candidate::Agent { .. } => {
+                let images = [
+                    ("AGENT_IMAGE", self.bench.image("agent")),
+                    ("WEBAPP_IMAGE", self.bench.image("webapp")),
+                ];
+                return manifest(OURS_POD, &[&common[..], &images].concat());
+            }
+            Candidate::Go => ("client-go", "leadergroup-bench-client-go"),
+            Candidate::Rust => ("rust-peer", "leadergroup-bench-rust-peer"),
         };
         let binary = format!("/usr/local/bin/{binary}");
-        let values = [("IMAGE", image.as_str()), ("BINARY", &binary)];
+        let values = [("IMAGE", self.bench.image(image)), ("BINARY", &binary)];
         let mut pod: Pod = manifest(PEER_POD, &[&common[..], &values].concat())?;
-        let prefix = [
-            "--namespace",
-            "$(POD_NAMESPACE)",
-            "--lease-prefix",
-            peer.label,
-        ];
         if let Some(command) = pod
             .spec
             .as_mut()
             .and_then(|s| s.containers.first_mut())
             .and_then(|c| c.command.as_mut())
         {
-            command.extend(
-                peer.args
-                    .split_whitespace()
-                    .chain(prefix)
-                    .map(str::to_owned),
-            );
+            command.extend(system.arguments("$(POD_NAMESPACE)", system.label));
         }
         Ok(pod)
-    }
-
-    fn exclusions(&self, system: System) -> Vec<Exclusion> {
-        self.exclusions
-            .lock()
-            .ok()
-            .and_then(|x| x.get(system.label).cloned())
-            .unwrap_or_default()
-    }
-
-    /// From `from` on, `identity` does not count as believing it leads (see [`Exclusion`]).
-    fn exclude(&self, system: System, identity: &str, from: SystemTime) {
-        if let Ok(mut x) = self.exclusions.lock() {
-            x.entry(system.label).or_default().push(Exclusion {
-                identity: identity.to_owned(),
-                from,
-                until: None,
-            });
-        }
-    }
-
-    /// From `until` on, `identity` counts again (a frozen process thawed).
-    fn end_exclusion(&self, system: System, identity: &str, until: SystemTime) {
-        if let Ok(mut x) = self.exclusions.lock()
-            && let Some(list) = x.get_mut(system.label)
-        {
-            for e in list.iter_mut().filter(|e| e.identity == identity) {
-                e.until.get_or_insert(until);
-            }
-        }
     }
 
     /// The leader, when the system is at rest: `pods` candidates eligible (Running, Ready, not
     /// terminating), exactly one believer, and the API agreeing (ours: the group settled on its
     /// pod, I2; a peer: its Lease's holder is that identity).
-    async fn at_rest(&self, system: System, pods: usize) -> Result<Option<Leader>> {
+    async fn at_rest(&self, system: &System, pods: usize) -> Result<Option<Leader>> {
         let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label));
         let listed = self.pods.list(&params).await?.items;
         let live: Vec<&Pod> = listed
@@ -354,8 +285,10 @@ impl<'a> World<'a> {
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
-        let events = self.tracker.events(system.label);
-        let believers = believers_at(&events, SystemTime::now(), &self.exclusions(system));
+        let believers = self
+            .tracker
+            .beliefs
+            .believers(system.label, SystemTime::now());
         let [sole] = believers.as_slice() else {
             return Ok(None);
         };
@@ -363,15 +296,15 @@ impl<'a> World<'a> {
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
-        let agrees = match system.peer {
-            Some(peer) => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
-                .get_opt(&format!("{}-0", peer.label))
+        let agrees = match system.candidate {
+            Candidate::Agent { .. } => settled(&self.client, &self.ns, system.label)
+                .await?
+                .is_ok_and(|s| s.leader == pod),
+            _ => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
+                .get_opt(&format!("{}-0", system.label))
                 .await?
                 .and_then(|l| l.spec?.holder_identity)
                 .is_some_and(|h| h == *sole),
-            None => settled(&self.client, &self.ns, system.label)
-                .await?
-                .is_ok_and(|s| s.leader == pod),
         };
         Ok(agrees.then(|| Leader {
             identity: sole.clone(),
@@ -379,7 +312,7 @@ impl<'a> World<'a> {
         }))
     }
 
-    async fn wait_at_rest(&self, system: System, pods: usize) -> Result<Leader> {
+    async fn wait_at_rest(&self, system: &System, pods: usize) -> Result<Leader> {
         let what = format!(
             "{} at rest with {pods} Ready candidates and one leader",
             system.name
@@ -388,7 +321,7 @@ impl<'a> World<'a> {
         wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
             .await
             .map_err(|e| {
-                let events = self.tracker.events(system.label);
+                let events = self.tracker.beliefs.of(system.label);
                 Error::Other(format!("{e} (events: {events:?})"))
             })
     }
@@ -396,7 +329,7 @@ impl<'a> World<'a> {
     /// Waits for the first candidate other than `old` to start leading at or after `t0`.
     async fn wait_new_leader(
         &self,
-        system: System,
+        system: &System,
         old: &str,
         t0: SystemTime,
         bound: Duration,
@@ -404,7 +337,7 @@ impl<'a> World<'a> {
         let what = format!("{}: a leader other than {old}", system.name);
         let every = Duration::from_millis(20);
         Ok(wait_until_every(&what, bound, every, || async {
-            let events = self.tracker.events(system.label);
+            let events = self.tracker.beliefs.of(system.label);
             Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
         })
         .await?)
@@ -413,7 +346,7 @@ impl<'a> World<'a> {
     /// One repetition of `scenario` (not node loss) on `system`: milliseconds from the fault to
     /// the new leader's application acting. The fault strikes the pod's app container, its only
     /// one (ours: the web app, the agent being a native sidecar; a peer: its candidate).
-    async fn repetition(&self, system: System, scenario: Scenario) -> Result<f64> {
+    async fn repetition(&self, system: &System, scenario: Scenario) -> Result<f64> {
         let old = self.wait_at_rest(system, CANDIDATES).await?;
         let pod = self.pods.get(&old.pod).await?;
         let (Some(node), Some(id)) = (node_of(&pod), container_id(&pod)) else {
@@ -424,13 +357,13 @@ impl<'a> World<'a> {
             _ => None,
         };
         let t0 = SystemTime::now();
-        self.exclude(system, &old.identity, t0);
+        self.tracker.beliefs.exclude(&old.identity, t0);
         match (scenario, &frozen) {
             (Scenario::Graceful, _) => {
                 self.pods.delete(&old.pod, &DeleteParams::default()).await?;
             }
             (Scenario::Crash, _) => {
-                kill_container(&self.cluster.containerd_socket(node)?, &id).await?;
+                kill_container(&self.bench.cluster.containerd_socket(node)?, &id).await?;
             }
             (_, Some(frozen)) => frozen.freeze()?,
             _ => {
@@ -440,14 +373,16 @@ impl<'a> World<'a> {
             }
         }
         let new = self
-            .wait_new_leader(system, &old.identity, t0, system.bound())
+            .wait_new_leader(system, &old.identity, t0, bound(system))
             .await;
         if let Some(frozen) = frozen {
             if new.is_ok() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             frozen.thaw()?;
-            self.end_exclusion(system, &old.identity, SystemTime::now());
+            self.tracker
+                .beliefs
+                .end_exclusion(&old.identity, SystemTime::now());
         }
         if scenario != Scenario::Graceful {
             // The faulted pod is replaced by a fresh one once the handover is measured: the
@@ -455,7 +390,7 @@ impl<'a> World<'a> {
             // restart, which over the repetitions would only lengthen the waits between them.
             self.pods.delete(&old.pod, &DeleteParams::default()).await?;
         }
-        self.add_pod(system, node).await?;
+        self.add_pods(system, node, 1).await?;
         Ok(ms_between(t0, new?))
     }
 }
@@ -487,13 +422,6 @@ async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Deletes a namespace, not waiting.
-async fn delete_namespace(client: &Client, ns: &str) {
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(ns, &DeleteParams::background())
-        .await;
-}
-
 /// Runs a command that must succeed (its output passed through).
 async fn run_command(command: std::process::Command) -> Result<()> {
     let shown = format!("{command:?}");
@@ -507,152 +435,74 @@ async fn run_command(command: std::process::Command) -> Result<()> {
     Ok(())
 }
 
-/// Collects one system's samples of one scenario.
-#[derive(Default)]
-struct Collected {
-    samples: Vec<f64>,
-    failures: Vec<String>,
-    split_brains: u64,
-}
-
-impl Collected {
-    fn result(self, system: System) -> SystemResult {
-        SystemResult {
-            system: system.name.into(),
-            settings: system.settings.into(),
-            summary: summarize(&self.samples),
-            samples_ms: self.samples,
-            split_brains: self.split_brains,
-            failures: self.failures,
-        }
-    }
-}
-
-/// Graceful, crash and frozen on one system, `reps` times each; per scenario of [`HANDOVERS`].
-async fn handovers(world: &World<'_>, system: System, reps: usize) -> [Collected; 3] {
-    let mut out: [Collected; 3] = Default::default();
-    for (scenario, c) in HANDOVERS.into_iter().zip(&mut out) {
-        let from = SystemTime::now();
-        for i in 1..=reps {
-            let rep = world.repetition(system, scenario).await;
-            let (name, key) = (system.name, scenario.key());
-            match rep {
-                Ok(ms) => {
-                    tracing::info!("e2e: {name} {key} #{i}: {ms:.0} ms");
-                    c.samples.push(ms);
-                }
-                Err(e) => {
-                    tracing::info!("e2e: {name} {key} #{i}: {e}");
-                    c.failures.push(e.to_string());
+impl World<'_> {
+    /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
+    /// that scenario's); per scenario of [`HANDOVERS`].
+    async fn handovers(&self, system: &System, reps: usize) -> [SystemResult; 3] {
+        let mut out = [(); 3].map(|()| SystemResult::of(system.name, system.settings));
+        for (scenario, c) in HANDOVERS.into_iter().zip(&mut out) {
+            let from = SystemTime::now();
+            for i in 1..=reps {
+                let rep = self.repetition(system, scenario).await;
+                let what = format!("e2e: {} {} #{i}", system.name, scenario.key());
+                if !c.add(&what, rep) {
                     break;
                 }
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // The last handover's other candidates have settled once the system is at rest again.
+            let _ = self.wait_at_rest(system, CANDIDATES).await;
+            let beliefs = &self.tracker.beliefs;
+            c.split_brains = beliefs.split_brains(system.label, from, SystemTime::now());
         }
-        // The last handover's other candidates have settled once the system is at rest again.
-        let _ = world.wait_at_rest(system, CANDIDATES).await;
-        let events = world.tracker.events(system.label);
-        let exclusions = world.exclusions(system);
-        c.split_brains = split_brains(&events, from, SystemTime::now(), &exclusions);
+        out
     }
-    out
-}
 
-/// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
-/// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Per system:
-/// the milliseconds (or why not) and the split brains.
-async fn node_loss(
-    cluster: &RealCluster,
-    images: &Images,
-    client: &Client,
-    systems: &[System],
-    grace: u32,
-) -> Result<BTreeMap<&'static str, (Result<f64>, u64)>> {
-    let world = World::create(cluster, images, client, "e2e-node-loss", true).await?;
-    for &s in systems {
-        world.add_pod(s, CUT_NODE).await?;
+    /// Deletes the namespace, not waiting.
+    async fn delete(self) {
+        let namespaces = Api::<Namespace>::all(self.bench.client.clone());
+        let _ = namespaces
+            .delete(&self.ns, &DeleteParams::background())
+            .await;
     }
-    for &s in systems {
-        world.wait_at_rest(s, 1).await?;
-    }
-    for &s in systems {
-        for _ in 1..CANDIDATES {
-            world.add_pod(s, OTHER_NODE).await?;
-        }
-    }
-    let mut old = BTreeMap::new();
-    for &s in systems {
-        old.insert(s.label, world.wait_at_rest(s, CANDIDATES).await?.identity);
-    }
-    // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let from = SystemTime::now();
-    let (uncut, t0) = cluster.cut_node(CUT_NODE).await?;
-    tracing::info!("e2e: node loss: {CUT_NODE} cut");
-    let bound = Duration::from_secs(u64::from(grace) + 90);
-    let moved = futures::future::join_all(systems.iter().map(|&s| {
-        let (world, old) = (&world, old.get(s.label).cloned().unwrap_or_default());
-        async move { (s, world.wait_new_leader(s, &old, t0, bound).await) }
-    }))
-    .await;
-    // The node back, whatever happened: its cut-off candidates then say what they believed.
-    drop(uncut);
-    let back = wait_until(
-        "lg-node-1 Ready again",
-        Duration::from_secs(120),
-        || async {
-            Ok::<_, leadergroup_testenv::Error>(
-                (node_ready(client, CUT_NODE).await? == "True").then_some(()),
-            )
-        },
-    );
-    if let Err(e) = back.await {
-        tracing::warn!("e2e: node loss: {e}");
-    }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let mut out = BTreeMap::new();
-    for (s, r) in moved {
-        let events = world.tracker.events(s.label);
-        let brains = split_brains(&events, from, SystemTime::now(), &[]);
-        let ms = r.map(|at| ms_between(t0, at));
-        match &ms {
-            Ok(ms) => tracing::info!("e2e: node loss: {}: {ms:.0} ms", s.name),
-            Err(e) => tracing::info!("e2e: node loss: {}: {e}", s.name),
-        }
-        out.insert(s.label, (ms, brains));
-    }
-    delete_namespace(client, &world.ns).await;
-    Ok(out)
 }
 
 pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
-    About::alone(
-        "e2e",
-        "The end-to-end scenarios on a real cluster of their own (as root)",
-    ),
+    "e2e",
+    "The end-to-end scenarios on a real cluster of their own (as root)",
     |ctx| measuring(run_e2e(ctx)),
 );
 
-async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
+async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
     let started = Instant::now();
-    let plan = Plan {
-        reps: ctx.pick(5, 1),
-        node_losses: ctx.pick(3, 1),
-        grace: ctx.options.grace.unwrap_or(ctx.pick(50, 10)),
-    };
+    let grace = ctx.options.grace.unwrap_or(ctx.pick(50, 10));
     let repo = &ctx.repo;
-    let images = Images::read(repo)?;
-    tracing::info!(
-        "e2e: the real cluster (node-monitor-grace-period {} s)",
-        plan.grace
-    );
+    let images = read_images(repo)?;
+    tracing::info!("e2e: the real cluster (node-monitor-grace-period {grace} s)");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(Error::io("installing a SIGTERM handler"))?;
     // The cluster guard lives in this block: stopped on return, on error, and when a
     // signal ends the run (the measuring future is dropped first).
-    let cluster = RealCluster::up(repo.join("target/bench-e2e-cluster"), plan.grace).await?;
+    let cluster = RealCluster::up(repo.join("target/bench-e2e-cluster"), grace).await?;
+    let measured = async {
+        let cp = install(repo, &cluster).await?;
+        let (reps, node_losses) = (ctx.pick(5, 1), ctx.pick(3, 1));
+        let client = cp.client().await?;
+        let bench = Bench {
+            reps,
+            node_losses,
+            grace,
+            cluster: &cluster,
+            images,
+            client,
+        };
+        let mut run = Run::describe(&bench.client, repo, &cp, ctx.options.quick).await?;
+        bench.describe(&mut run, ctx.options.quick);
+        let body = bench.measure().await?;
+        Ok(Stamped { run, body })
+    };
     let mut result = tokio::select! {
-        r = measure(&plan, repo, &cluster, &images, ctx.options.quick) => r,
+        r = measured => r,
         _ = tokio::signal::ctrl_c() => Err(Error::Other("interrupted (SIGINT)".into())),
         _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
     }?;
@@ -661,64 +511,16 @@ async fn run_e2e(ctx: &Context) -> Result<E2eResult> {
     Ok(result)
 }
 
-async fn measure(
-    plan: &Plan,
-    repo: &Path,
-    cluster: &RealCluster,
-    images: &Images,
-    quick: bool,
-) -> Result<E2eResult> {
-    let cp = install(repo, cluster).await?;
-    let client = cp.client().await?;
-    let mut run = Run::describe(&client, repo, &cp, quick).await?;
-    run.command = format!(
-        "make bench-e2e (leadergroup-bench --only e2e{})",
-        if quick { " --quick" } else { "" }
-    );
-    run.control_plane = format!(
-        "the real cluster: controlplane/realcluster.sh up --node-monitor-grace-period {} in {} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets with containerd 1.6 and runc, kube-proxy; all on this machine)",
-        plan.grace,
-        cluster.dir().display()
-    );
-
-    // Graceful, crash and frozen: ours alone first (its figures are the small ones), then the
-    // four peers side by side.
-    let mut per_system = handover_runs(plan, cluster, images, &client).await?;
-    let mut scenarios: Vec<ScenarioResult> = Vec::new();
-    for (i, scenario) in HANDOVERS.into_iter().enumerate() {
-        let systems = per_system
-            .iter_mut()
-            .map(|(s, collected)| std::mem::take(&mut collected[i]).result(*s))
-            .collect();
-        scenarios.push(scenario_result(scenario, systems));
-    }
-
-    scenarios.push(node_losses(plan, cluster, images, &client).await?);
-
-    Ok(E2eResult {
-        run,
-        node_monitor_grace_period_s: plan.grace,
-        setup: format!(
-            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
-            plan.reps, plan.node_losses
-        ),
-        scenarios,
-    })
-}
-
 /// Imports the images into the cluster's nodes and installs the operator with its chart: one
 /// replica on node 2, so that losing node 1 measures the groups' failover, not the operator's own.
 async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_testenv::ControlPlane> {
     let t = Instant::now();
     let mut import = std::process::Command::new(repo.join("images/build.sh"));
-    import.arg("--import").arg(cluster.dir()).args([
-        "--no-build",
-        "webapp",
-        "operator",
-        "agent",
-        "client-go",
-        "rust-peer",
-    ]);
+    import
+        .arg("--import")
+        .arg(cluster.dir())
+        .arg("--no-build")
+        .args(IMAGES);
     run_command(import).await?;
     tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
     let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
@@ -733,77 +535,139 @@ async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_teste
     Ok(cp)
 }
 
-/// The node losses, every system measured in each cut.
-async fn node_losses(
-    plan: &Plan,
-    cluster: &RealCluster,
-    images: &Images,
-    client: &Client,
-) -> Result<ScenarioResult> {
-    let losses: Vec<System> = [OURS, OURS_HEARTBEAT].into_iter().chain(peers()).collect();
-    let mut collected: BTreeMap<&'static str, Collected> = BTreeMap::new();
-    for i in 0..plan.node_losses {
-        tracing::info!("e2e: node loss {} of {}", i + 1, plan.node_losses);
-        let out = node_loss(cluster, images, client, &losses, plan.grace).await?;
-        for (label, (ms, brains)) in out {
-            let c = collected.entry(label).or_default();
-            c.split_brains += brains;
-            match ms {
-                Ok(ms) => c.samples.push(ms),
-                Err(e) => c.failures.push(e.to_string()),
-            }
-        }
+impl Bench<'_> {
+    /// The reference of image `name` (one of [`IMAGES`]).
+    fn image(&self, name: &str) -> &str {
+        self.images.get(name).map_or("", String::as_str)
     }
-    let systems = losses
-        .iter()
-        .map(|s| collected.remove(s.label).unwrap_or_default().result(*s))
-        .collect();
-    Ok(scenario_result(Scenario::NodeLoss, systems))
-}
 
-/// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
-/// (deleted, its tracker stopped, before the node losses).
-async fn handover_runs(
-    plan: &Plan,
-    cluster: &RealCluster,
-    images: &Images,
-    client: &Client,
-) -> Result<Vec<(System, [Collected; 3])>> {
-    let world = World::create(cluster, images, client, "e2e-bench", false).await?;
-    let all: Vec<System> = std::iter::once(OURS).chain(peers()).collect();
-    for &s in &all {
-        world.add_pod(s, CUT_NODE).await?;
-        for _ in 1..CANDIDATES {
-            world.add_pod(s, OTHER_NODE).await?;
-        }
+    /// The run's command and control plane.
+    fn describe(&self, run: &mut Run, quick: bool) {
+        run.command = format!(
+            "make bench-e2e (leadergroup-bench --only e2e{})",
+            if quick { " --quick" } else { "" }
+        );
+        run.control_plane = format!(
+            "the real cluster: controlplane/realcluster.sh up --node-monitor-grace-period {} in {} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets with containerd 1.6 and runc, kube-proxy; all on this machine)",
+            self.grace,
+            crate::results::in_repo(self.cluster.dir()).display()
+        );
     }
-    for &s in &all {
-        world.wait_at_rest(s, CANDIDATES).await?;
-    }
-    tracing::info!(
-        "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
-        plan.reps
-    );
-    let mut per_system = vec![(OURS, handovers(&world, OURS, plan.reps).await)];
-    let world = &world;
-    per_system.extend(
-        futures::future::join_all(
-            peers().map(|s| async move { (s, handovers(world, s, plan.reps).await) }),
-        )
-        .await,
-    );
-    delete_namespace(client, &world.ns).await;
-    Ok(per_system)
-}
 
-fn scenario_result(scenario: Scenario, systems: Vec<SystemResult>) -> ScenarioResult {
-    let [key, title, start] = scenario.about();
-    ScenarioResult {
-        scenario: key.into(),
-        title: title.into(),
-        clock_start: start.into(),
-        clock_stop: CLOCK_STOP.into(),
-        systems,
+    /// Graceful, crash and frozen: ours alone first (its figures are the small ones), then the
+    /// four peers side by side; then the node losses.
+    async fn measure(&self) -> Result<E2eResult> {
+        let mut per_system = self.handover_runs().await?;
+        let mut scenarios: Vec<ScenarioResult> = Vec::new();
+        for (i, scenario) in HANDOVERS.into_iter().enumerate() {
+            let systems = per_system
+                .iter_mut()
+                .map(|results| std::mem::take(&mut results[i]))
+                .collect();
+            scenarios.push(scenario.result(systems));
+        }
+        scenarios.push(self.node_losses().await?);
+        Ok(E2eResult {
+            node_monitor_grace_period_s: self.grace,
+            setup: format!(
+                "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
+                self.reps, self.node_losses
+            ),
+            scenarios,
+        })
+    }
+
+    /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
+    /// (deleted, its tracker stopped, before the node losses).
+    async fn handover_runs(&self) -> Result<Vec<[SystemResult; 3]>> {
+        let world = World::create(self, "e2e-bench", false).await?;
+        let all: Vec<&System> = OURS[..1].iter().chain(&PEERS).collect();
+        for s in &all {
+            world.add_pods(s, CUT_NODE, 1).await?;
+            world.add_pods(s, OTHER_NODE, CANDIDATES - 1).await?;
+        }
+        for s in &all {
+            world.wait_at_rest(s, CANDIDATES).await?;
+        }
+        tracing::info!(
+            "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
+            self.reps
+        );
+        let mut per_system = vec![world.handovers(&OURS[0], self.reps).await];
+        let peers = PEERS.iter().map(|s| world.handovers(s, self.reps));
+        per_system.extend(futures::future::join_all(peers).await);
+        world.delete().await;
+        Ok(per_system)
+    }
+
+    /// The node losses, every system measured in each cut.
+    async fn node_losses(&self) -> Result<ScenarioResult> {
+        let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
+        let mut results: Vec<SystemResult> = losses
+            .iter()
+            .map(|s| SystemResult::of(s.name, s.settings))
+            .collect();
+        for i in 0..self.node_losses {
+            tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
+            self.node_loss(&losses, &mut results).await?;
+        }
+        Ok(Scenario::NodeLoss.result(results))
+    }
+
+    /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
+    /// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Adds each
+    /// system's milliseconds (or why not) and split brains to its entry of `results`.
+    async fn node_loss(&self, systems: &[&System], results: &mut [SystemResult]) -> Result<()> {
+        let world = World::create(self, "e2e-node-loss", true).await?;
+        for s in systems {
+            world.add_pods(s, CUT_NODE, 1).await?;
+        }
+        for s in systems {
+            world.wait_at_rest(s, 1).await?;
+        }
+        for s in systems {
+            world.add_pods(s, OTHER_NODE, CANDIDATES - 1).await?;
+        }
+        let mut old = Vec::new();
+        for s in systems {
+            old.push(world.wait_at_rest(s, CANDIDATES).await?.identity);
+        }
+        // The Heartbeat leader's agent renews every third of 5 s: let it do so a few times.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let from = SystemTime::now();
+        let (uncut, t0) = self.cluster.cut_node(CUT_NODE).await?;
+        tracing::info!("e2e: node loss: {CUT_NODE} cut");
+        let bound = Duration::from_secs(u64::from(self.grace) + 90);
+        let moved = systems.iter().zip(&old).map(|(s, old)| {
+            let world = &world;
+            async move { world.wait_new_leader(s, old, t0, bound).await }
+        });
+        let moved = futures::future::join_all(moved).await;
+        // The node back, whatever happened: its cut-off candidates then say what they believed.
+        drop(uncut);
+        let back = wait_until(
+            "lg-node-1 Ready again",
+            Duration::from_secs(120),
+            || async {
+                Ok::<_, leadergroup_testenv::Error>(
+                    (node_ready(&self.client, CUT_NODE).await? == "True").then_some(()),
+                )
+            },
+        );
+        if let Err(e) = back.await {
+            tracing::warn!("e2e: node loss: {e}");
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for ((s, at), result) in systems.iter().zip(moved).zip(results) {
+            let beliefs = &world.tracker.beliefs;
+            result.split_brains += beliefs.split_brains(s.label, from, SystemTime::now());
+            result.add(
+                &format!("e2e: node loss: {}", s.name),
+                at.map(|at| ms_between(t0, at)),
+            );
+        }
+        world.delete().await;
+        Ok(())
     }
 }
 

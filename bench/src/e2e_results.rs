@@ -1,12 +1,13 @@
-//! The end-to-end results file, `bench/results/e2e.json`, and its tables (the README's headline
-//! table is the first).
+//! The end-to-end results file, `bench/results/e2e.json`, and its tables (the first, the
+//! headline, is copied into the README by `make docs-gen`).
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Result;
 use crate::markdown::{Block, Table, met};
-use crate::results::Run;
-use crate::scenario::{Recorded, Stamped};
-use crate::stats::Summary;
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Outcome, Recorded};
+use leadergroup_testenv::stats::Summary;
 
 /// The samples of one system in one scenario.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -24,8 +25,35 @@ pub struct SystemResult {
 }
 
 impl SystemResult {
+    /// No samples yet of `system`.
+    pub fn of(system: &str, settings: &str) -> SystemResult {
+        let (system, settings) = (system.into(), settings.into());
+        SystemResult {
+            system,
+            settings,
+            ..SystemResult::default()
+        }
+    }
+
+    /// Adds a repetition's outcome, its milliseconds or why it failed, and logs it as `what`;
+    /// whether it succeeded.
+    pub fn add(&mut self, what: &str, outcome: Result<f64>) -> bool {
+        match outcome {
+            Ok(ms) => {
+                tracing::info!("{what}: {ms:.0} ms");
+                self.samples_ms.push(ms);
+                true
+            }
+            Err(e) => {
+                tracing::info!("{what}: {e}");
+                self.failures.push(e.to_string());
+                false
+            }
+        }
+    }
+
     fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
+        Summary::median(self.summary.as_ref())
     }
 
     fn is_ours(&self) -> bool {
@@ -75,7 +103,6 @@ impl ScenarioResult {
 /// `bench/results/e2e.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct E2eResult {
-    pub run: Run,
     /// The cluster's `--node-monitor-grace-period`, seconds.
     pub node_monitor_grace_period_s: u32,
     pub setup: String,
@@ -107,51 +134,45 @@ fn ratio(peer: f64, ours: f64) -> String {
     }
 }
 
-impl Stamped for E2eResult {
+impl Recorded for E2eResult {
     const FILE: &'static str = "e2e";
     /// Measured only alone, on the real cluster.
     const OPTIONAL: bool = true;
 
-    /// Its run is the real cluster's, which it described itself, not the light one's.
-    fn set_run(&mut self, _light: &Run) {}
-}
-
-impl Recorded for E2eResult {
     /// The run, the headline, every scenario's table and the targets.
-    fn blocks(&self) -> Vec<Block> {
-        render(self)
+    fn blocks(&self, run: &Run) -> Vec<Block> {
+        let grace = self.node_monitor_grace_period_s;
+        let mut setup = run.table(&["node-monitor-grace-period"]);
+        let default = if grace == 50 {
+            " (Kubernetes' default)"
+        } else {
+            " (Kubernetes' default is 50 s)"
+        };
+        for row in &mut setup.rows {
+            row.push(format!("{grace} s{default}"));
+        }
+        let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
+        let quick = run
+            .quick
+            .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
+        let mut blocks = vec![
+            Block::tables("e2e-run", [setup, cluster]).notes(quick),
+            Block::tables("e2e-headline", [headline(self)]),
+        ];
+        for sc in &self.scenarios {
+            let name = format!("e2e-{}", sc.scenario);
+            blocks.push(Block::tables(name, [scenario_table(sc)]));
+        }
+        blocks.push(Block::tables("e2e-targets", [targets(self)]));
+        blocks
     }
 }
 
-fn render(result: &E2eResult) -> Vec<Block> {
-    let run = &result.run;
-    let grace = result.node_monitor_grace_period_s;
-    let mut setup = run.table(&["node-monitor-grace-period"]);
-    let default = if grace == 50 {
-        " (Kubernetes' default)"
-    } else {
-        " (Kubernetes' default is 50 s)"
-    };
-    setup
-        .rows
-        .iter_mut()
-        .for_each(|r| r.push(format!("{grace} s{default}")));
-    let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
-    let quick = run
-        .quick
-        .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
-    let mut blocks = vec![
-        Block::tables("e2e-run", [setup, cluster]).notes(quick),
-        Block::tables("e2e-headline", [headline(result)]),
-    ];
-    for sc in &result.scenarios {
-        blocks.push(Block::tables(
-            format!("e2e-{}", sc.scenario),
-            [scenario_table(sc)],
-        ));
+/// Its run is the real cluster's, which it described itself, not the light one's.
+impl Outcome for Stamped<E2eResult> {
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write(E2eResult::FILE, self)
     }
-    blocks.push(Block::tables("e2e-targets", [targets(result)]));
-    blocks
 }
 
 /// The median of every system in every scenario, and peer / ours.
@@ -192,49 +213,38 @@ fn headline(result: &E2eResult) -> Table {
 
 fn scenario_table(sc: &ScenarioResult) -> Table {
     let ours: Vec<&SystemResult> = sc.ours().collect();
-    let vs: Vec<String> = if ours.len() > 1 {
-        ours.iter()
-            .map(|o| format!("peer / ours (vs {})", o.mode()))
-            .collect()
-    } else {
-        vec!["peer / ours".to_owned()]
-    };
-    let vs: Vec<&str> = vs.iter().map(String::as_str).collect();
-    let mut table = Table::new(
-        &[
-            &["system", "median", "min–max", "n"][..],
-            &vs,
-            &["split brains", "settings"],
-        ]
-        .concat(),
-    );
+    let mut table = Table::new(&["system", "median", "min–max", "n"]);
+    match ours.as_slice() {
+        [_, _, ..] => table.columns.extend(
+            ours.iter()
+                .map(|o| format!("peer / ours (vs {})", o.mode())),
+        ),
+        _ => table.columns.push("peer / ours".into()),
+    }
+    table
+        .columns
+        .extend(["split brains".into(), "settings".into()]);
     for s in &sc.systems {
-        let mut row = match &s.summary {
-            Some(x) => vec![
+        let mut row = vec![s.system.clone()];
+        row.extend(match &s.summary {
+            Some(x) => [
                 secs(x.median_ms),
                 format!("{}–{}", secs(x.min_ms), secs(x.max_ms)),
                 x.n.to_string(),
             ],
-            None => vec!["–".into(), "–".into(), "0".into()],
-        };
-        row.insert(0, s.system.clone());
+            None => ["–".into(), "–".into(), "0".into()],
+        });
         if ours.is_empty() {
             row.push(String::new());
         }
         for o in &ours {
-            row.push(if s.is_ours() {
-                String::new()
-            } else {
-                ratio(s.median_ms(), o.median_ms())
-            });
+            let vs = (!s.is_ours()).then(|| ratio(s.median_ms(), o.median_ms()));
+            row.push(vs.unwrap_or_default());
         }
         let mut settings = s.settings.clone();
         if !s.failures.is_empty() {
-            settings.push_str(&format!(
-                "; **{} repetition(s) failed**: {}",
-                s.failures.len(),
-                s.failures.join("; ")
-            ));
+            let (n, why) = (s.failures.len(), s.failures.join("; "));
+            settings.push_str(&format!("; **{n} repetition(s) failed**: {why}"));
         }
         row.extend([s.split_brains.to_string(), settings]);
         table.rows.push(row);

@@ -11,37 +11,27 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
-use crate::stats::{Summary, summarize};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
 pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
-    About::full_run(
-        "floor",
-        "Lease updates back to back: the floor of any handover",
-    ),
+    "floor",
+    "Lease updates back to back: the floor of any handover",
     |ctx| measuring(measure(ctx)),
 );
 
 /// `floor.json`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct FloorResult {
-    pub run: Run,
     /// One Lease update with a resourceVersion precondition, each.
     pub samples_ms: Vec<f64>,
     pub summary: Option<Summary>,
 }
 
-impl FloorResult {
-    /// The median, the unit the handovers are compared with.
-    pub fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
-    }
-}
-
-stamped!(FloorResult, "floor");
-
 impl Recorded for FloorResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "floor";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let table = spread_table(&["operation"])
             .with(spread_row(&["Lease CAS update"], self.summary.as_ref()));
         vec![Block::tables("floor", [table])]
@@ -80,7 +70,6 @@ async fn measure(ctx: &Context) -> Result<FloorResult> {
         samples.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(FloorResult {
-        run: Run::default(),
         summary: summarize(&samples),
         samples_ms: samples,
     })

@@ -13,9 +13,9 @@ use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{Fault, Groups};
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Light, Outcome, Scenario, measuring};
-use crate::stats::{Summary, summarize};
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
+use leadergroup_testenv::stats::{Summary, summarize};
 
 /// The samples of one system in one handover scenario.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -45,16 +45,11 @@ impl Handover {
             api_calls_per_repetition: calls,
         }
     }
-
-    fn median_ms(&self) -> f64 {
-        self.summary.as_ref().map_or(f64::NAN, |s| s.median_ms)
-    }
 }
 
 /// `graceful.json` and `crash.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HandoverResult {
-    pub run: Run,
     /// `graceful` or `crash`.
     pub scenario: String,
     /// One entry per system, ours first.
@@ -82,18 +77,17 @@ const SCENARIOS: [(&str, Fault, &str); 2] = [
 ];
 
 pub const HANDOVERS: Scenario = Scenario {
-    about: About::full_run(
-        "handover",
-        "Graceful and crash handovers: ours on one group, then the peers",
-    ),
+    name: "handover",
+    help: "Graceful and crash handovers: ours on one group, then the peers",
+    in_full_run: true,
     measure: |ctx| measuring(measure_ours(ctx)),
     render: blocks,
 };
 
 fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let graceful: HandoverResult = results.read("graceful")?;
-    let crash: HandoverResult = results.read("crash")?;
-    let floor: crate::floor::FloorResult = results.read("floor")?;
+    let graceful: Stamped<HandoverResult> = results.read("graceful")?;
+    let crash: Stamped<HandoverResult> = results.read("crash")?;
+    let floor: Stamped<crate::floor::FloorResult> = results.read("floor")?;
     let run = &graceful.run;
     let mut blocks = vec![
         Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
@@ -101,8 +95,11 @@ fn blocks(results: &Results) -> Result<Vec<Block>> {
         })),
         Block::tables("machine", [machine(run)]),
     ];
-    for result in [&graceful, &crash] {
-        blocks.push(handover_block(result, floor.median_ms()));
+    for result in [&graceful.body, &crash.body] {
+        blocks.push(handover_block(
+            result,
+            Summary::median(floor.body.summary.as_ref()),
+        ));
     }
     Ok(blocks)
 }
@@ -117,7 +114,7 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let reps = ctx.pick(100, 5);
     let graceful = ours(light, baseline, &groups, SCENARIOS[0], reps).await?;
     let crash = ours(light, baseline, &groups, SCENARIOS[1], reps).await?;
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
     Ok(Measured { graceful, crash })
 }
@@ -156,24 +153,26 @@ fn machine(run: &Run) -> Table {
 fn handover_block(result: &HandoverResult, floor_ms: f64) -> Block {
     let mut table = spread_table(&["system"]);
     table.columns.push("median vs ours; settings".into());
-    let ours = result.systems.first().map_or(f64::NAN, Handover::median_ms);
-    for (i, s) in result.systems.iter().enumerate() {
-        let mut row = spread_row(&[&s.system], s.summary.as_ref());
-        row.push(if i == 0 {
-            format!("{:.1}× the floor; {}", s.median_ms() / floor_ms, s.settings)
-        } else {
-            format!("{:.0}× ours; {}", s.median_ms() / ours, s.settings)
+    let mut ours = None;
+    for s in &result.systems {
+        let (median, mut row) = (
+            Summary::median(s.summary.as_ref()),
+            spread_row(&[&s.system], s.summary.as_ref()),
+        );
+        row.push(match ours {
+            None => format!("{:.1}× the floor; {}", median / floor_ms, s.settings),
+            Some(ours) => format!("{:.0}× ours; {}", median / ours, s.settings),
         });
+        ours.get_or_insert(median);
         table.rows.push(row);
     }
     let calls = result
         .systems
         .first()
-        .and_then(|s| s.api_calls_per_repetition.as_ref())
-        .map(|calls| {
-            Table::new(&["our API requests per repetition, by verb and resource"])
-                .with([counts(calls)])
-        });
+        .and_then(|s| s.api_calls_per_repetition.as_ref());
+    let calls = calls.map(|calls| {
+        Table::new(&["our API requests per repetition, by verb and resource"]).with([counts(calls)])
+    });
     Block::tables(&result.scenario, [table].into_iter().chain(calls))
 }
 
@@ -186,45 +185,18 @@ impl Outcome for Measured {
                 [(10, 5), (15, 10), (8, 4), (8, 4)],
                 [(1, 1), (2, 1), (1, 1), (1, 1)],
             );
-            let tasks: Vec<_> = ctx
-                .peers()
-                .await?
-                .iter()
-                .zip(reps)
-                .enumerate()
-                .map(|(i, (kind, reps))| {
-                    let (kind, kubeconfig) =
-                        (kind.clone(), light.cp.kubeconfig_path().to_path_buf());
-                    let log_dir = ctx.log_dir.clone();
-                    tokio::spawn(async move {
-                        let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
-                        let group =
-                            PeerGroup::start(&kind, &ns.client, &kubeconfig, &ns.name, 1, &log_dir)
-                                .await?;
-                        peer_handovers(kind, group, reps).await
-                    })
-                })
-                .collect();
-            for task in tasks {
-                let peer = task
-                    .await
-                    .map_err(|e| Error::Other(format!("peer task: {e}")))??;
-                let name = peer.kind.peer.name.to_string();
-                light.record(|run| {
-                    run.peer_split_brains
-                        .insert(name.clone(), peer.split_brains);
-                    if !peer.failures.is_empty() {
-                        run.peer_failures.insert(name, peer.failures.join("; "));
-                    }
-                });
-                let [name, settings] = [peer.kind.peer.name, peer.kind.peer.settings];
-                for (result, samples) in [&mut self.graceful, &mut self.crash]
-                    .into_iter()
-                    .zip(peer.samples)
-                {
-                    result
-                        .systems
-                        .push(Handover::new(name, settings, samples, None));
+            let kinds = ctx.peers().await?.iter().zip(reps).enumerate();
+            let runs = kinds.map(|(i, (kind, reps))| async move {
+                let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
+                let group = PeerGroup::start(ctx, kind, &ns, 1).await?;
+                let samples = peer_handovers(light, kind, group, reps).await?;
+                Ok::<_, Error>((kind.peer, samples))
+            });
+            for (peer, samples) in futures::future::try_join_all(runs).await? {
+                let results = [&mut self.graceful, &mut self.crash];
+                for (result, samples) in results.into_iter().zip(samples) {
+                    let handover = Handover::new(peer.name, peer.settings, samples, None);
+                    result.systems.push(handover);
                 }
             }
             Ok(())
@@ -232,31 +204,23 @@ impl Outcome for Measured {
     }
 
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        for result in [&mut self.graceful, &mut self.crash] {
-            result.run = run.clone();
-            results.write(&result.scenario, result)?;
+        for body in [&self.graceful, &self.crash] {
+            let run = run.clone();
+            results.write(&body.scenario, &Stamped { run, body })?;
         }
         Ok(())
     }
 }
 
-/// One peer kind's graceful and crash handovers.
-struct PeerHandovers {
-    kind: PeerKind,
-    /// Graceful, then crash, milliseconds.
-    samples: [Vec<f64>; 2],
-    split_brains: u64,
-    failures: Vec<String>,
-}
-
-/// `reps` (graceful, crash) handovers of `group`. A peer that fails to hand over within its
-/// bound is a result, not a harness error: the failure is recorded and that kind's remaining
-/// repetitions skipped.
+/// `reps` (graceful, crash) handovers of `group`, milliseconds; its split brains and failures
+/// go to the run's record. A peer that fails to hand over within its bound is a result, not a
+/// harness error: the failure is recorded and that kind's remaining repetitions skipped.
 async fn peer_handovers(
-    kind: PeerKind,
+    light: &Light,
+    kind: &PeerKind,
     mut group: PeerGroup,
     reps: (usize, usize),
-) -> Result<PeerHandovers> {
+) -> Result<[Vec<f64>; 2]> {
     group
         .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
@@ -275,15 +239,16 @@ async fn peer_handovers(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    let split_brains = group.overlaps();
+    let (name, split_brains) = (kind.peer.name.to_owned(), group.overlaps());
     group.stop().await;
+    light.record(|run| {
+        run.peer_split_brains.insert(name.clone(), split_brains);
+        if !failures.is_empty() {
+            run.peer_failures.insert(name, failures.join("; "));
+        }
+    });
     tracing::info!("peers: {} done", kind.peer.name);
-    Ok(PeerHandovers {
-        kind,
-        samples,
-        split_brains,
-        failures,
-    })
+    Ok(samples)
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
@@ -323,7 +288,6 @@ async fn ours(
         .collect();
     let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
     Ok(HandoverResult {
-        run: Run::default(),
         scenario: scenario.into(),
         systems: vec![ours],
     })

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use leadergroup_client::Membership;
@@ -19,11 +18,13 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{RequestCounts, is_write, steady_window};
+use crate::ours::in_flight;
 use crate::results::Run;
-use crate::scenario::{About, Context, Recorded, Scenario, measuring, stamped};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
 
 pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
-    About::full_run("heartbeat-writes", "Heartbeat mode's renewal writes"),
+    "heartbeat-writes",
+    "Heartbeat mode's renewal writes",
     |ctx| measuring(measure(ctx)),
 );
 
@@ -45,7 +46,6 @@ pub struct Window {
 /// `heartbeat-writes.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HeartbeatWritesResult {
-    pub run: Run,
     pub groups: usize,
     /// Their Lease duration, s.
     pub lease_duration_seconds: i32,
@@ -53,10 +53,10 @@ pub struct HeartbeatWritesResult {
     pub windows: Vec<Window>,
 }
 
-stamped!(HeartbeatWritesResult, "heartbeat-writes");
-
 impl Recorded for HeartbeatWritesResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "heartbeat-writes";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let setup = Table::new(&["groups", "Lease duration"]).with([
             self.groups.to_string(),
             format!("{} s", self.lease_duration_seconds),
@@ -119,25 +119,21 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .collect::<Result<_>>()?;
     let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
     let patch = serde_json::json!({"spec": {"liveness": "Heartbeat"}});
-    futures::stream::iter(&set.names)
-        .map(|g| {
-            let (api, patch) = (api.clone(), &patch);
-            async move {
-                api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<()>>()
-        .await?;
+    in_flight(8, &set.names, |g| {
+        let (api, patch) = (api.clone(), &patch);
+        async move {
+            api.patch(g, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
     wait_renewing(&api, &set.names).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
     drop(op);
     Ok(HeartbeatWritesResult {
-        run: Run::default(),
         groups: GROUPS,
         lease_duration_seconds: crate::ours::LEASE_SECONDS,
         windows: vec![readiness, heartbeat],

@@ -1,7 +1,7 @@
 //! `leadergroup-bench`: runs the benchmark scenarios against one control plane (its own, started
 //! through leadergroup-testenv, or the one `LEADERGROUP_KUBECONFIG` names), then writes
 //! `bench/results/<scenario>.json` (every sample) and the tables of `docs/benchmarks.md`.
-//! `--only` runs one scenario alone; `--help` lists the flags ([`Cli`]) and the scenarios
+//! `--only` runs one scenario alone; `--help` lists the flags ([`Options`]) and the scenarios
 //! ([`SCENARIOS`]). An unknown flag is refused before anything runs: a typo must not start a
 //! twelve-minute run that overwrites published results.
 
@@ -16,13 +16,11 @@ mod heartbeat_writes;
 mod markdown;
 mod observe;
 mod ours;
-mod page;
 mod peers;
 mod results;
 mod scale;
 mod scale_10k;
 mod scenario;
-mod stats;
 mod timeline;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +29,7 @@ use clap::Parser;
 use clap::builder::{PossibleValue, PossibleValuesParser};
 
 use crate::error::{Error, Result};
+use crate::markdown::{Block, excerpt, splice};
 use crate::results::Results;
 use crate::scenario::{Context, Options, Scenario};
 
@@ -49,45 +48,14 @@ const SCENARIOS: &[&Scenario] = &[
 /// `--only` values that measure nothing: the page's tables again from bench/results.
 const PAGE: [&str; 2] = ["page", "e2e-render"];
 
-/// The command line.
-#[derive(Parser, Debug)]
-#[command(
-    name = "leadergroup-bench",
-    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
-)]
-struct Cli {
-    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
-    /// publish.
-    #[arg(long)]
-    quick: bool,
-    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
-    /// first value is the number of groups (default 10000).
-    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
-    scale: Option<Vec<usize>>,
-    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
-    /// this binary was built from).
-    #[arg(long, value_name = "DIR")]
-    repo: Option<PathBuf>,
-    /// Run one scenario alone and write only its results (the page's tables are rewritten from
-    /// bench/results).
-    #[arg(long, value_parser = only_values())]
-    only: Option<String>,
-    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
-    /// `--quick` 10).
-    #[arg(long, value_name = "SECS")]
-    grace: Option<u32>,
-    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
-    #[arg(long, value_name = "SECS")]
-    lease: Option<i32>,
-}
-
+/// `--only`: every scenario, and the page alone.
 fn only_values() -> PossibleValuesParser {
     let page = PossibleValue::new(PAGE[0])
         .alias(PAGE[1])
         .help("Rewrite the tables of docs/benchmarks.md from bench/results (no measurement)");
     let scenarios = SCENARIOS
         .iter()
-        .map(|s| PossibleValue::new(s.about.name).help(s.about.help));
+        .map(|s| PossibleValue::new(s.name).help(s.help));
     PossibleValuesParser::new(scenarios.chain([page]))
 }
 
@@ -97,7 +65,7 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    match run(Cli::parse()).await {
+    match run(Options::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("leadergroup-bench: {e}");
@@ -107,7 +75,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// The repository: this crate lives in `<repo>/bench`.
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
@@ -115,31 +83,18 @@ fn repo_root() -> PathBuf {
         .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
 }
 
-async fn run(cli: Cli) -> Result<()> {
-    let repo = cli.repo.unwrap_or_else(repo_root);
-    let only = cli.only.as_deref();
+async fn run(options: Options) -> Result<()> {
+    let repo = options.repo.clone().unwrap_or_else(repo_root);
+    let only = options.only.clone();
+    let only = only.as_deref();
     if only.is_some_and(|o| PAGE.contains(&o)) {
-        return page::rewrite(&repo, SCENARIOS);
+        return rewrite_page(&repo);
     }
-    let scenarios: Vec<&Scenario> = match only {
-        Some(name) => SCENARIOS
-            .iter()
-            .copied()
-            .filter(|s| s.about.name == name)
-            .collect(),
-        None => SCENARIOS
-            .iter()
-            .copied()
-            .filter(|s| s.about.in_full_run)
-            .collect(),
-    };
-    let options = Options {
-        quick: cli.quick,
-        alone: only.is_some(),
-        scale: cli.scale,
-        grace: cli.grace,
-        lease: cli.lease,
-    };
+    let scenarios: Vec<&Scenario> = SCENARIOS
+        .iter()
+        .copied()
+        .filter(|s| only.map_or(s.in_full_run, |name| s.name == name))
+        .collect();
     let ctx = Context::new(repo, options)?;
     if only.is_none() {
         // Everything the full run needs, before its first measurement.
@@ -158,10 +113,18 @@ async fn run(cli: Cli) -> Result<()> {
     for outcome in &mut outcomes {
         outcome.write(&run, &results)?;
     }
-    page::rewrite(&ctx.repo, SCENARIOS)?;
+    rewrite_page(&ctx.repo)?;
     if let Some(name) = only {
+        // What a scenario run alone prints and logs: its blocks as the page now holds them; it
+        // fails on what its checks found.
+        let excerpt = excerpt(&blocks(&scenarios, &results)?);
+        let log = ctx.log_dir.join(format!("{name}.md"));
+        std::fs::write(&log, &excerpt).map_err(Error::io(format!("writing {}", log.display())))?;
+        eprintln!("{excerpt}");
         let problems: Vec<String> = outcomes.iter().flat_map(|o| o.problems()).collect();
-        report_alone(name, &scenarios, &results, &ctx.log_dir, &problems)?;
+        if !problems.is_empty() {
+            return Err(Error::Other(format!("{name}: {}", problems.join("; "))));
+        }
     }
     tracing::info!(
         "done in {:.0} s: bench/results/*.json, docs/benchmarks.md",
@@ -170,22 +133,63 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// What a scenario run alone prints and logs (`<log_dir>/<name>.md`): its blocks as the page now
-/// holds them; it fails on what its checks found.
-fn report_alone(
-    name: &str,
-    scenarios: &[&Scenario],
-    results: &Results,
-    log_dir: &Path,
-    problems: &[String],
-) -> Result<()> {
-    let excerpt = page::excerpt(scenarios, results)?;
-    let log = log_dir.join(format!("{name}.md"));
-    std::fs::write(&log, &excerpt).map_err(Error::io(format!("writing {}", log.display())))?;
-    eprintln!("{excerpt}");
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Other(format!("{name}: {}", problems.join("; "))))
+/// Every block of `scenarios` from `results`.
+fn blocks(scenarios: &[&Scenario], results: &Results) -> Result<Vec<Block>> {
+    let mut all = Vec::new();
+    for scenario in scenarios {
+        all.extend((scenario.render)(results)?);
+    }
+    Ok(all)
+}
+
+/// Rewrites the tables of `<repo>/docs/benchmarks.md` from `<repo>/bench/results`.
+fn rewrite_page(repo: &Path) -> Result<()> {
+    let path = repo.join("docs/benchmarks.md");
+    let page =
+        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
+    let page = splice(&page, &blocks(SCENARIOS, &Results::of(repo))?)?;
+    std::fs::write(&path, page).map_err(Error::io(format!("writing {}", path.display())))?;
+    tracing::info!("wrote the tables of docs/benchmarks.md from bench/results/*.json");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The committed page holds exactly the tables the committed results render: a change of
+    /// the rendering, or results committed without the page regenerated, fails here.
+    #[test]
+    fn the_committed_page_holds_the_committed_results_tables() {
+        let repo = repo_root();
+        let page = std::fs::read_to_string(repo.join("docs/benchmarks.md")).unwrap();
+        let blocks = blocks(SCENARIOS, &Results::of(&repo)).unwrap();
+        // Every block the page has markers for is rendered, and no other.
+        let mut names: Vec<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
+        let mut marked: Vec<&str> = page
+            .split("<!-- bench:")
+            .skip(1)
+            .filter_map(|rest| rest.split_once(":begin -->").map(|(name, _)| name))
+            // The prose shows the markers' form with a placeholder.
+            .filter(|name| *name != "NAME")
+            .collect();
+        names.sort_unstable();
+        marked.sort_unstable();
+        assert_eq!(names, marked);
+        let regenerated = splice(&page, &blocks).unwrap();
+        if regenerated != page {
+            let diff: Vec<String> = page
+                .lines()
+                .zip(regenerated.lines())
+                .filter(|(a, b)| a != b)
+                .map(|(a, b)| format!("committed:   {a}\nregenerated: {b}"))
+                .take(5)
+                .collect();
+            panic!(
+                "docs/benchmarks.md differs from bench/results (`leadergroup-bench --only page` rewrites it):\n{}",
+                diff.join("\n")
+            );
+        }
     }
 }

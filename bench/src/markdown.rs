@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::stats::Summary;
+use leadergroup_testenv::stats::Summary;
 
 /// What goes wrong while splicing blocks into the page.
 #[derive(Debug, thiserror::Error)]
@@ -34,13 +34,6 @@ impl Table {
         }
     }
 
-    /// A table of two columns, a row per pair.
-    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
-        let mut table = Table::new(&columns);
-        table.rows = rows.into_iter().map(|(a, b)| vec![a, b]).collect();
-        table
-    }
-
     /// Adds a row.
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
@@ -50,6 +43,21 @@ impl Table {
     pub fn with<S: Into<String>>(mut self, cells: impl IntoIterator<Item = S>) -> Table {
         self.row(cells);
         self
+    }
+
+    /// A table of `columns` with these rows.
+    pub fn of<const N: usize>(
+        columns: &[&str],
+        rows: impl IntoIterator<Item = [String; N]>,
+    ) -> Table {
+        let mut table = Table::new(columns);
+        table.rows.extend(rows.into_iter().map(Vec::from));
+        table
+    }
+
+    /// Adds a target's row: what it is, what was measured, and whether it was met.
+    pub fn target(&mut self, target: String, measured: String, ok: bool) {
+        self.row([target, measured, met(ok).to_owned()]);
     }
 
     fn write(&self, out: &mut String) {

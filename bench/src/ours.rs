@@ -18,7 +18,7 @@ pub const BOUND: Duration = Duration::from_secs(120);
 /// How long every group of a scale step may take to be led.
 pub const ALL_LED_BOUND: Duration = Duration::from_secs(240);
 /// Requests in flight while a scenario's objects are created.
-const CREATE_CONCURRENCY: usize = 24;
+pub const CREATE_CONCURRENCY: usize = 24;
 /// The Lease duration of every benchmarked group (the CRD's default).
 pub const LEASE_SECONDS: i32 = 15;
 /// How long after the deletion request the simulated kubelet removes the pod (its container
@@ -70,14 +70,9 @@ pub enum Fault {
 }
 
 impl Groups {
-    /// Creates `count` groups of three Ready pods in a fresh namespace, and watches them.
-    pub async fn create(prefix: &str, count: usize) -> Result<Groups> {
-        Self::create_with(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await
-    }
-
-    /// [`Groups::create`] with `concurrency` creations in flight and a Lease duration of
-    /// `lease_seconds`.
-    pub async fn create_with(
+    /// Creates `count` groups of three Ready pods in a fresh namespace, `concurrency` creations
+    /// in flight, their Leases lasting `lease_seconds`, and watches them.
+    pub async fn create(
         prefix: &str,
         count: usize,
         concurrency: usize,
@@ -88,31 +83,27 @@ impl Groups {
         kubelet.ensure_node().await?;
         let names: Vec<String> = (0..count).map(|i| format!("g-{i}")).collect();
         let api = leader_groups(&ns.client, &ns.name);
-        futures::stream::iter(names.iter().flat_map(|g| (0..3).map(move |j| (g, j))))
-            .map(|(g, j)| {
-                let kubelet = kubelet.clone();
-                async move {
-                    kubelet
-                        .create_ready_pod(&format!("{g}-{j}"), &[("app", g)])
-                        .await
-                        .map(|_| ())
-                }
-            })
-            .buffer_unordered(concurrency)
-            .try_collect::<Vec<()>>()
-            .await?;
-        futures::stream::iter(names.iter())
-            .map(|g| {
-                let api = api.clone();
-                async move {
-                    let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
-                    api.create(&PostParams::default(), &group).await?;
-                    Ok::<_, Error>(())
-                }
-            })
-            .buffer_unordered(concurrency)
-            .try_collect::<Vec<()>>()
-            .await?;
+        let pods = names.iter().flat_map(|g| (0..3).map(move |j| (g, j)));
+        in_flight(concurrency, pods, |(g, j)| {
+            let kubelet = kubelet.clone();
+            async move {
+                let labels = [("app", g.as_str())];
+                kubelet
+                    .create_ready_pod(&format!("{g}-{j}"), &labels)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        in_flight(concurrency, &names, |g| {
+            let api = api.clone();
+            async move {
+                let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
+                api.create(&PostParams::default(), &group).await?;
+                Ok(())
+            }
+        })
+        .await?;
         Ok(Groups {
             watch: LeaderWatch::start(&ns.client, &ns.name).await?,
             namespace: ns.name,
@@ -186,4 +177,16 @@ impl Groups {
             .await?;
         Ok(ms)
     }
+}
+
+/// Runs `f` on every item, `concurrency` at a time, until the first error.
+pub async fn in_flight<T, F: Future<Output = Result<()>>>(
+    concurrency: usize,
+    items: impl IntoIterator<Item = T>,
+    f: impl FnMut(T) -> F,
+) -> Result<()> {
+    let stream = futures::stream::iter(items)
+        .map(f)
+        .buffer_unordered(concurrency);
+    stream.try_collect::<Vec<()>>().await.map(drop)
 }

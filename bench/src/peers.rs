@@ -9,65 +9,90 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use leadergroup_testenv::wait_until_every;
+use leadergroup_testenv::{TestNamespace, wait_until_every};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
-use crate::timeline::{
-    Beliefs, Event, Exclusion, believers_at, first_new_leader, parse_peer_line, split_brains,
-};
+use crate::scenario::Context;
+use crate::timeline::{Beliefs, first_new_leader, parse_peer_line};
 
-/// One peer configuration: candidate processes on the light cluster ([`PeerKind`]), candidate
-/// pods on the real one (the end-to-end run).
+/// How a system's candidates run.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Peer {
+pub enum Candidate {
+    /// client-go's leaderelection (bench/peers/client-go).
+    Go,
+    /// kube-leader-election or kube-lease-manager (bench/peers/rust).
+    Rust,
+    /// Ours: the web app with the agent sidecar, in a LeaderGroup of this liveness (end-to-end
+    /// only).
+    Agent { liveness: &'static str },
+}
+
+/// One system measured: ours or a peer configuration. A peer runs as candidate processes on the
+/// light cluster ([`PeerKind`]), as candidate pods on the real one (the end-to-end run).
+#[derive(Debug, PartialEq, Eq)]
+pub struct System {
     pub name: &'static str,
     /// Its settings, as the tables show them.
     pub settings: &'static str,
-    /// Its pods' label and Lease prefix in the end-to-end run.
+    /// Its pods' label in the end-to-end run: ours, the group's name too; a peer, its Lease's
+    /// prefix.
     pub label: &'static str,
-    /// client-go's candidate, or the Rust crates' one.
-    pub go: bool,
-    /// The candidate's arguments, separated by spaces.
+    pub candidate: Candidate,
+    /// A peer candidate's arguments, separated by spaces.
     pub args: &'static str,
     /// Lease duration, s: the bound on detecting a crash.
-    pub lease_seconds: u64,
+    pub lease_seconds: u32,
+}
+
+impl System {
+    /// Whether the pods labeled `label` are ours (they publish through the agent).
+    pub fn is_ours(label: &str) -> bool {
+        label.starts_with("ours")
+    }
+
+    /// A peer candidate's arguments for the Leases `<prefix>-<i>` of `namespace`.
+    pub fn arguments(&self, namespace: &str, prefix: &str) -> Vec<String> {
+        let lease = ["--namespace", namespace, "--lease-prefix", prefix];
+        let args = self.args.split_whitespace().chain(lease);
+        args.map(str::to_owned).collect()
+    }
 }
 
 /// The four peer configurations.
-pub const PEERS: [Peer; 4] = [
-    Peer {
+pub const PEERS: [System; 4] = [
+    System {
         name: "client-go (defaults)",
         settings: "LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s, ReleaseOnCancel",
         label: "cgd",
-        go: true,
+        candidate: Candidate::Go,
         args: "--lease-duration=15s --renew-deadline=10s --retry-period=2s",
         lease_seconds: 15,
     },
-    Peer {
+    System {
         name: "client-go (tuned)",
         settings: "LeaseDuration 4 s, RenewDeadline 2 s, RetryPeriod 1 s, ReleaseOnCancel",
         label: "cgt",
-        go: true,
+        candidate: Candidate::Go,
         args: "--lease-duration=4s --renew-deadline=2s --retry-period=1s",
         lease_seconds: 4,
     },
-    Peer {
+    System {
         name: "kube-leader-election 0.44",
         settings: "lease_ttl 15 s, try_acquire_or_renew every 5 s (a third, as its docs suggest), step_down on SIGTERM",
         label: "kle",
-        go: false,
+        candidate: Candidate::Rust,
         args: "--lib kle --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
-    Peer {
+    System {
         name: "kube-lease-manager 0.13.1",
         settings: "duration 15 s, grace 5 s, watch() channel dropped on SIGTERM (releases)",
         label: "klm",
-        go: false,
+        candidate: Candidate::Rust,
         args: "--lib klm --lease-seconds 15 --renew-seconds 5",
         lease_seconds: 15,
     },
@@ -76,14 +101,14 @@ pub const PEERS: [Peer; 4] = [
 /// A peer configuration with its candidate binary on this machine.
 #[derive(Clone, Debug)]
 pub struct PeerKind {
-    pub peer: &'static Peer,
+    pub peer: &'static System,
     program: PathBuf,
 }
 
 impl PeerKind {
     /// Its Lease duration.
     pub fn lease(&self) -> Duration {
-        Duration::from_secs(self.peer.lease_seconds)
+        Duration::from_secs(self.peer.lease_seconds.into())
     }
 }
 
@@ -115,7 +140,12 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
         .iter()
         .map(|peer| PeerKind {
             peer,
-            program: if peer.go { &client_go } else { &rust_peer }.clone(),
+            program: if peer.candidate == Candidate::Go {
+                &client_go
+            } else {
+                &rust_peer
+            }
+            .clone(),
         })
         .collect())
 }
@@ -132,35 +162,31 @@ pub struct PeerGroup {
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
     next: usize,
+    /// Per Lease; a candidate a handover stopped is excluded from the signal on: the old leader
+    /// is going (SIGTERM: it releases, and may print "stopped" only after a successor started)
+    /// or gone (SIGKILL: it prints nothing more), so only two live candidates make a split brain.
     events: Beliefs,
-    /// The candidates a handover stopped: from the signal on, the old leader is going (SIGTERM:
-    /// it releases, and may print "stopped" only after a successor started) or gone (SIGKILL:
-    /// it prints nothing more), so only two live candidates make a split brain.
-    stopped: Vec<Exclusion>,
 }
 
 impl PeerGroup {
-    /// Starts three candidates of `kind` in `namespace`, each running for `groups` Leases
-    /// `bench-0..`.
+    /// Starts three candidates of `kind` in `ns` on the light control plane, each running for
+    /// `groups` Leases `bench-0..`.
     pub async fn start(
+        ctx: &Context,
         kind: &PeerKind,
-        client: &Client,
-        kubeconfig: &Path,
-        namespace: &str,
+        ns: &TestNamespace,
         groups: usize,
-        log_dir: &Path,
     ) -> Result<PeerGroup> {
         let mut group = PeerGroup {
             kind: kind.clone(),
-            client: client.clone(),
-            kubeconfig: kubeconfig.to_path_buf(),
-            namespace: namespace.to_owned(),
+            client: ns.client.clone(),
+            kubeconfig: ctx.light().await?.cp.kubeconfig_path().to_path_buf(),
+            namespace: ns.name.clone(),
             groups,
-            log_dir: log_dir.to_path_buf(),
+            log_dir: ctx.log_dir.clone(),
             candidates: HashMap::new(),
             next: 0,
             events: Beliefs::default(),
-            stopped: Vec::new(),
         };
         for _ in 0..3 {
             group.spawn()?;
@@ -182,8 +208,7 @@ impl PeerGroup {
         )
         .map_err(Error::io("creating a peer log"))?;
         let mut cmd = Command::new(&self.kind.program);
-        cmd.args(self.kind.peer.args.split_whitespace())
-            .args(["--namespace", &self.namespace, "--lease-prefix", "bench"])
+        cmd.args(self.kind.peer.arguments(&self.namespace, "bench"))
             .args([
                 "--groups",
                 &self.groups.to_string(),
@@ -194,7 +219,7 @@ impl PeerGroup {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true);
-        if self.kind.peer.go {
+        if self.kind.peer.candidate == Candidate::Go {
             // One client per process for all its electors: lift client-go's 5 QPS default so
             // a many-group process is not throttled where one-group replicas would not be.
             cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
@@ -222,19 +247,15 @@ impl PeerGroup {
         Ok(())
     }
 
-    /// Every change of belief printed for `lease`.
-    fn events(&self, lease: &str) -> Vec<Event> {
-        self.events.of(lease)
-    }
-
     /// How often a candidate started leading a Lease while another still believed it led (a
     /// library that writes the Lease without a resourceVersion precondition lets two candidates
     /// both acquire it).
     pub fn overlaps(&self) -> u64 {
         (0..self.groups)
             .map(|i| {
-                let events = self.events(&Self::lease(i));
-                split_brains(&events, UNIX_EPOCH, SystemTime::now(), &self.stopped)
+                let lease = Self::lease(i);
+                self.events
+                    .split_brains(&lease, UNIX_EPOCH, SystemTime::now())
             })
             .sum()
     }
@@ -257,8 +278,7 @@ impl PeerGroup {
                 .get_opt(lease)
                 .await?
                 .and_then(|l| l.spec?.holder_identity);
-            let events = self.events(lease);
-            let believers = believers_at(&events, SystemTime::now(), &self.stopped);
+            let believers = self.events.believers(lease, SystemTime::now());
             Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
         });
         Ok(holder.await?)
@@ -269,7 +289,7 @@ impl PeerGroup {
         let what = format!("{} every Lease led", self.kind.peer.name);
         recheck(&what, timeout, || {
             (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
-                let events = self.events(&Self::lease(i));
+                let events = self.events.of(&Self::lease(i));
                 let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
                 Some(last.max(first))
             })
@@ -289,11 +309,7 @@ impl PeerGroup {
             .remove(&old)
             .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
         let t0 = SystemTime::now();
-        self.stopped.push(Exclusion {
-            identity: old.clone(),
-            from: t0,
-            until: None,
-        });
+        self.events.exclude(&old, t0);
         if kill {
             let _ = child.start_kill();
         } else if let Some(pid) = child.id() {
@@ -305,7 +321,7 @@ impl PeerGroup {
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
         let new = recheck(&what, bound, || {
-            first_new_leader(&self.events(&lease), &old, t0)
+            first_new_leader(&self.events.of(&lease), &old, t0)
         })
         .await?;
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;

@@ -10,6 +10,14 @@ use crate::error::{Error, Result};
 use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
+/// A results file: the record of the run that measured it, then the scenario's own fields.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Stamped<T> {
+    pub run: Run,
+    #[serde(flatten)]
+    pub body: T,
+}
+
 /// What every results file says about the run.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 #[serde(default)]
@@ -45,17 +53,11 @@ impl Run {
         cp: &leadergroup_testenv::ControlPlane,
         quick: bool,
     ) -> Result<Run> {
-        let request = http::Request::get("/version")
-            .body(Vec::new())
-            .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
-        let version: serde_json::Value = serde_json::from_str(&admin.request_text(request).await?)?;
+        let apiserver = admin.apiserver_version().await?.git_version;
         let repo = repo.display().to_string();
         let head = command_line("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]);
         let versions = [
-            (
-                "kube-apiserver",
-                version["gitVersion"].as_str().unwrap_or("?"),
-            ),
+            ("kube-apiserver", apiserver.as_str()),
             (
                 "leadergroup-operator",
                 &format!("{} ({head})", env!("CARGO_PKG_VERSION")),
@@ -73,7 +75,7 @@ impl Run {
         let control_plane = match cp.cluster_dir() {
             Some(dir) => format!(
                 "its own, started by leadergroup-testenv in {} (etcd + kube-apiserver on loopback)",
-                dir.display()
+                in_repo(dir).display()
             ),
             None => format!(
                 "shared, from {} (other clients may add load and requests)",
@@ -196,4 +198,11 @@ impl Results {
         let text = serde_json::to_string_pretty(value)?;
         std::fs::write(&path, text + "\n").map_err(Error::io(format!("writing {}", path.display())))
     }
+}
+
+/// `path` relative to the repository when it lies in it: the page names no folder of the machine
+/// it was measured on.
+pub fn in_repo(path: &std::path::Path) -> std::path::PathBuf {
+    let root = crate::repo_root();
+    path.strip_prefix(&root).unwrap_or(path).to_path_buf()
 }

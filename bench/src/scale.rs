@@ -12,10 +12,10 @@ use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{ALL_LED_BOUND, Fault, Groups, LEASE_SECONDS, sample};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Fault, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run};
-use crate::scenario::{About, Context, Outcome, Recorded, Scenario, measuring, stamped};
+use crate::results::{Results, Run, Stamped};
+use crate::scenario::{Context, Outcome, Recorded, Scenario, measuring};
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -108,7 +108,6 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 /// `scale.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleResult {
-    pub run: Run,
     pub entries: Vec<ScaleEntry>,
 }
 
@@ -120,17 +119,15 @@ struct Measured {
 }
 
 pub const SCALE: Scenario = Scenario::of::<ScaleResult>(
-    About::full_run(
-        "scale",
-        "Ours, then the peers (not alone), at the sizes of `--scale`",
-    ),
+    "scale",
+    "Ours, then the peers (not alone), at the sizes of `--scale`",
     |ctx| measuring(measure_ours(ctx)),
 );
 
-stamped!(ScaleResult, "scale");
-
 impl Recorded for ScaleResult {
-    fn blocks(&self) -> Vec<Block> {
+    const FILE: &'static str = "scale";
+
+    fn blocks(&self, _run: &Run) -> Vec<Block> {
         let mut table = Table::new(&[
             "system",
             "groups",
@@ -192,13 +189,13 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     for size in sizes {
         tracing::info!("scale: ours, {size} groups");
         let mut entry = ours_at(ctx, size).await?;
-        if ctx.options.alone {
+        if ctx.options.alone() {
             let run = ctx.light().await?.run();
             entry.measured_in = Some(format!("{} (`{}`)", run.started_at, run.command));
         }
         entries.push(entry);
     }
-    let alone = ctx.options.alone;
+    let alone = ctx.options.alone();
     Ok(Measured { entries, alone })
 }
 
@@ -216,25 +213,24 @@ fn targets(scale: &ScaleResult) -> Table {
     };
     for e in ours().filter(|e| e.groups < 1000) {
         for (what, s) in handovers(e) {
-            table.row([
-                format!("handover after {what} at {} groups: p50 ≤ 15 ms", e.groups),
+            let target = format!("handover after {what} at {} groups: p50 ≤ 15 ms", e.groups);
+            table.target(
+                target,
                 format!("p50 {}", ms(s.median_ms)),
-                met(s.median_ms <= 15.0).to_owned(),
-            ]);
+                s.median_ms <= 15.0,
+            );
         }
     }
     let Some(e) = ours().max_by_key(|e| e.groups) else {
         return table;
     };
     for (what, s) in handovers(e) {
-        table.row([
-            format!(
-                "handover after {what} at {} groups: p50 ≤ 20 ms, p99 ≤ 100 ms",
-                e.groups
-            ),
-            format!("p50 {}, p99 {}", ms(s.median_ms), ms(s.p99_ms)),
-            met(s.median_ms <= 20.0 && s.p99_ms <= 100.0).to_owned(),
-        ]);
+        let target = format!(
+            "handover after {what} at {} groups: p50 ≤ 20 ms, p99 ≤ 100 ms",
+            e.groups
+        );
+        let measured = format!("p50 {}, p99 {}", ms(s.median_ms), ms(s.p99_ms));
+        table.target(target, measured, s.median_ms <= 20.0 && s.p99_ms <= 100.0);
     }
     table.rows.extend(cost_targets(e, |target| {
         format!("{target} ({} groups)", e.groups)
@@ -260,19 +256,21 @@ fn targets(scale: &ScaleResult) -> Table {
 
 /// The two API-cost rows of a targets table for one entry (at most one write per group per
 /// third of the Lease, no polling reads), each titled by `title` from the target's name.
-pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> [Vec<String>; 2] {
-    [
-        vec![
-            title("≤ 1 write per group per third of the Lease"),
-            format!("{:.2}", e.writes_per_group_per_third),
-            met(e.writes_per_group_per_third <= 1.05).to_owned(),
-        ],
-        vec![
-            title("no polling reads"),
-            format!("{:.3}/s per group", e.polling_reads_per_s_per_group),
-            met(e.polling_reads_per_s_per_group < 0.001).to_owned(),
-        ],
-    ]
+pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut rows = Table::default();
+    let (writes, reads) = (
+        e.writes_per_group_per_third,
+        e.polling_reads_per_s_per_group,
+    );
+    let write_target = title("≤ 1 write per group per third of the Lease");
+    rows.target(write_target, format!("{writes:.2}"), writes <= 1.05);
+    let read_target = title("no polling reads");
+    rows.target(
+        read_target,
+        format!("{reads:.3}/s per group"),
+        reads < 0.001,
+    );
+    rows.rows
 }
 
 /// Ours at `size` groups: to all led, a steady window, then handovers of groups spread over the
@@ -280,7 +278,8 @@ pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> [Vec<Stri
 async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let light = ctx.light().await?;
     let baseline = ctx.baseline().await?;
-    let groups = Groups::create(&format!("bench-scale-{size}"), size).await?;
+    let prefix = format!("bench-scale-{size}");
+    let groups = Groups::create(&prefix, size, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
     let log = format!("operator-scale-{size}.log");
     let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
     let t0 = SystemTime::now() - op.started.elapsed();
@@ -323,7 +322,7 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
         deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    light.add_double_leaders(groups.watch.double_leaders());
+    light.record(|run| run.double_leaders += groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);
     entry.handover_notready = Some(Handover::new(OURS, "NotReady at this size", notready, None));
@@ -337,15 +336,7 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize) -> Result<ScaleEnt
     let baseline = ctx.baseline().await?;
     let ns = leadergroup_testenv::namespace(&format!("bench-peer-scale-{size}")).await?;
     let t0 = SystemTime::now();
-    let group = PeerGroup::start(
-        kind,
-        &ns.client,
-        light.cp.kubeconfig_path(),
-        &ns.name,
-        size,
-        &ctx.log_dir,
-    )
-    .await?;
+    let group = PeerGroup::start(ctx, kind, &ns, size).await?;
     let led = group
         .wait_all_led(kind.lease() * 4 + Duration::from_secs(60))
         .await?;
@@ -384,17 +375,14 @@ impl Outcome for Measured {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
         let entries = std::mem::take(&mut self.entries);
         if !self.alone {
-            let run = run.clone();
-            return results.write("scale", &ScaleResult { run, entries });
+            let (run, body) = (run.clone(), ScaleResult { entries });
+            return results.write("scale", &Stamped { run, body });
         }
-        let mut result: ScaleResult = results.read("scale")?;
-        result
-            .entries
-            .retain(|e| !(e.is_ours() && entries.iter().any(|n| n.groups == e.groups)));
-        result.entries.extend(entries);
-        result
-            .entries
-            .sort_by_key(|e| (!e.is_ours(), e.system.clone(), e.groups));
+        let mut result: Stamped<ScaleResult> = results.read("scale")?;
+        let kept = &mut result.body.entries;
+        kept.retain(|e| !(e.is_ours() && entries.iter().any(|n| n.groups == e.groups)));
+        kept.extend(entries);
+        kept.sort_by_key(|e| (!e.is_ours(), e.system.clone(), e.groups));
         results.write("scale", &result)
     }
 }

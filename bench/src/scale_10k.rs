@@ -16,19 +16,17 @@ use leadergroup_operator::crd::LeaderGroup;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::markdown::{Block, Table, counts, met};
+use crate::markdown::{Block, Table, counts};
 use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
 use crate::scale::{OURS, ScaleEntry, cost_targets};
-use crate::scenario::{About, Context, Light, Recorded, Scenario, measuring, stamped};
+use crate::scenario::{Context, Recorded, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 
 pub const SCALE_10K: Scenario = Scenario::of::<ScaleBigResult>(
-    About::alone(
-        "scale-10k",
-        "10,000 groups (or the first value of `--scale`), then an operator restart",
-    ),
+    "scale-10k",
+    "10,000 groups (or the first value of `--scale`), then an operator restart",
     |ctx| measuring(measure(ctx)),
 );
 
@@ -66,7 +64,6 @@ pub struct Restart {
 /// `bench/results/scale-10k.json`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ScaleBigResult {
-    pub run: Run,
     /// The groups' Lease duration, s.
     pub lease_seconds: i32,
     /// Namespaces the groups are spread over.
@@ -89,12 +86,13 @@ pub struct ScaleBigResult {
     pub restart: Option<Restart>,
 }
 
-stamped!(ScaleBigResult, "scale-10k", optional);
-
 impl Recorded for ScaleBigResult {
+    const FILE: &'static str = "scale-10k";
+    const OPTIONAL: bool = true;
+
     /// The setup, the start, the restart, and the targets.
-    fn blocks(&self) -> Vec<Block> {
-        let mut tables = vec![self.setup(), self.start()];
+    fn blocks(&self, run: &Run) -> Vec<Block> {
+        let mut tables = vec![self.setup(run), self.start()];
         tables.extend(self.restart.as_ref().map(restart_table));
         let notes = self.entry.note.iter().map(|note| format!("**{note}.**"));
         vec![
@@ -153,23 +151,17 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     );
 
     // The restart is measured only once every group was led: its checks compare led groups.
-    let (op, restart) = if led_at_bound.is_some() {
-        (op, None)
+    let restart = if led_at_bound.is_some() {
+        drop(op);
+        None
     } else {
-        let restarting = Restarting {
-            ctx,
-            light,
-            sets: &sets,
-            groups,
-            watched: Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle(),
-        };
-        let (op, restart) = restarting.measure(op).await?;
-        (op, Some(restart))
+        // Past a whole Lease duration: every group was renewed by the new process, or changed.
+        let watched = Duration::from_secs(u64::from(lease_seconds.unsigned_abs())) + ctx.settle();
+        Some(restart(ctx, &sets, watched, op).await?)
     };
-    drop(op);
-    light.add_double_leaders(sets.iter().map(|s| s.watch.double_leaders()).sum::<u64>());
+    let doubles: u64 = sets.iter().map(|s| s.watch.double_leaders()).sum();
+    light.record(|run| run.double_leaders += doubles);
     Ok(ScaleBigResult {
-        run: Run::default(),
         lease_seconds,
         namespaces,
         pods: groups * 3,
@@ -189,14 +181,10 @@ async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<
         groups * 3
     );
     let per_ns = (CREATE_CONCURRENCY / namespaces).max(1);
-    try_join_all(
-        (0..namespaces).map(|i| {
-            let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
-            async move {
-                Groups::create_with(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await
-            }
-        }),
-    )
+    try_join_all((0..namespaces).map(|i| {
+        let count = (groups - i * GROUPS_PER_NAMESPACE).min(GROUPS_PER_NAMESPACE);
+        async move { Groups::create(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await }
+    }))
     .await
 }
 
@@ -217,77 +205,64 @@ async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Optio
     Some(led)
 }
 
-/// What an operator restart at this size works on.
-struct Restarting<'a> {
-    ctx: &'a Context,
-    light: &'a Light,
-    sets: &'a [Groups],
-    groups: usize,
-    /// How long after the restart the watches keep counting: past a whole Lease duration, so
-    /// that every group was renewed by the new process, or changed.
+/// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
+/// reconciled every group of `sets`, and what changed until `watched` after (epochs, leaders,
+/// leader labels). The new process is stopped when it returns.
+async fn restart(
+    ctx: &Context,
+    sets: &[Groups],
     watched: Duration,
-}
-
-impl Restarting<'_> {
-    /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has
-    /// reconciled every group, and what changed meanwhile (epochs, leaders, leader labels).
-    /// Returns the new process, still running.
-    async fn measure(&self, op: OperatorProcess) -> Result<(OperatorProcess, Restart)> {
-        tracing::info!("scale-10k: restart (SIGKILL, a new process)");
-        let before = statuses(self.sets).await?;
-        let flaps = || -> u64 { self.sets.iter().map(|s| s.watch.leader_changes()).sum() };
-        let flaps_before = flaps();
-        let mut op = op;
-        let _ = op.kill().await;
-        let op = self
-            .ctx
-            .start_operator(None, "operator-scale-10k-restarted.log")
-            .await?;
-        let mut to_ready = None;
-        let to_all_reconciled = loop {
-            if op.started.elapsed() > BOUND {
-                return Err(Error::Timeout(format!(
-                    "the restarted operator to reconcile {} groups",
-                    self.groups
-                )));
-            }
-            if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
-                to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
-            }
-            if reconciles(&op)
-                .await
-                .is_some_and(|n| n >= self.groups as u64)
-            {
-                break op.started.elapsed().as_secs_f64() * 1000.0;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        tracing::info!(
-            "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
-            to_ready.unwrap_or(f64::NAN) / 1000.0,
-            to_all_reconciled / 1000.0
-        );
-        tokio::time::sleep(self.watched).await;
-        let after = statuses(self.sets).await?;
-        let changed = |differs: fn(&Status, &Status) -> bool| {
-            before
-                .iter()
-                .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
-                .count()
-        };
-        let last = sample(&op, self.light.ticks);
-        let restart = Restart {
-            to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
-            to_all_reconciled_ms: to_all_reconciled,
-            epoch_changes: changed(|a, b| a.0 != b.0),
-            leader_changes: changed(|a, b| a.1 != b.1),
-            label_flaps: flaps() - flaps_before,
-            watched_s: self.watched.as_secs_f64(),
-            rss_mib: last.rss_mib,
-            peak_rss_mib: last.peak_rss_mib,
-        };
-        Ok((op, restart))
-    }
+    mut op: OperatorProcess,
+) -> Result<Restart> {
+    let groups: usize = sets.iter().map(|s| s.names.len()).sum();
+    tracing::info!("scale-10k: restart (SIGKILL, a new process)");
+    let before = statuses(sets).await?;
+    let flaps = || -> u64 { sets.iter().map(|s| s.watch.leader_changes()).sum() };
+    let flaps_before = flaps();
+    let _ = op.kill().await;
+    let op = ctx
+        .start_operator(None, "operator-scale-10k-restarted.log")
+        .await?;
+    let mut to_ready = None;
+    let to_all_reconciled = loop {
+        if op.started.elapsed() > BOUND {
+            let what = format!("the restarted operator to reconcile {groups} groups");
+            return Err(Error::Timeout(what));
+        }
+        if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
+            to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
+        }
+        if reconciles(&op).await.is_some_and(|n| n >= groups as u64) {
+            break op.started.elapsed().as_secs_f64() * 1000.0;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tracing::info!(
+        "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
+        to_ready.unwrap_or(f64::NAN) / 1000.0,
+        to_all_reconciled / 1000.0
+    );
+    tokio::time::sleep(watched).await;
+    let after = statuses(sets).await?;
+    let changed = |differs: fn(&Status, &Status) -> bool| {
+        before
+            .iter()
+            .filter(|(k, b)| after.get(*k).is_none_or(|a| differs(a, b)))
+            .count()
+    };
+    let last = sample(&op, ctx.light().await?.ticks);
+    let restart = Restart {
+        to_ready_ms: to_ready.unwrap_or(to_all_reconciled),
+        to_all_reconciled_ms: to_all_reconciled,
+        epoch_changes: changed(|a, b| a.0 != b.0),
+        leader_changes: changed(|a, b| a.1 != b.1),
+        label_flaps: flaps() - flaps_before,
+        watched_s: watched.as_secs_f64(),
+        rss_mib: last.rss_mib,
+        peak_rss_mib: last.peak_rss_mib,
+    };
+    drop(op);
+    Ok(restart)
 }
 
 /// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does
@@ -320,7 +295,7 @@ async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), Status>>
 }
 
 impl ScaleBigResult {
-    fn setup(&self) -> Table {
+    fn setup(&self, run: &Run) -> Table {
         let columns = [
             "groups",
             "pods",
@@ -337,92 +312,80 @@ impl ScaleBigResult {
             format!("{} s", self.lease_seconds),
             format!("{:.0} s", self.create_s),
             self.create_concurrency.to_string(),
-            format!("{} (`{}`)", self.run.started_at, self.run.command),
+            format!("{} (`{}`)", run.started_at, run.command),
         ])
     }
 
+    /// From the start to every group led, or `at_bound` of how many were led at the bound.
+    fn to_all_led(&self, at_bound: impl FnOnce(usize) -> String) -> String {
+        let s = self.entry.time_to_all_led_ms / 1000.0;
+        self.led_at_bound
+            .map_or_else(|| format!("{s:.1} s"), at_bound)
+    }
+
     fn start(&self) -> Table {
-        let e = &self.entry;
-        let to_all_led = match self.led_at_bound {
-            Some(n) => format!(
-                "not within {} s: {n} of {} led then",
-                BOUND.as_secs(),
-                e.groups
-            ),
-            None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-        };
-        let window = format!(
-            "requests/s per group, steady {:.0} s window (by verb, resource)",
-            e.window_s
-        );
-        Table::pairs(
-            ["measure", "value"],
+        let (e, bound) = (&self.entry, BOUND.as_secs());
+        let to_all_led =
+            self.to_all_led(|n| format!("not within {bound} s: {n} of {} led then", e.groups));
+        let window = format!("requests/s per group, steady {:.0} s window", e.window_s);
+        let led = "from operator start to every group led (independent watches)";
+        Table::of(
+            &["measure", "value"],
             [
-                (
-                    "from operator start to every group led (independent watches)".into(),
-                    to_all_led,
-                ),
-                (
+                [led.into(), to_all_led],
+                [
                     "CPU until then".into(),
                     format!("{:.1} s", self.converge_cpu_s),
-                ),
-                (window, counts(&e.requests_per_s_per_group)),
-                (
+                ],
+                [
+                    window + " (by verb, resource)",
+                    counts(&e.requests_per_s_per_group),
+                ],
+                [
                     "writes per group per third of the Lease".into(),
                     format!("{:.2}", e.writes_per_group_per_third),
-                ),
-                (
+                ],
+                [
                     "polling reads/s per group".into(),
                     format!("{:.3}", e.polling_reads_per_s_per_group),
-                ),
-                (
+                ],
+                [
                     "CPU s/min, steady".into(),
                     format!("{:.2}", e.cpu_s_per_min),
-                ),
-                (
-                    "RSS steady (peak)".into(),
-                    format!("{:.1} MiB ({:.1})", e.rss_mib, e.peak_rss_mib),
-                ),
+                ],
+                ["RSS steady (peak)".into(), rss(e.rss_mib, e.peak_rss_mib)],
             ],
         )
     }
 
     fn targets(&self) -> Table {
-        let e = &self.entry;
-        let mut targets = Table::new(&["target", "measured", "met"])
-            .with([
-                format!("{} groups: all led within 60 s", e.groups),
-                match self.led_at_bound {
-                    Some(n) => format!("{n} of {} led when the harness stopped waiting", e.groups),
-                    None => format!("{:.1} s", e.time_to_all_led_ms / 1000.0),
-                },
-                met(self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0).to_owned(),
-            ])
-            .with([
-                format!("{} groups: steady RSS < 256 MiB", e.groups),
-                format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib),
-                met(e.rss_mib < 256.0).to_owned(),
-            ]);
-        targets.rows.extend(cost_targets(e, |target| {
-            format!("{} groups: {target}", e.groups)
-        }));
+        let (e, mut targets) = (&self.entry, Table::new(&["target", "measured", "met"]));
+        let to_all_led = self
+            .to_all_led(|n| format!("{n} of {} led when the harness stopped waiting", e.groups));
+        let in_time = self.led_at_bound.is_none() && e.time_to_all_led_ms <= 60_000.0;
+        let groups = |target: &str| format!("{} groups: {target}", e.groups);
+        targets.target(groups("all led within 60 s"), to_all_led, in_time);
+        let memory = format!("{:.1} MiB (peak {:.1})", e.rss_mib, e.peak_rss_mib);
+        targets.target(groups("steady RSS < 256 MiB"), memory, e.rss_mib < 256.0);
+        targets.rows.extend(cost_targets(e, groups));
         if let Some(x) = &self.restart {
-            targets.row([
-                format!(
-                    "{} groups: a restart changes no epoch and flaps no label",
-                    e.groups
-                ),
-                format!(
-                    "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
-                    x.epoch_changes,
-                    x.label_flaps,
-                    x.to_all_reconciled_ms / 1000.0
-                ),
-                met(x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0).to_owned(),
-            ]);
+            let measured = format!(
+                "{} epochs, {} label changes; every group reconciled {:.1} s after the start",
+                x.epoch_changes,
+                x.label_flaps,
+                x.to_all_reconciled_ms / 1000.0
+            );
+            let held = x.epoch_changes == 0 && x.label_flaps == 0 && x.leader_changes == 0;
+            let target = groups("a restart changes no epoch and flaps no label");
+            targets.target(target, measured, held);
         }
         targets
     }
+}
+
+/// Resident memory and its peak, MiB.
+fn rss(rss_mib: f64, peak_rss_mib: f64) -> String {
+    format!("{rss_mib:.1} MiB ({peak_rss_mib:.1})")
 }
 
 fn restart_table(x: &Restart) -> Table {
@@ -430,30 +393,29 @@ fn restart_table(x: &Restart) -> Table {
         "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
         x.watched_s
     );
-    Table::pairs(
-        ["restart (SIGKILL, a new process)", "value"],
+    let secs = |ms: f64| format!("{:.1} s", ms / 1000.0);
+    let ready = "from the new process's start to ready (every watch listed)";
+    Table::of(
+        &["restart (SIGKILL, a new process)", "value"],
         [
-            (
-                "from the new process's start to ready (every watch listed)".into(),
-                format!("{:.1} s", x.to_ready_ms / 1000.0),
-            ),
-            (
+            [ready.into(), secs(x.to_ready_ms)],
+            [
                 "... to every group reconciled once".into(),
-                format!("{:.1} s", x.to_all_reconciled_ms / 1000.0),
-            ),
-            (
+                secs(x.to_all_reconciled_ms),
+            ],
+            [
                 "groups whose epoch changed".into(),
                 x.epoch_changes.to_string(),
-            ),
-            (
+            ],
+            [
                 "groups whose leader changed".into(),
                 x.leader_changes.to_string(),
-            ),
-            (flaps, x.label_flaps.to_string()),
-            (
+            ],
+            [flaps, x.label_flaps.to_string()],
+            [
                 "RSS of the new process at the end (peak)".into(),
-                format!("{:.1} MiB ({:.1})", x.rss_mib, x.peak_rss_mib),
-            ),
+                rss(x.rss_mib, x.peak_rss_mib),
+            ],
         ],
     )
 }

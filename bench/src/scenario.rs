@@ -17,15 +17,19 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
-use crate::ours::{ALL_LED_BOUND, Groups};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
-use crate::results::{Results, Run};
+use crate::results::{Results, Run, Stamped};
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
 pub struct Scenario {
-    /// Its name, its help, and whether the full run measures it.
-    pub about: About,
+    /// Its name: `--only NAME`, and the prefix of its blocks' names.
+    pub name: &'static str,
+    /// What `--help` says of it.
+    pub help: &'static str,
+    /// Whether the full run (no `--only`) measures it.
+    pub in_full_run: bool,
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
     pub measure: fn(&Context) -> Measuring<'_>,
     /// Its blocks of the page from the results files; none while it has no results yet (the
@@ -34,84 +38,33 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario whose page blocks come from one results file, `T`.
-    pub const fn of<T: Recorded>(about: About, measure: fn(&Context) -> Measuring<'_>) -> Self {
-        let render = render_file::<T>;
+    /// A scenario whose page blocks come from one results file, `T`; the full run measures it
+    /// unless the page may lack `T` ([`Recorded::OPTIONAL`]: it runs only alone).
+    pub const fn of<T: Recorded>(
+        name: &'static str,
+        help: &'static str,
+        measure: fn(&Context) -> Measuring<'_>,
+    ) -> Self {
+        let (in_full_run, render) = (!T::OPTIONAL, render_file::<T>);
         Scenario {
-            about,
+            name,
+            help,
+            in_full_run,
             measure,
             render,
         }
     }
 }
 
-/// What the command line knows of a scenario.
-#[derive(Clone, Copy, Debug)]
-pub struct About {
-    /// Its name: `--only NAME`, and the prefix of its blocks' names.
-    pub name: &'static str,
-    /// What `--help` says of it.
-    pub help: &'static str,
-    /// Whether the full run (no `--only`) measures it.
-    pub in_full_run: bool,
-}
-
-impl About {
-    /// A scenario of the full run.
-    pub const fn full_run(name: &'static str, help: &'static str) -> About {
-        About {
-            name,
-            help,
-            in_full_run: true,
-        }
-    }
-
-    /// A scenario that runs only alone (`--only NAME`).
-    pub const fn alone(name: &'static str, help: &'static str) -> About {
-        About {
-            name,
-            help,
-            in_full_run: false,
-        }
-    }
-}
-
-/// A results file, `bench/results/<FILE>.json`, and the run's record it carries.
-pub trait Stamped: Serialize + DeserializeOwned + 'static {
+/// The scenario's part of a results file, `bench/results/<FILE>.json`, written after the run's
+/// record ([`Stamped`]); it renders its own blocks of the page.
+pub trait Recorded: Serialize + DeserializeOwned + 'static {
     /// The file's name.
     const FILE: &'static str;
-    /// Whether the page may lack it (a scenario that runs only alone): then it renders nothing.
+    /// Whether the page may lack it: its scenario runs only alone, and renders nothing without it.
     const OPTIONAL: bool = false;
-    /// Takes the run's record as it ended.
-    fn set_run(&mut self, run: &Run);
-}
-
-/// [`Stamped`] for a results type whose `run` field takes the run's record as it ended:
-/// `stamped!(Type, "file")`, or `stamped!(Type, "file", optional)` for a scenario that runs only
-/// alone.
-macro_rules! stamped {
-    ($type:ty, $file:literal) => {
-        stamped!(@ $type, $file, false);
-    };
-    ($type:ty, $file:literal, optional) => {
-        stamped!(@ $type, $file, true);
-    };
-    (@ $type:ty, $file:literal, $optional:literal) => {
-        impl $crate::scenario::Stamped for $type {
-            const FILE: &'static str = $file;
-            const OPTIONAL: bool = $optional;
-            fn set_run(&mut self, run: &$crate::results::Run) {
-                self.run = run.clone();
-            }
-        }
-    };
-}
-pub(crate) use stamped;
-
-/// A results file that renders its own blocks of the page.
-pub trait Recorded: Stamped {
-    /// Its blocks of the page.
-    fn blocks(&self) -> Vec<Block>;
+    /// Its blocks of the page; `run` is the record of the run that measured it.
+    fn blocks(&self, run: &Run) -> Vec<Block>;
     /// What its checks found over the run (must be empty).
     fn problems(&self) -> Vec<String> {
         Vec::new()
@@ -120,18 +73,18 @@ pub trait Recorded: Stamped {
 
 /// The blocks of `T`'s results file.
 fn render_file<T: Recorded>(results: &Results) -> Result<Vec<Block>> {
-    let found = if T::OPTIONAL {
-        results.read_opt::<T>(T::FILE)?
+    let found: Option<Stamped<T>> = if T::OPTIONAL {
+        results.read_opt(T::FILE)?
     } else {
-        Some(results.read::<T>(T::FILE)?)
+        Some(results.read(T::FILE)?)
     };
-    Ok(found.map(|r| r.blocks()).unwrap_or_default())
+    Ok(found.map(|r| r.body.blocks(&r.run)).unwrap_or_default())
 }
 
 impl<T: Recorded> Outcome for T {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.set_run(run);
-        results.write(T::FILE, self)
+        let run = run.clone();
+        results.write(T::FILE, &Stamped { run, body: &*self })
     }
 
     fn problems(&self) -> Vec<String> {
@@ -164,19 +117,43 @@ pub trait Outcome {
     }
 }
 
-/// The command line's settings of the scenarios.
-#[derive(Clone, Debug, Default)]
+/// The command line: which scenarios run, and their settings.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "leadergroup-bench",
+    about = "Benchmarks of leadergroup-operator against client-go and the Rust crates"
+)]
 pub struct Options {
-    /// A few repetitions of everything: a smoke test of the harness.
+    /// A handful of repetitions of every scenario: a smoke test of the harness, not figures to
+    /// publish.
+    #[arg(long)]
     pub quick: bool,
-    /// One scenario alone (`--only`), not the full run.
-    pub alone: bool,
-    /// `--scale`: the scale scenario's group counts; scale-10k's first.
+    /// The group counts of the scale scenario (default 1,100,1000); with `--only scale-10k`, its
+    /// first value is the number of groups (default 10000).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub scale: Option<Vec<usize>>,
-    /// `--grace`: the real cluster's node-monitor grace period, seconds.
+    /// The repository whose bench/results and docs/benchmarks.md are written (default: the one
+    /// this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Run one scenario alone and write only its results (the page's tables are rewritten from
+    /// bench/results).
+    #[arg(long, value_parser = crate::only_values())]
+    pub only: Option<String>,
+    /// `--only e2e`: the real cluster's --node-monitor-grace-period, seconds (default 50,
+    /// `--quick` 10).
+    #[arg(long, value_name = "SECS")]
     pub grace: Option<u32>,
-    /// `--lease`: scale-10k's Lease duration, seconds.
+    /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
+    #[arg(long, value_name = "SECS")]
     pub lease: Option<i32>,
+}
+
+impl Options {
+    /// One scenario alone (`--only`), not the full run.
+    pub fn alone(&self) -> bool {
+        self.only.is_some()
+    }
 }
 
 /// The light control plane, the operator binary measured on it, and the run's record.
@@ -191,11 +168,6 @@ pub struct Light {
 }
 
 impl Light {
-    /// Counts what the independent watch saw: two pods of one group labeled leader.
-    pub fn add_double_leaders(&self, n: u64) {
-        self.record(|run| run.double_leaders += n);
-    }
-
     /// The run's record so far.
     pub fn run(&self) -> Run {
         self.run.lock().map(|r| r.clone()).unwrap_or_default()
@@ -305,7 +277,7 @@ impl Context {
         count: usize,
         log: &str,
     ) -> Result<(Groups, OperatorProcess)> {
-        let groups = Groups::create(prefix, count).await?;
+        let groups = Groups::create(prefix, count, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
         let op = self.start_operator(Some(&groups.namespace), log).await?;
         groups.wait_all_led(ALL_LED_BOUND).await?;
         Ok((groups, op))

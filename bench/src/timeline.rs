@@ -31,29 +31,72 @@ pub struct Event {
     pub leading: bool,
 }
 
-/// Every change of belief seen so far, per key (a system's, or a Lease's), shared by the task
-/// that reads them and the harness that judges them.
+/// Every change of belief seen so far, per key (a system's, or a Lease's), and the identities
+/// excluded from believing (see [`Exclusion`]), shared by the task that reads them and the
+/// harness that judges them. Identities are unique across keys, so one list of exclusions serves
+/// every key.
 #[derive(Clone, Default)]
-pub struct Beliefs(Arc<Mutex<BTreeMap<String, Vec<Event>>>>);
+pub struct Beliefs(Arc<Mutex<Believed>>);
+
+#[derive(Default)]
+struct Believed {
+    events: BTreeMap<String, Vec<Event>>,
+    excluded: Vec<Exclusion>,
+}
 
 impl Beliefs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Believed> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Records `event` under `key`.
     pub fn push(&self, key: &str, event: Event) {
-        if let Ok(mut all) = self.0.lock() {
-            all.entry(key.to_owned()).or_default().push(event);
-        }
+        self.lock()
+            .events
+            .entry(key.to_owned())
+            .or_default()
+            .push(event);
     }
 
     /// Every event of `key` so far, by time.
     pub fn of(&self, key: &str) -> Vec<Event> {
-        let mut list = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|all| all.get(key).cloned())
-            .unwrap_or_default();
+        let mut list = self.lock().events.get(key).cloned().unwrap_or_default();
         list.sort_by_key(|e| e.at);
         list
+    }
+
+    /// From `from` on, `identity` does not count as believing it leads.
+    pub fn exclude(&self, identity: &str, from: SystemTime) {
+        let (identity, until) = (identity.to_owned(), None);
+        self.lock().excluded.push(Exclusion {
+            identity,
+            from,
+            until,
+        });
+    }
+
+    /// From `until` on, `identity` counts again (a frozen process thawed).
+    pub fn end_exclusion(&self, identity: &str, until: SystemTime) {
+        for e in self
+            .lock()
+            .excluded
+            .iter_mut()
+            .filter(|e| e.identity == identity)
+        {
+            e.until.get_or_insert(until);
+        }
+    }
+
+    /// [`believers_at`] `t` among the events of `key`.
+    pub fn believers(&self, key: &str, t: SystemTime) -> Vec<String> {
+        believers_at(&self.of(key), t, &self.lock().excluded)
+    }
+
+    /// [`split_brains`] within `[from, to]` among the events of `key`.
+    pub fn split_brains(&self, key: &str, from: SystemTime, to: SystemTime) -> u64 {
+        split_brains(&self.of(key), from, to, &self.lock().excluded)
     }
 }
 
@@ -127,13 +170,14 @@ pub fn first_new_leader(events: &[Event], old: &str, t0: SystemTime) -> Option<E
         .cloned()
 }
 
-/// What a source file is.
+/// What a source file is, and how far it was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// The agent's `role` file: `leader`, `follower` or `unknown`.
-    RoleFile,
-    /// A peer's appended stdout.
-    EventLog,
+    /// The agent's `role` file (`leader`, `follower` or `unknown`), and the leading state last
+    /// read.
+    RoleFile(Option<bool>),
+    /// A peer's appended stdout, and the bytes consumed.
+    EventLog(usize),
 }
 
 struct Source {
@@ -141,42 +185,35 @@ struct Source {
     pod: String,
     path: PathBuf,
     kind: Kind,
-    /// RoleFile: the leading state last read.
-    leading: Option<bool>,
-    /// EventLog: bytes consumed.
-    consumed: usize,
 }
 
 impl Source {
     fn poll(&mut self) -> Vec<Event> {
-        match self.kind {
-            Kind::RoleFile => {
+        match &mut self.kind {
+            Kind::RoleFile(last) => {
                 let Ok((at, role)) = read_with_mtime(&self.path) else {
                     return Vec::new();
                 };
                 let leading = role.trim() == "leader";
-                if self.leading == Some(leading) {
+                if last.replace(leading) == Some(leading) {
                     return Vec::new();
                 }
-                self.leading = Some(leading);
+                let identity = self.pod.clone();
                 vec![Event {
                     at,
-                    identity: self.pod.clone(),
+                    identity,
                     leading,
                 }]
             }
-            Kind::EventLog => {
+            Kind::EventLog(consumed) => {
                 let Ok(text) = std::fs::read_to_string(&self.path) else {
                     return Vec::new();
                 };
-                let Some(fresh) = text.get(self.consumed..) else {
+                let Some(end) = text.get(*consumed..).and_then(|fresh| fresh.rfind('\n')) else {
                     return Vec::new();
                 };
-                let Some(end) = fresh.rfind('\n') else {
-                    return Vec::new();
-                };
-                let complete = &fresh[..=end];
-                self.consumed += complete.len();
+                let complete = &text[*consumed..=*consumed + end];
+                *consumed += complete.len();
                 complete
                     .lines()
                     .filter_map(|l| Some(parse_peer_line(l)?.1))
@@ -210,7 +247,7 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
 /// Polls the files of every candidate pod of a namespace (the pods listed every second, the
 /// files read every 10 ms) and keeps every event, per system.
 pub struct Tracker {
-    events: Beliefs,
+    pub beliefs: Beliefs,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -221,8 +258,8 @@ const EVENTS_VOLUME: &str = "events";
 impl Tracker {
     /// Starts polling; `ours` tells which systems publish through the agent.
     pub fn start(pods: Api<Pod>, cluster: PathBuf, ours: fn(&str) -> bool) -> Tracker {
-        let events = Beliefs::default();
-        let record = events.clone();
+        let beliefs = Beliefs::default();
+        let record = beliefs.clone();
         let task = tokio::spawn(async move {
             let mut sources: BTreeMap<String, Source> = BTreeMap::new();
             let mut listed: Option<Instant> = None;
@@ -240,12 +277,7 @@ impl Tracker {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        Tracker { events, task }
-    }
-
-    /// Every event of `system` so far, by time.
-    pub fn events(&self, system: &str) -> Vec<Event> {
-        self.events.of(system)
+        Tracker { beliefs, task }
     }
 }
 
@@ -273,23 +305,20 @@ async fn discover(
             continue;
         }
         let (kind, volume, file) = if ours(&system) {
-            (Kind::RoleFile, AGENT_VOLUME, "role")
+            (Kind::RoleFile(None), AGENT_VOLUME, "role")
         } else {
-            (Kind::EventLog, EVENTS_VOLUME, "events.log")
+            (Kind::EventLog(0), EVENTS_VOLUME, "events.log")
         };
         let Ok(dir) = RealCluster::empty_dir(cluster, &node, &uid, volume) else {
             continue;
         };
         let path = dir.join(file);
         let pod = p.name_any();
-        let (leading, consumed) = (None, 0);
         let source = Source {
             system,
             pod,
             path,
             kind,
-            leading,
-            consumed,
         };
         sources.insert(uid, source);
     }
@@ -329,6 +358,25 @@ mod tests {
             identity: id.into(),
             leading,
         }
+    }
+
+    /// One list of exclusions serves every key: a stopped process is excluded wherever its
+    /// events are, until a thaw ends its exclusion.
+    #[test]
+    fn beliefs_judge_each_key_with_the_shared_exclusions() {
+        let beliefs = Beliefs::default();
+        for (key, e) in [("x", ev(0, "a", true)), ("x", ev(200, "b", true))] {
+            beliefs.push(key, e);
+        }
+        beliefs.push("y", ev(0, "c", true));
+        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 1);
+        beliefs.exclude("a", at(100));
+        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 0);
+        assert_eq!(beliefs.believers("x", at(210)), vec!["b"]);
+        assert_eq!(beliefs.believers("y", at(210)), vec!["c"]);
+        beliefs.end_exclusion("a", at(250));
+        assert_eq!(beliefs.believers("x", at(260)), vec!["a", "b"]);
+        assert_eq!(beliefs.of("x").len(), 2);
     }
 
     #[test]

@@ -24,7 +24,8 @@ GUARDED = {("", "pods"), ("", "pods/status"), ("", "pods/binding"), ("", "replic
 # The operator's command line (docs/LAYOUT.md): a flag outside this list is a typo.
 KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--concurrency", "--leader-elect",
                "--leader-elect-namespace", "--leader-elect-lease-name",
-               "--leader-elect-lease-duration", "--identity", "--per-group-metrics"}
+               "--leader-elect-lease-duration", "--identity", "--per-group-metrics",
+               "--node-monitor-grace-period"}
 # Exactly what the operator may do on watched namespaces, as (apiGroup, resource, verb).
 OPERATOR_RULES = {
     *(("leadergroup.io", "leadergroups", v) for v in ["get", "list", "watch", "update", "patch"]),
@@ -209,6 +210,8 @@ def check_default(objs):
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
     check(arg(args, "--concurrency") == "64", "--concurrency must follow concurrency (64)")
     check(arg(args, "--per-group-metrics") == "true", "--per-group-metrics must be on by default (metrics.perGroup)")
+    check(arg(args, "--node-monitor-grace-period") == "50",
+          "--node-monitor-grace-period must follow nodeMonitorGracePeriodSeconds (Kubernetes' default 50)")
     check(arg(args, "--leader-elect") is True, "--leader-elect must be on by default")
     check(arg(args, "--leader-elect-namespace") == NAMESPACE, "--leader-elect-namespace must be the release namespace")
     check(arg(args, "--leader-elect-lease-duration") == "15", "--leader-elect-lease-duration must be 15")
@@ -285,7 +288,7 @@ def check_guard(objs, sa_name, namespace_selector):
 # name it; a member changes spec.renewTime alone.
 LEASE_FIELDS = ["spec.holderIdentity", "spec.acquireTime", "spec.leaseDurationSeconds", "spec.leaseTransitions",
                 "metadata.ownerReferences", "label leadergroup.io/group",
-                *(f"annotation leadergroup.io/{a}" for a in ["epoch", "arbiter", "liveness", "holder-uid"])]
+                *(f"annotation leadergroup.io/{a}" for a in ["epoch", "arbiter", "liveness", "holder-uid", "lapsed"])]
 
 
 def check_lease_guard(objs, sa_name, namespace_selector):

@@ -2,9 +2,11 @@
 # Static checks of the Helm chart, no cluster needed: helm lint --strict, renders of the default
 # values, of watchNamespace, of the admission guard off, of an existing ServiceAccount and of the
 # monitoring objects with assertions on the objects (render_checks.py), `promtool test rules` on
-# the rendered alerts (alerts_test.yaml; promtool.sh builds promtool once and caches it), values
-# the schema or the templates must refuse, and the rendered CRD against crds/leadergroup.yaml.
-# Exits non-zero when any check fails, after running all of them.
+# the rendered alerts (alerts_test.yaml; prometheus-build.sh builds promtool once and caches it), values
+# the schema or the templates must refuse, the rendered CRD against crds/leadergroup.yaml, and
+# every value set rendered for the oldest and the newest supported Kubernetes minor validated by
+# kubeconform against that minor's own schemas (schemas.sh) and scored by kube-score (kubetools.sh
+# builds both once). Exits non-zero when any check fails, after running all of them.
 #
 # Env: LEADERGROUP_CRD  the CRD the chart must render (default: crds/leadergroup.yaml).
 set -uo pipefail
@@ -14,8 +16,11 @@ chart=$root/charts/leadergroup-operator
 crd_source=${LEADERGROUP_CRD:-$root/crds/leadergroup.yaml}
 
 bin=$("$root/controlplane/build.sh") || { echo "static.sh: controlplane/build.sh failed" >&2; exit 2; }
+bin_version=$("$bin/kube-apiserver" --version | cut -d' ' -f2)
 helm=$bin/helm
-promtool=$("$here/promtool.sh") || { echo "static.sh: charts/tests/promtool.sh failed" >&2; exit 2; }
+promtool=$("$here/prometheus-build.sh" promtool) || { echo "static.sh: charts/tests/prometheus-build.sh promtool failed" >&2; exit 2; }
+kubetools=$("$here/kubetools.sh") || { echo "static.sh: charts/tests/kubetools.sh failed" >&2; exit 2; }
+oldest_bin=$("$root/controlplane/build-oldest.sh") || { echo "static.sh: controlplane/build-oldest.sh failed" >&2; exit 2; }
 python3 -c 'import yaml' 2>/dev/null || { echo "static.sh: needs python3 with PyYAML" >&2; exit 2; }
 
 tmp=$(mktemp -d)
@@ -144,7 +149,58 @@ else
   bad "helm install --dry-run=client failed:"; sed 's/^/     /' "$tmp/notes.yaml"
 fi
 
-# 4. Values that must be refused, each with a message that names the problem.
+# 4. Every value set above, rendered for each end of the supported range (the chart's kubeVersion:
+#    the oldest minor's and the newest's control plane), against that minor's schemas of the
+#    built-in kinds (generated from its kube-apiserver's OpenAPI by schemas.sh) and the CRD's own
+#    schema: -strict refuses a field the kind does not have. The prometheus-operator kinds
+#    (ServiceMonitor, PrometheusRule) have no schema here: their CRDs are not Kubernetes' and are
+#    not in the repository; render_checks.py and promtool check those objects.
+declare -A value_sets=(
+  [default]="" [watch]="--set watchNamespace=team-a" [no-guard]="--set admissionGuard.enabled=false"
+  [single]="--set replicas=1 --set leaderElection.enabled=false" [monitoring]="$monitoring"
+  [existing-sa]="--set serviceAccount.create=false --set serviceAccount.name=platform-operator"
+  [custom]="-f $tmp/custom-values.yaml"
+)
+mkdir -p "$tmp/crd-schemas"
+python3 "$here/json_schemas.py" crd "$crd_source" "$tmp/crd-schemas" 2>"$tmp/crd-schemas.err" ||
+  bad "the CRD's JSON schema:$(cat "$tmp/crd-schemas.err")"
+for control_plane in "$oldest_bin" "$bin"; do
+  version=$("$control_plane/kube-apiserver" --version | cut -d' ' -f2)
+  if ! schemas=$("$here/schemas.sh" "$control_plane" 2>"$tmp/schemas.err"); then
+    bad "the JSON schemas of $version:"; sed 's/^/     /' "$tmp/schemas.err"; continue
+  fi
+  for set in "${!value_sets[@]}"; do
+    # shellcheck disable=SC2086 # the value set's flags, split as written
+    render "kc-$version-$set" --kube-version "${version#v}" ${value_sets[$set]} || continue
+    if "$kubetools/kubeconform" -strict -summary -skip ServiceMonitor,PrometheusRule \
+      -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+      -schema-location "$tmp/crd-schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+      "$tmp/kc-$version-$set.yaml" >"$tmp/kubeconform.out" 2>&1; then
+      ok "kubeconform $version ($set): $(grep -o 'Valid: [0-9]*' "$tmp/kubeconform.out")"
+    else
+      bad "kubeconform $version ($set):"; sed 's/^/     /' "$tmp/kubeconform.out"
+    fi
+  done
+done
+
+# 5. kube-score on every value set (the newest minor's renders). The findings the chart keeps are
+#    ignored here and justified in the chart's README ("kube-score"): no CPU limit (throttling
+#    would slow the handovers of a burst), no ephemeral-storage request or limit (the operator
+#    writes nothing but its log), no NetworkPolicy (its peers, the API server and the scraper, are
+#    the cluster's to name), imagePullPolicy IfNotPresent (a pinned tag or digest, and clusters
+#    that load the image without a registry).
+for set in "${!value_sets[@]}"; do
+  [[ -f $tmp/kc-$bin_version-$set.yaml ]] || continue
+  if "$kubetools/kube-score" score --output-format ci --ignore-container-cpu-limit \
+    --ignore-test container-ephemeral-storage-request-and-limit --ignore-test pod-networkpolicy \
+    --ignore-test container-image-pull-policy "$tmp/kc-$bin_version-$set.yaml" >"$tmp/kube-score.out" 2>&1; then
+    ok "kube-score ($set): no critical finding, $(grep -c '^\[WARNING\]' "$tmp/kube-score.out") warning(s)"
+  else
+    bad "kube-score ($set):"; grep -v '^\[OK\]\|^\[SKIPPED\]' "$tmp/kube-score.out" | sed 's/^/     /'
+  fi
+done
+
+# 6. Values that must be refused, each with a message that names the problem.
 refuse "a mistyped top-level key" "additional properties 'replica' not allowed" --set replica=3
 refuse "a mistyped nested key" "additional properties 'tagg' not allowed" --set image.tagg=v1
 refuse "a mistyped securityContext key" "additional properties 'readOnlyRootFileSystem' not allowed" --set securityContext.readOnlyRootFileSystem=true

@@ -43,7 +43,9 @@
 //! # RBAC
 //!
 //! A [`Membership`] uses the verbs `get` and `watch` on its own pod and on its group's Lease, and
-//! nothing else (no `list`); in Heartbeat mode also `update` on the Lease, to renew it. Grant them to the pod's ServiceAccount (here group `payments`,
+//! nothing else (no `list`), and `update` on the Lease: to acknowledge its leadership and to say it
+//! stepped down (and in Heartbeat mode to renew it). Grant them to the pod's ServiceAccount (here
+//! group `payments`,
 //! namespace `prod`, ServiceAccount `payments`):
 //!
 //! ```yaml
@@ -56,8 +58,8 @@
 //!   - apiGroups: [""]
 //!     resources: [pods]
 //!     verbs: [get, watch]
-//!   # The group's Lease, and only it; update renews it in Heartbeat mode (a group with
-//!   # spec.liveness: Heartbeat), and is not used otherwise.
+//!   # The group's Lease, and only it; update acknowledges leadership, steps down, and renews it
+//!   # in Heartbeat mode (a group with spec.liveness: Heartbeat).
 //!   - apiGroups: [coordination.k8s.io]
 //!     resources: [leases]
 //!     resourceNames: [leadergroup-payments]
@@ -77,14 +79,15 @@
 //! The fence on a Kubernetes object needs `get` and `update` on that object.
 //!
 
+pub mod belief;
 mod epoch;
 mod error;
 pub mod fence;
 mod follow;
+mod lease_writes;
 #[cfg(feature = "log")]
 pub mod log;
 mod membership;
-mod renew;
 pub mod role;
 pub mod wire;
 

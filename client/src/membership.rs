@@ -12,10 +12,11 @@ use tokio::{
 
 use crate::{
     Epoch,
+    belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
-    renew::renew,
-    role::{Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Renewed, Role, decide},
+    lease_writes::{Note, renew, write_note},
+    role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
 };
 
 /// The environment variables [`Membership::start_from_env`] reads (set them with the downward
@@ -216,6 +217,9 @@ enum Update {
     Lease(String, Report<Lease>),
     /// A renewal of the Lease (Heartbeat mode) answered.
     Renewal(Box<RenewalOutcome>),
+    /// A note written in the Lease answered: the resourceVersion it was conditional on, and the
+    /// Lease as written or why not.
+    Noted(Option<String>, Box<Result<Lease, MembershipError>>),
 }
 
 /// How a renewal of the Lease went.
@@ -245,6 +249,17 @@ struct Renewals {
     backoff: Option<Duration>,
 }
 
+/// The notes this member owes the operator in the Lease (its acknowledgement as holder, its
+/// step-down as predecessor): one write at a time, and one per version of the Lease unless it
+/// failed for a reason a retry can fix.
+#[derive(Default)]
+struct Notes {
+    in_flight: Option<Task>,
+    /// The resourceVersion the last attempt was conditional on, and when another attempt on that
+    /// same version may be made.
+    tried: Option<(Option<String>, Instant)>,
+}
+
 /// The task that owns the observation and decides the role.
 struct Core {
     client: Client,
@@ -253,7 +268,7 @@ struct Core {
     /// The group given by the caller; when `None`, `group` follows the pod's annotation.
     fixed_group: Option<String>,
     group: Option<String>,
-    observation: Observation,
+    belief: Belief,
     role: Arc<watch::Sender<Role>>,
     errors: watch::Sender<Option<Arc<MembershipError>>>,
     pod_error: Option<Arc<MembershipError>>,
@@ -266,9 +281,8 @@ struct Core {
     lease_object: Option<Lease>,
     renewals: Renewals,
     renewal_error: Option<Arc<MembershipError>>,
-    /// The epoch at which the Lease was last seen asking this pod to renew it: the role's renewal
-    /// clock for it has been anchored.
-    anchored: Option<Epoch>,
+    notes: Notes,
+    note_error: Option<Arc<MembershipError>>,
 }
 
 impl Core {
@@ -280,8 +294,8 @@ impl Core {
         role: Arc<watch::Sender<Role>>,
         errors: watch::Sender<Option<Arc<MembershipError>>>,
     ) -> (Core, mpsc::Receiver<Update>) {
-        let observation = Observation::new(group.is_some());
-        let (period, _) = watch::channel(observation.lease_duration / 3);
+        let belief = Belief::new(pod.clone(), group.is_some());
+        let (period, _) = watch::channel(belief.observation().lease_duration / 3);
         let (updates, rx) = mpsc::channel(16);
         (
             Core {
@@ -290,7 +304,7 @@ impl Core {
                 pod,
                 fixed_group: group.clone(),
                 group,
-                observation,
+                belief,
                 role,
                 errors,
                 pod_error: None,
@@ -301,7 +315,8 @@ impl Core {
                 lease_object: None,
                 renewals: Renewals::default(),
                 renewal_error: None,
-                anchored: None,
+                notes: Notes::default(),
+                note_error: None,
             },
             rx,
         )
@@ -336,13 +351,18 @@ impl Core {
             // Only a deadline still ahead: a lapsed role is Unknown already and stays so until
             // the next update.
             let now = Instant::now();
-            let lapses_at = self.observation.lapses_at().filter(|t| *t > now);
+            let lapses_at = self.belief.observation().lapses_at().filter(|t| *t > now);
             let renew_at = self.next_renewal(now);
+            let note_at = self.next_note(now);
             let update = tokio::select! {
                 update = updates.recv() => update,
                 () = sleep_until(lapses_at) => None,
                 () = sleep_until(renew_at) => {
                     self.start_renewal();
+                    None
+                }
+                () = sleep_until(note_at) => {
+                    self.start_note();
                     None
                 }
             };
@@ -388,24 +408,19 @@ impl Core {
                         self.group = group.clone();
                         self.lease_task = None;
                         self.lease_object = None;
-                        self.observation.renewed = None;
-                        self.anchored = None;
                         self.lease_error = None;
-                        self.observation.lease = match group {
-                            Some(group) => {
-                                self.follow_lease(group);
-                                LeaseObservation::Unconfirmed
-                            }
-                            None => LeaseObservation::NoGroup,
-                        };
+                        self.belief.group_changed(group.is_some());
+                        if let Some(group) = group {
+                            self.follow_lease(group);
+                        }
                     }
                 }
-                self.observation.pod = Some(Confirmed { state: marks, at });
+                self.belief.pod_seen(marks, at);
                 self.set_error(Source::Pod, None);
             }
             Update::Pod(Report::Failed(error)) => {
                 if error.is_forbidden() {
-                    self.observation.pod = None;
+                    self.belief.pod_refused();
                 }
                 self.set_error(Source::Pod, Some(error));
             }
@@ -416,10 +431,8 @@ impl Core {
                 match report {
                     Report::Seen { state, at } => {
                         let marks = state.as_deref().map(LeaseMarks::of);
-                        self.anchor_renewals(marks.as_ref(), at);
                         self.lease_object = state.map(|l| *l);
                         if let Some(duration) = marks.as_ref().and_then(|m| m.duration) {
-                            self.observation.lease_duration = duration;
                             self.period.send_if_modified(|p| {
                                 let third = duration / 3;
                                 let changed = *p != third;
@@ -427,41 +440,93 @@ impl Core {
                                 changed
                             });
                         }
-                        self.observation.lease =
-                            LeaseObservation::Confirmed(Confirmed { state: marks, at });
+                        self.belief.lease_seen(marks, at);
                         self.set_error(Source::Lease, None);
                     }
                     Report::Failed(error) => {
                         if error.is_forbidden() {
-                            self.observation.lease = LeaseObservation::Unconfirmed;
+                            self.belief.lease_refused();
                         }
                         self.set_error(Source::Lease, Some(error));
                     }
                 }
             }
             Update::Renewal(outcome) => self.renewal_answered(*outcome),
+            Update::Noted(from_version, result) => self.note_answered(from_version, *result),
         }
     }
 
-    /// In Heartbeat mode, the role's clock starts when the Lease is first seen naming this pod at
-    /// an epoch, if nobody has renewed it yet (the operator gives a new leader a whole duration
-    /// to renew, from its own write). A Lease already renewed at that epoch was renewed by an
-    /// earlier process of this pod (this one restarted), and the operator counts the silence from
-    /// that renewal: the clock then starts only when a renewal of this process lands. It stops
-    /// when the Lease no longer asks this pod to renew.
-    fn anchor_renewals(&mut self, lease: Option<&LeaseMarks>, at: Instant) {
-        match lease.and_then(|l| l.renewal_asked_of(&self.pod).map(|e| (e, l))) {
-            Some((epoch, _)) if self.anchored == Some(epoch) => {}
-            Some((epoch, lease)) => {
-                self.anchored = Some(epoch);
-                self.observation.renewed =
-                    (!lease.renewed_since_acquired).then_some(Renewed { epoch, at });
-            }
+    /// The note the Lease as last confirmed asks of this pod, with the Lease to write it in: its
+    /// acknowledgement while it holds the Lease in Readiness mode without one, or its step-down
+    /// while the Lease names it as the predecessor and its role (published before this is asked)
+    /// no longer says `Leader` at that epoch.
+    fn note_owed(&self, now: Instant) -> Option<(Note, &Lease)> {
+        let observation = self.belief.observation();
+        let LeaseObservation::Confirmed(Confirmed {
+            state: Some(lease), ..
+        }) = &observation.lease
+        else {
+            return None;
+        };
+        let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
+        let note = match lease.acknowledgement_asked_of(&self.pod, uid) {
+            Some(epoch) => Note::Acknowledged(epoch),
             None => {
-                self.anchored = None;
-                self.observation.renewed = None;
+                let epoch = lease.step_down_asked_of(&self.pod, uid)?;
+                (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
+                Note::SteppedDown(epoch)
             }
+        };
+        Some((note, self.lease_object.as_ref()?))
+    }
+
+    /// When to write the note owed: at once, or after a failed attempt on this same version of
+    /// the Lease, when that allows.
+    fn next_note(&self, now: Instant) -> Option<Instant> {
+        if self.notes.in_flight.is_some() {
+            return None;
         }
+        let (_, lease) = self.note_owed(now)?;
+        match &self.notes.tried {
+            Some((version, retry_at)) if *version == lease.metadata.resource_version => {
+                Some(*retry_at)
+            }
+            _ => Some(now),
+        }
+    }
+
+    fn start_note(&mut self) {
+        let Some((note, lease)) = self.note_owed(Instant::now()) else {
+            return;
+        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
+        let limit = *self.period.borrow();
+        let updates = self.updates.clone();
+        tracing::info!(pod = %self.pod, ?note, "writing in the Lease");
+        self.notes.in_flight = Some(Task(tokio::spawn(async move {
+            let result = write_note(api, lease, note, limit, request).await;
+            let _ = updates
+                .send(Update::Noted(from_version, Box::new(result)))
+                .await;
+        })));
+    }
+
+    fn note_answered(
+        &mut self,
+        from_version: Option<String>,
+        result: Result<Lease, MembershipError>,
+    ) {
+        self.notes.in_flight = None;
+        let now = Instant::now();
+        // Written, or the Lease changed since it was read (a newer version decides again), or
+        // refused for good: not again on this version. Anything else: again after a pause.
+        let retry_at = match &result {
+            Err(e) if !e.is_conflict() && !e.is_forbidden() => now + BACKOFF_MAX,
+            _ => now + Duration::from_secs(3600),
+        };
+        self.notes.tried = Some((from_version, retry_at));
+        let error = result.err().filter(|e| !e.is_conflict()).map(Arc::new);
+        self.set_error(Source::Note, error);
     }
 
     /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
@@ -469,12 +534,12 @@ impl Core {
     fn renewable(&self) -> Option<(Epoch, &Lease)> {
         let LeaseObservation::Confirmed(Confirmed {
             state: Some(lease), ..
-        }) = &self.observation.lease
+        }) = &self.belief.observation().lease
         else {
             return None;
         };
         let epoch = lease.renewal_asked_of(&self.pod)?;
-        let pod = self.observation.pod.as_ref()?.state.as_ref()?;
+        let pod = self.belief.observation().pod.as_ref()?.state.as_ref()?;
         (pod.leader && pod.epoch == Some(epoch)).then_some(())?;
         Some((epoch, self.lease_object.as_ref()?))
     }
@@ -499,19 +564,29 @@ impl Core {
         Some(self.renewals.retry_at.map_or(due, |retry| retry.max(due)))
     }
 
-    fn start_renewal(&mut self) {
-        let Some((epoch, lease)) = self.renewable() else {
-            return;
-        };
-        let lease = lease.clone();
-        let from_version = lease.metadata.resource_version.clone();
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+    /// What a write of `lease` (as last seen) needs: the Lease, the resourceVersion the write is
+    /// conditional on, the API and the request, for errors.
+    fn lease_write(&self, lease: &Lease) -> (Lease, Option<String>, Api<Lease>, Request) {
         let request = Request {
             verb: "update",
             resource: "leases.coordination.k8s.io",
             name: lease.metadata.name.clone().unwrap_or_default(),
             namespace: self.namespace.clone(),
         };
+        let api = Api::namespaced(self.client.clone(), &self.namespace);
+        (
+            lease.clone(),
+            lease.metadata.resource_version.clone(),
+            api,
+            request,
+        )
+    }
+
+    fn start_renewal(&mut self) {
+        let Some((epoch, lease)) = self.renewable() else {
+            return;
+        };
+        let (lease, from_version, api, request) = self.lease_write(lease);
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
         let sent = Instant::now();
@@ -538,17 +613,7 @@ impl Core {
                 self.renewals.landed = Some(landed);
                 self.renewals.retry_at = None;
                 self.renewals.backoff = None;
-                if self.anchored == Some(outcome.epoch) {
-                    let at = self
-                        .observation
-                        .renewed
-                        .filter(|r| r.epoch == outcome.epoch)
-                        .map_or(outcome.sent, |r| r.at.max(outcome.sent));
-                    self.observation.renewed = Some(Renewed {
-                        epoch: outcome.epoch,
-                        at,
-                    });
-                }
+                self.belief.renewal_landed(outcome.epoch, outcome.sent);
                 // The next renewal is conditional on this write, unless the watch already showed
                 // a newer one.
                 let current = self
@@ -583,6 +648,7 @@ impl Core {
             Source::Pod => &mut self.pod_error,
             Source::Lease => &mut self.lease_error,
             Source::Renewal => &mut self.renewal_error,
+            Source::Note => &mut self.note_error,
         };
         let same = match (slot.as_ref(), error.as_ref()) {
             (None, None) => true,
@@ -603,7 +669,8 @@ impl Core {
             .pod_error
             .clone()
             .or_else(|| self.lease_error.clone())
-            .or_else(|| self.renewal_error.clone());
+            .or_else(|| self.renewal_error.clone())
+            .or_else(|| self.note_error.clone());
         self.errors.send_if_modified(|e| {
             let changed = match (e.as_ref(), current.as_ref()) {
                 (None, None) => false,
@@ -616,7 +683,7 @@ impl Core {
     }
 
     fn publish(&self) {
-        let role = decide(&self.pod, &self.observation, Instant::now());
+        let role = self.belief.role(Instant::now());
         self.role.send_if_modified(|r| {
             if *r == role {
                 return false;
@@ -633,6 +700,7 @@ enum Source {
     Pod,
     Lease,
     Renewal,
+    Note,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -1,12 +1,15 @@
 //! The role, and the rule that decides it: a pure function of what the API server last confirmed
 //! and of the monotonic clock, tested without a cluster.
 
-use std::{fmt, time::Duration};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
-use crate::wire::{HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL};
+use crate::wire::{
+    ACKNOWLEDGED_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, PREDECESSOR_ANNOTATION,
+    PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+};
 use crate::{
     EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
 };
@@ -56,7 +59,7 @@ impl fmt::Display for Role {
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// What the operator's marks on the pod say.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PodMarks {
     /// Label `leadergroup.io/role` is `leader`.
     pub leader: bool,
@@ -90,7 +93,7 @@ impl PodMarks {
 }
 
 /// What the group's Lease says.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeaseMarks {
     /// Label `leadergroup.io/group`: the group whose Lease this is.
     pub group: Option<String>,
@@ -110,6 +113,24 @@ pub struct LeaseMarks {
     /// `spec.renewTime` differs from `spec.acquireTime`: the Lease was renewed since its holder
     /// acquired it (the operator writes both alike when it hands the Lease over).
     pub renewed_since_acquired: bool,
+    /// Annotation `leadergroup.io/acknowledged`: the epoch at which the holder's member
+    /// acknowledged its leadership.
+    pub acknowledged: Option<Epoch>,
+    /// The previous holder, while it has not stepped down (annotations
+    /// `leadergroup.io/predecessor`, `-uid` and `-epoch`, without `leadergroup.io/stepped-down` at
+    /// that epoch): the operator labels the next leader only once it has.
+    pub awaited: Option<Predecessor>,
+}
+
+/// A previous holder of the Lease that has not stepped down yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Predecessor {
+    /// Its pod's name.
+    pub pod: String,
+    /// Its pod's UID, when recorded.
+    pub uid: Option<String>,
+    /// The epoch it held.
+    pub epoch: Epoch,
 }
 
 impl LeaseMarks {
@@ -144,7 +165,36 @@ impl LeaseMarks {
                 .is_some_and(|v| v == HEARTBEAT),
             renewed_since_acquired: spec
                 .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time),
+            acknowledged: annotations
+                .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
+                .and_then(|e| e.parse().ok()),
+            awaited: annotations.and_then(awaited_predecessor),
         }
+    }
+
+    /// Whether the Lease names the pod `pod_name` of UID `uid` as its holder (the same
+    /// incarnation, when it records one), at which epoch.
+    pub fn held_by(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
+        let same_incarnation = self.holder_uid.is_none() || self.holder_uid.as_deref() == uid;
+        self.epoch
+            .filter(|_| self.holder.as_deref() == Some(pod_name) && same_incarnation)
+    }
+
+    /// The epoch at which this Lease asks the pod `pod_name` of UID `uid` to acknowledge its
+    /// leadership: it holds the Lease, has not acknowledged yet, and the group is in Readiness
+    /// mode (in Heartbeat mode the holder's renewals carry the acknowledgement).
+    pub fn acknowledgement_asked_of(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
+        let epoch = self.held_by(pod_name, uid)?;
+        (!self.heartbeat && self.acknowledged != Some(epoch)).then_some(epoch)
+    }
+
+    /// The epoch at which this Lease asks the pod `pod_name` of UID `uid` to say it stepped down:
+    /// it is the predecessor the operator waits for (the same incarnation, when the Lease
+    /// recorded one).
+    pub fn step_down_asked_of(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
+        let awaited = self.awaited.as_ref()?;
+        let same_incarnation = awaited.uid.is_none() || awaited.uid.as_deref() == uid;
+        (awaited.pod == pod_name && same_incarnation).then_some(awaited.epoch)
     }
 
     /// The epoch at which this Lease asks `pod_name` to renew it: it holds it and the group is in
@@ -155,10 +205,27 @@ impl LeaseMarks {
     }
 }
 
+/// The predecessor the annotations name, unless it has stepped down.
+fn awaited_predecessor(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
+    let epoch: Epoch = annotations
+        .get(PREDECESSOR_EPOCH_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let stepped_down = annotations
+        .get(STEPPED_DOWN_ANNOTATION)
+        .and_then(|v| v.parse::<Epoch>().ok());
+    (stepped_down != Some(epoch)).then_some(())?;
+    Some(Predecessor {
+        pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
+        uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
+        epoch,
+    })
+}
+
 /// In Heartbeat mode, the last renewal of the Lease by this pod that landed, by the instant it
 /// was sent; before the first, the instant the Lease was first confirmed naming this pod at the
 /// epoch (the operator gives a new leader a whole duration to start renewing).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Renewed {
     /// The epoch renewed at.
     pub epoch: Epoch,
@@ -168,7 +235,7 @@ pub struct Renewed {
 
 /// A state the API server showed (`None`: the object does not exist), and when: the instant a
 /// watch event arrived, or the instant the GET that returned it was sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Confirmed<T> {
     /// The state; `None` when the object was confirmed absent.
     pub state: Option<T>,
@@ -177,7 +244,7 @@ pub struct Confirmed<T> {
 }
 
 /// The Lease's side of an [`Observation`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseObservation {
     /// The group is not known yet (not given, and the pod carries no `leadergroup.io/group`
     /// annotation): there is no Lease to read, and the pod leads nothing.
@@ -190,7 +257,7 @@ pub enum LeaseObservation {
 }
 
 /// Everything the role rule reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Observation {
     /// The pod as last confirmed; `None` before the first confirmation.
     pub pod: Option<Confirmed<PodMarks>>,
@@ -271,6 +338,10 @@ impl Observation {
 /// - In Heartbeat mode (the Lease says so), [`Role::Unknown`] instead of leader when no renewal
 ///   of this pod's at `e` has landed within two thirds of the Lease duration: the operator hands
 ///   over once a whole duration passes without one.
+/// - [`Role::Unknown`] instead of leader until the Lease shows this member's acknowledgement at
+///   `e` (annotation `leadergroup.io/acknowledged`; in Heartbeat mode its first renewal writes
+///   it): only then does the operator, deposing it at once, wait for its step-down before it
+///   labels the next leader.
 /// - [`Role::Follower`] otherwise (the pod is gone, or not in a group, or the marks disagree: the
 ///   operator is between two steps of a transition, which never makes two leaders).
 pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
@@ -304,6 +375,10 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
                 && lease.epoch == Some(epoch) =>
         {
             if lease.heartbeat && !observation.renewed_recently(epoch, now) {
+                Role::Unknown
+            } else if lease.acknowledged != Some(epoch) {
+                // Until its acknowledgement has landed, the operator would not wait for this
+                // member's step-down if it deposed it at once.
                 Role::Unknown
             } else {
                 Role::Leader { epoch }

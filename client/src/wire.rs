@@ -40,6 +40,33 @@ pub const RELEASED_BY_ANNOTATION: &str = "leadergroup.io/released-by";
 /// incarnation: a pod created again under the same name (a StatefulSet's, or a force-deleted
 /// one) is another candidate, and never holds its predecessor's token.
 pub const HOLDER_UID_ANNOTATION: &str = "leadergroup.io/holder-uid";
+/// Annotation on the group's Lease (Heartbeat mode): `<pod UID>@<epoch>`, the incarnation whose
+/// renewals stopped for a Lease duration while it led at that epoch. Its pod may still show
+/// Ready, so the operator remembers it here, across its own passes and restarts, and does not
+/// elect it again until it turns NotReady, is created again under another UID, or renews as
+/// holder.
+pub const LAPSED_ANNOTATION: &str = "leadergroup.io/lapsed";
+/// Annotation on the group's Lease: the epoch at which the holder's member (its agent or client)
+/// acknowledged its leadership, before it first reported `Leader`. A holder that acknowledged may
+/// report `Leader` until it steps down, so the operator waits for its step-down once it deposes
+/// it; a holder without a member never acknowledges, and is not waited for.
+pub const ACKNOWLEDGED_ANNOTATION: &str = "leadergroup.io/acknowledged";
+/// Annotations on the group's Lease naming the previous holder (its pod, the pod's UID, its epoch
+/// and the `leaseDurationSeconds` its tenure ran under), written when a holder that acknowledged
+/// its leadership is deposed: until that pod is known to no longer report `Leader`, the next
+/// leader is not labeled.
+pub const PREDECESSOR_ANNOTATION: &str = "leadergroup.io/predecessor";
+/// See [`PREDECESSOR_ANNOTATION`].
+pub const PREDECESSOR_UID_ANNOTATION: &str = "leadergroup.io/predecessor-uid";
+/// See [`PREDECESSOR_ANNOTATION`].
+pub const PREDECESSOR_EPOCH_ANNOTATION: &str = "leadergroup.io/predecessor-epoch";
+/// See [`PREDECESSOR_ANNOTATION`].
+pub const PREDECESSOR_LEASE_SECONDS_ANNOTATION: &str = "leadergroup.io/predecessor-lease-seconds";
+/// Annotation on the group's Lease: the predecessor's epoch, once the predecessor no longer reports
+/// `Leader` at it. Its member writes it after its own role has left `Leader`; the operator writes it
+/// when it knows without being told (a lapsed heartbeat, a pod with no running container, or two
+/// thirds of the predecessor's Lease gone by since the handover).
+pub const STEPPED_DOWN_ANNOTATION: &str = "leadergroup.io/stepped-down";
 /// Annotation of the operator's barrier: written on a group's pods before a promotion while an
 /// earlier promotion may still be in flight, and on every leader it deposes, it changes their
 /// resourceVersion, which that promotion is conditional on. Its wire name predates the word
@@ -75,6 +102,12 @@ mod tests {
             LIVENESS_ANNOTATION,
             RELEASED_BY_ANNOTATION,
             HOLDER_UID_ANNOTATION,
+            ACKNOWLEDGED_ANNOTATION,
+            PREDECESSOR_ANNOTATION,
+            PREDECESSOR_UID_ANNOTATION,
+            PREDECESSOR_EPOCH_ANNOTATION,
+            PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+            STEPPED_DOWN_ANNOTATION,
             BARRIER_ANNOTATION,
             FENCED_OBJECT_EPOCH_ANNOTATION,
             FINALIZER,

@@ -1,6 +1,6 @@
 //! The ledger writer: a singleton that appends entries to a PostgreSQL table, and only while its
-//! pod leads its LeaderGroup. The example application of `leadergroup-client` (README, "The
-//! example application: a ledger writer").
+//! pod leads its LeaderGroup. The example application of `leadergroup-client` (docs/fencing.md,
+//! "The example: a ledger writer").
 //!
 //! - The role comes from [`Membership`] (env `POD_NAME`, `POD_NAMESPACE`, `LEADERGROUP_GROUP`),
 //!   or, with `--role-from DIR`, from a downward API volume (no RBAC, slower: see

@@ -77,6 +77,9 @@ pub struct Status {
 /// The LeaderGroup.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupObj {
+    /// Which group of the name this is: a group deleted and created again is a new object (a new
+    /// UID, no status).
+    pub incarnation: u8,
     pub spec: Spec,
     /// `metadata.generation`: bumped by spec edits, recorded in the status.
     pub generation: i64,
@@ -97,6 +100,9 @@ pub struct LeaseObj {
     /// arbiter renews it). Time is otherwise not modelled: a decision sees either a fresh Lease
     /// (renewed just now) or one that ran out.
     pub expired: bool,
+    /// The incarnation of the group that owns it (its owner reference); `None`: released by the
+    /// finalizer of a deleted group (no holder, no arbiter, no owner, its epoch kept).
+    pub owner: Option<u8>,
     pub rv: Rv,
 }
 
@@ -168,6 +174,8 @@ pub enum Request {
         holder_uid: Option<String>,
         epoch: i64,
         arbiter: ReplicaId,
+        /// The incarnation of the group it was decided for: the owner it writes.
+        owner: u8,
     },
     /// `actions::status::record`: a replace of the status subresource at the group's
     /// resourceVersion as read.
@@ -224,6 +232,7 @@ impl World {
                 holder_uid,
                 epoch,
                 arbiter,
+                owner,
             } => {
                 let holds = match (&self.lease, expected) {
                     (None, None) => true,
@@ -239,6 +248,7 @@ impl World {
                     epoch: *epoch,
                     arbiter: *arbiter,
                     expired: false,
+                    owner: Some(*owner),
                     rv: next_rv,
                 });
                 ghost.lease_named(*holder, *epoch);

@@ -118,6 +118,11 @@ impl fmt::Display for Action {
             Action::Prefer(Some(p)) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
             Action::Prefer(None) => write!(f, "user clears spec.preferredLeader"),
             Action::Pause(p) => write!(f, "user sets spec.paused={p}"),
+            Action::EndFaults => write!(f, "no fault or edit happens any more"),
+            Action::RecreateGroup => write!(
+                f,
+                "user deletes the group (the active replica's finalizer unmarks its pods) and creates it again"
+            ),
         }
     }
 }
@@ -189,6 +194,13 @@ fn effect(before: &State, action: &Action, after: &State) -> Vec<String> {
             Effect::Refused => "409 Conflict".to_string(),
         });
     }
+    if *action == Action::RecreateGroup {
+        notes.push(match (&before.server.lease, &after.server.lease) {
+            (Some(_), None) => "the finalizer deletes the Lease".to_string(),
+            (_, Some(l)) => format!("the Lease is left released at epoch {}", l.epoch),
+            (None, None) => "no Lease".to_string(),
+        });
+    }
     for m in &after.inflight {
         let new = before.inflight.iter().filter(|x| *x == m).count()
             < after.inflight.iter().filter(|x| *x == m).count();
@@ -247,6 +259,13 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
         if next.server.pods != cur.server.pods {
             out.push_str(&format!("       pods: {}\n", marks(&next)));
         }
+        if crate::properties::i3(&cur) && !crate::properties::i3(&next) {
+            out.push_str(&format!(
+                "   => I3 broken: an epoch handed before, or below the highest handed ({}); epochs handed: {}\n",
+                cur.ghost.last_handed,
+                handed(&next)
+            ));
+        }
         cur = next;
     }
     let leaders = crate::properties::leaders(&cur);
@@ -262,4 +281,25 @@ pub fn path(model: &LeaderGroupModel, states: &[State], actions: &[Action]) -> S
         ));
     }
     out
+}
+
+/// The epochs each pod name was handed so far, for a counterexample to I3.
+fn handed(s: &State) -> String {
+    s.ghost
+        .handed
+        .iter()
+        .enumerate()
+        .map(|(p, mask)| {
+            let epochs: Vec<String> = (0..32)
+                .filter(|e| mask & (1u32 << e) != 0)
+                .map(|e| e.to_string())
+                .collect();
+            format!(
+                "{} {{{}}}",
+                pod_name(u8::try_from(p).unwrap_or(0)),
+                epochs.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -9,7 +9,9 @@
 pub mod api;
 pub mod display;
 pub mod error;
+pub mod finalizer;
 pub mod ghost;
+pub mod heartbeat;
 pub mod model;
 pub mod objects;
 pub mod properties;

@@ -4,35 +4,47 @@
 
 use std::process::ExitCode;
 
+use leadergroup_model::finalizer::LeaseOnDeletion;
+use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
 use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 enum UsageError {
-    #[error("unknown configuration {0:?} (combined, selector, unknown-outcome, large, recreation)")]
+    #[error(
+        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover)"
+    )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]
     Threads(String),
     #[error("--timeout wants seconds, not {0:?}")]
     Timeout(String),
     #[error(
-        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--replay]"
+        "unknown argument {0:?}; usage: [--config NAME] [--threads N] [--timeout SECS] [--first] [--replay]"
     )]
     Argument(String),
 }
 
+/// Which model a configuration is of.
+enum Configured {
+    Readiness(Config),
+    Heartbeat(HbConfig),
+}
+
 struct Args {
-    config: Config,
+    config: Configured,
     threads: usize,
     replay: bool,
+    search: run::Search,
     timeout: Option<std::time::Duration>,
 }
 
 fn args() -> Result<Args, UsageError> {
     let mut out = Args {
-        config: Config::large(),
+        config: Configured::Readiness(Config::large()),
         threads: 2,
         replay: false,
+        search: run::Search::DepthFirst,
         timeout: None,
     };
     let mut it = std::env::args().skip(1);
@@ -40,13 +52,18 @@ fn args() -> Result<Args, UsageError> {
         match arg.as_str() {
             "--config" => {
                 let name = it.next().unwrap_or_default();
-                out.config = Config::named(&name).ok_or(UsageError::Config(name))?;
+                out.config = match (Config::named(&name), HbConfig::named(&name)) {
+                    (Some(c), _) => Configured::Readiness(c),
+                    (None, Some(c)) => Configured::Heartbeat(c),
+                    (None, None) => return Err(UsageError::Config(name)),
+                };
             }
             "--threads" => {
                 let n = it.next().unwrap_or_default();
                 out.threads = n.parse().map_err(|_| UsageError::Threads(n))?;
             }
             "--replay" => out.replay = true,
+            "--first" => out.search = run::Search::FirstFailure,
             "--timeout" => {
                 let n = it.next().unwrap_or_default();
                 let secs: u64 = n.parse().map_err(|_| UsageError::Timeout(n))?;
@@ -82,10 +99,33 @@ fn main() -> ExitCode {
         println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
         let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
         println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Released);
+        println!("the group deleted and created again: {outcome:?}\n{text}");
+        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Deleted);
+        println!(
+            "the group deleted and created again, its Lease deleted (as before): {outcome:?}\n{text}"
+        );
+        let (outcome, text) = heartbeat::regressions::replay_shorter_duration_during_a_cut_off();
+        println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
+        let (outcome, text) = heartbeat::regressions::replay_restarted_client();
+        println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
+        let (overlap, successor, text) =
+            heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
+        println!(
+            "Heartbeat, an immediate handover with the old leader cut off: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
+        );
         return ExitCode::SUCCESS;
     }
-    let model = LeaderGroupModel::new(args.config.clone());
-    let report = run::check(args.config, args.threads, true, true, args.timeout);
-    print!("{}", run::render(&report, &model));
+    let text = match &args.config {
+        Configured::Readiness(config) => explore(LeaderGroupModel::new(config.clone()), &args),
+        Configured::Heartbeat(config) => explore(HeartbeatModel::new(config.clone()), &args),
+    };
+    print!("{text}");
     ExitCode::SUCCESS
+}
+
+/// Explores `model` depth first, and its report.
+fn explore<M: run::Explained>(model: M, args: &Args) -> String {
+    let report = run::check(model.clone(), args.threads, args.search, true, args.timeout);
+    run::render(&report, &model)
 }

@@ -4,6 +4,7 @@
 use stateright::{Model, Property};
 
 use crate::api::{GroupObj, PodId, PodObj, ReplicaId, Spec, World};
+use crate::finalizer::{self, LeaseOnDeletion};
 use crate::ghost::Ghost;
 use crate::state::{Msg, Replica, Spent, State};
 use crate::{properties, replica, user};
@@ -29,8 +30,17 @@ pub struct Config {
     pub selector_edits: u8,
     pub preference_edits: u8,
     pub pause_edits: u8,
+    /// The group deleted (its finalizer run) and created again under its name.
+    pub recreations: u8,
+    /// What the finalizer does with the Lease (released, as the operator does; deleted, as it did
+    /// before, to show the counterexample).
+    pub lease_on_deletion: LeaseOnDeletion,
     /// Also check, from every state, that once faults stop a leader is labeled.
     pub recovery: bool,
+    /// Liveness with stateright's `eventually`: at any point of a path the faults and edits
+    /// may end for good (`Action::EndFaults`, enabled until taken, so every path that ends has
+    /// taken it); from there, every path must reach a state with one leader.
+    pub liveness: bool,
     /// States whose Lease or status went past this epoch are not explored further: decisions
     /// on stale caches may keep minting epochs, and the space must stay finite.
     pub max_epoch: i64,
@@ -54,6 +64,9 @@ impl Config {
             selector_edits: 1,
             preference_edits: 2,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            liveness: false,
             recovery: false,
             max_epoch: 4,
         }
@@ -98,6 +111,9 @@ impl Config {
             selector_edits: 1,
             preference_edits: 1,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            liveness: false,
             recovery: false,
             max_epoch: 4,
         }
@@ -120,18 +136,105 @@ impl Config {
             selector_edits: 0,
             preference_edits: 1,
             pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            liveness: false,
             recovery: false,
             max_epoch: 4,
         }
     }
 
+    /// The group deleted and created again around a settled group and its first election, with
+    /// a lost answer, a failover and an expiry: I3 across re-creation.
+    pub fn group_recreated() -> Self {
+        Config {
+            name: "group-recreated",
+            pods: 2,
+            from_settled: true,
+            failures: 1,
+            deadlines: 0,
+            crashes: 0,
+            failovers: 1,
+            expiries: 1,
+            readiness: 0,
+            deletions: 0,
+            selector_edits: 0,
+            preference_edits: 0,
+            pause_edits: 0,
+            recreations: 1,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            liveness: false,
+            recovery: false,
+            max_epoch: 4,
+        }
+    }
+
+    /// `group-recreated` with a readiness change besides (a handover before the deletion, so
+    /// that the old group handed an epoch above 1), and the finalizer as it was before epochs
+    /// continued across a group's re-creation: it deleted the group's Lease, so the group
+    /// created again minted from 1 (its counterexample to I3 is kept as a replay).
+    pub fn group_recreated_lease_deleted() -> Self {
+        Config {
+            name: "group-recreated-lease-deleted",
+            readiness: 1,
+            lease_on_deletion: LeaseOnDeletion::Deleted,
+            ..Config::group_recreated()
+        }
+    }
+
+    /// Liveness: the group's creation and a settled group, a failover, an expiry, a lost answer
+    /// and a preference edit, after which the faults end.
+    pub fn liveness() -> Self {
+        Config {
+            name: "liveness",
+            pods: 2,
+            from_settled: true,
+            failures: 1,
+            deadlines: 0,
+            crashes: 0,
+            failovers: 1,
+            expiries: 1,
+            readiness: 0,
+            deletions: 0,
+            selector_edits: 0,
+            preference_edits: 1,
+            pause_edits: 0,
+            recreations: 0,
+            lease_on_deletion: LeaseOnDeletion::Released,
+            liveness: true,
+            recovery: false,
+            max_epoch: 4,
+        }
+    }
+
+    /// The same bounds, with every fault and edit used up: what is left once the faults end.
+    fn without_faults(&self) -> Self {
+        Config {
+            failures: 0,
+            deadlines: 0,
+            crashes: 0,
+            failovers: 0,
+            expiries: 0,
+            readiness: 0,
+            deletions: 0,
+            selector_edits: 0,
+            preference_edits: 0,
+            pause_edits: 0,
+            recreations: 0,
+            ..self.clone()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
+            Config::liveness(),
             Config::combined(),
             Config::selector(),
             Config::unknown_outcome(),
             Config::large(),
             Config::recreation(),
+            Config::group_recreated(),
+            Config::group_recreated_lease_deleted(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -166,6 +269,11 @@ pub enum Action {
     ToggleSelected(PodId),
     Prefer(Option<PodId>),
     Pause(bool),
+    /// The user deletes the group; the active replica's finalizer runs; the user creates it
+    /// again.
+    RecreateGroup,
+    /// No fault or edit happens any more on this path (liveness configurations).
+    EndFaults,
 }
 
 /// The model of one group, two operator replicas, the API server and the user.
@@ -201,6 +309,7 @@ impl LeaderGroupModel {
         let pods = usize::from(self.config.pods);
         let server = World {
             group: GroupObj {
+                incarnation: 0,
                 spec: Spec::default(),
                 generation: 1,
                 status: None,
@@ -236,6 +345,7 @@ impl LeaderGroupModel {
             ghost: Ghost::new(pods),
             rev: 0,
             anomaly: false,
+            faults_over: false,
         };
         self.finish(state)
     }
@@ -260,7 +370,21 @@ impl LeaderGroupModel {
 
     /// Whether `action` may happen in `state` (the budgets and the objects allow it).
     fn enabled(&self, state: &State, actions: &mut Vec<Action>) {
-        let c = &self.config;
+        let without_faults;
+        let c = if state.faults_over {
+            without_faults = self.config.without_faults();
+            // Time still passes: a Lease another replica wrote runs out.
+            let lease = state.server.lease.as_ref();
+            if lease.is_some_and(|l| !l.expired && state.active != Some(l.arbiter)) {
+                actions.push(Action::Expire);
+            }
+            &without_faults
+        } else {
+            if self.config.liveness {
+                actions.push(Action::EndFaults);
+            }
+            &self.config
+        };
         let s = &state.spent;
         for r in self.replicas() {
             let Some(rep) = state.replicas.get(usize::from(r)) else {
@@ -328,6 +452,13 @@ impl LeaderGroupModel {
         if s.pause_edits < c.pause_edits {
             actions.push(Action::Pause(!state.server.group.spec.paused));
         }
+        let finalizer_free = state
+            .active
+            .and_then(|a| state.replicas.get(usize::from(a)))
+            .is_some_and(|r| r.pass.is_none());
+        if s.recreations < c.recreations && finalizer_free {
+            actions.push(Action::RecreateGroup);
+        }
     }
 
     /// The state after `action`, not yet renumbered. `None`: nothing changes.
@@ -373,7 +504,10 @@ impl LeaderGroupModel {
             }
             Action::Sync(r) => replica::sync(&mut s, *r),
             Action::Expire => {
-                s.spent.expiries += 1;
+                // Once the faults ended, time passing is no fault.
+                if !s.faults_over {
+                    s.spent.expiries += 1;
+                }
                 user::expire(
                     std::iter::once(&mut s.server)
                         .chain(s.replicas.iter_mut().map(|r| &mut r.cache)),
@@ -406,6 +540,20 @@ impl LeaderGroupModel {
                 spec.preferred = *p;
                 let rv = s.next_rv();
                 user::edit_spec(&mut s.server, spec, rv);
+            }
+            Action::EndFaults => s.faults_over = true,
+            Action::RecreateGroup => {
+                s.spent.recreations += 1;
+                let mut rv = s.next_rv();
+                finalizer::delete_and_recreate(
+                    &mut s.server,
+                    self.config.lease_on_deletion,
+                    || {
+                        rv += 1;
+                        rv - 1
+                    },
+                );
+                s.rev = rv - 1;
             }
             Action::Pause(paused) => {
                 s.spent.pause_edits += 1;

@@ -13,19 +13,26 @@ use leadergroup_operator::crd::{
     SelectorRequirement,
 };
 use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::lease_sightings::LeaseSeen;
 
 use crate::api::{GroupObj, LeaseObj, PodId, PodObj, ReplicaId, Role, Rv, Status};
 use crate::error::ModelError;
 
 pub const GROUP: &str = "pay";
 pub const NAMESPACE: &str = "ns";
-const GROUP_UID: &str = "uid-pay";
+/// The UID of the group's `incarnation` (a group created again under the name has a new one).
+fn group_uid(incarnation: u8) -> String {
+    format!("uid-{GROUP}-{incarnation}")
+}
 /// The label each pod carries with its own name: what a selector edit excludes a pod by.
 const POD_LABEL: &str = "pod";
 const LEASE_SECONDS: i32 = 15;
 
 /// Time does not pass in the model but for the Lease running out: every decision is taken at
 /// the same instant, so that the status the operator writes never differs by a timestamp alone.
+/// The node controller's grace period: Kubernetes' default (nodes are not modelled).
+pub const NODE_GRACE: std::time::Duration = std::time::Duration::from_secs(50);
+
 pub fn now() -> Timestamp {
     at(1000)
 }
@@ -98,7 +105,7 @@ pub fn group(obj: &GroupObj, pods: usize) -> Result<LeaderGroup, ModelError> {
         },
     );
     g.metadata.namespace = Some(NAMESPACE.into());
-    g.metadata.uid = Some(GROUP_UID.into());
+    g.metadata.uid = Some(group_uid(obj.incarnation));
     g.metadata.generation = Some(obj.generation);
     g.metadata.creation_timestamp = Some(Time(at(0)));
     g.metadata.resource_version = Some(rv_string(obj.rv));
@@ -119,40 +126,65 @@ pub fn status(status: &LeaderGroupStatus) -> Result<Status, ModelError> {
     })
 }
 
-pub fn lease(obj: &LeaseObj) -> Lease {
-    // Renewed a second ago, or longer ago than its duration.
-    let renewed = if obj.expired {
+/// When the Lease was renewed: a second ago, or longer ago than its duration.
+fn renewed(obj: &LeaseObj) -> Timestamp {
+    if obj.expired {
         at(1000 - i64::from(LEASE_SECONDS) - 1)
     } else {
         at(999)
-    };
+    }
+}
+
+/// What the deciding replica saw of the Lease on its own clock: its renewal, when it was made
+/// (the replicas share one clock in the model).
+pub fn lease_seen(obj: &LeaseObj) -> LeaseSeen {
+    LeaseSeen {
+        written_at: renewed(obj),
+        renewed_at: None,
+        not_before: None,
+    }
+}
+
+pub fn lease(obj: &LeaseObj) -> Lease {
+    // Released by a deleted group's finalizer: no times either.
+    let renewed = obj.owner.map(|_| renewed(obj));
     let record = LeaseRecord {
         holder: obj.holder.map(pod_name),
         holder_uid: obj.holder_uid.clone(),
         epoch: obj.epoch,
         duration_seconds: LEASE_SECONDS,
-        acquire_time: Some(renewed),
-        renew_time: Some(renewed),
-        arbiter: Some(replica_name(obj.arbiter)),
+        acquire_time: renewed,
+        renew_time: renewed,
+        // Released by a deleted group's finalizer: no arbiter either.
+        arbiter: obj.owner.map(|_| replica_name(obj.arbiter)),
         heartbeat: false,
         released_by: None,
+        lapsed: None,
+        acknowledged: false,
+        predecessor: None,
     };
-    let owner = OwnerReference {
+    lease_of(&record, obj.owner, obj.rv)
+}
+
+/// The group's Lease holding `record`, owned by the group's incarnation `owner` (none: released),
+/// at version `rv`.
+pub fn lease_of(record: &LeaseRecord, owner: Option<u8>, rv: Rv) -> Lease {
+    let owner = owner.map(|incarnation| OwnerReference {
         api_version: "leadergroup.io/v1alpha1".into(),
         kind: "LeaderGroup".into(),
-        uid: GROUP_UID.into(),
+        uid: group_uid(incarnation),
         name: GROUP.into(),
         controller: Some(true),
         ..Default::default()
-    };
+    });
     let mut l = record.apply_to(
         None,
         &format!("leadergroup-{GROUP}"),
         NAMESPACE,
         Some(GROUP),
-        Some(owner),
+        owner,
     );
-    l.metadata.resource_version = Some(rv_string(obj.rv));
+    l.metadata.resource_version = Some(rv_string(rv));
     l
 }
 

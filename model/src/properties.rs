@@ -1,4 +1,4 @@
-//! What must hold: the README's invariants as stateright properties.
+//! What must hold: the invariants of docs/protocol.md as stateright properties.
 //!
 //! Liveness: stateright's `eventually` is only sound on acyclic paths, and this model's paths
 //! cycle (a reconcile that changes nothing, a cache that catches up); with no fairness either, a
@@ -23,6 +23,8 @@ pub const INCARNATIONS: &str =
     "incarnations: no two incarnations of a pod name are handed the same epoch";
 pub const CONSISTENT: &str = "model consistent";
 pub const RECOVERS: &str = "recovers: once faults stop, one leader is labeled";
+pub const EVENTUALLY_LEADS: &str =
+    "liveness: once faults and edits end, every path reaches one leader (eventually)";
 pub const LEADS: &str = "sometimes a pod leads";
 pub const MOVES: &str = "sometimes leadership moves";
 
@@ -40,6 +42,11 @@ pub fn all(config: &Config) -> Vec<Property<LeaderGroupModel>> {
     ];
     if config.recovery {
         p.push(Property::always(RECOVERS, recovers));
+    }
+    if config.liveness {
+        p.push(Property::eventually(EVENTUALLY_LEADS, |_, s: &State| {
+            s.faults_over && leads_as_it_should(s)
+        }));
     }
     p
 }
@@ -60,13 +67,15 @@ pub fn order(s: &State) -> bool {
 }
 
 fn recovers(model: &LeaderGroupModel, s: &State) -> bool {
-    let settled = settle(model, s.clone());
-    let spec = &settled.server.group.spec;
-    let eligible = settled
-        .server
-        .pods()
-        .any(|(id, p)| p.ready && spec.selects(id));
-    let leaders = settled.server.leaders().count();
+    leads_as_it_should(&settle(model, s.clone()))
+}
+
+/// One pod labeled leader, or at most one when the group is paused or no pod is eligible
+/// (selected and Ready).
+fn leads_as_it_should(s: &State) -> bool {
+    let spec = &s.server.group.spec;
+    let eligible = s.server.pods().any(|(id, p)| p.ready && spec.selects(id));
+    let leaders = s.server.leaders().count();
     if spec.paused || !eligible {
         leaders <= 1
     } else {

@@ -7,6 +7,7 @@ use stateright::Model;
 
 use crate::api::{PodId, PodPatch, ReplicaId, Request};
 use crate::display;
+use crate::finalizer::LeaseOnDeletion;
 use crate::model::{Action, Config, LeaderGroupModel};
 use crate::replica;
 use crate::state::{Msg, State};
@@ -338,6 +339,27 @@ fn recreated_pod_outside_a_stale_cache(r: &mut Replay, replica: ReplicaId) {
         );
 }
 
+/// A group deleted and created again under its name: `p1` leads at epoch 1; it turns NotReady
+/// and `op-a` hands over to `p2` at epoch 2. The user deletes the group (the finalizer removes
+/// the marks and does with the Lease what `lease_on_deletion` says) and creates it again; `op-a`,
+/// its caches caught up, elects in the new group. With the Lease released (the finalizer as it
+/// is), the new group inherits the Lease's epoch and hands `p2` epoch 3; with the Lease deleted
+/// (as it was), it starts again at epoch 1, a token `p1` was handed already.
+pub fn replay_group_recreated(lease: LeaseOnDeletion) -> (Outcome, String) {
+    let config = Config {
+        lease_on_deletion: lease,
+        ..Config::group_recreated_lease_deleted()
+    };
+    let mut r = Replay::new(config, true);
+    r.act(Action::SetReady(P1, false))
+        .act(Action::Sync(A))
+        .pass(A, |_| false)
+        .act(Action::RecreateGroup)
+        .act(Action::Sync(A))
+        .pass(A, |_| false);
+    (r.outcome(), r.transcript())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +427,20 @@ mod tests {
         let (outcome, transcript) = replay_promotion_on_a_stale_lease_cache();
         println!("{transcript}");
         assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+    }
+
+    /// The finalizer leaves the Lease released with its epoch: the group created again hands
+    /// `p2` epoch 3, above every epoch its name handed. With the finalizer as it was before (it
+    /// deleted the Lease), the same moves ended in `TokenReused`: the new group handed `p2`
+    /// epoch 1, which `p1` had been handed, after epoch 2.
+    #[test]
+    fn group_recreated_hands_no_token_twice() {
+        let (outcome, transcript) = replay_group_recreated(LeaseOnDeletion::Released);
+        println!("{transcript}");
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+        assert!(transcript.contains("epoch=3"), "{transcript}");
+        let (before, transcript) = replay_group_recreated(LeaseOnDeletion::Deleted);
+        println!("{transcript}");
+        assert_eq!(before, Outcome::TokenReused, "{transcript}");
     }
 }

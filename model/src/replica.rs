@@ -65,9 +65,10 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         groups: &groups,
         pods: &concerned,
         lease: lease.as_ref(),
-        lease_seen: None,
+        lease_seen: world.lease.as_ref().map(objects::lease_seen),
         retired: &retired,
         identity: &identity,
+        node_grace: objects::NODE_GRACE,
         now: objects::now(),
     });
     let plan = match decision {
@@ -90,7 +91,12 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
         return Ok(false);
     };
     // As converge does: a group taken back from another arbiter is barred again.
-    let barrier_up = r.barrier_up && world.lease.as_ref().is_some_and(|l| l.arbiter == replica);
+    // A released Lease names no arbiter.
+    let barrier_up = r.barrier_up
+        && world
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner.is_some() && l.arbiter == replica);
     let pass = pass(&plan, &world, barrier_up)?;
     let commit = match &plan.commit {
         Some(record) => Some(Request::LeaseCas {
@@ -99,6 +105,7 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
             holder_uid: record.holder_uid.clone(),
             epoch: record.epoch,
             arbiter: replica,
+            owner: world.group.incarnation,
         }),
         None => None,
     };

@@ -2,15 +2,63 @@
 
 use std::time::{Duration, Instant};
 
+use std::fmt::Debug;
+use std::hash::Hash;
+
 use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::display;
-use crate::model::{Config, LeaderGroupModel};
-use crate::properties;
+use crate::model::LeaderGroupModel;
+#[cfg(test)]
+use crate::{model::Config, properties};
+
+/// A model the checker runs and whose paths it prints: the Readiness model
+/// ([`LeaderGroupModel`]) and the Heartbeat one ([`crate::heartbeat::HeartbeatModel`]).
+pub trait Explained:
+    Model<
+        State: Hash + Debug + Clone + PartialEq + Send + Sync + 'static,
+        Action: Debug + Clone + PartialEq + Send + Sync + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+    /// The configuration's name.
+    fn config_name(&self) -> &'static str;
+    /// A path as numbered API calls and events.
+    fn explain(&self, states: &[Self::State], actions: &[Self::Action]) -> String;
+    /// The property the configuration is known to break, if any: a search for the first
+    /// counterexample looks for one to it (others met on the way are reported too).
+    fn sought(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+impl Explained for LeaderGroupModel {
+    fn config_name(&self) -> &'static str {
+        self.config.name
+    }
+
+    fn explain(&self, states: &[Self::State], actions: &[Self::Action]) -> String {
+        display::path(self, states, actions)
+    }
+}
 
 /// What one exhaustive run found.
 /// The largest exhausted space searched again for shortest counterexamples.
 const SHORTEST_PATH_STATES: usize = 2_000_000;
+
+/// How the checker walks the space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Search {
+    /// Depth first: its frontier stays small, where a breadth-first one holds millions of
+    /// states in memory.
+    DepthFirst,
+    BreadthFirst,
+    /// Breadth first, stopping at the first counterexample (to the configuration's sought
+    /// property, if it names one): a shortest one, soon.
+    FirstFailure,
+}
 
 pub struct Report {
     pub config: &'static str,
@@ -22,6 +70,8 @@ pub struct Report {
     pub discoveries: Vec<(&'static str, String)>,
     /// Whether every reachable state was visited (false: it stopped at the first failures).
     pub complete: bool,
+    /// It stopped at the first counterexample (`Search::FirstFailure`), not at its time limit.
+    pub stopped_at_first: bool,
 }
 
 impl Report {
@@ -33,42 +83,55 @@ impl Report {
     }
 }
 
-/// Explores every state of `config` on `threads`, depth first (`dfs`: its frontier stays small,
-/// where a breadth-first one holds millions of states in memory) or breadth first; with
-/// `progress`, prints the count so far to stderr every few seconds. The counterexamples are
-/// searched again breadth first, so that each is a shortest one.
-pub fn check(
-    config: Config,
+/// Explores `model` on `threads` as `search` says; with `progress`, prints the count so far to
+/// stderr every few seconds. The counterexamples of a complete search are searched again breadth
+/// first, so that each is a shortest one.
+pub fn check<M>(
+    model: M,
     threads: usize,
-    dfs: bool,
+    search: Search,
     progress: bool,
     limit: Option<Duration>,
-) -> Report {
-    let name = config.name;
-    let model = LeaderGroupModel::new(config);
+) -> Report
+where
+    M: Explained,
+{
+    let name = model.config_name();
     let started = Instant::now();
     let mut builder = model.clone().checker().threads(threads);
     if let Some(limit) = limit {
         builder = builder.timeout(limit);
     }
-    let checker: Box<dyn Checker<LeaderGroupModel>> = if dfs {
-        Box::new(builder.spawn_dfs())
-    } else {
-        Box::new(builder.spawn_bfs())
+    let checker: Box<dyn Checker<M>> = match search {
+        Search::DepthFirst => Box::new(builder.spawn_dfs()),
+        Search::BreadthFirst => Box::new(builder.spawn_bfs()),
+        Search::FirstFailure => {
+            let until = match model.sought() {
+                Some(property) => HasDiscoveries::AnyOf([property].into()),
+                None => HasDiscoveries::AnyFailures,
+            };
+            Box::new(builder.finish_when(until).spawn_bfs())
+        }
     };
+    let mut reported = Instant::now();
     while progress && !checker.is_done() {
-        std::thread::sleep(Duration::from_secs(10));
-        eprintln!(
-            "  {:.0} s: {} unique states, depth {}",
-            started.elapsed().as_secs_f64(),
-            checker.unique_state_count(),
-            checker.max_depth()
-        );
+        // Polled often, so that a search that ends early is not timed to the next report.
+        std::thread::sleep(Duration::from_millis(100));
+        if reported.elapsed() >= Duration::from_secs(10) {
+            reported = Instant::now();
+            eprintln!(
+                "  {:.0} s: {} unique states, depth {}",
+                started.elapsed().as_secs_f64(),
+                checker.unique_state_count(),
+                checker.max_depth()
+            );
+        }
     }
     let checker = joined(checker);
     let elapsed = started.elapsed();
     if progress {
-        let found: Vec<&str> = properties::all(&model.config)
+        let found: Vec<&str> = model
+            .properties()
             .iter()
             .filter(|p| checker.discovery(p.name).is_some())
             .map(|p| p.name)
@@ -78,9 +141,15 @@ pub fn check(
             elapsed.as_secs_f64()
         );
     }
-    let complete = checker.is_done() && limit.is_none_or(|l| elapsed < l);
+    let first_failure = search == Search::FirstFailure
+        && model
+            .properties()
+            .iter()
+            .any(|p| p.expectation.discovery_is_failure() && checker.discovery(p.name).is_some());
+    let timed_out = limit.is_some_and(|l| elapsed >= l);
+    let complete = checker.is_done() && !timed_out && !first_failure;
     let mut discoveries = Vec::new();
-    for property in properties::all(&model.config) {
+    for property in model.properties() {
         if checker.discovery(property.name).is_none() {
             continue;
         }
@@ -89,7 +158,8 @@ pub fn check(
         // Only on a space small enough to have been exhausted: breadth first, a large one fills
         // the memory (24 GB at 11 million states) before it ends. There the first run's path
         // stands.
-        let shortest = (complete && checker.unique_state_count() <= SHORTEST_PATH_STATES)
+        let searched_again = complete && search != Search::FirstFailure;
+        let shortest = (searched_again && checker.unique_state_count() <= SHORTEST_PATH_STATES)
             .then(|| {
                 let mut builder = model
                     .clone()
@@ -104,7 +174,7 @@ pub fn check(
         if let Some(path) = shortest.or_else(|| checker.discovery(property.name)) {
             let states = path.clone().into_states();
             let actions = path.into_actions();
-            let text = display::path(&model, &states, &actions);
+            let text = model.explain(&states, &actions);
             discoveries.push((property.name, text));
         }
     }
@@ -116,11 +186,15 @@ pub fn check(
         elapsed,
         discoveries,
         complete,
+        stopped_at_first: first_failure && !timed_out,
     }
 }
 
 /// The report as text.
-pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
+pub fn render<M>(report: &Report, model: &M) -> String
+where
+    M: Explained,
+{
     let mut out = format!(
         "configuration {}: {} unique states ({} generated), depth {}, {:.1} s{}\n",
         report.config,
@@ -130,11 +204,13 @@ pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
         report.elapsed.as_secs_f64(),
         if report.complete {
             ", every state visited"
+        } else if report.stopped_at_first {
+            ", stopped at the first counterexample"
         } else {
             ", STOPPED before the end (time limit)"
         }
     );
-    for property in properties::all(&model.config) {
+    for property in model.properties() {
         let verdict = match (report.found(property.name), property.expectation) {
             (Some(_), stateright::Expectation::Sometimes) => "example found",
             (None, stateright::Expectation::Sometimes) => "NO EXAMPLE",
@@ -145,7 +221,8 @@ pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
         out.push_str(&format!("  {verdict:>14}: {}\n", property.name));
     }
     for (name, path) in &report.discoveries {
-        let is_failure = properties::all(&model.config)
+        let is_failure = model
+            .properties()
             .iter()
             .any(|p| p.name == *name && p.expectation.discovery_is_failure());
         if is_failure {
@@ -156,7 +233,7 @@ pub fn render(report: &Report, model: &LeaderGroupModel) -> String {
 }
 
 /// Waits for every thread of `checker`.
-fn joined(mut checker: Box<dyn Checker<LeaderGroupModel>>) -> Box<dyn Checker<LeaderGroupModel>> {
+fn joined<M: Model>(mut checker: Box<dyn Checker<M>>) -> Box<dyn Checker<M>> {
     for handle in checker.handles() {
         // A checker thread that panicked leaves its part unexplored: the counts then say so.
         let _ = handle.join();
@@ -176,7 +253,13 @@ mod tests {
     /// (I3).
     #[test]
     fn exhaustive_check_holds() {
-        let report = check(Config::selector(), 2, false, false, None);
+        let report = check(
+            LeaderGroupModel::new(Config::selector()),
+            2,
+            Search::BreadthFirst,
+            false,
+            None,
+        );
         println!(
             "{}",
             render(&report, &LeaderGroupModel::new(Config::selector()))

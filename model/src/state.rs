@@ -117,6 +117,7 @@ pub struct Spent {
     pub selector_edits: u8,
     pub preference_edits: u8,
     pub pause_edits: u8,
+    pub recreations: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -134,6 +135,8 @@ pub struct State {
     pub rev: Rv,
     /// The model itself went wrong (see [`crate::error::ModelError`]).
     pub anomaly: bool,
+    /// No fault or edit happens any more on this path (liveness configurations).
+    pub faults_over: bool,
 }
 
 impl State {

@@ -44,13 +44,17 @@ pub async fn read(api: &Api<Lease>, name: &str) -> Result<Option<Lease>> {
 /// the next group's tokens start above every token this one handed out. Conditional on the
 /// version read; a Lease already gone is left gone.
 pub async fn leave(api: &Api<Lease>, lease: &Lease) -> Result<()> {
+    let current = LeaseRecord::from_lease(lease);
+    // Its holder may go on reporting Leader for a while: the next group's first leader waits
+    // for it as for any predecessor.
     let record = LeaseRecord {
         holder: None,
         holder_uid: None,
         acquire_time: None,
         renew_time: None,
         arbiter: None,
-        ..LeaseRecord::from_lease(lease)
+        predecessor: current.predecessor_after_holder(),
+        ..current
     };
     let namespace = api_namespace(Some(lease), api);
     let mut left = record.apply_to(Some(lease), &lease.name_any(), &namespace, None, None);

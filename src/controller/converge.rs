@@ -101,6 +101,8 @@ struct Snapshot {
     now: Timestamp,
     /// Operator replicas known to have stopped on purpose.
     retired: BTreeSet<String>,
+    /// The node controller's grace period, as configured.
+    node_grace: Duration,
 }
 
 impl Snapshot {
@@ -117,6 +119,7 @@ impl Snapshot {
             lease_seen: self.lease_seen,
             retired: &self.retired,
             identity,
+            node_grace: self.node_grace,
             now: self.now,
         })
     }
@@ -143,6 +146,7 @@ fn observe(ctx: &Context, ns: &str, group: LeaderGroup, lease: Option<Lease>) ->
         lease_seen,
         now: now.wall,
         retired: ctx.retired.snapshot(),
+        node_grace: ctx.node_grace,
     }
 }
 
@@ -271,8 +275,9 @@ async fn refuse(
 }
 
 /// Runs the plan's steps in protocol order. `lease` is the Lease as observed: the commit's
-/// precondition. The leader's EndpointSlice loses the old leader's endpoint in step 3 and gains
-/// the new leader's once its promotion has landed, so that it never lists two pods.
+/// precondition. The leader's EndpointSlice changes from the old leader to the new one in one
+/// write once the promotion has landed (emptied instead when the promotion fails, or in step 3
+/// when there is no pod to promote), so that it never lists two pods.
 ///
 /// Steps 2 to 4 (record; demote and release; barrier and check) do not depend on one another, so
 /// they go out together once the commit landed, and the promotion waits for all three: the
@@ -307,30 +312,51 @@ async fn execute(
     // 2, 3 and 4 together. Each runs to its end even when another fails: a request dropped in
     // flight could still land after the decision taken afresh (a late demotion of a pod promoted
     // again).
+    // With a pod to promote, the slice changes once, after the promotion: the old leader's
+    // endpoint replaced by the new one's in one write. kube-proxy rate-limits its syncs (its
+    // minSyncPeriod, 1 s by default): of two writes a few round trips apart, the second would
+    // wait for that period.
+    let promoting = writes.promote.is_some();
     let (recorded, demoted, checked, cleared) = futures::join!(
         steps.record(plan.status.as_ref()),
         steps.demote(&writes),
         steps.bar_and_check(&writes),
-        routes.clear(),
+        async {
+            if promoting {
+                Ok(routes.known_slice())
+            } else {
+                routes.clear().await
+            }
+        },
     );
     (times.record, times.demote) = (recorded?, demoted?);
     let mut slice = cleared?;
     if let (Some(promotion), Some(check)) = (&writes.promote, checked?) {
-        (times.barrier, times.check) = (check.barred_at, check.checked_at);
-        steps.demote_strays(&check, &writes).await?;
-        times.strays = steps.elapsed();
-        // Gone since the decision: decide again.
-        let version = check
-            .target_version
-            .ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
-        // The decision saw a Lease older than the one the API server holds: decide again.
-        if !check.committed {
-            return Err(ReconcileError::Conflict(ConflictOn::Lease));
+        let promoted = async {
+            (times.barrier, times.check) = (check.barred_at, check.checked_at);
+            steps.demote_strays(&check, &writes).await?;
+            times.strays = steps.elapsed();
+            // Gone since the decision: decide again.
+            let version = check
+                .target_version
+                .as_ref()
+                .ok_or(ReconcileError::Conflict(ConflictOn::Pod))?;
+            // The decision saw a Lease older than the one the API server holds: decide again.
+            if !check.committed {
+                return Err(ReconcileError::Conflict(ConflictOn::Lease));
+            }
+            steps.still_current()?;
+            // 5. Promote.
+            steps.promote(promotion, version).await?;
+            times.promote = steps.elapsed();
+            Ok(())
         }
-        steps.still_current()?;
-        // 5. Promote.
-        steps.promote(promotion, &version).await?;
-        times.promote = steps.elapsed();
+        .await;
+        if let Err(e) = promoted {
+            // The old leader, demoted, must not stay routed until the next pass.
+            routes.clear().await?;
+            return Err(e);
+        }
         slice = routes.route(slice).await?;
         if writes.raises_barrier {
             ctx.barriers.insert(group_ref);

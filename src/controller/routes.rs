@@ -1,7 +1,8 @@
 //! The leader's Service and EndpointSlice in one pass of the protocol: what [`crate::routing`]
 //! wants for the leader the plan leaves, from the caches, and the writes at their steps: the old
-//! leader's endpoint out in step 3, the new leader's in once its promotion landed, the Service and
-//! the objects no longer wanted after the handover.
+//! leader's endpoint replaced by the new leader's once its promotion landed (out in step 3 when
+//! there is nobody to promote, or after a failed promotion), the Service and the objects no
+//! longer wanted after the handover.
 
 use std::sync::Arc;
 
@@ -99,8 +100,8 @@ impl RoutePlan {
         Some((self.name.as_deref()?, routes.slice.as_ref()?))
     }
 
-    /// Step 3: the slice loses any endpoint but the next leader's. Returns the slice as it is
-    /// after.
+    /// The slice loses any endpoint but the next leader's: in step 3 when nobody is promoted,
+    /// and when a promotion failed. Returns the slice as it is after.
     pub(super) async fn clear(&self) -> Result<Option<EndpointSlice>> {
         let Some((name, _)) = self.desired_slice() else {
             return Ok(None);

@@ -9,16 +9,20 @@ use super::heartbeat::Heartbeat;
 use super::records::Records;
 use super::token::Token;
 use crate::crd::Liveness;
-use crate::lease_record::{LeaseRecord, renew_interval};
+use crate::lease_record::{Lapsed, LeaseRecord, renew_interval};
 
 /// The Lease content to write, unless the Lease already says it and needs no renewal yet. In
 /// Heartbeat mode the operator never renews: it writes `renewTime` only with `acquireTime` (a new
-/// holder, or the switch to Heartbeat), so that any other `renewTime` is the holder's.
+/// holder, or the switch to Heartbeat), so that any other `renewTime` is the holder's. `lapsed`:
+/// the holder whose heartbeat lapsed now; `lapse_record`: the lapsed incarnation the Lease is to
+/// remember ([`super::lapse::Lapse`]).
 pub(super) fn commit(
     obs: &Observation<'_>,
     records: &Records,
     leader: &Option<String>,
     token: Token,
+    lapsed: Option<&str>,
+    lapse_record: Option<&Lapsed>,
 ) -> Option<LeaseRecord> {
     let lease = records.lease.as_ref();
     let duration = obs.group.spec.lease_duration_seconds;
@@ -36,6 +40,8 @@ pub(super) fn commit(
         Some(l) if same_holder && !token.minted => (l.acquire_time, Some(obs.now)),
         _ => (acquired_now, Some(obs.now)),
     };
+    let predecessor =
+        super::step_down::predecessor(obs, lease, leader.as_deref(), token.minted, lapsed);
     let wanted = LeaseRecord {
         holder: leader.clone(),
         holder_uid: holder_uid.clone(),
@@ -46,6 +52,10 @@ pub(super) fn commit(
         arbiter: Some(obs.identity.to_string()),
         heartbeat,
         released_by: None,
+        // The member's word holds for this tenure only.
+        acknowledged: same_holder && !token.minted && lease.is_some_and(|l| l.acknowledged),
+        predecessor,
+        lapsed: lapse_record.cloned(),
     };
     match lease {
         Some(l)
@@ -54,6 +64,8 @@ pub(super) fn commit(
                 && l.duration_seconds == duration
                 && l.arbiter.as_deref() == Some(obs.identity)
                 && l.heartbeat == heartbeat
+                && l.predecessor == wanted.predecessor
+                && l.lapsed.as_ref() == lapse_record
                 && (heartbeat || l.renew_due_at().is_some_and(|due| due > obs.now)) =>
         {
             None

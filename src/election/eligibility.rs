@@ -63,7 +63,10 @@ fn why_not(members: &Candidates<'_>, pod: &Pod) -> PodEligibility {
         return entry(name, false, "NotReady", None);
     }
     if members.lapsed.as_deref() == Some(name.as_str()) {
-        let message = "it led and stopped renewing the Lease for a Lease duration".to_string();
+        let message = "it led and stopped renewing the Lease for a Lease duration; it may lead \
+                       again once it renews as holder, turns NotReady and Ready again, or is \
+                       created again"
+            .to_string();
         return entry(name, false, "HeartbeatLost", Some(message));
     }
     // Not reached: a Running, Ready pod the group holds is in the succession unless it lapsed.

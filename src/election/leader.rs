@@ -1,4 +1,4 @@
-//! Who should lead, by the election rules (README, "What it does").
+//! Who should lead, by the election rules (docs/concepts.md, "How it elects").
 
 use kube::ResourceExt;
 

@@ -53,22 +53,26 @@ fn lease_not_owned(obs: &Observation<'_>, records: &Records) -> Option<Decision>
 
 /// Another replica wrote the Lease and it is still fresh: that replica arbitrates the group,
 /// unless it is known to have stopped on purpose (it released the operator Lease after its last
-/// reconcile: a rollout of the operator must not stall the groups). A Lease its holder renews (Heartbeat mode) stays fresh whether or not its arbiter lives, so its
-/// arbiter counts as alive for a Lease duration from this replica's sighting of its last write.
+/// reconcile: a rollout of the operator must not stall the groups). Fresh is timed on this
+/// replica's clock from its own sightings, never from the `renewTime` the other replica's clock
+/// wrote: in Readiness mode that replica renews the Lease, so it counts as alive for a Lease
+/// duration from the last renewal this replica saw; in Heartbeat mode the holder renews it whether
+/// or not its arbiter lives, so from this replica's sighting of the arbiter's last write.
 fn deferred(obs: &Observation<'_>, records: &Records) -> Option<Decision> {
     let lease = records.lease.as_ref()?;
     let arbiter = lease.arbiter.as_ref()?;
     if arbiter == obs.identity || obs.retired.contains(arbiter) {
         return None;
     }
-    let until = if lease.heartbeat {
-        obs.seen()
-            .written_at
-            .checked_add(SignedDuration::from_secs(i64::from(lease.duration_seconds)))
-            .ok()?
+    let seen = obs.seen();
+    let last_sign_of_life = if lease.heartbeat {
+        seen.written_at
     } else {
-        lease.expires_at()?
+        seen.renewed_at.unwrap_or(seen.written_at)
     };
+    let until = last_sign_of_life
+        .checked_add(SignedDuration::from_secs(i64::from(lease.duration_seconds)))
+        .ok()?;
     (until > obs.now).then(|| Decision::Deferred {
         arbiter: arbiter.clone(),
         until,

@@ -12,7 +12,10 @@ use super::heartbeat::Heartbeat;
 use super::history;
 use super::records::Records;
 use super::token::Token;
-use super::{HEARTBEAT, LEADER_ELECTED, OVERLAPPING, Observation, READY, RECONCILED, Transition};
+use super::{
+    HEARTBEAT, LATE_STEP_DOWN, LEADER_ELECTED, OVERLAPPING, Observation, READY, RECONCILED,
+    Transition,
+};
 use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
@@ -34,17 +37,41 @@ pub(super) fn change(
         transition,
     );
     let generation = obs.group.metadata.generation;
-    match heartbeat_condition(obs, leader, heartbeat) {
-        None => next.conditions.retain(|c| c.type_ != HEARTBEAT),
-        Some((status, reason, message)) => set_condition(
-            &mut next,
-            (HEARTBEAT, status, reason, &message),
-            generation,
-            obs.now,
-        ),
-    }
+    let at = (generation, obs.now);
+    let heartbeat = heartbeat_condition(obs, leader, heartbeat, members.lapsed.as_deref());
+    set_or_remove(&mut next, HEARTBEAT, heartbeat, at);
+    let late = late_step_down(obs).map(|m| (TRUE, "LeaseOutlastsNodeGrace", m));
+    set_or_remove(&mut next, LATE_STEP_DOWN, late, at);
     set_ready(&mut next, generation, obs.now);
     (Some(&next) != obs.group.status.as_ref()).then_some(next)
+}
+
+/// In Readiness mode, why a leader cut off from the API server may still believe it leads after
+/// its successor is chosen, if it may. Its last confirmation holds for two thirds of the Lease
+/// (leadergroup-client, leadergroup-agent); the operator chooses a successor once the pod turns
+/// NotReady, which for a node cut off takes the node controller's grace period. The leader stops
+/// first only if the first is the shorter. (Heartbeat mode hands over a whole Lease after the
+/// last renewal, so the leader always stops first.)
+fn late_step_down(obs: &Observation<'_>) -> Option<String> {
+    if obs.group.spec.liveness == Liveness::Heartbeat {
+        return None;
+    }
+    let seconds = obs.group.spec.lease_duration_seconds;
+    let lease = std::time::Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    let confirmation = lease * 2 / 3;
+    if confirmation < obs.node_grace {
+        return None;
+    }
+    let grace = obs.node_grace.as_secs_f64();
+    Some(format!(
+        "a leader cut off from the API server believes it leads for up to {:.1} s (two thirds of \
+         leaseDurationSeconds {seconds}), but a successor may be chosen once its node turns \
+         NotReady, after the node controller's grace period of {grace:.0} s (the operator's \
+         --node-monitor-grace-period): set leaseDurationSeconds below {:.0}, or use liveness \
+         Heartbeat",
+        confirmation.as_secs_f64(),
+        (grace * 1.5).ceil()
+    ))
 }
 
 /// The status that records this decision: the leader, its epoch, the candidates and conditions.
@@ -83,8 +110,12 @@ fn next(
         s.last_transition_time = Some(Time(obs.now));
         s.last_transition_reason = Some(t.reason.as_str().to_string());
     }
-    let (elected, reason, message) =
-        leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready);
+    let lapsed = leader.is_some() && m.lapsed.as_deref() == leader.as_deref();
+    let (elected, reason, message) = if lapsed {
+        lapsed_holder(leader.as_deref().unwrap_or_default(), epoch)
+    } else {
+        leader_elected(leader, obs.group.spec.paused, epoch, candidates, ready)
+    };
     let generation = obs.group.metadata.generation;
     set_condition(
         &mut s,
@@ -92,15 +123,8 @@ fn next(
         generation,
         obs.now,
     );
-    match overlapping(m) {
-        None => s.conditions.retain(|c| c.type_ != OVERLAPPING),
-        Some(message) => set_condition(
-            &mut s,
-            (OVERLAPPING, TRUE, "OverlappingGroup", &message),
-            generation,
-            obs.now,
-        ),
-    }
+    let overlapping = overlapping(m).map(|message| (TRUE, "OverlappingGroup", message));
+    set_or_remove(&mut s, OVERLAPPING, overlapping, (generation, obs.now));
     s
 }
 
@@ -110,6 +134,7 @@ fn heartbeat_condition(
     obs: &Observation<'_>,
     leader: &Option<String>,
     heartbeat: &Heartbeat,
+    lapsed: Option<&str>,
 ) -> Option<(&'static str, &'static str, String)> {
     let leader = leader.as_deref()?;
     if obs.group.spec.liveness != Liveness::Heartbeat {
@@ -117,6 +142,16 @@ fn heartbeat_condition(
     }
     let seconds = obs.group.spec.lease_duration_seconds;
     let lease = obs.group.lease_name();
+    if lapsed == Some(leader) {
+        return Some((
+            FALSE,
+            "Lapsed",
+            format!(
+                "{leader} has not renewed Lease {lease} for {seconds} s; it leads again once \
+                 it renews"
+            ),
+        ));
+    }
     let awaiting = || {
         (
             UNKNOWN,
@@ -178,6 +213,20 @@ fn leader_elected(
             format!("no eligible pod: {candidates} candidates, {ready} Running and Ready"),
         ),
     }
+}
+
+/// The `LeaderElected` condition while the holder whose heartbeat lapsed keeps the Lease, since
+/// no other pod may lead ([`super::lapse::Lapse::kept_holder`]): its client reports no role.
+fn lapsed_holder(holder: &str, epoch: i64) -> (bool, &'static str, String) {
+    (
+        false,
+        "HeartbeatLost",
+        format!(
+            "{holder} stopped renewing the Lease for a Lease duration and no other pod is \
+             eligible: nobody leads; {holder} keeps the Lease at epoch {epoch} (no new token) \
+             until it renews again or another pod becomes eligible"
+        ),
+    )
 }
 
 /// Which of the selected pods older groups hold, if any, grouped by group.
@@ -289,6 +338,22 @@ const UNKNOWN: &str = "Unknown";
 
 fn truth(value: bool) -> &'static str {
     if value { TRUE } else { FALSE }
+}
+
+/// Sets condition `type_` to `value` (status, reason, message) for the spec of `generation` at
+/// `now`, or removes it when there is none.
+fn set_or_remove(
+    s: &mut LeaderGroupStatus,
+    type_: &str,
+    value: Option<(&str, &str, String)>,
+    (generation, now): (Option<i64>, Timestamp),
+) {
+    match value {
+        None => s.conditions.retain(|c| c.type_ != type_),
+        Some((status, reason, message)) => {
+            set_condition(s, (type_, status, reason, &message), generation, now);
+        }
+    }
 }
 
 /// Sets a condition (type, status, reason, message) for the spec of `generation`, keeping its

@@ -1,4 +1,5 @@
-//! The election rules (README, "What it does"), one test each, on small fixtures and no cluster.
+//! The election rules (docs/concepts.md, "How it elects"), one test each, on small fixtures and
+//! no cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,6 +18,8 @@ use crate::pod_index::trim_pod;
 
 const GROUP_UID: &str = "uid-pay";
 const ME: &str = "op-1";
+/// The node controller's grace period the tests' decisions assume: Kubernetes' default.
+const NODE_GRACE: Duration = Duration::from_secs(50);
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
@@ -68,6 +71,10 @@ impl PodFixture {
         if let Some(s) = self.pod.status.as_mut() {
             s.phase = Some(phase.into());
         }
+        self
+    }
+    fn uid(mut self, uid: &str) -> Self {
+        self.pod.metadata.uid = Some(uid.into());
         self
     }
     fn terminating(mut self) -> Self {
@@ -150,6 +157,9 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         arbiter: Some(arbiter.into()),
         heartbeat: false,
         released_by: None,
+        lapsed: None,
+        acknowledged: false,
+        predecessor: None,
     }
 }
 
@@ -198,6 +208,7 @@ fn decide_seen(
         lease_seen,
         retired: &BTreeSet::new(),
         identity,
+        node_grace: NODE_GRACE,
         now: now(),
     })
 }
@@ -733,19 +744,36 @@ fn a_lease_an_earlier_group_of_the_name_left_is_taken_over_above_its_epoch() {
     }
 }
 
+/// What this replica saw of a Readiness-mode Lease: its last write at t(`written`), its last
+/// renewal at t(`renewed`).
+fn seen_at(written: i64, renewed: Option<i64>) -> Option<LeaseSeen> {
+    Some(LeaseSeen {
+        written_at: t(written),
+        renewed_at: renewed.map(t),
+        not_before: None,
+    })
+}
+
 #[test]
 fn another_replicas_fresh_lease_is_left_alone_until_it_runs_out() {
     let (g, pods, _) = converged(4);
     let theirs = lease(Some("a"), 4, 995, "op-2");
+    // Its last renewal was seen at 995: fresh for a duration from then.
     assert_eq!(
-        decide_with(&g, &pods, Some(&theirs)),
+        decide_seen(&g, &[], &pods, Some(&theirs), seen_at(980, Some(995)), ME),
         Decision::Deferred {
             arbiter: "op-2".into(),
             until: t(1010)
         }
     );
-    let expired = lease(Some("a"), 4, 985, "op-2");
-    let p = plan(decide_with(&g, &pods, Some(&expired)));
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&theirs),
+        seen_at(980, Some(985)),
+        ME,
+    ));
     let commit = p.commit.expect("takes over arbitration");
     assert_eq!(
         (
@@ -754,6 +782,37 @@ fn another_replicas_fresh_lease_is_left_alone_until_it_runs_out() {
             commit.arbiter.as_deref()
         ),
         (Some("a"), 4, Some(ME))
+    );
+}
+
+#[test]
+fn another_replicas_lease_is_timed_by_this_replicas_sightings_not_its_renew_time() {
+    let (g, pods, _) = converged(4);
+    // op-2's clock runs an hour behind: its renewTime says long expired, but this replica saw it
+    // renew a second ago, so op-2 lives and still arbitrates.
+    let behind = lease(Some("a"), 4, 1000 - 3600, "op-2");
+    assert_eq!(
+        decide_seen(&g, &[], &pods, Some(&behind), seen_at(900, Some(999)), ME),
+        Decision::Deferred {
+            arbiter: "op-2".into(),
+            until: t(1014)
+        }
+    );
+    // op-2's clock runs an hour ahead and it stopped: its renewTime says fresh for an hour, but
+    // nothing changed for longer than a duration since this replica first saw it.
+    let ahead = lease(Some("a"), 4, 1000 + 3600, "op-2");
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&ahead),
+        seen_at(984, None),
+        ME,
+    ));
+    assert_eq!(
+        p.commit.and_then(|c| c.arbiter).as_deref(),
+        Some(ME),
+        "taken over a duration after the last sighting"
     );
 }
 
@@ -771,6 +830,7 @@ fn a_lease_of_a_replica_that_stopped_on_purpose_is_taken_over_at_once() {
         lease_seen: None,
         retired: &retired,
         identity: ME,
+        node_grace: NODE_GRACE,
         now: now(),
     });
     let commit = plan(d).commit.expect("takes over arbitration at once");
@@ -1089,6 +1149,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 
 mod heartbeat;
 mod status;
+mod step_down;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {

@@ -13,7 +13,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::crd::{LeaderGroup, Liveness};
-use crate::election::HEARTBEAT;
+use crate::election::{HEARTBEAT, LEADER_ELECTED};
 
 /// The labels of a group's series: its namespace and name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,7 +63,7 @@ type Gauge = (
 const GAUGES: [Gauge; 5] = [
     (
         "group_leader",
-        "1 while a pod leads the group, else 0",
+        "1 while a pod leads the group (the status names it, LeaderElected not False), else 0",
         |g, _| Some(i64::from(leader(g).is_some())),
     ),
     (
@@ -94,8 +94,14 @@ const GAUGES: [Gauge; 5] = [
     ),
 ];
 
+/// The pod that leads: the status names it and `LeaderElected` is not False (a Heartbeat leader
+/// whose renewals lapsed keeps the Lease while nobody else may lead, and leads nobody).
 fn leader(g: &LeaderGroup) -> Option<&str> {
-    g.status.as_ref().and_then(|s| s.leader.as_deref())
+    let status = g.status.as_ref()?;
+    let elected = status
+        .condition(LEADER_ELECTED)
+        .is_none_or(|c| c.status != "False");
+    status.leader.as_deref().filter(|_| elected)
 }
 
 /// Since the change that left the group without a leader, or since its creation when it never
@@ -118,7 +124,7 @@ fn heartbeat_missing(g: &LeaderGroup, _: Timestamp) -> Option<i64> {
             .status
             .as_ref()
             .and_then(|s| s.condition(HEARTBEAT))
-            .is_some_and(|c| c.status == "False");
+            .is_some_and(|c| c.status == "False" && c.reason == "NoRenewal");
         i64::from(missing)
     })
 }

@@ -172,6 +172,33 @@ fn the_slice_lists_the_leader_alone_with_its_ports_resolved_by_name_and_protocol
 }
 
 #[test]
+fn a_named_port_of_a_native_sidecar_resolves_and_one_of_a_plain_init_container_does_not() {
+    let g = slice_mode(json!([{"name": "proxy", "port": 80, "targetPort": "proxy"}]));
+    let sidecar = |restart: Option<&str>| Container {
+        name: "agent".into(),
+        restart_policy: restart.map(Into::into),
+        ports: Some(vec![ContainerPort {
+            name: Some("proxy".into()),
+            container_port: 8687,
+            ..ContainerPort::default()
+        }]),
+        ..Container::default()
+    };
+    let mut leader = pod("web-0", "uid-0", "10.0.0.5");
+    leader.spec.as_mut().unwrap().init_containers = Some(vec![sidecar(Some("Always"))]);
+    let r = routes(&g, spec(&g), Some(&leader), None);
+    assert_eq!(
+        ports(r.slice.as_ref().unwrap()),
+        [("proxy".to_string(), 8687, "TCP".to_string())]
+    );
+    assert!(r.condition.routed, "{}", r.condition.message);
+    // An init container that runs to completion serves nothing: Kubernetes skips it too.
+    leader.spec.as_mut().unwrap().init_containers = Some(vec![sidecar(None)]);
+    let r = routes(&g, spec(&g), Some(&leader), None);
+    assert_eq!(r.condition.reason, "PortUnresolved");
+}
+
+#[test]
 fn an_unresolvable_port_leaves_no_endpoint_and_a_condition_naming_the_port() {
     // "http" exists, but as TCP: a UDP port of that name does not.
     let g = slice_mode(json!([

@@ -699,25 +699,3 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     let (head, body) = raw.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
-
-/// Median, p99 (nearest rank) and n of `samples`, for the test's printout.
-pub fn describe(samples: &[f64]) -> String {
-    let mut s: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return "no samples".into();
-    }
-    let n = s.len();
-    let median = if n.is_multiple_of(2) {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    } else {
-        s[n / 2]
-    };
-    let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n);
-    format!(
-        "median {median:.1} ms, p99 {:.1} ms, min {:.1}, max {:.1}, n {n}",
-        s[rank - 1],
-        s[0],
-        s[n - 1]
-    )
-}

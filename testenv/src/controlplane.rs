@@ -18,6 +18,11 @@ pub const KUBECONFIG_ENV: &str = "LEADERGROUP_KUBECONFIG";
 /// cluster and sets it; the end-to-end tests fail without it (see [`e2e_cluster`]).
 pub const E2E_KUBECONFIG_ENV: &str = "LEADERGROUP_E2E_KUBECONFIG";
 
+/// Environment variable naming the bin folder of the control plane the tests run against, in
+/// place of `controlplane/build.sh`'s: `make it-oldest` points it at `controlplane/build-oldest.sh`'s,
+/// so that the clusters a test starts for itself run the oldest supported kube-apiserver too.
+pub const BIN_DIR_ENV: &str = "LEADERGROUP_BIN_DIR";
+
 /// Exit status of `build.sh` under `LEADERGROUP_NO_BUILD=1` when a binary is missing.
 const NOT_BUILT: i32 = 3;
 
@@ -339,9 +344,13 @@ pub(crate) async fn start_cluster(repo: &Path, dir: &Path, bin_dir: &Path) -> Re
     Ok(())
 }
 
-/// Asks `build.sh` for the cached bin folder without letting it build. `env`: extra variables
-/// for build.sh (tests point `LEADERGROUP_CACHE` at an empty folder).
+/// The bin folder [`BIN_DIR_ENV`] names, or else asks `build.sh` for the cached one without
+/// letting it build. `env`: extra variables for build.sh (tests point `LEADERGROUP_CACHE` at an
+/// empty folder).
 pub(crate) async fn bin_dir(repo: &Path, env: &[(&str, &Path)]) -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
     let script = repo.join("controlplane/build.sh");
     let output = tokio::process::Command::new(&script)
         .env("LEADERGROUP_NO_BUILD", "1")

@@ -92,7 +92,7 @@ impl InvariantWatcher {
 
     /// [`InvariantWatcher::start`], also tracking the gaps ([`InvariantWatcher::gaps`]) of the
     /// groups whose pods carry `label` (its value names the group): an eligible pod is Running,
-    /// Ready and not terminating (README, "What it does").
+    /// Ready and not terminating (docs/concepts.md, "How it elects").
     pub async fn start_with_candidates(
         client: &Client,
         namespace: &str,

@@ -39,13 +39,15 @@ mod private;
 mod proxy;
 mod realcluster;
 mod settled;
+pub mod stats;
 mod tools;
 mod wait;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
 pub use containers::{Frozen, freezer_state, kill_container};
 pub use controlplane::{
-    ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane, e2e_cluster,
+    BIN_DIR_ENV, ControlPlane, E2E_KUBECONFIG_ENV, KUBECONFIG_ENV, attach, control_plane,
+    e2e_cluster,
 };
 pub use crd::install_crd;
 pub use error::Error;

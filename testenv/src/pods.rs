@@ -24,7 +24,7 @@ pub fn terminating(pod: &Pod) -> bool {
 }
 
 /// Running, Ready and not terminating: what the operator may elect (the selector and older
-/// groups aside; README, "What it does").
+/// groups aside; docs/concepts.md, "How it elects").
 pub fn eligible(pod: &Pod) -> bool {
     !terminating(pod) && running(pod) && ready(pod)
 }

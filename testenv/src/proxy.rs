@@ -41,6 +41,9 @@ struct Link {
     heals: u64,
     /// How many times it was stalled: a connection open at a stall carries no byte again.
     stalls: u64,
+    /// How many times the clients' side was reset: a connection open at a reset is closed
+    /// towards its client, while the API server's side stays open and is served to the end.
+    resets: u64,
 }
 
 impl Proxy {
@@ -56,6 +59,7 @@ impl Proxy {
             cut: false,
             heals: 0,
             stalls: 0,
+            resets: 0,
         });
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -85,6 +89,14 @@ impl Proxy {
         self.link.send_modify(|l| l.stalls += 1);
     }
 
+    /// Closes every open connection towards its client, which sees its requests in flight fail,
+    /// while the API server's side stays open: what it was serving goes on to its end (its answer
+    /// is dropped), as a request whose outcome the client cannot know. New connections are
+    /// forwarded.
+    pub fn reset_clients(&self) {
+        self.link.send_modify(|l| l.resets += 1);
+    }
+
     /// Delivers what the hung connections held, late, and forwards again.
     pub fn release(&self) {
         self.link.send_modify(|l| l.cut = false);
@@ -99,7 +111,12 @@ impl Drop for Proxy {
 }
 
 async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Link>) {
-    let Link { heals, stalls, .. } = *link.borrow();
+    let Link {
+        heals,
+        stalls,
+        resets,
+        ..
+    } = *link.borrow();
     let forward = async {
         // Accepted while cut: hangs (a SYN answered, nothing else) until released.
         let mut up = link.clone();
@@ -109,8 +126,8 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
         let Ok(server) = TcpStream::connect(upstream).await else {
             return;
         };
-        let (client_read, mut client_write) = client.into_split();
-        let (server_read, mut server_write) = server.into_split();
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
         // The request side ending (the client gave up and closed) neither ends the response side
         // nor closes the server's socket (the write halves live as long as the relay): a request
         // released late still reaches the server whole and is served, as through a stuck
@@ -118,12 +135,19 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
         // ending (the server closed, or went away) closes both: the client must see it, or it
         // would send its next request into a dead connection.
         let requests = async {
-            pump(client_read, &mut server_write, link.clone(), stalls).await;
+            pump(&mut client_read, &mut server_write, link.clone(), stalls).await;
             std::future::pending::<()>().await;
         };
-        tokio::select! {
-            () = requests => {}
-            () = pump(server_read, &mut client_write, link.clone(), stalls) => {}
+        let reset = tokio::select! {
+            () = requests => false,
+            () = pump(&mut server_read, &mut client_write, link.clone(), stalls) => false,
+            () = client_reset(link.clone(), resets) => true,
+        };
+        if reset {
+            // The client's socket closes here; the server's stays open until it has answered
+            // what it was serving (the answer goes nowhere), so that it does not cancel it.
+            drop((client_read, client_write));
+            let _ = tokio::io::copy(&mut server_read, &mut tokio::io::sink()).await;
         }
     };
     tokio::select! {
@@ -132,10 +156,15 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
     }
 }
 
+/// Resolves when the connections open since `resets` must close towards their clients.
+async fn client_reset(mut link: watch::Receiver<Link>, resets: u64) {
+    let _ = link.wait_for(|l| l.resets != resets).await;
+}
+
 /// Copies `from` to `to`, holding each chunk while the link is cut, and for good once it was
 /// stalled after this connection opened (`stalls`: the count then).
 async fn pump(
-    mut from: OwnedReadHalf,
+    from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut link: watch::Receiver<Link>,
     stalls: u64,

@@ -48,13 +48,50 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
         let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let chunked = head.lines().any(|l| {
+            l.split_once(':').is_some_and(|(name, value)| {
+                name.eq_ignore_ascii_case("transfer-encoding")
+                    && value.trim().eq_ignore_ascii_case("chunked")
+            })
+        });
+        let body = if chunked {
+            dechunk(body)?
+        } else {
+            body.to_string()
+        };
         Some((code, body))
     })
     .await
     .ok()
     .flatten()
+}
+
+/// The body of a `Transfer-Encoding: chunked` answer (Go's servers chunk any answer they don't
+/// know the length of in advance); None when it is cut short.
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dechunk;
+
+    #[test]
+    fn a_chunked_body_is_joined_and_a_cut_one_refused() {
+        assert_eq!(
+            dechunk("5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n").as_deref(),
+            Some("hello, world")
+        );
+        assert_eq!(dechunk("5\r\nhel"), None);
+    }
 }

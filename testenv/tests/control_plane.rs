@@ -48,7 +48,19 @@ async fn server_reports_the_pinned_version_to_kubectl() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["serverVersion"]["gitVersion"], "v1.37.2", "{v}");
+    // The server is the kube-apiserver of the bin dir (make it: the newest pinned minor; make
+    // it-oldest: the oldest), kubectl the newest in both.
+    let pinned = std::process::Command::new(cp.bin_dir().join("kube-apiserver"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let pinned = String::from_utf8_lossy(&pinned.stdout);
+    let pinned = pinned.trim().trim_start_matches("Kubernetes ");
+    assert!(
+        pinned.starts_with("v1."),
+        "kube-apiserver --version: {pinned}"
+    );
+    assert_eq!(v["serverVersion"]["gitVersion"], pinned, "{v}");
     assert_eq!(v["clientVersion"]["gitVersion"], "v1.37.2", "{v}");
 }
 

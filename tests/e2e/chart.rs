@@ -135,7 +135,7 @@ async fn helm_install_runs_two_replicas_one_active_then_upgrade_rolls_and_uninst
 }
 
 /// `helm uninstall`, then waits until the operator's pods are gone.
-async fn uninstall(c: &Cluster) {
+pub async fn uninstall(c: &Cluster) {
     let mut uninstall = c.cp.helm();
     uninstall.args(["uninstall", RELEASE, "--namespace", RELEASE_NS]);
     run_ok(uninstall).await;

@@ -88,9 +88,13 @@ impl Cluster {
         self.wait_operator_active(None).await;
     }
 
-    /// `helm install` of the chart with the default values into [`RELEASE_NS`].
+    /// `helm install` of the chart into [`RELEASE_NS`], with the default values but one: the
+    /// operator is told this cluster's node grace period, as a user is asked to.
     pub fn helm_install(&self) -> std::process::Command {
-        RealCluster::helm_install(self.cp)
+        let mut install = RealCluster::helm_install(self.cp);
+        let grace = self.node_monitor_grace_period().as_secs();
+        install.args(["--set", &format!("nodeMonitorGracePeriodSeconds={grace}")]);
+        install
     }
 
     /// The running operator pods.
@@ -676,6 +680,11 @@ where
         WatchLog { events, task }
     }
 
+    /// Every state the watch delivered, with its arrival and whether it was a deletion.
+    pub fn events(&self) -> Vec<(Instant, K, bool)> {
+        self.events.lock().unwrap().clone()
+    }
+
     /// Every state of `name` the watch delivered (deletions left out), with its arrival.
     pub fn states_of(&self, name: &str) -> Vec<(Instant, K)> {
         self.events
@@ -753,4 +762,33 @@ where
         .create(&PostParams::default(), &object)
         .await
         .unwrap()
+}
+
+/// Waits until `n` pods of `pods`' namespace are Ready.
+pub async fn wait_pods_ready(pods: &Api<Pod>, n: usize) {
+    wait_pods_ready_where(pods, n, &format!("{n} pods Ready"), |_| true).await;
+}
+
+/// Waits until `n` of the pods of `pods`' namespace that `counted` keeps are Ready; `what` names
+/// the wait in its failure.
+pub async fn wait_pods_ready_where(
+    pods: &Api<Pod>,
+    n: usize,
+    what: &str,
+    counted: impl Fn(&Pod) -> bool,
+) {
+    wait_until(what, PODS, || async {
+        let list = pods
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| is_ready(p) && counted(p))
+            .count();
+        Ok::<_, String>((ready == n).then_some(()))
+    })
+    .await
+    .unwrap();
 }

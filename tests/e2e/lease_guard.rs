@@ -13,46 +13,30 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroup, LeaderGroupStatus, lease_name_for};
 use leadergroup_operator::election::HEARTBEAT;
-use leadergroup_testenv::{wait_for_object, wait_settled, wait_until};
-use serde_json::{Value, json};
+use leadergroup_testenv::{wait_for_object, wait_settled};
+use serde_json::json;
 
-use crate::cluster::{CONVERGE, Cluster, PODS, create, is_ready};
+use crate::agents::{AGENT_IMAGE, MEMBER, heartbeat_group};
+use crate::cluster::{CONVERGE, Cluster};
 
 const GROUP: &str = "lg";
-const MEMBER: &str = "member";
-const AGENT_IMAGE: &str = "leadergroup-agent:0.1.0";
 
-/// A pod of the group whose only container is the agent, as the example's sidecar.
-fn agent_pod(name: &str) -> Value {
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
-    json!({
-        "metadata": {"name": name, "labels": {"app": GROUP}},
-        "spec": {
-            "serviceAccountName": MEMBER,
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
-            "containers": [{
-                "name": "agent",
-                "image": AGENT_IMAGE,
-                "args": ["--dir", "/var/run/leadergroup", "--http-addr", "127.0.0.1:8686"],
-                "env": [
-                    {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                    {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                    {"name": "LEADERGROUP_GROUP", "value": GROUP},
-                ],
-                "volumeMounts": [{"name": "run", "mountPath": "/var/run/leadergroup"}],
-            }],
-            "volumes": [{"name": "run", "emptyDir": {}}],
-        },
-    })
-}
-
-/// Reads the group's Lease and writes it back through `api` after `change`.
-async fn write(api: &Api<Lease>, change: impl FnOnce(&mut Lease)) -> Result<Lease, kube::Error> {
+/// Reads the group's Lease and writes it back through `api` after `change`. The leader's agent
+/// renews the Lease every third of its duration, so a renewal can land between the read and the
+/// write: the server then answers 409 before the guard is asked, and the write is tried again on
+/// a fresh read.
+async fn write(api: &Api<Lease>, change: impl Fn(&mut Lease)) -> Result<Lease, kube::Error> {
     let name = lease_name_for(GROUP);
-    let mut lease = api.get(&name).await?;
-    change(&mut lease);
-    api.replace(&name, &PostParams::default(), &lease).await
+    let mut tries = 0;
+    loop {
+        let mut lease = api.get(&name).await?;
+        change(&mut lease);
+        tries += 1;
+        match api.replace(&name, &PostParams::default(), &lease).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && tries < 5 => continue,
+            answer => return answer,
+        }
+    }
 }
 
 fn renew(lease: &mut Lease) {
@@ -95,61 +79,19 @@ async fn only_the_leaders_own_pod_renews_its_lease_and_agents_still_renew() {
         .await
         .unwrap();
     let _ns_guard = c.namespace_guard(&ns.name);
-    let lease = lease_name_for(GROUP);
-    let _: k8s_openapi::api::core::v1::ServiceAccount =
-        create(&ns, json!({"metadata": {"name": MEMBER}})).await;
-    let _: k8s_openapi::api::rbac::v1::Role = create(
+    let someone =
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"});
+    heartbeat_group(
         &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": [lease], "verbs": ["get", "watch", "update"]},
-            ],
-        }),
+        GROUP,
+        &["agent-0", "agent-1"],
+        AGENT_IMAGE,
+        6,
+        &[someone],
     )
     .await;
-    let _: k8s_openapi::api::rbac::v1::RoleBinding = create(
-        &ns,
-        json!({
-            "metadata": {"name": MEMBER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": MEMBER},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": MEMBER},
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"},
-            ],
-        }),
-    )
-    .await;
-
     let pods: Api<Pod> = ns.api();
-    for (i, name) in ["agent-0", "agent-1"].into_iter().enumerate() {
-        if i > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-        }
-        let _: Pod = create(&ns, agent_pod(name)).await;
-    }
-    wait_until("both agent pods Ready", PODS, || async {
-        let list = pods
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((list.items.iter().filter(|p| is_ready(p)).count() == 2).then_some(()))
-    })
-    .await
-    .unwrap();
     let groups: Api<LeaderGroup> = ns.api();
-    let _: LeaderGroup = create(
-        &ns,
-        json!({
-            "apiVersion": "leadergroup.io/v1alpha1", "kind": "LeaderGroup",
-            "metadata": {"name": GROUP},
-            "spec": {"selector": {"matchLabels": {"app": GROUP}}, "liveness": "Heartbeat",
-                     "leaseDurationSeconds": 6},
-        }),
-    )
-    .await;
     let first = wait_settled(&c.client, &ns.name, GROUP, "agent-0 leads", CONVERGE, |s| {
         s.leader == "agent-0"
     })

@@ -35,6 +35,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
+use leadergroup_operator::election::LATE_STEP_DOWN;
 use leadergroup_testenv::{
     InvariantWatcher, RealCluster, TestNamespace, read_with_mtime, run_ok, wait_for_object,
     wait_until,
@@ -375,6 +376,22 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     };
     let expected = [APP, HEARTBEAT, CLIENT_GO].map(|g| pod_name(g, CUT));
     assert_eq!(firsts, expected, "node 1's pods lead");
+    // The chart was told the cluster's grace period, so the Readiness group's status says whether
+    // two thirds of its Lease (the default 15 s) end before the node controller gives up on a node.
+    let step_down_after = Duration::from_secs(15) * 2 / 3;
+    let late = groups.get(APP).await.unwrap().status.and_then(|s| {
+        s.condition(LATE_STEP_DOWN)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    });
+    if step_down_after >= grace {
+        assert_eq!(
+            late,
+            Some(("True".to_owned(), "LeaseOutlastsNodeGrace".to_owned())),
+            "grace {grace:?}: a cut-off leader stops after the node controller gives up"
+        );
+    } else {
+        assert_eq!(late, None, "grace {grace:?}: {LATE_STEP_DOWN} not set");
+    }
     let new = create_node_pods(&ns, &groups, &template, PEER).await;
     let [new_web, new_heartbeat, new_client_go] =
         [APP, HEARTBEAT, CLIENT_GO].map(|g| pod_name(g, PEER));

@@ -9,6 +9,7 @@
 //! bounds in `leadergroup_testenv::app_latency` only declare a run broken).
 
 use leadergroup_testenv::app_latency as measure;
+use leadergroup_testenv::stats::Summary;
 
 use crate::common::World;
 
@@ -104,7 +105,7 @@ async fn each_new_leader_learns_its_epoch_and_the_old_one_stops() {
             column(|h| h.agent_old_not_leader_ms),
         ),
     ] {
-        println!("app-latency: {clock}: {}", measure::describe(&samples));
+        println!("app-latency: {clock}: {}", Summary::describe(&samples));
     }
     let overlaps = report
         .handovers

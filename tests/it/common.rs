@@ -14,13 +14,25 @@ use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER, lease_name
 pub use leadergroup_testenv::pods::{epoch, role};
 use leadergroup_testenv::pods::{is_leader, marked_group};
 use leadergroup_testenv::{
-    ControlPlane, HeldRequests, HoldRule, OperatorLaunch, OperatorProcess, wait_until,
+    ControlPlane, HeldRequests, HoldRule, OperatorLaunch, OperatorProcess, Proxy, api_server_addr,
+    wait_until,
 };
 pub use leadergroup_testenv::{InvariantWatcher, Settled, readyz_role, run_ok, run_tool};
 
 /// Generous bound for anything the operator should do "at once": the machine is small and noisy,
 /// and tests run in parallel. Speed is measured by the benchmarks, not here.
 pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// A proxy in front of the API server that can cut it off as a network partition does
+/// (connections stay open, requests hang instead of failing) or reset its clients' connections,
+/// and an admin kubeconfig that goes through it.
+pub async fn proxied_admin(cp: &ControlPlane) -> (Proxy, PathBuf) {
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let kubeconfig = cp.kubeconfig_via(proxy.addr).unwrap();
+    (proxy, kubeconfig)
+}
 
 /// Installs the CRD as this build generates it, and waits until it is served.
 pub async fn install_crd(client: &Client) {

@@ -3,20 +3,20 @@
 //! out) or shuts down (SIGTERM: at once, it releases the Lease); the groups keep converging under
 //! the new replica; never are two replicas active at once, and never are two pods leaders.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leadergroup_testenv::ActiveMonitor;
 
-use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease};
+use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease, proxied_admin};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
+use leadergroup_operator::actions::lease::{compare_and_swap, read};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
-use leadergroup_testenv::{ControlPlane, Proxy, api_server_addr, control_plane, wait_until};
+use leadergroup_testenv::{control_plane, wait_until};
 
 /// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
 /// until their Leases run out, so keep it short.
@@ -183,17 +183,6 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     p.watch.assert_held().await;
 }
 
-/// A proxy in front of the API server that can cut it off as a network partition does
-/// (connections stay open, requests hang instead of failing), and an admin kubeconfig that goes
-/// through it.
-async fn proxied_admin(cp: &ControlPlane) -> (Proxy, PathBuf) {
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let kubeconfig = cp.kubeconfig_via(proxy.addr).unwrap();
-    (proxy, kubeconfig)
-}
-
 #[tokio::test]
 async fn an_active_replica_cut_off_from_the_api_server_stands_down_before_the_standby_takes_over() {
     let cp = control_plane().await.unwrap();
@@ -275,4 +264,76 @@ fn a_group_lease_name_is_refused_for_the_operator_lease() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("--leader-elect-lease-name"), "{stderr}");
+}
+
+/// The operator Lease is written by a replica "ghost" whose clock is an hour off this machine's:
+/// a standby times the Lease from when it saw it change, on its own clock, never from the
+/// `renewTime` the holder's clock wrote. While the ghost renews with its clock an hour behind, the
+/// standby stays standby (its renewTime says long expired); once the ghost stops, its last
+/// renewTime an hour ahead, the standby takes over a Lease duration later (not an hour).
+#[tokio::test]
+async fn the_operator_lease_is_timed_on_the_standbys_clock_not_the_holders_renew_time() {
+    const SECONDS: i32 = 4;
+    let cp = control_plane().await.unwrap();
+    let w = World::new("ha-skew").await;
+    let api = Api::<Lease>::namespaced(w.ns.client.clone(), &w.ns.name);
+    let renew = |skew: jiff::SignedDuration| {
+        let api = api.clone();
+        async move {
+            let now = jiff::Timestamp::now() + skew;
+            let ghost = LeaseRecord {
+                holder: Some("ghost".into()),
+                holder_uid: None,
+                epoch: 1,
+                duration_seconds: SECONDS,
+                acquire_time: Some(now),
+                renew_time: Some(now),
+                arbiter: None,
+                heartbeat: false,
+                released_by: None,
+                lapsed: None,
+                acknowledged: false,
+                predecessor: None,
+            };
+            let current = read(&api, DEFAULT_LEASE_NAME).await.unwrap();
+            compare_and_swap(
+                &api,
+                DEFAULT_LEASE_NAME,
+                current.as_ref(),
+                &ghost,
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let behind = -jiff::SignedDuration::from_hours(1);
+    renew(behind).await;
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        &w.ns.name,
+        "--leader-elect-lease-duration",
+        "4",
+    ];
+    let op = Operator::start(cp, &w.ns.name, "op-a", &args).await;
+    // Two Lease durations of the ghost's renewals, every second.
+    for _ in 0..8 {
+        renew(behind).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            op.role().await.as_deref(),
+            Some("standby"),
+            "took over a Lease the ghost renews\n{}",
+            op.logs()
+        );
+    }
+    // The ghost stops; its clock had jumped an hour ahead for its last renewal.
+    renew(jiff::SignedDuration::from_hours(1)).await;
+    let took = wait_active(&op, Duration::from_secs(4) + SLACK).await;
+    eprintln!(
+        "operator lease skew: taken over {took:?} after the ghost's last renewal (Lease 4 s)"
+    );
+    assert_eq!(operator_lease(&w).await.holder.as_deref(), Some("op-a"));
 }

@@ -16,10 +16,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use leadergroup_client::{Epoch, Membership, Role};
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness, lease_name_for};
-use leadergroup_operator::election::HEARTBEAT;
-use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::election::{HEARTBEAT, LEADER_ELECTED};
+use leadergroup_operator::lease_record::{Lapsed, LeaseRecord};
 use leadergroup_testenv::{
     InvariantWatcher, MemberRules, Proxy, api_server_addr, control_plane, member_account,
+    wait_until,
 };
 use tokio::time::Instant;
 
@@ -94,25 +95,39 @@ fn heartbeat_condition(status: &LeaderGroupStatus) -> Option<&str> {
     status.condition(HEARTBEAT).map(|c| c.reason.as_str())
 }
 
+/// The members of `group`, one per pod, with the documented rights: the first pod's reaches the
+/// API server through the returned proxy (the test cuts it: its node lost, as far as the API
+/// server can tell, while its pod stays Ready), the others directly.
+async fn members(w: &World, pods: &[String], group: &str) -> (Proxy, Vec<Membership>) {
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", group, MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let mut members = Vec::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let via = (i == 0).then_some(proxy.addr);
+        let client = cp.client_with_token_via(&token, via).await.unwrap();
+        members.push(Membership::start(
+            client,
+            &w.ns.name,
+            pod,
+            Some(group.into()),
+        ));
+    }
+    (proxy, members)
+}
+
 #[tokio::test]
 async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_refused() {
     let w = World::new("hb-silent").await;
     let pods = w.ordered_ready_pods("app", 2, "hb").await;
     let cp = control_plane().await.unwrap();
-    let token = member_account(&w.ns, "member", "hb", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
     // The leader reaches the API server through the proxy; the follower directly.
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let leader_client = cp
-        .client_with_token_via(&token, Some(proxy.addr))
-        .await
-        .unwrap();
-    let follower_client = cp.client_with_token(&token).await.unwrap();
-    let old = Membership::start(leader_client, &w.ns.name, &pods[0], Some("hb".into()));
-    let new = Membership::start(follower_client, &w.ns.name, &pods[1], Some("hb".into()));
+    let (proxy, mut members) = members(&w, &pods, "hb").await;
+    let (new, old) = (members.pop().unwrap(), members.pop().unwrap());
     let mut old_errors = old.errors();
     let refusals = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -450,4 +465,179 @@ async fn a_restarted_member_reports_leader_only_after_its_own_renewal() {
     // Restarted with it: leads again once its renewal lands.
     let again = member(token).await;
     wait_role(&mut again.subscribe(), leader, "the restarted process").await;
+}
+
+fn leader_elected_reason(status: &LeaderGroupStatus) -> Option<&str> {
+    status.condition(LEADER_ELECTED).map(|c| c.reason.as_str())
+}
+
+async fn lease_record(w: &World, group: &str) -> LeaseRecord {
+    let leases: Api<Lease> = w.ns.api();
+    LeaseRecord::from_lease(&leases.get(&lease_name_for(group)).await.unwrap())
+}
+
+/// The leader's renewals stop (its connection to the API server is cut) while its pod stays
+/// Ready: its successor takes over. When the successor fails in turn, the lapsed pod, still
+/// Ready, is not elected again: nobody leads, and the status says why, until its pod turns
+/// NotReady and Ready again. The Lease remembers the lapse (its pod's UID and epoch).
+#[tokio::test]
+async fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
+    let w = World::new("hb-lapse").await;
+    let pods = w.ordered_ready_pods("app", 2, "lapse").await;
+    let cp = control_plane().await.unwrap();
+    let (proxy, mut members) = members(&w, &pods, "lapse").await;
+    let (new, old) = (members.pop().unwrap(), members.pop().unwrap());
+    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &heartbeat_group("lapse", "lapse"))
+        .await
+        .unwrap();
+    let first = Role::Leader {
+        epoch: Epoch::from(1u32),
+    };
+    wait_role(&mut old.subscribe(), first, "the first leader").await;
+    w.wait_status("lapse", "the Heartbeat condition Renewing", |s| {
+        heartbeat_condition(s) == Some("Renewing")
+    })
+    .await;
+
+    proxy.cut();
+    let second = Role::Leader {
+        epoch: Epoch::from(2u32),
+    };
+    wait_role(&mut new.subscribe(), second, "the successor").await;
+    // The successor fails; the lapsed pod still shows Ready.
+    w.kubelet.set_ready(&pods[1], false).await.unwrap();
+    let status = w
+        .wait_status("lapse", "nobody leads", |s| s.leader.is_none())
+        .await;
+    assert_eq!(status.epoch, 2);
+    assert_eq!(leader_elected_reason(&status), Some("NoCandidates"));
+    let lapsed = status
+        .eligibility
+        .iter()
+        .find(|e| e.pod == pods[0])
+        .expect("the lapsed pod's eligibility");
+    assert_eq!(
+        (lapsed.eligible, lapsed.reason.as_str()),
+        (false, "HeartbeatLost")
+    );
+    // And it stays so.
+    tokio::time::sleep(DURATION * 2).await;
+    let status = w.groups.get_status("lapse").await.unwrap().status.unwrap();
+    assert_eq!((status.leader, status.epoch), (None, 2));
+    assert_eq!(w.labeled_leaders("lapse").await, vec![]);
+    let uid = w.pods.get(&pods[0]).await.unwrap().metadata.uid.unwrap();
+    assert_eq!(
+        lease_record(&w, "lapse").await.lapsed,
+        Some(Lapsed { uid, epoch: 1 }),
+        "the Lease remembers the lapsed incarnation and its epoch"
+    );
+
+    // Its pod turns NotReady, and once the operator has seen it so, Ready again: it may lead.
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    wait_until("the lapse forgotten", Duration::from_secs(30), || async {
+        Ok::<_, String>(
+            lease_record(&w, "lapse")
+                .await
+                .lapsed
+                .is_none()
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    w.kubelet.set_ready(&pods[0], true).await.unwrap();
+    let status = w
+        .wait_status("lapse", "the pod back from NotReady leads", |s| {
+            s.leader.as_ref() == Some(&pods[0])
+        })
+        .await;
+    assert_eq!(status.epoch, 3);
+    invariants.assert_held().await;
+    drop((old, new));
+}
+
+/// A group's only pod stops renewing while it stays Ready: nobody else may lead, so it keeps the
+/// Lease and its epoch, its member reports no role, and the status says nobody leads and why.
+/// The operator is restarted meanwhile (killed, another replica started), which knows nothing of
+/// the silence but what the Lease says. Once its renewals get through again it leads again at the
+/// same epoch (no new token, since nobody else had one). Before, the Lease was released and the
+/// same incarnation elected again at once with the next epoch: two epochs in a row.
+#[tokio::test]
+async fn a_lone_lapsed_leader_keeps_its_epoch_across_an_operator_restart_until_it_renews() {
+    let w = World::new("hb-alone").await;
+    let pods = w.ordered_ready_pods("app", 1, "alone").await;
+    let cp = control_plane().await.unwrap();
+    let (proxy, mut members) = members(&w, &pods, "alone").await;
+    let member = members.pop().unwrap();
+    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let mut operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &heartbeat_group("alone", "alone"))
+        .await
+        .unwrap();
+    let leader = Role::Leader {
+        epoch: Epoch::from(1u32),
+    };
+    let mut role = member.subscribe();
+    wait_role(&mut role, leader, "the leader").await;
+    w.wait_status("alone", "the Heartbeat condition Renewing", |s| {
+        heartbeat_condition(s) == Some("Renewing")
+    })
+    .await;
+
+    proxy.cut();
+    wait_role(&mut role, Role::Unknown, "the cut-off leader").await;
+    let status = w
+        .wait_status("alone", "LeaderElected False, HeartbeatLost", |s| {
+            leader_elected_reason(s) == Some("HeartbeatLost")
+        })
+        .await;
+    assert_eq!(status.epoch, 1);
+    assert_eq!(heartbeat_condition(&status), Some("Lapsed"));
+    // The operator restarts; durations pass: no new token for it, nor a release of the Lease.
+    operator.kill().await;
+    let _restarted = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
+    wait_until(
+        "the restarted operator arbitrates",
+        Duration::from_secs(30),
+        || async {
+            let arbiter = lease_record(&w, "alone").await.arbiter;
+            Ok::<_, String>((arbiter.as_deref() == Some("op-2")).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    let status = w.groups.get_status("alone").await.unwrap().status.unwrap();
+    assert_eq!(
+        leader_elected_reason(&status),
+        Some("HeartbeatLost"),
+        "the restarted operator takes its first look at the Lease for no renewal"
+    );
+    tokio::time::sleep(DURATION * 3).await;
+    let status = w.groups.get_status("alone").await.unwrap().status.unwrap();
+    assert_eq!(
+        (leader_elected_reason(&status), status.epoch),
+        (Some("HeartbeatLost"), 1)
+    );
+    let lease = lease_record(&w, "alone").await;
+    assert_eq!(
+        (lease.holder.as_deref(), lease.epoch),
+        (Some(pods[0].as_str()), 1)
+    );
+
+    // Its connection is back: it renews, and leads again at epoch 1.
+    proxy.heal();
+    wait_role(&mut role, leader, "the leader, renewing again").await;
+    let status = w
+        .wait_status("alone", "LeaderElected True again", |s| {
+            leader_elected_reason(s) == Some("Elected")
+        })
+        .await;
+    assert_eq!((status.leader.as_ref(), status.epoch), (Some(&pods[0]), 1));
+    assert_eq!(lease_record(&w, "alone").await.lapsed, None);
+    invariants.assert_held().await;
+    drop(member);
 }

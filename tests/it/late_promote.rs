@@ -10,8 +10,28 @@ use std::time::Duration;
 
 use kube::api::{Patch, PatchParams, PostParams};
 
-use crate::common::{InvariantWatcher, Operator, World, group};
-use leadergroup_testenv::control_plane;
+use crate::common::{InvariantWatcher, Operator, World, group, proxied_admin};
+use leadergroup_testenv::{HeldRequests, control_plane};
+
+/// Lets the held promotions go on, late, and checks that none landed: the group's leader label is
+/// on `leader` alone, at its epoch. `what` names them; `op` is the operator whose log tells.
+async fn release_held(
+    w: &World,
+    hold: &HeldRequests,
+    (leader, epoch): (&str, i64),
+    what: &str,
+    op: &Operator,
+) {
+    hold.release();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        w.labeled_leaders("late").await,
+        vec![(leader.to_string(), Some(epoch))],
+        "{what}: one landed\n{}",
+        op.logs()
+    );
+    eprintln!("{what}: {} held, none landed", hold.held());
+}
 
 #[tokio::test]
 async fn a_promotion_held_past_the_lease_cannot_land() {
@@ -48,18 +68,8 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
         .await;
 
     // The held promotion goes on now, late, from its paused sender's open connection.
-    hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        w.labeled_leaders("late").await,
-        vec![(pods[2].clone(), Some(moved.epoch))],
-        "the late promotion of app-1 landed\n{}",
-        second_op.logs()
-    );
-    eprintln!(
-        "late promote: {} promotion(s) of app-1 held past the Lease, none landed",
-        hold.held()
-    );
+    let what = "late promote: promotions of app-1 held past the Lease";
+    release_held(&w, &hold, (&pods[2], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -105,16 +115,59 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
         })
         .await;
 
-    hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        w.labeled_leaders("late").await,
-        vec![(pods[1].clone(), Some(moved.epoch))],
-        "the late promotion of app-0 landed after the selector edit\n{}",
-        second_op.logs()
-    );
+    let what = "late selector: promotions of app-0 held across a selector edit";
+    release_held(&w, &hold, (&pods[1], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
+    drop(hold);
+    watch.assert_held().await;
+}
+
+/// A promotion whose outcome the operator cannot know: the API server holds it (admission) while
+/// the operator's connection is reset, so the operator sees an error and the request lives on.
+/// The user then moves leadership to another pod (`preferredLeader`). The group's barrier was up
+/// from its first election, yet the decision that moves the Lease away from the pod it names
+/// must bar that pod with a write that changes it: its demotion alone changes nothing (it carries
+/// no leader label yet), and the held promotion would land beside the new leader.
+#[tokio::test]
+async fn a_promotion_of_unknown_outcome_cannot_land_after_a_move() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("late-unknown").await;
+    let pods = w.ordered_ready_pods("app", 3, "late").await;
+    let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let (proxy, kubeconfig) = proxied_admin(cp).await;
+    let op = Operator::start_with_kubeconfig(&kubeconfig, &w.ns.name, "op-1", &[]).await;
+    let mut g = group("late", "late");
+    // Long enough that the reconcile's deadline (half of it) does not abandon the held request
+    // before the reset ends it: the error must be the reset's.
+    g.spec.lease_duration_seconds = 20;
+    w.groups.create(&PostParams::default(), &g).await.unwrap();
+    let first = w.wait_settled("late", "app-0 leads", |_| true).await;
+    assert_eq!(first.leader, pods[0]);
+
+    // app-0 fails: the Lease moves to app-1, whose promotion is held inside the API server.
+    let hold = w.hold_promotions_of(cp, &pods[1]).await;
+    w.kubelet.set_ready(&pods[0], false).await.unwrap();
+    hold.first_hold(Duration::from_secs(20)).await.unwrap();
+    // The move to app-2 is asked before the operator learns anything of app-1's promotion, then
+    // its connection is reset: its request fails, the API server still holds it.
+    let prefer = serde_json::json!({"spec": {"preferredLeader": pods[2]}});
+    w.groups
+        .patch("late", &PatchParams::default(), &Patch::Merge(&prefer))
+        .await
+        .unwrap();
+    // Time for the operator's group watch to deliver the edit before the reset cuts it too:
+    // otherwise its next pass, on the old spec, promotes app-1 again (held again), misses its
+    // deadline, and the abandoned request alone drops the group's barrier flag.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.reset_clients();
+    let moved = w
+        .wait_settled("late", "app-2 leads", |s| s.leader == pods[2])
+        .await;
+
+    // The held promotion goes on now, late.
+    let what = "unknown outcome: promotions of app-1 held across a reset and a move";
+    release_held(&w, &hold, (&pods[2], moved.epoch), what, &op).await;
     drop(hold);
     watch.assert_held().await;
 }

@@ -30,5 +30,6 @@ mod rollout;
 mod service;
 mod stalled_watch;
 mod status;
+mod step_down;
 mod stray;
 mod validation;

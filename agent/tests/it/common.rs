@@ -33,6 +33,20 @@ pub async fn world(prefix: &str) -> World {
         .unwrap()
 }
 
+/// A fresh [`World`] with two Ready pods, `app-0` and `app-1` (label `app=a`), and the kubeconfig
+/// of a member of group `g` with the documented Role: a pod's agent before any leader is chosen.
+pub async fn world_of_two_members(prefix: &str) -> (World, PathBuf) {
+    let w = world(prefix).await;
+    for pod in ["app-0", "app-1"] {
+        w.kubelet
+            .create_ready_pod(pod, &[("app", "a")])
+            .await
+            .unwrap();
+    }
+    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    (w, kubeconfig)
+}
+
 /// A ServiceAccount `name` bound to exactly the Role the docs give for `group` (pods get/watch;
 /// the group's Lease get/watch by name), and a kubeconfig file that authenticates with its token:
 /// what the agent has in a pod.

@@ -4,18 +4,11 @@
 use leadergroup_testenv::wait_until;
 use std::time::{Duration, Instant};
 
-use crate::common::{Agent, WAIT, member_kubeconfig, scratch, world};
+use crate::common::{Agent, WAIT, scratch, world_of_two_members};
 
 #[tokio::test]
 async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
-    let w = world("agent-follow").await;
-    for pod in ["app-0", "app-1"] {
-        w.kubelet
-            .create_ready_pod(pod, &[("app", "a")])
-            .await
-            .unwrap();
-    }
-    let kubeconfig = member_kubeconfig(&w, "app", "g").await;
+    let (w, kubeconfig) = world_of_two_members("agent-follow").await;
     // The command appends what it was given and then fails: a failure is only logged.
     let changes = scratch(&format!("{}-changes", w.ns.name));
     let command = format!(

@@ -5,6 +5,8 @@
 
 mod common;
 mod cut;
+mod examples;
 mod follow;
+mod proxy;
 mod startup;
 mod stdout;

@@ -35,6 +35,8 @@ fn lease(holder: &str, n: u32) -> LeaseMarks {
         duration: Some(Duration::from_secs(3)),
         heartbeat: false,
         renewed_since_acquired: false,
+        acknowledged: Some(epoch(n)),
+        awaited: None,
     }
 }
 
@@ -239,6 +241,8 @@ fn marks_are_read_from_the_objects() {
             duration: Some(Duration::from_secs(6)),
             heartbeat: false,
             renewed_since_acquired: false,
+            acknowledged: None,
+            awaited: None,
         }
     );
     let mut heartbeat = lease.clone();
@@ -332,4 +336,53 @@ fn a_pod_created_again_under_the_leaders_name_is_not_the_leader() {
         decide(ME, &observed(pod, lease), now),
         Role::Leader { epoch: epoch(3) }
     );
+}
+
+#[test]
+fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_its_epoch() {
+    let t0 = Instant::now();
+    let marks = leader_pod(4);
+    for (acknowledged, role) in [
+        (None, Role::Unknown),
+        (Some(epoch(3)), Role::Unknown),
+        (Some(epoch(4)), Role::Leader { epoch: epoch(4) }),
+    ] {
+        let lease = LeaseMarks {
+            acknowledged,
+            ..lease(ME, 4)
+        };
+        assert_eq!(
+            lease.acknowledgement_asked_of(ME, None),
+            (role == Role::Unknown).then_some(epoch(4)),
+            "acknowledged at {acknowledged:?}"
+        );
+        let obs = seen(t0, Some(marks.clone()), Some(lease));
+        assert_eq!(
+            decide(ME, &obs, t0),
+            role,
+            "acknowledged at {acknowledged:?}"
+        );
+    }
+    // Only the holder is asked, and in Heartbeat mode its renewals acknowledge: until one has,
+    // the Lease's first sighting (which starts the renewal clock) does not make it leader.
+    let unacknowledged = LeaseMarks {
+        acknowledged: None,
+        ..lease(ME, 4)
+    };
+    assert_eq!(unacknowledged.acknowledgement_asked_of("other", None), None);
+    let heartbeat = LeaseMarks {
+        heartbeat: true,
+        ..unacknowledged
+    };
+    assert_eq!(heartbeat.acknowledgement_asked_of(ME, None), None);
+    let mut belief = crate::belief::Belief::new(ME, true);
+    belief.pod_seen(Some(marks.clone()), t0);
+    belief.lease_seen(Some(heartbeat.clone()), t0);
+    assert_eq!(belief.role(t0), Role::Unknown, "not renewed yet");
+    let acknowledged = LeaseMarks {
+        acknowledged: Some(epoch(4)),
+        ..heartbeat
+    };
+    belief.lease_seen(Some(acknowledged), t0);
+    assert_eq!(belief.role(t0), Role::Leader { epoch: epoch(4) });
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::crd::Liveness;
+use crate::lease_record::Lapsed;
 
 fn heartbeat_group() -> LeaderGroup {
     let mut g = group();
@@ -104,6 +105,10 @@ fn a_leader_silent_for_a_lease_duration_hands_over() {
     assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
     assert!(commit.heartbeat);
     assert_eq!(commit.renew_time, commit.acquire_time);
+    assert!(
+        commit.predecessor.as_ref().is_none_or(|d| !d.pending()),
+        "its own rule stopped the silent leader: no step-down to wait for"
+    );
     assert_eq!(p.demote, vec!["a".to_string()]);
     assert_eq!(
         p.promote,
@@ -265,4 +270,187 @@ fn a_rewrite_of_the_holders_lease_never_brings_its_deadline_forward() {
         p.transition.map(|t| t.reason),
         Some(Reason::LeaderHeartbeatLost)
     );
+}
+
+/// `a` (UID `uid-a`) led at epoch 4 and lapsed; `b` leads at 5 and the Lease remembers the lapse.
+fn after_the_lapse(lapsed: Option<Lapsed>) -> (LeaderGroup, Lease) {
+    let l = owned(&LeaseRecord {
+        heartbeat: true,
+        holder_uid: Some("uid-b".into()),
+        lapsed,
+        ..record(Some("b"), 5, 990, ME)
+    });
+    (with_status(heartbeat_group(), Some("b"), 5), l)
+}
+
+fn lapsed_a() -> Option<Lapsed> {
+    Some(Lapsed {
+        uid: "uid-a".into(),
+        epoch: 4,
+    })
+}
+
+fn eligibility_of<'s>(status: &'s LeaderGroupStatus, pod: &str) -> &'s crate::crd::PodEligibility {
+    status
+        .eligibility
+        .iter()
+        .find(|e| e.pod == pod)
+        .expect("the pod's eligibility")
+}
+
+#[test]
+fn a_lapsed_leader_is_remembered_in_the_lease_with_its_incarnation_and_epoch() {
+    let l = owned(&LeaseRecord {
+        heartbeat: true,
+        holder_uid: Some("uid-a".into()),
+        ..record(Some("a"), 4, 980, ME)
+    });
+    let pods = vec![
+        PodFixture::new("a", 1).uid("uid-a").leader(4),
+        PodFixture::new("b", 2).uid("uid-b").follower(),
+    ];
+    let g = with_status(heartbeat_group(), Some("a"), 4);
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&l),
+        seen(900, Some(985)),
+        ME,
+    ));
+    let commit = p.commit.expect("handover");
+    assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
+    assert_eq!(commit.lapsed, lapsed_a());
+}
+
+#[test]
+fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
+    let (g, l) = after_the_lapse(lapsed_a());
+    // The successor fails; the lapsed pod, older, still shows Ready.
+    let pods = vec![
+        PodFixture::new("a", 1).uid("uid-a").follower(),
+        PodFixture::new("b", 2).uid("uid-b").leader(5).not_ready(),
+        PodFixture::new("c", 3).uid("uid-c").follower(),
+    ];
+    let s = seen(990, Some(999));
+    let p = plan(decide_seen(&g, &[], &pods, Some(&l), s, ME));
+    let t = p.transition.expect("handover");
+    assert_eq!(
+        (t.to.as_deref(), t.epoch),
+        (Some("c"), 6),
+        "not the lapsed a"
+    );
+    assert_eq!(
+        p.commit.expect("commit").lapsed,
+        lapsed_a(),
+        "still remembered"
+    );
+    let status = p.status.expect("recorded");
+    let a = eligibility_of(&status, "a");
+    assert_eq!((a.eligible, a.reason.as_str()), (false, "HeartbeatLost"));
+
+    // With nobody else eligible: nobody leads.
+    let mut alone = pods;
+    alone[2] = PodFixture::new("c", 3).uid("uid-c").follower().not_ready();
+    let p = plan(decide_seen(&g, &[], &alone, Some(&l), s, ME));
+    let t = p.transition.expect("the leader goes");
+    assert_eq!((t.to, t.reason), (None, Reason::NoCandidates));
+    assert_eq!(p.promote, None);
+    let commit = p.commit.expect("released");
+    assert_eq!((commit.holder, commit.lapsed), (None, lapsed_a()));
+}
+
+#[test]
+fn a_lapse_is_forgotten_once_its_pod_turns_not_ready_or_is_created_again() {
+    let (g, l) = after_the_lapse(lapsed_a());
+    let s = seen(990, Some(999));
+    let not_ready = vec![
+        PodFixture::new("a", 1).uid("uid-a").follower().not_ready(),
+        PodFixture::new("b", 2).uid("uid-b").leader(5),
+    ];
+    let p = plan(decide_seen(&g, &[], &not_ready, Some(&l), s, ME));
+    assert_eq!(p.commit.expect("the record goes").lapsed, None);
+
+    let created_again = vec![
+        PodFixture::new("a", 1).uid("uid-a2").follower(),
+        PodFixture::new("b", 2).uid("uid-b").leader(5).not_ready(),
+    ];
+    let p = plan(decide_seen(&g, &[], &created_again, Some(&l), s, ME));
+    let t = p.transition.expect("handover");
+    assert_eq!(
+        t.to.as_deref(),
+        Some("a"),
+        "a new incarnation is a new candidate"
+    );
+    assert_eq!(p.commit.expect("commit").lapsed, None);
+}
+
+#[test]
+fn a_lapsed_leader_with_no_successor_keeps_the_lease_and_its_token_until_it_renews() {
+    let l = owned(&LeaseRecord {
+        heartbeat: true,
+        holder_uid: Some("uid-a".into()),
+        ..record(Some("a"), 4, 980, ME)
+    });
+    let alone = vec![PodFixture::new("a", 1).uid("uid-a").leader(4)];
+    let g = with_status(heartbeat_group(), Some("a"), 4);
+    let silent = seen(900, Some(985));
+    let p = plan(decide_seen(&g, &[], &alone, Some(&l), silent, ME));
+    assert_eq!(p.transition, None, "no new token for the same incarnation");
+    assert_eq!((p.promote.clone(), p.demote.clone()), (None, vec![]));
+    let commit = p.commit.expect("the lapse is recorded");
+    assert_eq!(
+        (
+            commit.holder.as_deref(),
+            commit.epoch,
+            commit.lapsed.clone()
+        ),
+        (Some("a"), 4, lapsed_a())
+    );
+    assert_eq!(
+        (commit.acquire_time, commit.renew_time),
+        (Some(t(0)), Some(t(980))),
+        "the holder's own renewal is kept"
+    );
+    let status = p.status.expect("recorded");
+    let elected = status.condition(LEADER_ELECTED).expect("LeaderElected");
+    assert_eq!(
+        (elected.status.as_str(), elected.reason.as_str()),
+        ("False", "HeartbeatLost")
+    );
+    assert_eq!(
+        heartbeat_condition(&status),
+        ("False".to_string(), "Lapsed".to_string())
+    );
+    let g = LeaderGroup {
+        status: Some(status),
+        ..g
+    };
+    let remembered = owned(&LeaseRecord {
+        heartbeat: true,
+        holder_uid: Some("uid-a".into()),
+        lapsed: lapsed_a(),
+        ..record(Some("a"), 4, 980, ME)
+    });
+
+    // An operator restarted since takes the Lease in at its first look: not a renewal.
+    let first_look = seen(999, Some(999));
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &alone,
+        Some(&remembered),
+        first_look,
+        ME,
+    ));
+    assert_eq!((p.transition, p.commit, p.status), (None, None, None));
+
+    // It renews: it leads again, at the same epoch.
+    let renewed = seen(900, Some(999));
+    let p = plan(decide_seen(&g, &[], &alone, Some(&remembered), renewed, ME));
+    assert_eq!((p.transition, p.promote), (None, None));
+    assert_eq!(p.commit.expect("the record goes").lapsed, None);
+    let status = p.status.expect("recorded");
+    let elected = status.condition(LEADER_ELECTED).expect("LeaderElected");
+    assert_eq!((elected.status.as_str(), status.epoch), ("True", 4));
 }

@@ -241,3 +241,52 @@ fn a_refusal_makes_the_group_not_ready_until_a_reconcile_succeeds() {
         ("True", Time(t(1003)))
     );
 }
+
+/// The decision for `g` with the pods of [`three`] and no Lease, where the node controller's grace
+/// period is `grace_seconds`.
+fn status_with_node_grace(g: &LeaderGroup, grace_seconds: u64) -> LeaderGroupStatus {
+    let pods = three();
+    let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
+    let d = decide(&Observation {
+        group: g,
+        groups: &[g],
+        pods: &pod_refs,
+        lease: None,
+        lease_seen: None,
+        retired: &BTreeSet::new(),
+        identity: ME,
+        node_grace: Duration::from_secs(grace_seconds),
+        now: now(),
+    });
+    plan(d).status.expect("a first election records a status")
+}
+
+#[test]
+fn a_lease_too_long_for_the_node_grace_period_says_a_cut_off_leader_may_step_down_late() {
+    // Two thirds of 15 s is 10 s: a leader cut off with its node believes it leads for 10 s,
+    // and its successor may be chosen after a 10 s grace period (make e2e's cluster).
+    let s = status_with_node_grace(&group(), 10);
+    let c = condition(&s, LATE_STEP_DOWN);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "LeaseOutlastsNodeGrace")
+    );
+    for figure in [
+        "up to 10.0 s",
+        "leaseDurationSeconds 15",
+        "grace period of 10 s",
+        "below 15",
+    ] {
+        assert!(c.message.contains(figure), "{figure:?} in {}", c.message);
+    }
+    // It holds for Kubernetes' default 50 s, and for anything above 10 s.
+    for grace in [50, 11] {
+        let s = status_with_node_grace(&group(), grace);
+        assert!(s.condition(LATE_STEP_DOWN).is_none(), "{grace}: {s:?}");
+    }
+    // Heartbeat mode hands over a whole Lease after the last renewal: the leader stops first.
+    let mut heartbeat = group();
+    heartbeat.spec.liveness = crate::crd::Liveness::Heartbeat;
+    let s = status_with_node_grace(&heartbeat, 10);
+    assert!(s.condition(LATE_STEP_DOWN).is_none(), "{s:?}");
+}

@@ -15,7 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_client::{Epoch, Membership, Role as MemberRole};
-use leadergroup_operator::crd::{EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, lease_name_for};
+use leadergroup_operator::crd::{
+    EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    lease_name_for,
+};
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::{MemberRules, NODE_NAME, control_plane, member_account, namespace};
 use serde_json::json;
@@ -59,6 +62,20 @@ async fn write(
     let name = lease_name_for("g");
     let lease = api.get(&name).await?;
     api.replace(&name, params, &change(lease)).await
+}
+
+/// Waits until `member`'s client reports `Leader` at `epoch`.
+async fn wait_leader(member: &Membership, epoch: u32, pod: &str) {
+    let mut role = member.subscribe();
+    let want = MemberRole::Leader {
+        epoch: Epoch::from(epoch),
+    };
+    let led = tokio::time::timeout(Duration::from_secs(20), role.wait_for(|r| *r == want)).await;
+    assert!(
+        led.is_ok_and(|r| r.is_ok()),
+        "{pod}'s client: {}",
+        *role.borrow()
+    );
 }
 
 fn renewing(status: &LeaderGroupStatus, leader: &str) -> bool {
@@ -188,6 +205,8 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     for (annotation, value) in [
         (EPOCH_ANNOTATION, i64::MAX.to_string()),
         ("leadergroup.io/arbiter", "member-0".to_string()),
+        // A lapsed member may not clear, nor another one set, the record that keeps it out.
+        ("leadergroup.io/lapsed", "some-uid@1".to_string()),
     ] {
         let forged = write(
             &leader,
@@ -252,28 +271,68 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
         renewing(s, "member-0")
     })
     .await;
+    // Its client reports Leader once its renewal (its acknowledgement) shows in the Lease: from
+    // then on, deposing it waits for its step-down. (The test's own renewal above already made
+    // the status say Renewing.)
+    wait_leader(&members[0], 1, "member-0").await;
     w.kubelet.set_ready("member-0", false).await.unwrap();
     w.wait_settled("g", "member-1 leads at epoch 2", |s| s.epoch == 2)
         .await;
+    // member-1 was labeled once member-0's client had stepped down in the Lease, through the
+    // guard, with member-0's token.
+    let lease = leader.get(&lease_name_for("g")).await.unwrap();
+    assert_eq!(
+        [PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION]
+            .map(|k| lease.annotations().get(k).cloned()),
+        [Some("member-0".to_string()), Some("1".to_string())],
+        "the predecessor and its step-down"
+    );
+    // Nobody else may say so, nor member-0 for another epoch, nor move the predecessor.
+    let unset = |mut l: Lease| {
+        l.annotations_mut().remove(STEPPED_DOWN_ANNOTATION);
+        l
+    };
+    for (who, api, lease_change, naming) in [
+        (
+            "member-1",
+            &follower,
+            unset as fn(Lease) -> Lease,
+            "from pod member-1",
+        ),
+        (
+            "member-0",
+            &leader,
+            |mut l: Lease| {
+                l.annotations_mut()
+                    .insert(STEPPED_DOWN_ANNOTATION.into(), "2".into());
+                l
+            },
+            "would be set to 2",
+        ),
+        (
+            "member-0",
+            &leader,
+            |mut l: Lease| {
+                l.annotations_mut()
+                    .insert(PREDECESSOR_ANNOTATION.into(), "member-1".into());
+                l
+            },
+            "annotation leadergroup.io/predecessor ",
+        ),
+        ("someone", &someone, unset, "carries no pod name"),
+    ] {
+        refused(
+            write(api, lease_change, &PostParams::default()).await,
+            FORBIDDEN,
+            naming,
+            &format!("{who} rewrites the step-down"),
+        );
+    }
     w.wait_status("g", "member-1 renews through the client", |s| {
         renewing(s, "member-1")
     })
     .await;
-    let mut role = members[1].subscribe();
-    let led = tokio::time::timeout(
-        Duration::from_secs(20),
-        role.wait_for(|r| {
-            *r == MemberRole::Leader {
-                epoch: Epoch::from(2u32),
-            }
-        }),
-    )
-    .await;
-    assert!(
-        led.is_ok_and(|r| r.is_ok()),
-        "member-1's client: {}",
-        *role.borrow()
-    );
+    wait_leader(&members[1], 2, "member-1").await;
     for m in members {
         assert!(
             m.last_error()

@@ -1,4 +1,5 @@
-//! Order statistics of latency samples.
+//! Order statistics of latency samples: the benchmark's tables and the app-latency test's
+//! printout summarize with the same rule.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,26 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     // Nearest rank: the smallest sample with at least q of the samples at or below it.
     let rank = (q * n as f64).ceil() as usize;
     sorted[rank.clamp(1, n) - 1]
+}
+
+impl Summary {
+    /// The median of `summary`, NaN without samples.
+    pub fn median(summary: Option<&Summary>) -> f64 {
+        summary.map_or(f64::NAN, |s| s.median_ms)
+    }
+
+    /// "median 1.2 ms, p99 3.4 ms, min 0.9, max 3.4, n 50", for a test's printout.
+    pub fn describe(samples: &[f64]) -> String {
+        summarize(samples).map_or_else(
+            || "no samples".into(),
+            |s| {
+                format!(
+                    "median {:.1} ms, p99 {:.1} ms, min {:.1}, max {:.1}, n {}",
+                    s.median_ms, s.p99_ms, s.min_ms, s.max_ms, s.n
+                )
+            },
+        )
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,3 @@
+module leadergroup.io/examples/agent-role
+
+go 1.22

@@ -1,0 +1,179 @@
+//! The Heartbeat model's paths as a person reads them: each step numbered with its tick, the API
+//! calls of the clients and the operator, and what each client believes after it.
+
+use std::fmt;
+
+use leadergroup_client::role::Role;
+
+use super::model::{HbAction, HeartbeatModel};
+use super::state::{HbLease, HbState, Renewal};
+use super::{client, clock::Tick};
+use crate::objects::pod_name;
+use crate::run::Explained;
+
+impl fmt::Display for Renewal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}'s client (process {})'s PUT Lease (renewTime moved, epoch {}) if rv={}, sent at {}s",
+            pod_name(self.pod),
+            self.process,
+            self.epoch,
+            self.expected,
+            self.sent
+        )
+    }
+}
+
+impl fmt::Display for HbAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HbAction::Tick => write!(f, "a second passes"),
+            HbAction::Operator => write!(f, "the operator reads the Lease and decides"),
+            HbAction::ReadPod(p) => write!(f, "{}'s client GETs its pod", pod_name(*p)),
+            HbAction::ReadLease(p) => write!(f, "{}'s client GETs the Lease", pod_name(*p)),
+            HbAction::Renew(p) => write!(f, "{}'s client sends a renewal", pod_name(*p)),
+            HbAction::Deliver(r) => write!(f, "API server applies {r}"),
+            HbAction::GiveUp(p) => {
+                write!(f, "{}'s client gives up awaiting its renewal", pod_name(*p))
+            }
+            HbAction::Cut(p) => write!(f, "{}'s client is cut off", pod_name(*p)),
+            HbAction::Reconnect(p) => write!(f, "{}'s client reconnects", pod_name(*p)),
+            HbAction::Restart(p) => write!(f, "{}'s client restarts", pod_name(*p)),
+            HbAction::EditDuration(d) => {
+                write!(f, "user sets spec.leaseDurationSeconds={d}")
+            }
+            HbAction::Prefer(p) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
+            HbAction::SetReady(p, ready) => write!(
+                f,
+                "kubelet: {} {} (its process runs on)",
+                pod_name(*p),
+                if *ready { "Ready" } else { "NotReady" }
+            ),
+        }
+    }
+}
+
+fn lease(l: &HbLease) -> String {
+    let renewed = l.renewed.map_or("not renewed".to_string(), |s| {
+        format!("renewed by {}'s client at {}s", pod_name(s.pod), s.tick)
+    });
+    format!(
+        "Lease {}@{} {}s, acquired at {}s, {renewed}, rv={}",
+        pod_name(l.holder),
+        l.epoch,
+        l.duration,
+        l.acquired,
+        l.rv
+    )
+}
+
+fn roles(s: &HbState) -> String {
+    (0..u8::try_from(s.clients.len()).unwrap_or(0))
+        .map(|p| {
+            let role = match client::role(s, p) {
+                Some(Role::Leader { epoch }) => format!("Leader@{epoch}"),
+                Some(r) => r.to_string(),
+                None => "-".to_string(),
+            };
+            format!("{}: {role}", pod_name(p))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn at(t: Tick) -> String {
+    format!("[{t:>2}s]")
+}
+
+/// The path with versions as the API server numbers them, one numbered line per step.
+pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) -> String {
+    let raw = model.raw();
+    let mut out = String::new();
+    let Some(mut cur) = Some(raw.start()) else {
+        return out;
+    };
+    if states.is_empty() {
+        return out;
+    }
+    out.push_str(&format!("   start: {}\n", lease(&cur.lease)));
+    for (i, action) in actions.iter().enumerate() {
+        // The checker's actions carry renumbered versions: find the raw renewal it stands for.
+        let action = match action {
+            HbAction::Deliver(r) => cur
+                .inflight
+                .iter()
+                .find(|x| x.pod == r.pod && x.process == r.process && x.sent == r.sent)
+                .cloned()
+                .map_or(action.clone(), HbAction::Deliver),
+            a => a.clone(),
+        };
+        let Some(next) = raw.step(&cur, &action) else {
+            out.push_str(&format!("{:>3}. {action} (not possible here)\n", i + 1));
+            break;
+        };
+        if action == HbAction::Tick {
+            cur = next;
+            continue;
+        }
+        out.push_str(&format!("{:>3}. {} {action}\n", i + 1, at(cur.now)));
+        if next.lease != cur.lease {
+            out.push_str(&format!("         {}\n", lease(&next.lease)));
+        }
+        if next.marks != cur.marks || next.ready != cur.ready {
+            let marks: Vec<String> = next
+                .marks
+                .iter()
+                .zip(&next.ready)
+                .enumerate()
+                .map(|(p, (m, ready))| {
+                    let name = pod_name(u8::try_from(p).unwrap_or(0));
+                    let ready = if *ready { "" } else { " NotReady" };
+                    m.map_or(format!("{name}[follower{ready}]"), |e| {
+                        format!("{name}[leader@{e}{ready}]")
+                    })
+                })
+                .collect();
+            out.push_str(&format!("         pods: {}\n", marks.join(" ")));
+        }
+        cur = next;
+        out.push_str(&format!("         believed: {}\n", roles(&cur)));
+    }
+    let believed = super::model::believed_leaders(&cur);
+    if believed.len() > 1 {
+        let who: Vec<String> = believed
+            .iter()
+            .map(|(p, e)| format!("{}'s client Leader@{e}", pod_name(*p)))
+            .collect();
+        out.push_str(&format!(
+            "   => {} at once: {}\n",
+            at(cur.now),
+            who.join(", ")
+        ));
+    }
+    let stale = super::model::stale_leaders(&cur);
+    for (p, e) in stale {
+        out.push_str(&format!(
+            "   => {} {}'s client believes Leader@{e} while {} holds the Lease at {}\n",
+            at(cur.now),
+            pod_name(p),
+            pod_name(cur.lease.holder),
+            cur.lease.epoch
+        ));
+    }
+    out
+}
+
+impl Explained for HeartbeatModel {
+    fn config_name(&self) -> &'static str {
+        self.config.name
+    }
+
+    fn explain(&self, states: &[HbState], actions: &[HbAction]) -> String {
+        path(self, states, actions)
+    }
+
+    fn sought(&self) -> Option<&'static str> {
+        self.config.sought
+    }
+}

@@ -1,0 +1,108 @@
+//! The Kubernetes objects of the Heartbeat model, built from its state as the API server would
+//! return them: the group in Heartbeat mode, its Lease and its pods (the Readiness model's
+//! `crate::objects` builds them in Readiness mode).
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
+use leadergroup_operator::lease_record::{LeaseRecord, Predecessor};
+
+use super::clock;
+use super::state::{HbLease, HbState};
+use crate::api::{GroupObj, PodId, PodObj, Role, Spec};
+use crate::error::ModelError;
+use crate::objects::{self, pod_name};
+
+/// The one operator replica of this model.
+pub const ARBITER: &str = "op-a";
+
+/// The pod's UID (its pods are never re-created: a restart is the client's, not the pod's).
+pub fn pod_uid(pod: PodId) -> String {
+    format!("uid-{}-0", pod_name(pod))
+}
+
+/// The Lease's record, its times as the operator and the holder's client wrote them.
+pub fn lease_record(lease: &HbLease) -> LeaseRecord {
+    let acquired = clock::operator_wall(lease.acquired);
+    LeaseRecord {
+        holder: Some(pod_name(lease.holder)),
+        holder_uid: Some(pod_uid(lease.holder)),
+        epoch: lease.epoch,
+        duration_seconds: i32::from(lease.duration),
+        acquire_time: Some(acquired),
+        renew_time: Some(
+            lease
+                .renewed
+                .map_or(acquired, |s| clock::client_wall(s.pod, s.process, s.tick)),
+        ),
+        arbiter: Some(ARBITER.to_string()),
+        heartbeat: true,
+        released_by: None,
+        // The model does not keep the lapse record (`leadergroup.io/lapsed`) in its Lease.
+        lapsed: None,
+        // The holder's client acknowledges with its renewals (the client crate's renewal writes
+        // the annotation), and a Lease is renewed only by its holder at its epoch.
+        acknowledged: lease.renewed.is_some(),
+        predecessor: lease
+            .predecessor
+            .map(|(pod, epoch, duration, stepped_down)| Predecessor {
+                pod: pod_name(pod),
+                uid: Some(pod_uid(pod)),
+                epoch,
+                lease_seconds: i32::from(duration),
+                stepped_down,
+            }),
+    }
+}
+
+pub fn lease(lease: &HbLease) -> Lease {
+    objects::lease_of(&lease_record(lease), Some(0), lease.rv)
+}
+
+/// The pod with the marks the state gives it, as the Readiness model builds its pods.
+pub fn pod(state: &HbState, id: PodId) -> Pod {
+    let epoch = state.marks.get(usize::from(id)).copied().flatten();
+    objects::pod(
+        id,
+        &PodObj {
+            incarnation: 0,
+            ready: state.ready.get(usize::from(id)).copied().unwrap_or(true),
+            role: Some(if epoch.is_some() {
+                Role::Leader
+            } else {
+                Role::Follower
+            }),
+            epoch,
+            marked: true,
+            barrier: None,
+            rv: 1,
+        },
+    )
+}
+
+/// The group in Heartbeat mode, with its spec's Lease duration and its status's leader.
+pub fn group(state: &HbState) -> Result<LeaderGroup, ModelError> {
+    let mut g = objects::group(
+        &GroupObj {
+            incarnation: 0,
+            spec: Spec {
+                preferred: state.preferred,
+                ..Spec::default()
+            },
+            generation: 1,
+            status: None,
+            rv: 1,
+        },
+        state.marks.len(),
+    )?;
+    g.spec.liveness = Liveness::Heartbeat;
+    g.spec.lease_duration_seconds = i32::from(state.spec_duration);
+    let (leader, epoch) = state.status;
+    g.status = Some(LeaderGroupStatus {
+        leader: Some(pod_name(leader)),
+        leader_uid: Some(pod_uid(leader)),
+        epoch,
+        ..LeaderGroupStatus::default()
+    });
+    Ok(g)
+}

@@ -1,0 +1,155 @@
+//! The operator replica in Heartbeat mode: it reads the Lease, notes it in its own
+//! [`Sighting`] on its own clock, decides with the operator's own `election::decide`, and applies
+//! the plan: the Lease (a rewrite for a new duration, or a new holder at the next epoch), the
+//! status and the pods' marks. It reads the API server's current state and its writes land at
+//! once: one replica, no requests in flight (the Readiness model explores those); what this
+//! model explores is time.
+
+use std::collections::BTreeSet;
+
+use leadergroup_operator::election::{self, Decision, Observation};
+use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::lease_sightings::Sighting;
+
+use super::clock;
+use super::objects::{self, ARBITER};
+use super::state::{HbLease, HbState};
+use crate::api::PodId;
+use crate::error::ModelError;
+use crate::objects::pod_id;
+
+/// Observes, decides and applies the plan. `Ok(false)`: nothing changed (not even the sighting).
+pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
+    let now = clock::operator(state.now);
+    let lease = objects::lease(&state.lease);
+    let record = LeaseRecord::from_lease(&lease);
+    let before = state.sighting.clone();
+    let sighting = match state.sighting.take() {
+        Some(mut s) => {
+            s.update(&record, now.monotonic);
+            s
+        }
+        None => Sighting::first(&record, now.monotonic),
+    };
+    let seen = sighting.seen(&now);
+    state.sighting = Some(sighting);
+    let group = objects::group(state)?;
+    let pods: Vec<_> = (0..state.marks.len())
+        .filter_map(|p| PodId::try_from(p).ok())
+        .map(|p| objects::pod(state, p))
+        .collect();
+    let concerned: Vec<_> = pods.iter().collect();
+    let groups = vec![&group];
+    let retired = BTreeSet::new();
+    let decision = election::decide(&Observation {
+        group: &group,
+        groups: &groups,
+        pods: &concerned,
+        lease: Some(&lease),
+        lease_seen: Some(seen),
+        retired: &retired,
+        identity: ARBITER,
+        now: now.wall,
+        node_grace: crate::objects::NODE_GRACE,
+    });
+    let plan = match decision {
+        Decision::Act(plan) => plan,
+        Decision::Deferred { .. } => return Err(ModelError::UnexpectedDecision("Deferred")),
+        Decision::LeaseNotOwned { .. } => {
+            return Err(ModelError::UnexpectedDecision("LeaseNotOwned"));
+        }
+        Decision::InvalidSelector { .. } => {
+            return Err(ModelError::UnexpectedDecision("InvalidSelector"));
+        }
+        Decision::ImplausibleEpoch { .. } => {
+            return Err(ModelError::UnexpectedDecision("ImplausibleEpoch"));
+        }
+        Decision::TokensExhausted { .. } => {
+            return Err(ModelError::UnexpectedDecision("TokensExhausted"));
+        }
+    };
+    let mut changed = state.sighting != before;
+    if let Some(commit) = &plan.commit {
+        let next = committed(state, &record, commit)?;
+        // Its own watch shows the write at the next reconcile's observation.
+        changed |= next != state.lease;
+        state.lease = next;
+    }
+    if let Some(status) = &plan.status
+        && let Some(leader) = status.leader.as_deref()
+    {
+        let recorded = (pod_id(leader)?, status.epoch);
+        changed |= state.status != recorded;
+        state.status = recorded;
+    }
+    for name in plan
+        .demote
+        .iter()
+        .chain(plan.deposed.iter().map(|d| &d.pod))
+    {
+        if let Some(m) = state.marks.get_mut(usize::from(pod_id(name)?)) {
+            changed |= m.is_some();
+            *m = None;
+        }
+    }
+    if let Some(promotion) = &plan.promote
+        && let Some(m) = state.marks.get_mut(usize::from(pod_id(&promotion.pod)?))
+    {
+        changed |= *m != Some(promotion.epoch);
+        *m = Some(promotion.epoch);
+    }
+    Ok(changed)
+}
+
+/// The Lease after the commit of `record` over the Lease read as `was`: the same tenure keeps
+/// its times, as the operator writes them; a new holder or epoch is acquired now.
+fn committed(
+    state: &HbState,
+    was: &LeaseRecord,
+    record: &LeaseRecord,
+) -> Result<HbLease, ModelError> {
+    let holder = pod_id(record.holder.as_deref().unwrap_or_default())?;
+    let duration = u8::try_from(record.duration_seconds)
+        .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
+    let kept = record.acquire_time == was.acquire_time && record.renew_time == was.renew_time;
+    let acquired_now = record.acquire_time == Some(clock::operator_wall(state.now))
+        && record.renew_time == record.acquire_time;
+    let current = &state.lease;
+    let (acquired, renewed) = if kept {
+        (current.acquired, current.renewed)
+    } else if acquired_now {
+        (state.now, None)
+    } else {
+        return Err(ModelError::UnexpectedDecision(
+            "Lease times the model cannot map",
+        ));
+    };
+    let predecessor = match &record.predecessor {
+        Some(p) => Some((
+            pod_id(&p.pod)?,
+            p.epoch,
+            u8::try_from(p.lease_seconds)
+                .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?,
+            p.stepped_down,
+        )),
+        None => None,
+    };
+    Ok(HbLease {
+        holder,
+        epoch: record.epoch,
+        duration,
+        acquired,
+        renewed,
+        rv: if kept
+            && holder == current.holder
+            && record.epoch == current.epoch
+            && duration == current.duration
+            && predecessor == current.predecessor
+        {
+            current.rv
+        } else {
+            state.next_rv()
+        },
+        predecessor,
+    })
+}

@@ -1,0 +1,266 @@
+//! Issue 22's two Heartbeat findings, as the checker found them on the code before their fixes,
+//! replayed step by step against the Heartbeat model (the client's own belief and the operator's
+//! own sighting and decision at every step). Each replay returns its transcript and the stale
+//! believers it ended with; the tests assert that on the code as it is there are none.
+
+use stateright::Model;
+
+use super::clock::Tick;
+use super::model::{HbAction, HbConfig, HeartbeatModel, believed_leaders, stale_leaders};
+use super::state::HbState;
+use crate::api::PodId;
+
+/// How a replayed interleaving ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HbOutcome {
+    /// Every step ran, and no client believed `Leader` once a successor held the Lease.
+    NoStaleLeader,
+    /// At this step (1-based), these clients (pod, epoch) believed `Leader` at an epoch the
+    /// Lease no longer held.
+    StaleLeader {
+        step: usize,
+        clients: Vec<(PodId, i64)>,
+    },
+    /// A step was not possible in the model: the path no longer exists as written.
+    Blocked { step: usize, wanted: String },
+}
+
+struct Replay {
+    model: HeartbeatModel,
+    states: Vec<HbState>,
+    actions: Vec<HbAction>,
+    outcome: Option<HbOutcome>,
+    /// Go on past a stale believer (to show how long an open hole lasts).
+    past_stale: bool,
+}
+
+impl Replay {
+    fn new(config: HbConfig) -> Self {
+        let model = HeartbeatModel::new(config).raw();
+        Replay {
+            states: vec![model.start()],
+            model,
+            actions: Vec::new(),
+            outcome: None,
+            past_stale: false,
+        }
+    }
+
+    /// Takes `action` if it is enabled, then checks the property.
+    fn act(&mut self, action: HbAction) -> &mut Self {
+        if self.outcome.is_some() && !self.past_stale {
+            return self;
+        }
+        let step = self.actions.len() + 1;
+        let next = self.states.last().and_then(|s| {
+            let mut enabled = Vec::new();
+            self.model.actions(s, &mut enabled);
+            enabled
+                .contains(&action)
+                .then(|| self.model.step(s, &action))
+                .flatten()
+        });
+        let Some(next) = next else {
+            self.outcome = Some(HbOutcome::Blocked {
+                step,
+                wanted: action.to_string(),
+            });
+            return self;
+        };
+        let stale = stale_leaders(&next);
+        self.states.push(next);
+        self.actions.push(action);
+        if !stale.is_empty() && self.outcome.is_none() {
+            self.outcome = Some(HbOutcome::StaleLeader {
+                step,
+                clients: stale,
+            });
+        }
+        self
+    }
+
+    /// `seconds` pass, the operator deciding after each.
+    fn wait(&mut self, seconds: u8) -> &mut Self {
+        for _ in 0..seconds {
+            self.act(HbAction::Tick);
+            self.operator();
+        }
+        self
+    }
+
+    /// The operator decides, if that changes anything (a decision that changes nothing is no
+    /// step).
+    fn operator(&mut self) -> &mut Self {
+        let changes = self
+            .states
+            .last()
+            .is_some_and(|s| self.model.step(s, &HbAction::Operator).is_some());
+        if changes {
+            self.act(HbAction::Operator);
+        }
+        self
+    }
+
+    /// `pod`'s client reads its pod and the Lease, renews, and its renewal lands.
+    fn renews(&mut self, pod: PodId) -> &mut Self {
+        self.act(HbAction::ReadPod(pod))
+            .act(HbAction::ReadLease(pod))
+            .act(HbAction::Renew(pod));
+        let renewal = self
+            .states
+            .last()
+            .and_then(|s| s.inflight.iter().find(|r| r.pod == pod).cloned());
+        match renewal {
+            Some(r) => self.act(HbAction::Deliver(r)),
+            None => self.act(HbAction::Renew(pod)),
+        }
+    }
+
+    fn finish(&mut self) -> (HbOutcome, String) {
+        let text = super::display::path(&self.model, &self.states, &self.actions);
+        (
+            self.outcome.clone().unwrap_or(HbOutcome::NoStaleLeader),
+            text,
+        )
+    }
+}
+
+/// Finding 3: the user shortens `leaseDurationSeconds` from 6 s to 3 s while the leader's client
+/// is cut off, right after its renewal landed. It still times itself by the 6 s Lease it renewed
+/// (`Leader` for 4 s); the operator's rewrite of the Lease must not bring the holder's deadline
+/// forward to 3 s after the rewrite.
+pub fn replay_shorter_duration_during_a_cut_off() -> (HbOutcome, String) {
+    let mut r = Replay::new(HbConfig::heartbeat_large());
+    r.renews(0)
+        .operator()
+        .act(HbAction::Cut(0))
+        .act(HbAction::EditDuration(3))
+        .operator()
+        // Its watch shows it its own rewrite at once.
+        .operator()
+        .wait(6);
+    r.finish()
+}
+
+/// Finding 4: the leader's client renews at 0 s, restarts at 3 s, reads its pod and the Lease
+/// (which its predecessor renewed) and is cut off before a renewal of its own lands. The
+/// operator counts the silence from the predecessor's renewal (handover at 6 s): the new process
+/// must not believe `Leader` from its first look until 3 s + 4 s.
+pub fn replay_restarted_client() -> (HbOutcome, String) {
+    let mut r = Replay::new(HbConfig::heartbeat_large());
+    r.renews(0).operator().wait(3);
+    r.act(HbAction::Restart(0))
+        .act(HbAction::ReadPod(0))
+        .act(HbAction::ReadLease(0))
+        .act(HbAction::Cut(0))
+        .wait(5);
+    r.finish()
+}
+
+/// An immediate handover with the old leader cut off: `p1`'s client renews at 0 s (Lease 6 s:
+/// it believes `Leader` until 4 s; its renewal is its acknowledgement) and is cut off; the user
+/// sets `spec.preferredLeader=p2`, and the operator hands the Lease to `p2` at once but labels it
+/// only once `p1` has stepped down, which, `p1` being cut off, it writes itself two thirds of
+/// `p1`'s Lease after the handover. Each second `p2`'s client reads its pod and the Lease, and
+/// once labeled renews (its acknowledgement) and reads the Lease again. Returns the ticks at which both clients believed `Leader` (checked after
+/// every step), the tick at which `p2`'s did first, and the transcript.
+pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Option<Tick>, String)
+{
+    // Six seconds, so that the successor is labeled within the run.
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 6,
+        ..HbConfig::immediate_handover()
+    });
+    r.past_stale = true;
+    let mut overlap = Vec::new();
+    let mut successor = None;
+    let mut note = |r: &Replay, successor: &mut Option<Tick>| {
+        if let Some(s) = r.states.last() {
+            let leaders = believed_leaders(s);
+            if leaders.len() > 1 && !overlap.contains(&s.now) {
+                overlap.push(s.now);
+            }
+            if successor.is_none() && leaders.iter().any(|(pod, _)| *pod == 1) {
+                *successor = Some(s.now);
+            }
+        }
+    };
+    r.renews(0)
+        .act(HbAction::ReadLease(0))
+        .act(HbAction::Cut(0))
+        .act(HbAction::Prefer(1))
+        .operator()
+        .act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1));
+    note(&r, &mut successor);
+    for _ in 0..6 {
+        r.act(HbAction::Tick).operator();
+        // Labeled, p2's client renews (its acknowledgement) and reads the Lease back; else it
+        // reads its pod and the Lease.
+        let labeled = r
+            .states
+            .last()
+            .is_some_and(|s| s.marks.get(1).copied().flatten().is_some());
+        if labeled {
+            r.renews(1).act(HbAction::ReadLease(1));
+        } else {
+            r.act(HbAction::ReadPod(1)).act(HbAction::ReadLease(1));
+        }
+        note(&r, &mut successor);
+    }
+    let (_, text) = r.finish();
+    (overlap, successor, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before the fix (the operator's rewrite of the holder's Lease started its silence clock
+    /// over, `Sighting::update` keeping no `not_before`), this ended in
+    /// `StaleLeader { clients: [(0, 1)] }`: p2 took the Lease at 3 s while p1's client believed
+    /// `Leader@1` until 4 s.
+    #[test]
+    fn a_shorter_duration_during_a_cut_off_leaves_no_stale_leader() {
+        let (outcome, text) = replay_shorter_duration_during_a_cut_off();
+        println!("{text}");
+        assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
+        assert!(
+            text.contains("Lease p2@2"),
+            "the Lease is handed over:\n{text}"
+        );
+    }
+
+    /// Before the fix (a new process anchored its renewal clock at its first look at the Lease,
+    /// `Belief::anchor_renewals`, renewed by its predecessor or not), this ended in
+    /// `StaleLeader { clients: [(0, 1)] }`: p2 took the Lease at 6 s while the restarted p1
+    /// believed `Leader@1` until 7 s.
+    #[test]
+    fn a_restarted_client_leaves_no_stale_leader() {
+        let (outcome, text) = replay_restarted_client();
+        println!("{text}");
+        assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
+        assert!(
+            text.contains("Lease p2@2"),
+            "the Lease is handed over:\n{text}"
+        );
+    }
+
+    /// Before the step-down (the operator labeled `p2` in the same pass as the handover), both
+    /// clients believed `Leader` at 0, 1, 2 and 3 s, until `p1`'s belief lapsed at 4 s.
+    #[test]
+    fn an_immediate_handover_waits_for_the_cut_off_leaders_belief_to_lapse() {
+        let (overlap, successor, text) = replay_immediate_handover_with_the_old_leader_cut_off();
+        println!("{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        // The operator saw its handover at its next pass, at 1 s, and times p1's validity (4 s)
+        // from there: p2 is labeled at 5 s, and leads once its first renewal (its
+        // acknowledgement) shows.
+        assert_eq!(
+            successor,
+            Some(5),
+            "p2 leads once p1's belief lapsed:\n{text}"
+        );
+        assert!(!text.contains("not possible"), "{text}");
+    }
+}

@@ -1,0 +1,214 @@
+//! The state of the Heartbeat model: the group's Lease, its pods' marks, the group's spec and
+//! status, the operator's sighting of the Lease, each pod's client, the renewals in flight, the
+//! time, and what the faults and edits have used up.
+
+use std::collections::BTreeMap;
+
+use leadergroup_client::Epoch;
+use leadergroup_client::belief::Belief;
+use leadergroup_client::role::LeaseObservation;
+use leadergroup_operator::lease_sightings::Sighting;
+
+use super::clock::Tick;
+use crate::api::{PodId, Rv};
+use crate::objects::pod_name;
+
+/// A renewal's `renewTime`: which process of which pod's client wrote it, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Stamp {
+    pub pod: PodId,
+    pub process: u8,
+    pub tick: Tick,
+}
+
+/// The group's Lease (Heartbeat mode, arbitrated by the one operator replica `op-a`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HbLease {
+    pub holder: PodId,
+    pub epoch: i64,
+    pub duration: u8,
+    /// When the operator wrote the current holder in (`acquireTime`, and `renewTime` until
+    /// the holder renews), on its wall clock.
+    pub acquired: Tick,
+    /// The holder's last renewal that landed (`renewTime`); `None`: not renewed since acquired.
+    pub renewed: Option<Stamp>,
+    /// The last holder that acknowledged its leadership, once deposed: its pod, its epoch, the
+    /// Lease duration it last saw, and whether it is known to have stepped down.
+    pub predecessor: Option<(PodId, i64, u8, bool)>,
+    pub rv: Rv,
+}
+
+/// A renewal on its way to the API server: a compare-and-swap on the version its client read.
+/// It may land at any later point, also after its client was cut off or restarted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Renewal {
+    pub pod: PodId,
+    pub process: u8,
+    pub expected: Rv,
+    pub epoch: Epoch,
+    pub sent: Tick,
+}
+
+/// One pod's client (a `Membership`, or the agent through it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// What it believes: the client crate's own state, fed as `Membership` feeds it.
+    pub belief: Belief,
+    /// Cut off from the API server: it reads nothing, and its answers are lost.
+    pub cut: bool,
+    /// Which process of the pod's client this is (a restart starts the next one).
+    pub process: u8,
+    /// The version of the Lease as it last read it: what its renewals are conditional on.
+    pub lease_rv: Option<Rv>,
+    /// A renewal it sent and still awaits.
+    pub awaiting: bool,
+    /// When it last sent a renewal (at most one a tick).
+    pub last_sent: Option<Tick>,
+    /// A renewal was refused (409) at this version: the next waits for a newer Lease.
+    pub refused_at: Option<Rv>,
+}
+
+impl Client {
+    pub fn started(pod: &str, process: u8) -> Client {
+        Client {
+            belief: Belief::new(pod, true),
+            cut: false,
+            process,
+            lease_rv: None,
+            awaiting: false,
+            last_sent: None,
+            refused_at: None,
+        }
+    }
+}
+
+/// How many of each bounded event a path has used.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct HbSpent {
+    pub cuts: u8,
+    pub restarts: u8,
+    pub duration_edits: u8,
+    pub preference_edits: u8,
+    pub readiness: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HbState {
+    pub now: Tick,
+    pub lease: HbLease,
+    /// Per pod: the epoch of its leader marks (`role=leader` and the epoch), `None`: follower.
+    pub marks: Vec<Option<i64>>,
+    /// Per pod: Ready (its process runs whatever this says).
+    pub ready: Vec<bool>,
+    /// `spec.preferredLeader`.
+    pub preferred: Option<PodId>,
+    /// `spec.leaseDurationSeconds`.
+    pub spec_duration: u8,
+    /// The status's leader and epoch.
+    pub status: (PodId, i64),
+    /// The operator's sighting of the Lease (its own code), on its own clock.
+    pub sighting: Option<Sighting>,
+    pub clients: Vec<Client>,
+    /// Sorted, so that the same renewals in flight are the same state.
+    pub inflight: Vec<Renewal>,
+    pub spent: HbSpent,
+    /// The model itself went wrong (a decision it does not expect).
+    pub anomaly: bool,
+}
+
+impl HbState {
+    /// The version the next write takes.
+    pub fn next_rv(&self) -> Rv {
+        let mut max = self.lease.rv;
+        self.visit_rvs(&mut |rv| max = max.max(rv));
+        max + 1
+    }
+
+    fn visit_rvs(&self, f: &mut impl FnMut(Rv)) {
+        f(self.lease.rv);
+        for c in &self.clients {
+            c.lease_rv.into_iter().chain(c.refused_at).for_each(&mut *f);
+        }
+        for r in &self.inflight {
+            f(r.expected);
+        }
+    }
+
+    /// Versions renumbered by rank (only equality matters), renewals in flight sorted, and what a
+    /// client keeps only to compare with the present forgotten once it can no longer match: a
+    /// renewal sent at an earlier tick (only one sent this tick counts), a refusal at a version
+    /// other than the one it last read (it only reads newer ones). An inert belief (see
+    /// [`Inert`]) is replaced by a new process's, which has the same futures as far as the
+    /// properties see: two states that differ only in these are one.
+    pub fn canonical(mut self) -> Self {
+        let now = self.now;
+        for (p, c) in self.clients.iter_mut().enumerate() {
+            let pod = pod_name(PodId::try_from(p).unwrap_or(PodId::MAX));
+            if c.belief.is_inert(&pod) {
+                c.belief = Belief::new(pod, true);
+                c.lease_rv = None;
+            }
+            if c.last_sent != Some(now) {
+                c.last_sent = None;
+            }
+            if c.refused_at != c.lease_rv {
+                c.refused_at = None;
+            }
+        }
+        let mut seen: BTreeMap<Rv, Rv> = BTreeMap::new();
+        self.visit_rvs(&mut |rv| {
+            seen.insert(rv, 0);
+        });
+        for (rank, v) in seen.values_mut().enumerate() {
+            *v = Rv::try_from(rank + 1).unwrap_or(Rv::MAX);
+        }
+        let map = |rv: &mut Rv| {
+            if let Some(r) = seen.get(rv) {
+                *rv = *r;
+            }
+        };
+        map(&mut self.lease.rv);
+        for c in &mut self.clients {
+            c.lease_rv
+                .iter_mut()
+                .chain(c.refused_at.iter_mut())
+                .for_each(map);
+        }
+        for r in &mut self.inflight {
+            map(&mut r.expected);
+        }
+        self.inflight.sort();
+        self
+    }
+}
+
+/// A belief that can lead only after both its pod and its Lease are read again: its pod, as
+/// confirmed, carries no leader marks, and its Lease, as confirmed, does not name it. Each of
+/// those reads replaces what the belief held of the object (the Lease's read its duration and its
+/// renewal clock too: a Lease not naming the pod left no clock anchored, and a renewal that lands
+/// meanwhile counts only once one is), so until both happen the role is not `Leader`, and after
+/// both it is whatever a new process's would be. The properties only ask who believes `Leader`:
+/// such a belief may be taken for a new process's, and its Lease version (used only once a Lease
+/// naming it is read) dropped.
+pub trait Inert {
+    fn is_inert(&self, pod: &str) -> bool;
+}
+
+impl Inert for Belief {
+    fn is_inert(&self, pod: &str) -> bool {
+        let o = self.observation();
+        let marked = o
+            .pod
+            .as_ref()
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|m| m.leader || m.epoch.is_some());
+        let named = match &o.lease {
+            LeaseObservation::Confirmed(c) => c
+                .state
+                .as_ref()
+                .is_some_and(|l| l.holder.as_deref() == Some(pod)),
+            LeaseObservation::NoGroup | LeaseObservation::Unconfirmed => false,
+        };
+        !marked && !named && o.renewed.is_none()
+    }
+}

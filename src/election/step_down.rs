@@ -1,0 +1,113 @@
+//! The predecessor's step-down. A leader deposed at once (its pod deleted, terminating, NotReady,
+//! out of the selector, or a switchover) may still run: if it cannot hear the API server at that
+//! moment, its agent or client goes on reporting `Leader` until its confirmation lapses, two
+//! thirds of the Lease it last saw. So the Lease names it as the predecessor, and the next leader
+//! is labeled only once it has stepped down: its member says so in the Lease after its own role
+//! has left `Leader`, or the operator knows it without being told.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::Observation;
+use crate::lease_record::{LeaseRecord, Predecessor};
+
+/// The predecessor the Lease names after a decision that gives it to `leader` (at a new epoch when
+/// `minted`), with what the operator knows of its step-down; `lapsed` is the holder whose
+/// renewals stopped (Heartbeat mode).
+pub(super) fn predecessor(
+    obs: &Observation<'_>,
+    lease: Option<&LeaseRecord>,
+    leader: Option<&str>,
+    minted: bool,
+    lapsed: Option<&str>,
+) -> Option<Predecessor> {
+    let lease = lease?;
+    let deposed_now = lease.holder.is_some() && (lease.holder.as_deref() != leader || minted);
+    let mut predecessor = if deposed_now {
+        lease.predecessor_after_holder()?
+    } else {
+        lease.predecessor.clone()?
+    };
+    if predecessor.pending() && stepped_down(obs, &predecessor, lapsed, deposed_now) {
+        predecessor.stepped_down = true;
+    }
+    Some(predecessor)
+}
+
+/// Whether the operator knows, without its member's word, that the predecessor no longer reports
+/// `Leader`.
+fn stepped_down(
+    obs: &Observation<'_>,
+    predecessor: &Predecessor,
+    lapsed: Option<&str>,
+    deposed_now: bool,
+) -> bool {
+    // Its renewals stopped for a whole Lease: its member's own rule (a renewal of its own within
+    // two thirds of the Lease) stopped it a third of a Lease ago.
+    if lapsed == Some(predecessor.pod.as_str()) {
+        return true;
+    }
+    let incarnation = obs.pods.iter().find(|p| {
+        p.name_any() == predecessor.pod
+            && (predecessor.uid.is_none() || p.metadata.uid == predecessor.uid)
+    });
+    if incarnation.is_some_and(|pod| runs_nothing(pod)) {
+        return true;
+    }
+    // Its confirmation has lapsed since this replica saw the Lease leave it (only ever later
+    // than the handover itself).
+    !deposed_now && since(obs.seen().written_at, obs.now) >= predecessor.validity()
+}
+
+/// Whether the predecessor keeps `leader` from being labeled now, and if so for how long at the
+/// most: until its confirmation lapses, timed from the handover as this replica saw it (from now,
+/// when this decision makes it).
+pub(super) fn awaited(
+    obs: &Observation<'_>,
+    before: Option<&LeaseRecord>,
+    after: Option<&LeaseRecord>,
+    leader: Option<&str>,
+) -> Option<Duration> {
+    let predecessor = after?.predecessor.as_ref().filter(|p| p.pending())?;
+    // The same pod again: one member, which leaves `Leader` at its old epoch before it reports
+    // the new one.
+    if leader? == predecessor.pod {
+        return None;
+    }
+    let already = before.and_then(|l| l.predecessor.as_ref()) == Some(predecessor);
+    let waited = if already {
+        since(obs.seen().written_at, obs.now)
+    } else {
+        Duration::ZERO
+    };
+    Some(predecessor.validity().saturating_sub(waited))
+}
+
+/// A pod whose every container, sidecars included, has stopped, or that has ended: no process of
+/// it reports anything. A pod whose containers the kubelet has not reported is not taken for one.
+fn runs_nothing(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return true;
+    }
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let init = status
+        .init_container_statuses
+        .as_deref()
+        .unwrap_or_default();
+    !containers.is_empty()
+        && containers
+            .iter()
+            .chain(init)
+            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
+}
+
+fn since(then: Timestamp, now: Timestamp) -> Duration {
+    let ms = now.duration_since(then).as_millis().max(0);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}

@@ -1,0 +1,286 @@
+//! The predecessor's step-down: a leader deposed at once is named in the Lease, and its successor
+//! is labeled only once it no longer reports `Leader`.
+
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
+
+use super::*;
+use crate::lease_record::Predecessor;
+
+/// A group led by `a` at 4 whose member acknowledged its leadership in the Lease.
+fn acknowledged(e: i64) -> (LeaderGroup, Vec<PodFixture>, Lease) {
+    let (g, pods, _) = converged(e);
+    let l = owned(&LeaseRecord {
+        acknowledged: true,
+        ..record(Some("a"), e, 999, ME)
+    });
+    (g, pods, l)
+}
+
+/// `a` led at 4, acknowledged, and is NotReady; `b` and `c` are candidates.
+fn not_ready_leader() -> (LeaderGroup, Vec<PodFixture>, Lease) {
+    let (g, mut pods, l) = acknowledged(4);
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    (g, pods, l)
+}
+
+/// `first` moved leadership away from `predecessor` at once: the new leader `(pod, epoch)` is not
+/// labeled yet, the committed Lease names the predecessor, still to step down, and the group looks
+/// again within two thirds of the predecessor's Lease. Once its member has stepped down (in the
+/// Lease), the next decision labels the new leader.
+#[track_caller]
+fn assert_promoted_after_step_down(
+    g: &LeaderGroup,
+    pods: &[PodFixture],
+    first: &Plan,
+    predecessor: &str,
+    (leader, epoch): (&str, i64),
+) {
+    assert_eq!(first.promote, None, "the promotion waits for {predecessor}");
+    assert!(first.barrier_candidates.is_empty());
+    assert!(first.requeue_after <= Duration::from_secs(10));
+    let mut committed = first.commit.clone().expect("the commit");
+    assert_eq!(
+        (committed.holder.as_deref(), committed.epoch),
+        (Some(leader), epoch)
+    );
+    let named = committed.predecessor.as_mut().expect("the predecessor");
+    assert_eq!((named.pod.as_str(), named.pending()), (predecessor, true));
+    let waiting = plan(decide_with(g, pods, Some(&owned(&committed))));
+    assert_eq!(waiting.promote, None, "still waiting for {predecessor}");
+    assert_eq!(waiting.commit, None, "nothing to write meanwhile");
+    committed.predecessor.as_mut().unwrap().stepped_down = true;
+    let next = plan(decide_with(g, pods, Some(&owned(&committed))));
+    assert_eq!(
+        next.promote,
+        Some(Promotion {
+            pod: leader.into(),
+            epoch
+        })
+    );
+}
+
+/// The pod's containers as the kubelet reports them: each running or terminated.
+fn containers(mut fixture: PodFixture, running: &[bool]) -> PodFixture {
+    let statuses = running
+        .iter()
+        .enumerate()
+        .map(|(i, &running)| ContainerStatus {
+            name: format!("c{i}"),
+            state: Some(if running {
+                ContainerState {
+                    running: Some(Default::default()),
+                    ..ContainerState::default()
+                }
+            } else {
+                ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                }
+            }),
+            ..ContainerStatus::default()
+        })
+        .collect();
+    fixture.pod.status.as_mut().unwrap().container_statuses = Some(statuses);
+    fixture
+}
+
+#[test]
+fn a_not_ready_leader_that_may_still_run_steps_down_before_its_successor_is_labeled() {
+    let (g, pods, l) = not_ready_leader();
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(
+        p.transition.as_ref().map(|t| t.reason),
+        Some(Reason::LeaderNotReady)
+    );
+    assert_eq!(p.demote, vec!["a".to_string()], "demoted at once");
+    assert_promoted_after_step_down(&g, &pods, &p, "a", ("b", 5));
+}
+
+#[test]
+fn a_leader_whose_containers_all_stopped_is_not_waited_for() {
+    let (g, mut pods, l) = not_ready_leader();
+    pods[0] = containers(
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        &[false, false],
+    );
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 5
+        })
+    );
+    let predecessor = p.commit.and_then(|c| c.predecessor).expect("named");
+    assert_eq!(
+        (predecessor.pod.as_str(), predecessor.pending()),
+        ("a", false)
+    );
+
+    // One container still runs (its agent, say): it may still report Leader.
+    pods[0] = containers(
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        &[false, true],
+    );
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote, None);
+}
+
+#[test]
+fn once_the_predecessors_confirmation_has_lapsed_the_operator_steps_it_down_itself() {
+    let (g, pods, l) = not_ready_leader();
+    let first = plan(decide_with(&g, &pods, Some(&l)));
+    let committed = owned(&first.commit.expect("the commit"));
+    // Seen 9 s ago (of a 15 s Lease's 10 s validity): still waiting, and back in a second.
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&committed),
+        seen_at(991, None),
+        ME,
+    ));
+    assert_eq!(p.promote, None);
+    assert_eq!(p.requeue_after, Duration::from_secs(1));
+    // Seen 10 s ago: it no longer reports Leader. The Lease says so, then the successor is
+    // labeled, in that order (the plan's commit comes first).
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&committed),
+        seen_at(990, None),
+        ME,
+    ));
+    let predecessor = p.commit.and_then(|c| c.predecessor).expect("named");
+    assert!(!predecessor.pending());
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+}
+
+#[test]
+fn the_validity_is_that_of_the_lease_the_predecessor_saw_not_a_shorter_one_since() {
+    let (mut g, pods, l) = not_ready_leader();
+    g.spec.lease_duration_seconds = 3;
+    let first = plan(decide_with(&g, &pods, Some(&l)));
+    let committed = first.commit.expect("the commit");
+    assert_eq!(committed.duration_seconds, 3);
+    let predecessor = committed.predecessor.as_ref().expect("named");
+    assert_eq!(
+        predecessor.validity(),
+        Duration::from_secs(10),
+        "15 s Lease"
+    );
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&owned(&committed)),
+        seen_at(995, None),
+        ME,
+    ));
+    assert_eq!(p.promote, None, "5 s: a's 10 s have not passed");
+}
+
+#[test]
+fn a_predecessor_deposed_for_no_candidate_is_still_waited_for_by_the_next_leader() {
+    // a is NotReady and nobody else is a candidate: nobody leads, and a is named.
+    let (g, _, l) = acknowledged(4);
+    let alone = vec![PodFixture::new("a", 1).leader(4).not_ready()];
+    let p = plan(decide_with(&g, &alone, Some(&l)));
+    let released = p.commit.expect("the Lease released");
+    assert_eq!(released.holder, None);
+    assert_eq!(
+        released
+            .predecessor
+            .as_ref()
+            .map(|p| (p.pod.as_str(), p.pending())),
+        Some(("a", true))
+    );
+    // b turns Ready a second later: it is committed, and labeled only once a has stepped down.
+    let pods = vec![
+        PodFixture::new("a", 1).follower().not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let released = owned(&released);
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&released),
+        seen_at(999, None),
+        ME,
+    ));
+    let committed = p.commit.as_ref().expect("b committed");
+    assert_eq!(committed.holder.as_deref(), Some("b"));
+    assert_eq!(p.promote, None);
+    // Long after the release was seen, a's confirmation has lapsed: b is labeled at once.
+    let p = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&released),
+        seen_at(980, None),
+        ME,
+    ));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+}
+
+#[test]
+fn the_same_pod_elected_again_does_not_wait_for_itself() {
+    // a flapped NotReady and back with nobody else eligible: released, then a again at 5.
+    let (g, _, l) = acknowledged(4);
+    let alone = vec![PodFixture::new("a", 1).leader(4).not_ready()];
+    let first = plan(decide_with(&g, &alone, Some(&l)));
+    let released = owned(&first.commit.unwrap());
+    let g = LeaderGroup {
+        status: first.status,
+        ..g
+    };
+    let back = vec![PodFixture::new("a", 1).follower()];
+    let p = plan(decide_with(&g, &back, Some(&released)));
+    assert_eq!(
+        p.promote,
+        Some(Promotion {
+            pod: "a".into(),
+            epoch: 5
+        })
+    );
+}
+
+#[test]
+fn a_first_leader_has_no_predecessor_to_wait_for() {
+    let g = group();
+    let p = plan(decide_with(&g, &three(), None));
+    assert_eq!(p.commit.as_ref().and_then(|c| c.predecessor.clone()), None);
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("a"));
+}
+
+#[test]
+fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_is() {
+    // a never acknowledged (no agent, no client): nothing of it reports Leader.
+    let (g, mut pods, l) = converged(4);
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.commit.and_then(|c| c.predecessor), None);
+
+    // An acknowledged predecessor z still to step down, then a holder b without a member deposed
+    // at once: z is still waited for.
+    let z = Predecessor {
+        pod: "z".into(),
+        uid: None,
+        epoch: 3,
+        lease_seconds: 15,
+        stepped_down: false,
+    };
+    let l = owned(&LeaseRecord {
+        predecessor: Some(z.clone()),
+        ..record(Some("a"), 4, 999, ME)
+    });
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote, None);
+    assert_eq!(p.commit.and_then(|c| c.predecessor), Some(z));
+}

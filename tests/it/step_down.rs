@@ -1,0 +1,183 @@
+//! A leader deposed at once must stop reporting `Leader` before its successor starts: its member
+//! acknowledged its leadership in the Lease, so the operator labels the successor only once the
+//! old member has stepped down in the Lease, or, if it cannot hear the API server, once its
+//! confirmation has lapsed. Two pods each run the client's `Membership`; the leader's goes
+//! through a proxy that the test cuts.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use leadergroup_client::{Membership, Role};
+use leadergroup_operator::crd::{PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for};
+use leadergroup_testenv::{MemberRules, Proxy, api_server_addr, control_plane, member_account};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::common::{InvariantWatcher, Operator, World, group};
+
+/// The Lease duration: a member's confirmation holds for 2 s.
+const DURATION_SECS: i32 = 3;
+const VALIDITY: Duration = Duration::from_secs(2);
+
+/// Every role a member reported, with when.
+#[derive(Clone, Default)]
+struct Roles(Arc<Mutex<Vec<(Instant, Role)>>>);
+
+impl Roles {
+    fn follow(membership: &Membership) -> Roles {
+        let roles = Roles::default();
+        let sink = roles.clone();
+        let mut rx = membership.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let role = *rx.borrow_and_update();
+                sink.0.lock().unwrap().push((Instant::now(), role));
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        roles
+    }
+
+    /// The intervals during which it reported `Leader`, the last one open until `now`.
+    fn leading(&self, now: Instant) -> Vec<(Instant, Instant, Role)> {
+        let log = self.0.lock().unwrap().clone();
+        let mut spans = Vec::new();
+        for (i, (from, role)) in log.iter().enumerate() {
+            if role.is_leader() {
+                let until = log.get(i + 1).map_or(now, |(t, _)| *t);
+                spans.push((*from, until, *role));
+            }
+        }
+        spans
+    }
+
+    /// When it first reported `want` since `since`, waiting for it.
+    async fn reached(&self, want: Role, since: Instant, what: &str) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = self.0.lock().unwrap().clone();
+            if let Some((at, _)) = log.iter().find(|(at, r)| *r == want && *at >= since) {
+                return *at;
+            }
+            assert!(Instant::now() < deadline, "{what}: never reported {want}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// No instant at which both reported `Leader`.
+#[track_caller]
+fn never_both(a: &Roles, b: &Roles) {
+    let now = Instant::now();
+    for (a_from, a_until, a_role) in a.leading(now) {
+        for (b_from, b_until, b_role) in b.leading(now) {
+            let overlap = a_until
+                .min(b_until)
+                .saturating_duration_since(a_from.max(b_from));
+            assert!(
+                overlap.is_zero(),
+                "both reported Leader for {overlap:?}: {a_role} and {b_role}"
+            );
+        }
+    }
+}
+
+fn leader(epoch: u32) -> Role {
+    Role::Leader {
+        epoch: epoch.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmation_to_lapse() {
+    let w = World::new("step-down").await;
+    let pods = w.ordered_ready_pods("app", 2, "sd").await;
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", "sd", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let via_proxy = cp
+        .client_with_token_via(&token, Some(proxy.addr))
+        .await
+        .unwrap();
+    let direct = cp.client_with_token(&token).await.unwrap();
+    let m0 = Membership::start(via_proxy, &w.ns.name, &pods[0], Some("sd".into()));
+    let m1 = Membership::start(direct, &w.ns.name, &pods[1], Some("sd".into()));
+    let (r0, r1) = (Roles::follow(&m0), Roles::follow(&m1));
+    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut g = group("sd", "sd");
+    g.spec.lease_duration_seconds = DURATION_SECS;
+    w.groups.create(&Default::default(), &g).await.unwrap();
+    let start = Instant::now();
+    r0.reached(leader(1), start, "the first leader").await;
+    let prefer = |pod: &str| {
+        let groups = w.groups.clone();
+        let patch = json!({"spec": {"preferredLeader": pod}});
+        async move {
+            groups
+                .patch("sd", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+            Instant::now()
+        }
+    };
+
+    // The leader cannot hear the API server when it is switched over: its successor starts only
+    // once its confirmation has lapsed, and the operator says so in the Lease for it.
+    proxy.cut();
+    let cut = Instant::now();
+    let edited = prefer(&pods[1]).await;
+    let successor = r1.reached(leader(2), edited, "the successor").await;
+    let lapsed = r0.reached(Role::Unknown, cut, "the cut-off leader").await;
+    eprintln!(
+        "step-down: cut-off leader Unknown {:?} after the cut; successor Leader {:?} after the edit",
+        lapsed - cut,
+        successor - edited
+    );
+    assert!(
+        lapsed <= successor,
+        "the successor led {:?} before the old leader stopped",
+        lapsed - successor
+    );
+    assert!(successor - edited >= VALIDITY - Duration::from_millis(300));
+    never_both(&r0, &r1);
+    let leases: Api<Lease> = w.ns.api();
+    let lease = leases.get(&lease_name_for("sd")).await.unwrap();
+    let annotations = lease.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get(PREDECESSOR_ANNOTATION), Some(&pods[0]));
+    assert_eq!(
+        annotations.get(STEPPED_DOWN_ANNOTATION).map(String::as_str),
+        Some("1")
+    );
+
+    // Both hear the API server: the switchover back waits only for the old leader's word.
+    let healed = Instant::now();
+    proxy.heal();
+    r0.reached(Role::Follower, healed, "the old leader, reconnected")
+        .await;
+    let edited = prefer(&pods[0]).await;
+    let back = r0
+        .reached(leader(3), edited, "the first leader again")
+        .await;
+    eprintln!(
+        "step-down: switchover with both members answering: {:?}",
+        back - edited
+    );
+    assert!(
+        back - edited < VALIDITY,
+        "waited {:?}: as long as a lapse",
+        back - edited
+    );
+    never_both(&r0, &r1);
+    invariants.assert_held().await;
+    drop((m0, m1));
+}
