@@ -2,14 +2,19 @@
 //! operator replicas with `--leader-elect` run several groups on a control plane of the run's own,
 //! while the plan's faults strike: replicas killed, paused, rolled, their requests held or cut;
 //! leaders and followers deleted or flapping NotReady; Leases deleted or rewritten by someone
-//! else; promotions held inside the API server; kube-apiserver killed and restarted. An independent watch
-//! checks I1, I3 and the order of the writes at every event and times every gap (I4); each round of faults ends with
-//! every group settled (I2).
+//! else; promotions held inside the API server; kube-apiserver killed and restarted; the groups'
+//! specs edited (selector, `preferredLeader`, `leaseDurationSeconds`, `paused`, `liveness`); the
+//! replicas' watches stalled. Every pod runs the client's `Membership` in this process (half the
+//! groups in Heartbeat mode, where it renews the Lease), restarted, cut off and stalled by the
+//! faults too. An independent watch checks I1, I3 and the order of the writes at every event and
+//! times every gap (I4); each round of faults ends with every group settled (I2); and at no
+//! instant may two `Membership`s of a group report `Leader` (on this process's one clock).
 //!
 //! `make chaos` runs the published run (`docs/chaos.md`); `make test` runs a short one
 //! (`tests/it/chaos.rs`).
 
 mod error;
+pub mod members;
 pub mod plan;
 mod replica;
 mod report;

@@ -1,6 +1,10 @@
 //! The faults of a run, drawn from its seed alone: the same seed gives the same faults, with the
 //! same targets, lengths and pauses between them. Which pod is "the leader" when a fault strikes,
 //! and what the operator makes of it, is decided by the run itself.
+//!
+//! The odd-numbered groups run in Heartbeat mode (their leaders renew the Lease through the
+//! client's `Membership`), the even-numbered ones in Readiness mode; every pod runs a
+//! `Membership` ([`crate::members`]).
 
 use std::time::Duration;
 
@@ -59,6 +63,48 @@ pub enum Fault {
     HoldPromotions { held: Duration },
     /// kube-apiserver is killed (SIGKILL) and started again (same port, same etcd).
     RestartApiServer,
+    /// A user edits the group's spec, and puts the field back `undo_after` later.
+    EditSpec {
+        group: usize,
+        edit: SpecEdit,
+        undo_after: Duration,
+    },
+    /// The pod's application (its `Membership`) stops, and starts again `down` later in the same
+    /// pod: a restarted client.
+    RestartMember {
+        group: usize,
+        target: Target,
+        down: Duration,
+    },
+    /// The pod's node is cut off from the API server for `cut` (Heartbeat groups only): its
+    /// `Membership`'s connections go silent, and its kubelet reports nothing (the pod faults skip
+    /// it meanwhile), so the pod stays Ready in the API.
+    CutMember {
+        group: usize,
+        target: Target,
+        cut: Duration,
+    },
+    /// The pod's `Membership`'s open connections stall for good (half-open: no byte, no close)
+    /// while new ones flow.
+    StallMember { group: usize, target: Target },
+    /// The replica's open connections (its watches among them) stall for good while new ones
+    /// flow: only the operator's own bound on a silent watch ends them.
+    StallReplica { replica: Replica },
+}
+
+/// A user's edit of a group's spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SpecEdit {
+    /// The selector leaves the pod out (`matchExpressions`: its `pod` label `NotIn`).
+    Selector { exclude: Target },
+    /// `preferredLeader` names a follower.
+    PreferredLeader,
+    /// `leaseDurationSeconds` takes this value.
+    LeaseDuration(u32),
+    /// `paused: true`.
+    Paused,
+    /// `liveness` flips (Readiness to Heartbeat, or back).
+    Liveness,
 }
 
 impl Fault {
@@ -76,24 +122,51 @@ impl Fault {
             Fault::ForgeLease { .. } => "foreign Lease write",
             Fault::HoldPromotions { .. } => "promotions held",
             Fault::RestartApiServer => "kube-apiserver killed and restarted",
+            Fault::EditSpec { edit, .. } => match edit {
+                SpecEdit::Selector { .. } => "spec edit: selector",
+                SpecEdit::PreferredLeader => "spec edit: preferredLeader",
+                SpecEdit::LeaseDuration(_) => "spec edit: leaseDurationSeconds",
+                SpecEdit::Paused => "spec edit: paused",
+                SpecEdit::Liveness => "spec edit: liveness",
+            },
+            Fault::RestartMember { .. } => "client restarted",
+            Fault::CutMember { .. } => "client's node cut off",
+            Fault::StallMember { .. } => "client's connections stalled",
+            Fault::StallReplica { .. } => "replica's connections stalled",
         }
     }
 
-    /// The replica it strikes, for the replica faults.
+    /// The group it strikes, for the faults of one group.
+    pub fn group(&self) -> Option<usize> {
+        match self {
+            Fault::FlapPod { group, .. }
+            | Fault::DeletePod { group, .. }
+            | Fault::DeleteLease { group }
+            | Fault::ForgeLease { group, .. }
+            | Fault::EditSpec { group, .. }
+            | Fault::RestartMember { group, .. }
+            | Fault::CutMember { group, .. }
+            | Fault::StallMember { group, .. } => Some(*group),
+            _ => None,
+        }
+    }
+
+    /// The replica it strikes, for the replica faults (which strike one at a time).
     pub fn replica(&self) -> Option<Replica> {
         match self {
             Fault::KillReplica { replica, .. }
             | Fault::PauseReplica { replica, .. }
             | Fault::RollReplica { replica }
             | Fault::HoldReplica { replica, .. }
-            | Fault::CutReplica { replica, .. } => Some(*replica),
+            | Fault::CutReplica { replica, .. }
+            | Fault::StallReplica { replica } => Some(*replica),
             _ => None,
         }
     }
 }
 
 /// Every kind, in the report's order.
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 20] = [
     "pod NotReady flap",
     "pod deleted",
     "foreign Lease write",
@@ -105,7 +178,21 @@ pub const KINDS: [&str; 11] = [
     "replica cut off",
     "promotions held",
     "kube-apiserver killed and restarted",
+    "spec edit: selector",
+    "spec edit: preferredLeader",
+    "spec edit: leaseDurationSeconds",
+    "spec edit: paused",
+    "spec edit: liveness",
+    "client restarted",
+    "client's node cut off",
+    "client's connections stalled",
+    "replica's connections stalled",
 ];
+
+/// Whether group `g` runs in Heartbeat mode (the odd-numbered ones).
+pub fn heartbeat(g: usize) -> bool {
+    g % 2 == 1
+}
 
 /// The epoch annotation a foreign Lease write leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -161,8 +248,9 @@ pub fn plan(seed: u64, faults: usize, groups: usize) -> Vec<Step> {
 }
 
 /// Draws one fault. Weights: the pods' faults (what a cluster does all day) most often, the
-/// replicas' one in 19 (they strike one at a time, so they pace the run), a kube-apiserver
-/// restart (seconds without an API) one in 154.
+/// replicas' one in 24 (they strike one at a time, so they pace the run), a kube-apiserver
+/// restart (seconds without an API) one in 190, the users' spec edits one in 19, the
+/// applications' own faults (restarts, partitions, stalls) one in 11.
 fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
     let replica = |rng: &mut fastrand::Rng| {
         if rng.u8(0..4) == 0 {
@@ -179,7 +267,15 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
         }
     };
     let group = rng.usize(0..groups);
-    match rng.u32(0..154) {
+    // A Heartbeat group (the odd-numbered ones): g1, g3, ... (g0 when there is one group only).
+    let heartbeat_group = |rng: &mut fastrand::Rng| {
+        if groups < 2 {
+            0
+        } else {
+            2 * rng.usize(0..groups / 2) + 1
+        }
+    };
+    match rng.u32(0..190) {
         0..84 => Fault::FlapPod {
             group,
             target: target(rng),
@@ -226,7 +322,37 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
         150..153 => Fault::HoldPromotions {
             held: ms(rng, 100, 2500),
         },
-        _ => Fault::RestartApiServer,
+        153..154 => Fault::RestartApiServer,
+        154..164 => Fault::EditSpec {
+            group,
+            edit: match rng.u8(0..5) {
+                0 => SpecEdit::Selector {
+                    exclude: target(rng),
+                },
+                1 => SpecEdit::PreferredLeader,
+                2 => SpecEdit::LeaseDuration(rng.u32(2..=6)),
+                3 => SpecEdit::Paused,
+                _ => SpecEdit::Liveness,
+            },
+            undo_after: ms(rng, 100, 3000),
+        },
+        164..170 => Fault::RestartMember {
+            group,
+            target: target(rng),
+            down: ms(rng, 0, 2000),
+        },
+        170..180 => Fault::CutMember {
+            group: heartbeat_group(rng),
+            target: target(rng),
+            cut: ms(rng, 100, 5000),
+        },
+        180..188 => Fault::StallMember {
+            group,
+            target: target(rng),
+        },
+        _ => Fault::StallReplica {
+            replica: replica(rng),
+        },
     }
 }
 
@@ -254,14 +380,10 @@ mod tests {
             );
         }
         for s in &steps {
-            let group = match s.fault {
-                Fault::FlapPod { group, .. }
-                | Fault::DeletePod { group, .. }
-                | Fault::ForgeLease { group, .. }
-                | Fault::DeleteLease { group } => group,
-                _ => 0,
-            };
-            assert!(group < 5, "{s:?}");
+            assert!(s.fault.group().is_none_or(|g| g < 5), "{s:?}");
+            if let Fault::CutMember { group, .. } = s.fault {
+                assert!(heartbeat(group), "{s:?}");
+            }
             assert!(s.before <= Duration::from_millis(150), "{s:?}");
         }
         let forged: Vec<(ForgedEpoch, Forger)> = steps
@@ -288,6 +410,6 @@ mod tests {
             .iter()
             .filter(|s| s.fault == Fault::RestartApiServer)
             .count();
-        assert!((30..=100).contains(&restarts), "{restarts} restarts");
+        assert!((25..=100).contains(&restarts), "{restarts} restarts");
     }
 }

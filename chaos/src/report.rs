@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use leadergroup_testenv::{ActiveMonitor, InvariantWatcher};
 
 use crate::Config;
-use crate::plan::{Fault, KINDS};
+use crate::members::{Claims, Overlap};
+use crate::plan::{Fault, KINDS, SpecEdit};
 use crate::replica::OperatorReplica;
 
 /// One fault as the run injected it (or skipped it).
@@ -80,6 +81,11 @@ pub struct Report {
     pub api_down: Vec<(Duration, Duration)>,
     /// Both replicas said active: since the first fault, for how long.
     pub both_active: Vec<(Duration, Duration)>,
+    /// The pods' `Membership`s: role changes, of them to `Leader`.
+    pub member_changes: (usize, usize),
+    /// Two of a group's `Membership`s reporting `Leader` at once, each with when it opened since
+    /// the first fault (0 before it).
+    pub overlaps: Vec<(Overlap, Duration)>,
 }
 
 impl Report {
@@ -106,6 +112,8 @@ impl Report {
             processes: Vec::new(),
             api_down: Vec::new(),
             both_active: Vec::new(),
+            member_changes: (0, 0),
+            overlaps: Vec::new(),
         }
     }
 
@@ -139,6 +147,7 @@ impl Report {
         &mut self,
         watch: &InvariantWatcher,
         monitor: &ActiveMonitor,
+        claims: &Claims,
         faults_started: Instant,
         total: Duration,
         replicas: &mut [OperatorReplica],
@@ -165,6 +174,15 @@ impl Report {
             .filter(|o| o.polls > 1)
             .map(|o| (o.since.saturating_duration_since(faults_started), o.length))
             .collect();
+        let (changes, leaders, overlaps) = claims.report();
+        self.member_changes = (changes, leaders);
+        self.overlaps = overlaps
+            .into_iter()
+            .map(|o| {
+                let start = o.since.saturating_duration_since(faults_started);
+                (o, start)
+            })
+            .collect();
         self.faults_took = faults_started.elapsed();
         self.total = total;
         self.processes = replicas
@@ -175,9 +193,22 @@ impl Report {
 
     /// Every violation: I1, I3 and the order of the writes (the watch), I2 (a round that did not settle), I4 (a gap longer
     /// than the bound once the API server's own restarts are taken out of it, or one still open at
-    /// the end), and two replicas active at once.
+    /// the end), two replicas active at once, and two `Membership`s of a group reporting `Leader`
+    /// at once.
     pub fn violations(&self) -> Vec<String> {
         let mut all = self.watch_violations.clone();
+        for (o, start) in &self.overlaps {
+            all.push(format!(
+                "App: {} (epoch {}) and {} (epoch {}) of {} both reported Leader for {} (from {} into the run)",
+                o.first.0,
+                o.first.1,
+                o.second.0,
+                o.second.1,
+                o.group,
+                o.length.map_or_else(|| "the rest of the run".into(), secs),
+                secs(*start)
+            ));
+        }
         for (since, length) in &self.both_active {
             all.push(format!(
                 "HA: both replicas reported active for {} (from {} into the run)",
@@ -243,7 +274,7 @@ impl Report {
         let _ = writeln!(md, "## Result\n");
         let _ = writeln!(
             md,
-            "**{} violations** of I1–I4 in {} faults injected ({} planned, {} skipped: no such pod \
+            "**{} violations** of I1–I4 and the applications' single leader in {} faults injected ({} planned, {} skipped: no such pod \
              or Lease at that moment), {} leaders handed an epoch, {} pod events watched, {} leaders' \
              marks checked for the order of the writes ({} not judgeable).\n",
             violations.len(),
@@ -290,8 +321,15 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| one active operator replica at a time | both replicas' /readyz every 20 ms, two polls in a row | {} |\n",
+            "| one active operator replica at a time | both replicas' /readyz every 20 ms, two polls in a row | {} |",
             self.both_active.len()
+        );
+        let _ = writeln!(
+            md,
+            "| App: at most one `Membership` of a group reports `Leader` at any instant, on one clock (the run's monotonic clock) | every role change of every pod's `Membership`: {} changes, {} of them to `Leader` | {} |\n",
+            self.member_changes.0,
+            self.member_changes.1,
+            self.overlaps.len()
         );
         if !violations.is_empty() {
             let _ = writeln!(md, "Violations:\n");
@@ -299,6 +337,9 @@ impl Report {
                 let _ = writeln!(md, "- {v}");
             }
             let _ = writeln!(md);
+        }
+        if !self.overlaps.is_empty() {
+            self.overlap_sequences(&mut md);
         }
         let _ = writeln!(md, "## Time without a leader (I4)\n");
         let _ = writeln!(
@@ -399,8 +440,28 @@ impl Report {
         let _ = writeln!(
             md,
             "- A control plane of its own (etcd + kube-apiserver, restarted by the faults), namespace \
-             `{}`; {} groups of 3 pods (the simulated kubelet), `leaseDurationSeconds: {}`.",
+             `{}`; {} groups of 3 pods (the simulated kubelet), `leaseDurationSeconds: {}`, the \
+             odd-numbered groups in Heartbeat mode, the others in Readiness mode (but for a \
+             `liveness` edit's while).",
             self.namespace, self.groups, self.lease_seconds
+        );
+        let _ = writeln!(
+            md,
+            "- Every pod runs the client's `Membership` in the run's process, as its application \
+             would (its group's member ServiceAccount, through a proxy of its own: its node's \
+             network); it stops when the pod's container stops. A client restart stops it and \
+             starts a new one in the same pod; a cut-off node holds its connections' bytes and \
+             its kubelet's reports (pod faults skip it); a stall leaves its open connections \
+             silent for good while new ones flow. In Heartbeat mode the leader's `Membership` \
+             renews the Lease."
+        );
+        let _ = writeln!(
+            md,
+            "- Spec edits as a user makes them (a merge patch), each put back 0.1–3 s later: the \
+             selector leaving one pod out, `preferredLeader` naming a follower, \
+             `leaseDurationSeconds` 2–6, `paused`, `liveness` flipped. The watch's gaps count \
+             every pod labeled with the group's `app` as a candidate: a pod left out by a \
+             selector edit, or a paused group, can lengthen a gap."
         );
         let _ = writeln!(
             md,
@@ -435,13 +496,84 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Each overlap of two `Membership`s reporting `Leader` (the first 20), with every fault
+    /// injected in the 10 s before it opened that struck its group or everyone (replicas,
+    /// kube-apiserver, promotion holds), in order, with when it struck.
+    fn overlap_sequences(&self, md: &mut String) {
+        let _ = writeln!(
+            md,
+            "## Two applications leading at once\n\nEach overlap, with the faults of its group and \
+             the run-wide ones injected in the 10 s before it opened (time into the run):\n"
+        );
+        for (o, start) in self.overlaps.iter().take(20) {
+            let group: Option<usize> = o.group.trim_start_matches('g').parse().ok();
+            let faults: Vec<String> = self
+                .injected
+                .iter()
+                .filter(|i| i.skipped.is_none())
+                .filter(|i| i.at + Duration::from_secs(10) >= *start && i.at <= *start)
+                .filter(|i| i.fault.group().is_none() || i.fault.group() == group)
+                .map(|i| format!("{} #{} {}", secs(i.at), i.index, describe_fully(&i.fault)))
+                .collect();
+            let _ = writeln!(
+                md,
+                "- {} at {}: {} (epoch {}) then {} (epoch {}), for {}. Before it: {}",
+                o.group,
+                secs(*start),
+                o.first.0,
+                o.first.1,
+                o.second.0,
+                o.second.1,
+                o.length.map_or_else(|| "the rest of the run".into(), secs),
+                faults.join("; ")
+            );
+        }
+        let _ = writeln!(md);
+    }
+}
+
+/// A fault with its target and lengths (the overlaps' sequences).
+fn describe_fully(fault: &Fault) -> String {
+    let length = match fault {
+        Fault::FlapPod { not_ready: d, .. }
+        | Fault::EditSpec { undo_after: d, .. }
+        | Fault::RestartMember { down: d, .. }
+        | Fault::CutMember { cut: d, .. }
+        | Fault::KillReplica { down: d, .. }
+        | Fault::PauseReplica { paused: d, .. }
+        | Fault::HoldReplica { held: d, .. }
+        | Fault::CutReplica { cut: d, .. }
+        | Fault::HoldPromotions { held: d } => format!(" for {}", secs(*d)),
+        _ => String::new(),
+    };
+    let detail = match fault {
+        Fault::EditSpec {
+            edit: SpecEdit::LeaseDuration(s),
+            ..
+        } => format!(" to {s} s"),
+        Fault::EditSpec {
+            edit: SpecEdit::Selector { exclude },
+            ..
+        } => format!(" leaving out the {exclude:?}"),
+        _ => String::new(),
+    };
+    format!("{}{detail}{length}", describe(fault))
+}
+
 /// A fault with its target, for the gaps' table.
 fn describe(fault: &Fault) -> String {
     match fault {
-        Fault::FlapPod { group, target, .. } | Fault::DeletePod { group, target } => {
+        Fault::FlapPod { group, target, .. }
+        | Fault::DeletePod { group, target }
+        | Fault::RestartMember { group, target, .. }
+        | Fault::CutMember { group, target, .. }
+        | Fault::StallMember { group, target } => {
             format!("{} g{group} {target:?}", fault.kind())
         }
-        Fault::DeleteLease { group } | Fault::ForgeLease { group, .. } => {
+        Fault::DeleteLease { group }
+        | Fault::ForgeLease { group, .. }
+        | Fault::EditSpec { group, .. } => {
             format!("{} g{group}", fault.kind())
         }
         other => match other.replica() {

@@ -1,7 +1,8 @@
-//! The run: its control plane, two operator replicas, the groups, then the plan's faults one after
-//! another (each undone on its own, later, so they overlap), with a settled check (I2) every round,
-//! while an independent watch checks I1, I3 and the order of the writes on every event and times
-//! the gaps (I4).
+//! The run: its control plane, two operator replicas, the groups and their pods' applications,
+//! then the plan's faults one after another (each undone on its own, later, so they overlap), with
+//! a settled check (I2) every round, while an independent watch checks I1, I3 and the order of the
+//! writes on every event and times the gaps (I4), and the applications' roles are checked at every
+//! change (at most one `Leader` per group).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,10 +17,10 @@ use leadergroup_testenv::{
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use crate::plan::{Fault, ForgedEpoch, Forger, Replica, Step, Target};
+use crate::plan::{Fault, ForgedEpoch, Forger, Replica, SpecEdit, Step, Target};
 use crate::replica::{Launch, OperatorReplica};
 use crate::report::{Injected, Report, Round};
-use crate::world::World;
+use crate::world::{POD_LABEL, World};
 use crate::{Config, Error};
 
 /// How long the run waits for every group to settle after a round.
@@ -39,12 +40,14 @@ struct Shared {
     world: World,
     replicas: Mutex<Vec<OperatorReplica>>,
     hold: HeldRequests,
+    /// The groups' `leaseDurationSeconds`, which an edit puts back.
+    lease_seconds: u32,
 }
 
 /// Runs `config`'s plan; the report says what was injected and what was seen.
 pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     let started = Instant::now();
-    let cluster = PrivateCluster::start(&format!("chaos-{}", config.seed)).await?;
+    let cluster = Arc::new(PrivateCluster::start(&format!("chaos-{}", config.seed)).await?);
     let client = cluster.client().await?;
     let ns = namespace_in(client.clone(), "chaos").await?;
     let namespace = ns.name.clone();
@@ -94,6 +97,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
         world,
         replicas: Mutex::new(replicas),
         hold,
+        lease_seconds: config.lease_seconds,
     });
     shared.world.create_groups(config.lease_seconds).await?;
     let first = shared.world.wait_all_settled(SETTLE).await;
@@ -174,10 +178,12 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     report.finish(
         &watch,
         &monitor,
+        shared.world.members.claims(),
         faults_started,
         started.elapsed(),
         &mut shared.replicas.lock().await,
     );
+    shared.world.members.stop_all().await;
     let mut replicas = shared.replicas.lock().await;
     for r in replicas.iter_mut() {
         r.signal("-CONT");
@@ -213,6 +219,9 @@ async fn inject(
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
+            if world.members.is_cut(&pod).await {
+                return Ok(Launched::Skipped(CUT_OFF.into()));
+            }
             world.kubelet.set_ready(&pod, false).await?;
             let (shared, not_ready) = (Arc::clone(shared), *not_ready);
             tasks.spawn(async move {
@@ -225,10 +234,15 @@ async fn inject(
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
+            if world.members.is_cut(&pod).await {
+                return Ok(Launched::Skipped(CUT_OFF.into()));
+            }
             world.kubelet.begin_termination(&pod).await?;
             let (shared, group) = (Arc::clone(shared), *group);
             tasks.spawn(async move {
-                // What a kubelet does: the container stops (NotReady), then the pod goes.
+                // What a kubelet does: the container stops (its application with it, then
+                // NotReady), then the pod goes.
+                shared.world.members.leave(&pod).await;
                 retry(|| shared.world.kubelet.set_ready(&pod, false)).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 retry(|| shared.world.kubelet.finish_termination(&pod)).await;
@@ -270,6 +284,62 @@ async fn inject(
             }
             Err(last.map_or_else(|| Error::Setup("no restart attempted".into()), Error::from))
         }
+        Fault::EditSpec {
+            group,
+            edit,
+            undo_after,
+        } => edit_spec(shared, *group, *edit, *undo_after, tasks).await,
+        Fault::RestartMember {
+            group,
+            target,
+            down,
+        } => {
+            let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
+            };
+            if !world.members.stop_for_restart(&pod).await {
+                return Ok(Launched::Skipped("its client is restarting already".into()));
+            }
+            let (shared, down) = (Arc::clone(shared), *down);
+            tasks.spawn(async move {
+                tokio::time::sleep(down).await;
+                retry(|| shared.world.members.start_again(&pod)).await;
+            });
+            Ok(Launched::Done)
+        }
+        Fault::CutMember { group, target, cut } => {
+            let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
+            };
+            if !world.members.cut(&pod).await {
+                return Ok(Launched::Skipped(CUT_OFF.into()));
+            }
+            let (shared, cut) = (Arc::clone(shared), *cut);
+            tasks.spawn(async move {
+                tokio::time::sleep(cut).await;
+                shared.world.members.heal(&pod).await;
+            });
+            Ok(Launched::Done)
+        }
+        Fault::StallMember { group, target } => {
+            let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
+            };
+            if world.members.stall(&pod).await {
+                Ok(Launched::Done)
+            } else {
+                Ok(Launched::Skipped("its pod is gone".into()))
+            }
+        }
+        Fault::StallReplica { replica } => {
+            let Some(r) = resolve(shared, *replica).await else {
+                return Ok(Launched::Skipped("no replica reported active".into()));
+            };
+            if let Some(replica) = shared.replicas.lock().await.get(r) {
+                replica.proxy.stall();
+            }
+            Ok(Launched::Done)
+        }
         Fault::KillReplica { replica, .. }
         | Fault::PauseReplica { replica, .. }
         | Fault::RollReplica { replica }
@@ -281,6 +351,69 @@ async fn inject(
             strike_replica(shared, r, fault).await.map(Launched::Task)
         }
     }
+}
+
+/// Why a pod fault skipped a pod: its node is cut off, so its kubelet reports nothing.
+const CUT_OFF: &str = "its node is cut off";
+
+/// A user's edit of group `g`'s spec; the returned task puts the field back `undo_after` later.
+async fn edit_spec(
+    shared: &Arc<Shared>,
+    g: usize,
+    edit: SpecEdit,
+    undo_after: Duration,
+    tasks: &mut JoinSet<()>,
+) -> Result<Launched, Error> {
+    let world = &shared.world;
+    let (apply, undo) = match edit {
+        SpecEdit::Selector { exclude } => {
+            let Some(pod) = world.wait_target(g, exclude == Target::Leader).await? else {
+                return Ok(Launched::Skipped(format!("no {exclude:?} in g{g}")));
+            };
+            let selector = serde_json::json!({
+                "matchExpressions": [{"key": POD_LABEL, "operator": "NotIn", "values": [pod]}],
+            });
+            (
+                serde_json::json!({ "selector": selector }),
+                serde_json::json!({ "selector": { "matchExpressions": null } }),
+            )
+        }
+        SpecEdit::PreferredLeader => {
+            let Some(pod) = world.wait_target(g, false).await? else {
+                return Ok(Launched::Skipped(format!("no Follower in g{g}")));
+            };
+            (
+                serde_json::json!({ "preferredLeader": pod }),
+                serde_json::json!({ "preferredLeader": null }),
+            )
+        }
+        SpecEdit::LeaseDuration(seconds) => (
+            serde_json::json!({ "leaseDurationSeconds": seconds }),
+            serde_json::json!({ "leaseDurationSeconds": shared.lease_seconds }),
+        ),
+        SpecEdit::Paused => (
+            serde_json::json!({ "paused": true }),
+            serde_json::json!({ "paused": false }),
+        ),
+        SpecEdit::Liveness => {
+            let other = if crate::plan::heartbeat(g) {
+                "Readiness"
+            } else {
+                "Heartbeat"
+            };
+            (
+                serde_json::json!({ "liveness": other }),
+                serde_json::json!({ "liveness": World::liveness(g) }),
+            )
+        }
+    };
+    world.edit_spec(g, apply).await?;
+    let shared = Arc::clone(shared);
+    tasks.spawn(async move {
+        tokio::time::sleep(undo_after).await;
+        retry(|| shared.world.edit_spec(g, undo.clone())).await;
+    });
+    Ok(Launched::Done)
 }
 
 /// The index of the replica `which` is now: the one whose /readyz says active (waiting up to 20 s

@@ -1,23 +1,29 @@
 //! The run's groups and pods on its own control plane: set up, read back (the leader, a
-//! follower, whether a group has settled) and repaired between rounds of faults.
+//! follower, whether a group has settled), edited as a user would, and repaired between rounds of
+//! faults. Each pod's application (its `Membership`, [`Members`]) lives and dies with the pod.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups, shipped_crd};
 use leadergroup_testenv::pods::{is_leader, ready};
 use leadergroup_testenv::{
-    ControlPlane, Kubelet, MemberRules, Settled, TestNamespace, install_crd, member_account,
+    Kubelet, MemberRules, PrivateCluster, Settled, TestNamespace, install_crd, member_account,
 };
 
 use crate::Error;
+use crate::members::Members;
+use crate::plan::heartbeat;
 
 /// The label that selects a group's pods; its value is the group's name.
 pub const APP_LABEL: &str = "app";
+/// A label with the pod's own name, for a selector that leaves one pod out.
+pub const POD_LABEL: &str = "pod";
 /// Pods per group, kept by the repairs.
 pub const PODS_PER_GROUP: usize = 3;
 
@@ -31,6 +37,8 @@ pub struct World {
     /// `member-g<g>`, whose Role (the documented one) may update that group's Lease.
     member_leases: Vec<Api<Lease>>,
     leader_groups: Api<DynamicObject>,
+    /// The pods' applications.
+    pub members: Members,
     client: Client,
     namespace: String,
     /// The next pod number of each group (replacements get new names, as a ReplicaSet's do).
@@ -38,11 +46,17 @@ pub struct World {
 }
 
 impl World {
-    /// The CRD installed, `groups` groups' pods created Ready (not the groups themselves yet).
-    pub async fn new(ns: TestNamespace, cp: &ControlPlane, groups: usize) -> Result<World, Error> {
+    /// The CRD installed, `groups` groups' pods created Ready, each running its application
+    /// (not the groups themselves yet).
+    pub async fn new(
+        ns: TestNamespace,
+        cp: &Arc<PrivateCluster>,
+        groups: usize,
+    ) -> Result<World, Error> {
         let client = ns.client.clone();
         install_crd(&client, &shipped_crd()?).await?;
         let mut member_leases = Vec::new();
+        let mut tokens = Vec::new();
         for g in 0..groups {
             let group = Self::group(g);
             let token = member_account(
@@ -54,6 +68,7 @@ impl World {
             .await?;
             let member = cp.client_with_token(&token).await?;
             member_leases.push(Api::namespaced(member, &ns.name));
+            tokens.push(token);
         }
         let world = World {
             kubelet: Kubelet::new(client.clone(), &ns.name),
@@ -61,6 +76,7 @@ impl World {
             leases: Api::namespaced(client.clone(), &ns.name),
             member_leases,
             leader_groups: leader_groups(&client, &ns.name),
+            members: Members::new(Arc::clone(cp), &ns.name, tokens)?,
             client,
             namespace: ns.name.clone(),
             next_pod: std::sync::Mutex::new(vec![0; groups]),
@@ -79,16 +95,40 @@ impl World {
         format!("g{g}")
     }
 
-    /// Creates the groups (Lease `lease_seconds`).
+    /// The `liveness` group `g` runs with (but for an edit's while).
+    pub fn liveness(g: usize) -> &'static str {
+        if heartbeat(g) {
+            "Heartbeat"
+        } else {
+            "Readiness"
+        }
+    }
+
+    /// Creates the groups (Lease `lease_seconds`), the odd-numbered ones in Heartbeat mode.
     pub async fn create_groups(&self, lease_seconds: u32) -> Result<(), Error> {
         for g in 0..self.groups {
             let name = Self::group(g);
-            let object = leader_group(&name, APP_LABEL, &name, lease_seconds)?;
+            let mut object = leader_group(&name, APP_LABEL, &name, lease_seconds)?;
+            object.data["spec"]["liveness"] = Self::liveness(g).into();
             self.leader_groups
                 .create(&Default::default(), &object)
                 .await
                 .map_err(Error::kube(format!("creating LeaderGroup {name}")))?;
         }
+        Ok(())
+    }
+
+    /// A user's edit of group `g`'s spec: a JSON merge patch of `spec` (`null` removes a field).
+    pub async fn edit_spec(&self, g: usize, spec: serde_json::Value) -> Result<(), Error> {
+        let name = Self::group(g);
+        self.leader_groups
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": spec })),
+            )
+            .await
+            .map_err(Error::kube(format!("editing LeaderGroup {name}")))?;
         Ok(())
     }
 
@@ -99,7 +139,7 @@ impl World {
             .ok_or_else(|| Error::Setup(format!("no group {g}")))
     }
 
-    /// A new Ready pod for group `g`: `g<g>-<n>`.
+    /// A new Ready pod for group `g`, `g<g>-<n>`, and its application.
     pub async fn add_pod(&self, g: usize) -> Result<String, Error> {
         let n = {
             let mut next = self
@@ -115,8 +155,9 @@ impl World {
         let name = format!("{}-{n}", Self::group(g));
         let app = Self::group(g);
         self.kubelet
-            .create_ready_pod(&name, &[(APP_LABEL, app.as_str())])
+            .create_ready_pod(&name, &[(APP_LABEL, app.as_str()), (POD_LABEL, &name)])
             .await?;
+        self.members.join(g, &name).await?;
         Ok(name)
     }
 
@@ -166,6 +207,7 @@ impl World {
         for p in &pods {
             let name = p.name_any();
             if p.metadata.deletion_timestamp.is_some() {
+                self.members.leave(&name).await;
                 // Gone already (the fault's own task finished it) is fine.
                 let _ = self.kubelet.finish_termination(&name).await;
             } else {

@@ -1,6 +1,8 @@
 //! The short chaos run of `make test` (a few hundred faults; `make chaos` runs
-//! the published one of 10,000): two replicas of this build's operator, several groups, the
-//! plan's faults, and no violation of I1–I4 allowed. `LEADERGROUP_CHAOS_SEED` picks another seed.
+//! the published one): two replicas of this build's operator, several groups whose pods each run
+//! a `Membership`, the plan's faults, and no violation allowed (I1–I4, one active replica, at most
+//! one `Membership` of a group reporting `Leader` at any instant). `LEADERGROUP_CHAOS_SEED` picks
+//! another seed.
 
 use std::path::Path;
 
