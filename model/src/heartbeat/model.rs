@@ -37,8 +37,8 @@ pub struct HbConfig {
 }
 
 impl HbConfig {
-    /// `make check`'s first: a Lease of 4 s shortened to 2 s, one cut-off, 2 s. Issue 22's
-    /// finding 3 shows at 2 s: on the code before its fix the operator hands over 2 s after its
+    /// `make check`'s first: a Lease of 4 s shortened to 2 s, one cut-off, 2 s. The shorter
+    /// Lease during a cut-off shows at 2 s: on the code before its fix the operator hands over 2 s after its
     /// rewrite, while the cut-off holder believes `Leader` for 2.67 s after its renewal.
     pub fn heartbeat() -> Self {
         HbConfig {

@@ -1,4 +1,5 @@
-//! Issue 22's two Heartbeat findings, as the checker found them on the code before their fixes,
+//! The Heartbeat findings (a shorter Lease during a cut-off, a restarted client, an immediate
+//! handover), as the checker found them on the code before their fixes,
 //! replayed step by step against the Heartbeat model (the client's own belief and the operator's
 //! own sighting and decision at every step). Each replay returns its transcript and the stale
 //! believers it ended with; the tests assert that on the code as it is there are none.
