@@ -51,7 +51,7 @@ light-cluster-up:
 light-cluster-down: demo-stop
 	controlplane/cluster.sh down
 
-# The real cluster (issue 10): containerd, runc, CNI plugins and iptables from Debian (node-deps,
+# The real cluster: containerd, runc, CNI plugins and iptables from Debian (node-deps,
 # as root), kubelet, kube-proxy, kube-scheduler and kube-controller-manager built and cached like
 # the control plane (node-binaries), images built here with no registry.
 node-deps:
@@ -215,7 +215,7 @@ it-oldest:
 # Every cargo test but the end-to-end ones (what this target ran before the layers had names).
 cargo-test: unit it
 
-# Benchmarks (issue 5; not part of `make test`): bench-e2e first (as root: the end-to-end scenarios
+# Benchmarks (not part of `make test`): bench-e2e first (as root: the end-to-end scenarios
 # on a real cluster of their own, about 8 minutes plus the release build), then bench-api (every API-to-API scenario
 # against a control plane of its own, about 14 minutes), which writes docs/benchmarks.md with the
 # end-to-end section from bench/results/e2e.json, the JSON and the plots. BENCH_ARGS=--quick runs
@@ -235,7 +235,7 @@ bench-api: bench-venv
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR)
 
-# The end-to-end benchmark (issue 14): graceful, crash, frozen and node loss, from the fault to the
+# The end-to-end benchmark: graceful, crash, frozen and node loss, from the fault to the
 # new leader's application acting, ours and the peers with their candidates in pods. The harness
 # starts a real cluster in target/bench-e2e-cluster (Kubernetes' default 50 s
 # node-monitor-grace-period; E2E_BENCH_GRACE to change it) and always stops it (its own guard, and
@@ -286,7 +286,7 @@ chaos:
 	nice -n 10 cargo build --release --locked -p leadergroup-operator -p leadergroup-chaos
 	target/release/leadergroup-chaos --operator target/release/leadergroup-operator --out docs/chaos.md $(CHAOS_ARGS)
 
-# The end-to-end tests (issue 10) on a real cluster of their own in target/e2e-cluster, started with
+# The end-to-end tests on a real cluster of their own in target/e2e-cluster, started with
 # a 10 s node-monitor-grace-period (the node-loss test; Kubernetes' default is 50 s) and ALWAYS
 # stopped again (trap), whatever failed. As root. Prints each phase's time. The tests take the
 # cluster one at a time; E2E_THREADS only changes how libtest schedules them.
