@@ -91,7 +91,8 @@ pub(super) fn requeue_after(
         .max(Duration::from_millis(100))
 }
 
-fn until(now: Timestamp, at: Timestamp) -> Duration {
+/// The time from `now` to `at`, none when `at` is past.
+pub(super) fn until(now: Timestamp, at: Timestamp) -> Duration {
     let ms = at.duration_since(now).as_millis().max(0);
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

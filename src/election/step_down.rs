@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::Observation;
+use super::commit::until;
 use crate::lease_record::{LeaseRecord, Predecessor};
 
 /// The predecessor the Lease names after a decision that gives it to `leader` (at a new epoch when
@@ -59,7 +59,7 @@ fn stepped_down(
     }
     // Its confirmation has lapsed since this replica saw the Lease leave it (only ever later
     // than the handover itself).
-    !deposed_now && since(obs.seen().written_at, obs.now) >= predecessor.validity()
+    !deposed_now && until(obs.seen().written_at, obs.now) >= predecessor.validity()
 }
 
 /// Whether the predecessor keeps `leader` from being labeled now, and if so for how long at the
@@ -79,7 +79,7 @@ pub(super) fn awaited(
     }
     let already = before.and_then(|l| l.predecessor.as_ref()) == Some(predecessor);
     let waited = if already {
-        since(obs.seen().written_at, obs.now)
+        until(obs.seen().written_at, obs.now)
     } else {
         Duration::ZERO
     };
@@ -105,9 +105,4 @@ fn runs_nothing(pod: &Pod) -> bool {
             .iter()
             .chain(init)
             .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
-}
-
-fn since(then: Timestamp, now: Timestamp) -> Duration {
-    let ms = now.duration_since(then).as_millis().max(0);
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
