@@ -77,6 +77,13 @@ impl Predecessor {
     pub fn pending(&self) -> bool {
         !self.stepped_down
     }
+
+    /// Whether the pod `pod` of UID `uid` is this predecessor's incarnation: the same name and
+    /// the same recorded UID. A pod created again under the name (after a forced deletion, its
+    /// old process may still run) is another member.
+    pub fn is_incarnation(&self, pod: &str, uid: Option<&str>) -> bool {
+        self.pod == pod && self.uid.as_deref() == uid
+    }
 }
 
 /// A leader incarnation whose renewals stopped for a Lease duration: annotation
@@ -180,9 +187,18 @@ impl LeaseRecord {
     /// The predecessor once the current holder gives the Lease up: the holder itself, still to
     /// step down, if its member acknowledged its leadership; else (nobody holds it, or a holder
     /// without a member, which never reported `Leader`) the predecessor it already names.
+    ///
+    /// A pending predecessor of another pod is kept even then: the holder was never labeled
+    /// (the label waits for that step-down), so it never reported `Leader`, and a member that
+    /// acknowledged before its label must not take the place of one still waited for.
     pub fn predecessor_after_holder(&self) -> Option<Predecessor> {
+        let waited_for_another = |holder: &str| {
+            self.predecessor.as_ref().is_some_and(|p| {
+                p.pending() && !p.is_incarnation(holder, self.holder_uid.as_deref())
+            })
+        };
         match &self.holder {
-            Some(pod) if self.acknowledged => Some(Predecessor {
+            Some(pod) if self.acknowledged && !waited_for_another(pod) => Some(Predecessor {
                 pod: pod.clone(),
                 uid: self.holder_uid.clone(),
                 epoch: self.epoch,

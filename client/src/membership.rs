@@ -457,7 +457,8 @@ impl Core {
     }
 
     /// The note the Lease as last confirmed asks of this pod, with the Lease to write it in: its
-    /// acknowledgement while it holds the Lease in Readiness mode without one, or its step-down
+    /// acknowledgement while it holds the Lease in Readiness mode without one and carries the
+    /// leader's marks, or its step-down
     /// while the Lease names it as the predecessor and its role (published before this is asked)
     /// no longer says `Leader` at that epoch.
     fn note_owed(&self, now: Instant) -> Option<(Note, &Lease)> {
@@ -469,7 +470,7 @@ impl Core {
             return None;
         };
         let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
-        let note = match lease.acknowledgement_asked_of(&self.pod, uid) {
+        let note = match observation.acknowledgement_owed(&self.pod) {
             Some(epoch) => Note::Acknowledged(epoch),
             None => {
                 let epoch = lease.step_down_asked_of(&self.pod, uid)?;
@@ -532,15 +533,7 @@ impl Core {
     /// The epoch and the Lease to renew, when both the pod's marks and the Lease say this pod
     /// leads and the Lease asks it to renew.
     fn renewable(&self) -> Option<(Epoch, &Lease)> {
-        let LeaseObservation::Confirmed(Confirmed {
-            state: Some(lease), ..
-        }) = &self.belief.observation().lease
-        else {
-            return None;
-        };
-        let epoch = lease.renewal_asked_of(&self.pod)?;
-        let pod = self.belief.observation().pod.as_ref()?.state.as_ref()?;
-        (pod.leader && pod.epoch == Some(epoch)).then_some(())?;
+        let epoch = self.belief.observation().renewal_owed(&self.pod)?;
         Some((epoch, self.lease_object.as_ref()?))
     }
 

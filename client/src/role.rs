@@ -290,6 +290,46 @@ impl Observation {
         self.lease_duration * 2 / 3
     }
 
+    /// The Lease as last confirmed, when it exists.
+    fn confirmed_lease(&self) -> Option<&LeaseMarks> {
+        match &self.lease {
+            LeaseObservation::Confirmed(confirmed) => confirmed.state.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The pod as last confirmed, when it exists.
+    fn confirmed_pod(&self) -> Option<&PodMarks> {
+        self.pod.as_ref()?.state.as_ref()
+    }
+
+    /// `epoch`, when the pod as last confirmed carries the leader's marks at it: the operator
+    /// labels a new holder only once its predecessor has stepped down, so a pod's own label is
+    /// its sign that no earlier leader is still waited for.
+    fn marked_leader_at(&self, epoch: Epoch) -> Option<Epoch> {
+        let pod = self.confirmed_pod()?;
+        (pod.leader && pod.epoch == Some(epoch)).then_some(epoch)
+    }
+
+    /// The epoch at which the member of `pod_name` owes the Lease its acknowledgement: the Lease
+    /// asks it ([`LeaseMarks::acknowledgement_asked_of`]) and the pod carries the leader's marks
+    /// at that epoch. Acknowledged any earlier, a holder deposed before its label would take the
+    /// place of a predecessor the operator still waits for.
+    pub fn acknowledgement_owed(&self, pod_name: &str) -> Option<Epoch> {
+        let uid = self.confirmed_pod()?.uid.as_deref();
+        let epoch = self
+            .confirmed_lease()?
+            .acknowledgement_asked_of(pod_name, uid)?;
+        self.marked_leader_at(epoch)
+    }
+
+    /// The epoch at which the member of `pod_name` owes the Lease a renewal: the Lease asks it
+    /// ([`LeaseMarks::renewal_asked_of`]) and the pod carries the leader's marks at that epoch.
+    pub fn renewal_owed(&self, pod_name: &str) -> Option<Epoch> {
+        let epoch = self.confirmed_lease()?.renewal_asked_of(pod_name)?;
+        self.marked_leader_at(epoch)
+    }
+
     /// The oldest confirmation the rule relies on (`None`: something is not confirmed at all).
     fn confirmed_since(&self) -> Option<Instant> {
         let pod = self.pod.as_ref()?.at;

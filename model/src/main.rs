@@ -109,6 +109,11 @@ fn main() -> ExitCode {
         println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
         let (outcome, text) = heartbeat::regressions::replay_restarted_client();
         println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
+        let (outcome, renewed_unlabeled, text) =
+            heartbeat::regressions::replay_successor_deposed_before_its_label();
+        println!(
+            "Heartbeat, a successor deposed before its label: {outcome:?}, renewed unlabeled: {renewed_unlabeled}\n{text}"
+        );
         let (overlap, successor, text) =
             heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
         println!(

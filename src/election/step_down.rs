@@ -71,10 +71,11 @@ pub(super) fn awaited(
     after: Option<&LeaseRecord>,
     leader: Option<&str>,
 ) -> Option<Duration> {
-    let predecessor = after?.predecessor.as_ref().filter(|p| p.pending())?;
-    // The same pod again: one member, which leaves `Leader` at its old epoch before it reports
-    // the new one.
-    if leader? == predecessor.pod {
+    let after = after?;
+    let predecessor = after.predecessor.as_ref().filter(|p| p.pending())?;
+    // The same incarnation again: one member, which leaves `Leader` at its old epoch before it
+    // reports the new one.
+    if predecessor.is_incarnation(leader?, after.holder_uid.as_deref()) {
         return None;
     }
     let already = before.and_then(|l| l.predecessor.as_ref()) == Some(predecessor);

@@ -8,11 +8,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use leadergroup_client::{Membership, Role};
-use leadergroup_operator::crd::{PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for};
-use leadergroup_testenv::{MemberRules, Proxy, api_server_addr, control_plane, member_account};
+use leadergroup_operator::crd::{
+    ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for,
+};
+use leadergroup_testenv::{
+    MemberRules, Proxy, api_server_addr, control_plane, member_account, pods as pod_marks,
+};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -87,6 +92,38 @@ fn never_both(a: &Roles, b: &Roles) {
     }
 }
 
+/// Polls the group's Lease and `pod` until `stop`, and returns the acknowledgements at `epoch`
+/// that were in the Lease while `pod` did not carry the leader's marks at that epoch. The Lease
+/// is read before the pod, and the label comes before the acknowledgement, so an
+/// acknowledgement after the label is never counted.
+async fn acknowledged_unlabeled(
+    leases: Api<Lease>,
+    pods: Api<Pod>,
+    pod: String,
+    epoch: i64,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> usize {
+    let mut early = 0;
+    loop {
+        let lease = leases.get(&lease_name_for("sd")).await.unwrap();
+        let acknowledged = lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(ACKNOWLEDGED_ANNOTATION)
+            .cloned();
+        let marks = pods.get(&pod).await.unwrap();
+        let labeled = pod_marks::is_leader(&marks) && pod_marks::epoch(&marks) == Some(epoch);
+        if acknowledged == Some(epoch.to_string()) && !labeled {
+            early += 1;
+        }
+        tokio::select! {
+            _ = &mut stop => return early,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
 fn leader(epoch: u32) -> Role {
     Role::Leader {
         epoch: epoch.into(),
@@ -133,10 +170,26 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
 
     // The leader cannot hear the API server when it is switched over: its successor starts only
     // once its confirmation has lapsed, and the operator says so in the Lease for it.
+    // The successor, committed in the Lease but not labeled, does not acknowledge yet: deposed
+    // before its label, it would otherwise take the place of the predecessor still waited for.
     proxy.cut();
     let cut = Instant::now();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let early = tokio::spawn(acknowledged_unlabeled(
+        w.ns.api(),
+        w.ns.api(),
+        pods[1].clone(),
+        2,
+        stopped,
+    ));
     let edited = prefer(&pods[1]).await;
     let successor = r1.reached(leader(2), edited, "the successor").await;
+    stop.send(()).unwrap();
+    assert_eq!(
+        early.await.unwrap(),
+        0,
+        "the successor acknowledged before its pod was labeled"
+    );
     let lapsed = r0.reached(Role::Unknown, cut, "the cut-off leader").await;
     eprintln!(
         "step-down: cut-off leader Unknown {:?} after the cut; successor Leader {:?} after the edit",

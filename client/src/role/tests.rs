@@ -386,3 +386,39 @@ fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_it
     belief.lease_seen(Some(acknowledged), t0);
     assert_eq!(belief.role(t0), Role::Leader { epoch: epoch(4) });
 }
+
+#[test]
+fn a_member_owes_its_acknowledgement_and_renewals_only_once_its_pod_carries_the_marks() {
+    let t0 = Instant::now();
+    let readiness = LeaseMarks {
+        acknowledged: None,
+        ..lease(ME, 4)
+    };
+    let heartbeat = LeaseMarks {
+        heartbeat: true,
+        ..readiness.clone()
+    };
+    // Committed in the Lease, the pod not labeled yet (its predecessor is still awaited), or
+    // labeled at an older epoch: nothing owed.
+    for pod in [follower_pod(), leader_pod(3)] {
+        let obs = seen(t0, Some(pod.clone()), Some(readiness.clone()));
+        assert_eq!(obs.acknowledgement_owed(ME), None, "{pod:?}");
+        let obs = seen(t0, Some(pod.clone()), Some(heartbeat.clone()));
+        assert_eq!(obs.renewal_owed(ME), None, "{pod:?}");
+    }
+    // Labeled at the Lease's epoch: owed.
+    let obs = seen(t0, Some(leader_pod(4)), Some(readiness));
+    assert_eq!(obs.acknowledgement_owed(ME), Some(epoch(4)));
+    assert_eq!(
+        obs.renewal_owed(ME),
+        None,
+        "renewals only in Heartbeat mode"
+    );
+    let obs = seen(t0, Some(leader_pod(4)), Some(heartbeat));
+    assert_eq!(obs.renewal_owed(ME), Some(epoch(4)));
+    assert_eq!(
+        obs.acknowledgement_owed(ME),
+        None,
+        "its renewals acknowledge"
+    );
+}

@@ -43,19 +43,15 @@ pub fn read_lease(state: &mut HbState, pod: PodId) {
     }
 }
 
-/// The epoch at which the Lease, as the client last read it, asks it to renew, if it may send a
-/// renewal now (none awaited, none sent this tick, not refused at this version).
+/// The epoch at which the client owes a renewal by the real client's rule (the Lease as it last
+/// read it asks, and its pod as it last read it carries the leader's marks at that epoch), if it
+/// may send one now (none awaited, none sent this tick, not refused at this version).
 pub fn renewable(state: &HbState, pod: PodId) -> Option<leadergroup_client::Epoch> {
     let c = state.clients.get(usize::from(pod))?;
     if c.cut || c.awaiting || c.last_sent == Some(state.now) || c.lease_rv == c.refused_at {
         return None;
     }
-    match &c.belief.observation().lease {
-        leadergroup_client::role::LeaseObservation::Confirmed(confirmed) => {
-            confirmed.state.as_ref()?.renewal_asked_of(&pod_name(pod))
-        }
-        _ => None,
-    }
+    c.belief.observation().renewal_owed(&pod_name(pod))
 }
 
 /// The client sends a renewal of the Lease it read.

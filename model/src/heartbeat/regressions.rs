@@ -6,6 +6,7 @@
 
 use stateright::Model;
 
+use super::client;
 use super::clock::Tick;
 use super::model::{HbAction, HbConfig, HeartbeatModel, believed_leaders, stale_leaders};
 use super::state::HbState;
@@ -213,6 +214,42 @@ pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Op
     (overlap, successor, text)
 }
 
+/// The checker's finding in the step-down itself. p1 leads and is cut off; the user prefers p2,
+/// committed in the Lease at once and labeled only once p1 steps down. p2's client, asked by the
+/// Lease, renews before its pod is labeled, which acknowledges. p2 turns NotReady and is deposed
+/// at once: the Lease then named p2 as the predecessor in p1's place, so nothing waited for p1,
+/// which still believed `Leader@1`. Returns the outcome and whether p2 renewed unlabeled.
+pub fn replay_successor_deposed_before_its_label() -> (HbOutcome, bool, String) {
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 6,
+        ..HbConfig::immediate_handover()
+    });
+    r.renews(0)
+        .act(HbAction::ReadLease(0))
+        .act(HbAction::Cut(0))
+        .act(HbAction::Prefer(1))
+        .operator()
+        .act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1));
+    let renewed_unlabeled = r
+        .states
+        .last()
+        .is_some_and(|s| client::renewable(s, 1).is_some());
+    if renewed_unlabeled {
+        r.act(HbAction::Renew(1));
+        let renewal = r
+            .states
+            .last()
+            .and_then(|s| s.inflight.iter().find(|r| r.pod == 1).cloned());
+        if let Some(renewal) = renewal {
+            r.act(HbAction::Deliver(renewal));
+        }
+    }
+    r.act(HbAction::SetReady(1, false)).operator().wait(5);
+    let (outcome, text) = r.finish();
+    (outcome, renewed_unlabeled, text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +282,17 @@ mod tests {
             text.contains("Lease p2@2"),
             "the Lease is handed over:\n{text}"
         );
+    }
+
+    /// Before the fix (a member acknowledged, or in Heartbeat mode renewed, as soon as the Lease
+    /// named it, and a deposed holder that had acknowledged always became the predecessor),
+    /// this ended in `StaleLeader`: p1 believed `Leader@1` while the Lease waited for p2 only.
+    #[test]
+    fn a_successor_deposed_before_its_label_leaves_the_predecessor_awaited() {
+        let (outcome, renewed_unlabeled, text) = replay_successor_deposed_before_its_label();
+        println!("{text}");
+        assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
+        assert!(!renewed_unlabeled, "p2 renewed before its label:\n{text}");
     }
 
     /// Before the step-down (the operator labeled `p2` in the same pass as the handover), both

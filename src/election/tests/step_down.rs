@@ -284,3 +284,55 @@ fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_
     assert_eq!(p.promote, None);
     assert_eq!(p.commit.and_then(|c| c.predecessor), Some(z));
 }
+
+#[test]
+fn a_holder_that_acknowledged_before_its_label_does_not_replace_a_predecessor_still_waited_for() {
+    // z is still to step down; a holds the Lease at 4, never labeled (its label waited for z),
+    // and its member acknowledged all the same. a turns NotReady: b is committed, and the Lease
+    // still waits for z, the one that may report `Leader`.
+    let z = Predecessor {
+        pod: "z".into(),
+        uid: None,
+        epoch: 3,
+        lease_seconds: 15,
+        stepped_down: false,
+    };
+    let (g, _, _) = converged(4);
+    let pods = vec![
+        PodFixture::new("a", 1).follower().not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let l = owned(&LeaseRecord {
+        acknowledged: true,
+        predecessor: Some(z.clone()),
+        ..record(Some("a"), 4, 999, ME)
+    });
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote, None, "b waits for z");
+    let commit = p.commit.expect("b committed");
+    assert_eq!(commit.holder.as_deref(), Some("b"));
+    assert_eq!(commit.predecessor, Some(z));
+}
+
+#[test]
+fn a_pod_created_again_under_the_predecessors_name_waits_for_the_old_incarnation() {
+    // a led at 4 as uid-a-1 and acknowledged; its pod was deleted at once (forced), and a new pod
+    // a, uid-a-2, is the only candidate. The old incarnation's process may still run: the new one
+    // is labeled only once it has stepped down.
+    let mut g = with_status(group(), Some("a"), 4);
+    if let Some(s) = g.status.as_mut() {
+        s.leader_uid = Some("uid-a-1".into());
+    }
+    let l = owned(&LeaseRecord {
+        acknowledged: true,
+        holder_uid: Some("uid-a-1".into()),
+        ..record(Some("a"), 4, 999, ME)
+    });
+    let pods = vec![PodFixture::new("a", 1).uid("uid-a-2")];
+    let first = plan(decide_with(&g, &pods, Some(&l)));
+    let g = LeaderGroup {
+        status: first.status.clone(),
+        ..g
+    };
+    assert_promoted_after_step_down(&g, &pods, &first, "a", ("a", 5));
+}
