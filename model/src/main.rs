@@ -129,7 +129,7 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Explores `model` depth first, and its report.
+/// Explores `model` (depth first, or breadth first with `--first`), and its report.
 fn explore<M: run::Explained>(model: M, args: &Args) -> String {
     let report = run::check(model.clone(), args.threads, args.search, true, args.timeout);
     run::render(&report, &model)
