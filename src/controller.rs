@@ -342,29 +342,38 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     )
 }
 
-/// Every watch asks the API server to end it after [`WATCH_SECONDS`], and kube-runtime takes a
-/// watch that has carried nothing for that long plus 5 s as dead and starts it again (from its
-/// last resourceVersion: no relist). With kube's default, 290 s, a watch on a half-open
-/// connection (its peer gone without a FIN: a cut network, a stuck middlebox) stays silent for
-/// almost 5 minutes, and every handover waits on the stale cache (tests/it/stalled_watch.rs).
-/// Ending each watch every few seconds costs one request per watch each time.
+/// Every watch asks the API server to end it after [`WATCH_SECONDS`], so that a healthy watch is
+/// never silent for longer, and a silence longer than that and a margin ([`READ_TIMEOUT`]) means
+/// a dead connection: the watch starts again (from its last resourceVersion: no relist). With
+/// kube's default, 290 s, a watch on a half-open connection (its peer gone without a FIN: a cut
+/// network, a stuck middlebox) stays silent for almost 5 minutes, and every handover waits on the
+/// stale cache (tests/it/stalled_watch.rs). Ending each watch every few seconds costs one request
+/// per watch each time.
 fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_SECONDS)
 }
 
-/// How long a watch lasts before the API server ends it (see [`watch_config`]).
-const WATCH_SECONDS: u32 = 10;
+/// How long a watch lasts before the API server ends it (see [`watch_config`]). Short, because a
+/// stalled watch goes unnoticed for as long as this and a margin, and a replica that turns active
+/// meanwhile decides on its stale caches: at 10 s (15 s of silence), a replica whose connections
+/// stalled took the operator Lease back on new connections and left a leader that had turned
+/// NotReady labeled, or named a deleted pod in a re-created Lease, for as long.
+const WATCH_SECONDS: u32 = 2;
 
 /// How long the operator's client waits for the next byte of an answer: the longest a healthy
-/// watch stays silent ([`WATCH_SECONDS`]) and a margin, as kube-runtime's own bound on an open
-/// watch. That bound covers only the stream once open: the request that opens a watch again
-/// (every [`WATCH_SECONDS`]) and the list that starts one have none, and go out on a connection
-/// from the client's pool, which may have gone half-open while it sat idle there. Without this
-/// such a request waited for good, and the caches froze while new connections got through (a
-/// replica deciding on pods long gone; tests/it/stalled_watch.rs). The timer counts from the
-/// request's write, not from when its connection went idle.
+/// watch stays silent ([`WATCH_SECONDS`]) and a margin for a loaded API server. kube-runtime's own
+/// bound on an open watch (its timeout and 5 s) is longer, and covers only the stream once open:
+/// the request that opens a watch again (every [`WATCH_SECONDS`]) and the list that starts one
+/// have none, and go out on a connection from the client's pool, which may have gone half-open
+/// while it sat idle there. Without this such a request waited for good, and the caches froze
+/// while new connections got through (a replica deciding on pods long gone;
+/// tests/it/stalled_watch.rs). The timer counts from the request's write, not from when its
+/// connection went idle.
+const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS as u64 + 2);
+
+/// Bounds every request of the operator's client by [`READ_TIMEOUT`].
 pub fn configure_client(config: &mut kube::Config) {
-    config.read_timeout = Some(Duration::from_secs(u64::from(WATCH_SECONDS) + 5));
+    config.read_timeout = Some(READ_TIMEOUT);
     config.reset_reader_on_write = true;
 }
 
