@@ -8,11 +8,12 @@ use std::time::{Duration, SystemTime};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::candidates::Fault;
 use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Fault, Groups, LEASE_SECONDS, sample};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run, Stamped};
 use crate::scenario::{Context, Outcome, Recorded, Scenario, measuring};
@@ -314,12 +315,12 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     };
     let mut notready = Vec::new();
     for i in spread(ctx.pick(40, 3), |_| 0) {
-        notready.push(groups.handover(&groups.names[i], Fault::NotReady).await?);
+        notready.push(groups.handover(&groups.names[i], Fault::Crash).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let mut deleted = Vec::new();
     for i in spread(ctx.pick(20, 2), |step| step / 2) {
-        deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
+        deleted.push(groups.handover(&groups.names[i], Fault::Graceful).await?);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
