@@ -79,9 +79,7 @@ const OURS: [System; 2] = [
         name: "leadergroup-operator (Readiness)",
         settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
         label: "ours",
-        candidate: Candidate::Agent {
-            liveness: "Readiness",
-        },
+        candidate: Candidate::Agent("Readiness"),
         args: "",
         lease_seconds: 15,
     },
@@ -89,9 +87,7 @@ const OURS: [System; 2] = [
         name: "leadergroup-operator (Heartbeat)",
         settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
         label: "ours-hb",
-        candidate: Candidate::Agent {
-            liveness: "Heartbeat",
-        },
+        candidate: Candidate::Agent("Heartbeat"),
         args: "",
         lease_seconds: 5,
     },
@@ -100,7 +96,7 @@ const OURS: [System; 2] = [
 /// How long a handover of `system` may take before the repetition counts as failed.
 fn bound(system: &System) -> Duration {
     match system.candidate {
-        Candidate::Agent { .. } => Duration::from_secs(60),
+        Candidate::Agent(_) => Duration::from_secs(60),
         _ => Duration::from_secs(15 * 3 + 30),
     }
 }
@@ -202,7 +198,7 @@ impl<'a> World<'a> {
         for system in &OURS[..1 + usize::from(heartbeat)] {
             let label = system.label;
             let mut group = leader_group(label, SYSTEM_LABEL, label, system.lease_seconds)?;
-            if let Candidate::Agent { liveness } = system.candidate {
+            if let Candidate::Agent(liveness) = system.candidate {
                 group.data["spec"]["liveness"] = json!(liveness);
             }
             leader_groups(&ns.client, &ns.name)
@@ -236,7 +232,7 @@ impl<'a> World<'a> {
     fn pod(&self, system: &System, name: &str, node: &str) -> Result<Pod> {
         let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
         let (image, binary) = match system.candidate {
-            Candidate::Agent { .. } => {
+            Candidate::Agent(_) => {
                 let images = [
                     ("AGENT_IMAGE", self.bench.image("agent")),
                     ("WEBAPP_IMAGE", self.bench.image("webapp")),
@@ -283,7 +279,7 @@ impl<'a> World<'a> {
             return Ok(None);
         }
         let agrees = match system.candidate {
-            Candidate::Agent { .. } => settled(&self.client, &self.ns, system.label)
+            Candidate::Agent(_) => settled(&self.client, &self.ns, system.label)
                 .await?
                 .is_ok_and(|s| s.leader == pod),
             _ => Api::<Lease>::namespaced(self.client.clone(), &self.ns)

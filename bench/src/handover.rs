@@ -267,11 +267,7 @@ async fn ours(
     tracing::info!("ours: {reps} {scenario} handovers");
     let before = api_requests(&light.admin).await?;
     let t0 = Instant::now();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        samples.push(groups.handover("g-0", fault).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let samples = groups.handovers(vec![0; reps], fault).await?;
     let seconds = t0.elapsed().as_secs_f64();
     let after = api_requests(&light.admin).await?;
     let calls = rates(&before, &after, seconds, Some(baseline))

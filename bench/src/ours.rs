@@ -133,19 +133,20 @@ impl Groups {
             .count()
     }
 
-    /// A handover of `group` by `fault`: milliseconds until the watch sees another pod labeled
-    /// leader.
-    pub async fn handover(&self, group: &str, fault: Fault) -> Result<f64> {
-        let finish = None;
-        handover(
-            &mut OneGroup {
-                set: self,
-                group,
-                finish,
-            },
-            fault,
-        )
-        .await
+    /// A handover by `fault` of each group `picks` names by its index, 150 ms apart:
+    /// milliseconds until the watch sees another pod labeled leader.
+    pub async fn handovers(
+        &self,
+        picks: impl IntoIterator<Item = usize>,
+        fault: Fault,
+    ) -> Result<Vec<f64>> {
+        let mut samples = Vec::new();
+        for i in picks {
+            let (set, group, finish) = (self, self.names[i].as_str(), None);
+            samples.push(handover(&mut OneGroup { set, group, finish }, fault).await?);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        Ok(samples)
     }
 }
 

@@ -29,7 +29,7 @@ pub enum Candidate {
     Rust,
     /// Ours: the web app with the agent sidecar, in a LeaderGroup of this liveness (end-to-end
     /// only).
-    Agent { liveness: &'static str },
+    Agent(&'static str),
 }
 
 /// One system measured: ours or a peer configuration. A peer runs as candidate processes on the

@@ -313,16 +313,10 @@ async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
         let step = (size / reps.max(1)).max(1);
         (0..reps).map(move |i| (i * step + offset(step)) % size)
     };
-    let mut notready = Vec::new();
-    for i in spread(ctx.pick(40, 3), |_| 0) {
-        notready.push(groups.handover(&groups.names[i], Fault::Crash).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    let mut deleted = Vec::new();
-    for i in spread(ctx.pick(20, 2), |step| step / 2) {
-        deleted.push(groups.handover(&groups.names[i], Fault::Graceful).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let notready = groups.handovers(spread(ctx.pick(40, 3), |_| 0), Fault::Crash);
+    let notready = notready.await?;
+    let deleted = groups.handovers(spread(ctx.pick(20, 2), |step| step / 2), Fault::Graceful);
+    let deleted = deleted.await?;
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);
