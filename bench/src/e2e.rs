@@ -38,6 +38,7 @@ use leadergroup_testenv::{
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::candidates::{Candidates, Fault, Leader, repeat};
 use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
@@ -56,9 +57,6 @@ const CANDIDATES: usize = 3;
 
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
-
-/// The scenarios that run system by system (node loss runs every system in one cut).
-const HANDOVERS: [Scenario; 3] = [Scenario::Graceful, Scenario::Crash, Scenario::Frozen];
 
 /// One end-to-end run: its repetitions, the cluster, the images and the admin client.
 struct Bench<'a> {
@@ -81,9 +79,7 @@ const OURS: [System; 2] = [
         name: "leadergroup-operator (Readiness)",
         settings: "LeaderGroup leaseDurationSeconds 15, liveness Readiness; agent sidecar; web app readiness probe HTTP GET every 1 s, timeout 1 s, failureThreshold 1",
         label: "ours",
-        candidate: Candidate::Agent {
-            liveness: "Readiness",
-        },
+        candidate: Candidate::Agent("Readiness"),
         args: "",
         lease_seconds: 15,
     },
@@ -91,9 +87,7 @@ const OURS: [System; 2] = [
         name: "leadergroup-operator (Heartbeat)",
         settings: "LeaderGroup leaseDurationSeconds 5, liveness Heartbeat (the leader's agent renews every third); agent sidecar",
         label: "ours-hb",
-        candidate: Candidate::Agent {
-            liveness: "Heartbeat",
-        },
+        candidate: Candidate::Agent("Heartbeat"),
         args: "",
         lease_seconds: 5,
     },
@@ -102,61 +96,58 @@ const OURS: [System; 2] = [
 /// How long a handover of `system` may take before the repetition counts as failed.
 fn bound(system: &System) -> Duration {
     match system.candidate {
-        Candidate::Agent { .. } => Duration::from_secs(60),
+        Candidate::Agent(_) => Duration::from_secs(60),
         _ => Duration::from_secs(15 * 3 + 30),
     }
 }
 
-/// The scenarios.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scenario {
-    Graceful,
-    Crash,
-    Frozen,
-    NodeLoss,
+/// An end-to-end scenario: its key, its title, where its clock starts, and its fault (none: the
+/// node loss, which strikes every system in one cut).
+struct Scenario {
+    key: &'static str,
+    title: &'static str,
+    clock_start: &'static str,
+    fault: Option<Fault>,
 }
 
+/// The scenarios: graceful, crash and frozen run system by system, the node loss last.
+const SCENARIOS: [Scenario; 4] = [
+    Scenario {
+        key: "graceful",
+        title: "Graceful: the leader pod deleted, as a rolling update does",
+        clock_start: "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would",
+        fault: Some(Fault::Graceful),
+    },
+    Scenario {
+        key: "crash",
+        title: "Container crash: the leader's process killed",
+        clock_start: "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)",
+        fault: Some(Fault::Crash),
+    },
+    Scenario {
+        key: "frozen",
+        title: "Frozen process: the leader's container stopped (SIGSTOP)",
+        clock_start: "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing",
+        fault: Some(Fault::Frozen),
+    },
+    Scenario {
+        key: "node-loss",
+        title: "Node lost: the leader's node cut off",
+        clock_start: "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut",
+        fault: None,
+    },
+];
+
 impl Scenario {
-    /// Its key, its title, and where its clock starts.
-    fn about(self) -> [&'static str; 3] {
-        match self {
-            Scenario::Graceful => [
-                "graceful",
-                "Graceful: the leader pod deleted, as a rolling update does",
-                "just before the harness sends DELETE for the leader pod (default grace period: the kubelet sends SIGTERM; ours hands over on the deletionTimestamp, the peers release their Lease on SIGTERM). A replacement pod is created on the same node afterwards, as the ReplicaSet would",
-            ],
-            Scenario::Crash => [
-                "crash",
-                "Container crash: the leader's process killed",
-                "just before SIGKILL to the leader's application container through its node's containerd (`ctr task kill`); the kubelet restarts it. Ours: the web app container (the pod turns NotReady once the kubelet sees it dead); peers: the candidate process. Once the new leader acted, the faulted pod is replaced by a fresh one (no restart back-off builds up over the repetitions)",
-            ],
-            Scenario::Frozen => [
-                "frozen",
-                "Frozen process: the leader's container stopped (SIGSTOP)",
-                "just before the leader's application container is frozen (cgroup freezer: every process stopped, as SIGSTOP does); thawed 1 s after the new leader acted, then replaced by a fresh pod. Ours: the web app container, whose readiness probe then fails (the agent sidecar runs on); peers: the candidate process, which stops renewing",
-            ],
-            Scenario::NodeLoss => [
-                "node-loss",
-                "Node lost: the leader's node cut off",
-                "the wall clock `realcluster.sh cut-node 1` prints just before node 1's pods lose every packet (its kubelet and containerd were stopped a moment before; the containers run on). Every system's leader is on node 1 and its two other candidates on node 2; all systems are cut in the same cut",
-            ],
-        }
-    }
-
-    fn key(self) -> &'static str {
-        self.about()[0]
-    }
-
     /// Its results, every system's in `systems`, summarized.
-    fn result(self, mut systems: Vec<SystemResult>) -> ScenarioResult {
-        let [key, title, start] = self.about();
+    fn result(&self, mut systems: Vec<SystemResult>) -> ScenarioResult {
         for s in &mut systems {
             s.summary = summarize(&s.samples_ms);
         }
         ScenarioResult {
-            scenario: key.into(),
-            title: title.into(),
-            clock_start: start.into(),
+            scenario: self.key.into(),
+            title: self.title.into(),
+            clock_start: self.clock_start.into(),
             clock_stop: CLOCK_STOP.into(),
             systems,
         }
@@ -188,13 +179,6 @@ fn read_images(repo: &Path) -> Result<BTreeMap<&'static str, String>> {
         .collect()
 }
 
-/// The leader of a system at rest.
-#[derive(Clone, Debug)]
-struct Leader {
-    identity: String,
-    pod: String,
-}
-
 /// One namespace of candidates and what watches them.
 struct World<'a> {
     bench: &'a Bench<'a>,
@@ -214,7 +198,7 @@ impl<'a> World<'a> {
         for system in &OURS[..1 + usize::from(heartbeat)] {
             let label = system.label;
             let mut group = leader_group(label, SYSTEM_LABEL, label, system.lease_seconds)?;
-            if let Candidate::Agent { liveness } = system.candidate {
+            if let Candidate::Agent(liveness) = system.candidate {
                 group.data["spec"]["liveness"] = json!(liveness);
             }
             leader_groups(&ns.client, &ns.name)
@@ -248,7 +232,7 @@ impl<'a> World<'a> {
     fn pod(&self, system: &System, name: &str, node: &str) -> Result<Pod> {
         let common = [("NAME", name), ("SYSTEM", system.label), ("NODE", node)];
         let (image, binary) = match system.candidate {
-            Candidate::Agent { .. } => {
+            Candidate::Agent(_) => {
                 let images = [
                     ("AGENT_IMAGE", self.bench.image("agent")),
                     ("WEBAPP_IMAGE", self.bench.image("webapp")),
@@ -285,10 +269,8 @@ impl<'a> World<'a> {
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
-        let believers = self
-            .tracker
-            .beliefs
-            .believers(system.label, SystemTime::now());
+        let events = self.tracker.of(system.label);
+        let believers = self.tracker.beliefs.believers(&events, SystemTime::now());
         let [sole] = believers.as_slice() else {
             return Ok(None);
         };
@@ -297,7 +279,7 @@ impl<'a> World<'a> {
             return Ok(None);
         }
         let agrees = match system.candidate {
-            Candidate::Agent { .. } => settled(&self.client, &self.ns, system.label)
+            Candidate::Agent(_) => settled(&self.client, &self.ns, system.label)
                 .await?
                 .is_ok_and(|s| s.leader == pod),
             _ => Api::<Lease>::namespaced(self.client.clone(), &self.ns)
@@ -321,7 +303,7 @@ impl<'a> World<'a> {
         wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
             .await
             .map_err(|e| {
-                let events = self.tracker.beliefs.of(system.label);
+                let events = self.tracker.of(system.label);
                 Error::Other(format!("{e} (events: {events:?})"))
             })
     }
@@ -337,61 +319,81 @@ impl<'a> World<'a> {
         let what = format!("{}: a leader other than {old}", system.name);
         let every = Duration::from_millis(20);
         Ok(wait_until_every(&what, bound, every, || async {
-            let events = self.tracker.beliefs.of(system.label);
+            let events = self.tracker.of(system.label);
             Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
         })
         .await?)
     }
+}
 
-    /// One repetition of `scenario` (not node loss) on `system`: milliseconds from the fault to
-    /// the new leader's application acting. The fault strikes the pod's app container, its only
-    /// one (ours: the web app, the agent being a native sidecar; a peer: its candidate).
-    async fn repetition(&self, system: &System, scenario: Scenario) -> Result<f64> {
-        let old = self.wait_at_rest(system, CANDIDATES).await?;
-        let pod = self.pods.get(&old.pod).await?;
+/// One system's candidates in a [`World`], as a handover drives them. The fault strikes the
+/// leader pod's app container, its only one (ours: the web app, the agent being a native
+/// sidecar; a peer: its candidate); the clock stops when the new leader's application acts.
+struct InWorld<'a> {
+    world: &'a World<'a>,
+    system: &'a System,
+    /// The struck pod's node, and its container while frozen.
+    node: String,
+    frozen: Option<Frozen>,
+}
+
+impl Candidates for InWorld<'_> {
+    async fn leader(&mut self) -> Result<Leader> {
+        self.world.wait_at_rest(self.system, CANDIDATES).await
+    }
+
+    async fn strike(&mut self, old: &Leader, fault: Fault) -> Result<SystemTime> {
+        let world = self.world;
+        let pod = world.pods.get(&old.pod).await?;
         let (Some(node), Some(id)) = (node_of(&pod), container_id(&pod)) else {
             return Err(Error::Other(format!("{}: no started container", old.pod)));
         };
-        let frozen = match scenario {
-            Scenario::Frozen => Some(Frozen::locate(node, &id)?),
+        self.node = node.to_owned();
+        self.frozen = match fault {
+            Fault::Frozen => Some(Frozen::locate(node, &id)?),
             _ => None,
         };
         let t0 = SystemTime::now();
-        self.tracker.beliefs.exclude(&old.identity, t0);
-        match (scenario, &frozen) {
-            (Scenario::Graceful, _) => {
-                self.pods.delete(&old.pod, &DeleteParams::default()).await?;
+        world.tracker.beliefs.exclude(&old.identity, t0);
+        match (fault, &self.frozen) {
+            (Fault::Graceful, _) => drop(world.pods.delete(&old.pod, &Default::default()).await?),
+            (Fault::Crash, _) => {
+                kill_container(&world.bench.cluster.containerd_socket(node)?, &id).await?;
             }
-            (Scenario::Crash, _) => {
-                kill_container(&self.bench.cluster.containerd_socket(node)?, &id).await?;
-            }
-            (_, Some(frozen)) => frozen.freeze()?,
-            _ => {
-                return Err(Error::Other(
-                    "node loss runs for all systems at once".into(),
-                ));
-            }
+            (_, frozen) => frozen.iter().try_for_each(Frozen::freeze)?,
         }
-        let new = self
-            .wait_new_leader(system, &old.identity, t0, bound(system))
-            .await;
-        if let Some(frozen) = frozen {
-            if new.is_ok() {
+        Ok(t0)
+    }
+
+    async fn new_leader(&mut self, old: &Leader, t0: SystemTime) -> Result<SystemTime> {
+        let bound = bound(self.system);
+        self.world
+            .wait_new_leader(self.system, &old.identity, t0, bound)
+            .await
+    }
+
+    async fn recover(&mut self, old: Leader, fault: Fault, handed_over: bool) -> Result<()> {
+        let world = self.world;
+        if let Some(frozen) = self.frozen.take() {
+            if handed_over {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             frozen.thaw()?;
-            self.tracker
+            world
+                .tracker
                 .beliefs
                 .end_exclusion(&old.identity, SystemTime::now());
         }
-        if scenario != Scenario::Graceful {
+        if fault != Fault::Graceful {
             // The faulted pod is replaced by a fresh one once the handover is measured: the
             // kubelet restarts a killed or exited container with a back-off that doubles at each
             // restart, which over the repetitions would only lengthen the waits between them.
-            self.pods.delete(&old.pod, &DeleteParams::default()).await?;
+            world
+                .pods
+                .delete(&old.pod, &DeleteParams::default())
+                .await?;
         }
-        self.add_pods(system, node, 1).await?;
-        Ok(ms_between(t0, new?))
+        world.add_pods(self.system, &self.node, 1).await
     }
 }
 
@@ -437,25 +439,35 @@ async fn run_command(command: std::process::Command) -> Result<()> {
 
 impl World<'_> {
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
-    /// that scenario's); per scenario of [`HANDOVERS`].
+    /// that scenario's); per scenario with a fault.
     async fn handovers(&self, system: &System, reps: usize) -> [SystemResult; 3] {
         let mut out = [(); 3].map(|()| SystemResult::of(system.name, system.settings));
-        for (scenario, c) in HANDOVERS.into_iter().zip(&mut out) {
+        let (node, frozen) = (String::new(), None);
+        let mut candidates = InWorld {
+            world: self,
+            system,
+            node,
+            frozen,
+        };
+        let what = format!("e2e: {}", system.name);
+        for (scenario, result) in SCENARIOS.iter().zip(&mut out) {
             let from = SystemTime::now();
-            for i in 1..=reps {
-                let rep = self.repetition(system, scenario).await;
-                let what = format!("e2e: {} {} #{i}", system.name, scenario.key());
-                if !c.add(&what, rep) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(fault) = scenario.fault {
+                repeat(&mut candidates, fault, reps, &what, result).await;
             }
             // The last handover's other candidates have settled once the system is at rest again.
             let _ = self.wait_at_rest(system, CANDIDATES).await;
-            let beliefs = &self.tracker.beliefs;
-            c.split_brains = beliefs.split_brains(system.label, from, SystemTime::now());
+            result.split_brains = self.split_brains(system, from);
         }
         out
+    }
+
+    /// The split brains of `system` from `from` until now.
+    fn split_brains(&self, system: &System, from: SystemTime) -> u64 {
+        let events = self.tracker.of(system.label);
+        self.tracker
+            .beliefs
+            .split_brains(&events, from, SystemTime::now())
     }
 
     /// Deletes the namespace, not waiting.
@@ -559,7 +571,7 @@ impl Bench<'_> {
     async fn measure(&self) -> Result<E2eResult> {
         let mut per_system = self.handover_runs().await?;
         let mut scenarios: Vec<ScenarioResult> = Vec::new();
-        for (i, scenario) in HANDOVERS.into_iter().enumerate() {
+        for (i, scenario) in SCENARIOS[..3].iter().enumerate() {
             let systems = per_system
                 .iter_mut()
                 .map(|results| std::mem::take(&mut results[i]))
@@ -611,7 +623,7 @@ impl Bench<'_> {
             tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
             self.node_loss(&losses, &mut results).await?;
         }
-        Ok(Scenario::NodeLoss.result(results))
+        Ok(SCENARIOS[3].result(results))
     }
 
     /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
@@ -659,8 +671,7 @@ impl Bench<'_> {
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
         for ((s, at), result) in systems.iter().zip(moved).zip(results) {
-            let beliefs = &world.tracker.beliefs;
-            result.split_brains += beliefs.split_brains(s.label, from, SystemTime::now());
+            result.split_brains += world.split_brains(s, from);
             result.add(
                 &format!("e2e: node loss: {}", s.name),
                 at.map(|at| ms_between(t0, at)),

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::candidates::{Fault, repeat};
+use crate::e2e_results::SystemResult;
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
-use crate::ours::{Fault, Groups};
+use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run, Stamped};
 use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
@@ -66,12 +68,12 @@ struct Measured {
 const SCENARIOS: [(&str, Fault, &str); 2] = [
     (
         "graceful",
-        Fault::Deletion,
+        Fault::Graceful,
         "delete the leader pod; the simulated kubelet removes it 300 ms later; leader label seen by an independent watch",
     ),
     (
         "crash",
-        Fault::NotReady,
+        Fault::Crash,
         "leader pod reported NotReady through pods/status; leader label seen by an independent watch",
     ),
 ];
@@ -224,21 +226,13 @@ async fn peer_handovers(
     group
         .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
-    let mut samples = [Vec::new(), Vec::new()];
-    let mut failures = Vec::new();
-    'scenarios: for (kill, reps, out) in [(false, reps.0, 0), (true, reps.1, 1)] {
-        for _ in 0..reps {
-            match group.handover(kill).await {
-                Ok(ms) => samples[out].push(ms),
-                Err(e) => {
-                    tracing::warn!("peers: {}: {e}", kind.peer.name);
-                    failures.push(e.to_string());
-                    break 'scenarios;
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+    let (peer, what) = (kind.peer, format!("peers: {}", kind.peer.name));
+    let mut out = [(); 2].map(|()| SystemResult::of(peer.name, peer.settings));
+    let [graceful, crash] = &mut out;
+    if repeat(&mut group, Fault::Graceful, reps.0, &what, graceful).await {
+        repeat(&mut group, Fault::Crash, reps.1, &what, crash).await;
     }
+    let failures: Vec<String> = out.iter().flat_map(|r| r.failures.clone()).collect();
     let (name, split_brains) = (kind.peer.name.to_owned(), group.overlaps());
     group.stop().await;
     light.record(|run| {
@@ -248,7 +242,7 @@ async fn peer_handovers(
         }
     });
     tracing::info!("peers: {} done", kind.peer.name);
-    Ok(samples)
+    Ok(out.map(|r| r.samples_ms))
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
@@ -273,11 +267,7 @@ async fn ours(
     tracing::info!("ours: {reps} {scenario} handovers");
     let before = api_requests(&light.admin).await?;
     let t0 = Instant::now();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        samples.push(groups.handover("g-0", fault).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let samples = groups.handovers(vec![0; reps], fault).await?;
     let seconds = t0.elapsed().as_secs_f64();
     let after = api_requests(&light.admin).await?;
     let calls = rates(&before, &after, seconds, Some(baseline))

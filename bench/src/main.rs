@@ -7,6 +7,7 @@
 
 mod app_latency;
 mod burst;
+mod candidates;
 mod e2e;
 mod e2e_results;
 mod error;

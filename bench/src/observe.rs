@@ -3,15 +3,14 @@
 //! watch.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use leadergroup_operator::crd::ROLE_LABEL;
 use leadergroup_testenv::pods::{is_leader, marked_group};
+use leadergroup_testenv::{Seen, Watched};
 
 use crate::error::{Error, Result};
 
@@ -196,65 +195,42 @@ struct LeaderState {
 
 /// Watches the pods of one namespace and records, per group, the pod labeled leader and when the
 /// label was first seen: the clock the operator's handovers are measured with.
-pub struct LeaderWatch {
-    state: Arc<Mutex<LeaderState>>,
-    task: tokio::task::JoinHandle<()>,
-}
+pub struct LeaderWatch(Watched<LeaderState>);
 
 impl LeaderWatch {
     /// Starts watching; returns once the first list is in.
     pub async fn start(client: &Client, namespace: &str) -> Result<LeaderWatch> {
         let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let state = Arc::new(Mutex::new(LeaderState::default()));
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let st = state.clone();
-        let task = tokio::spawn(async move {
-            let mut synced = Some(synced_tx);
-            let config = watcher::Config::default().labels(ROLE_LABEL);
-            let mut stream = watcher(api, config).boxed();
-            while let Some(event) = stream.next().await {
-                let Ok(event) = event else { continue };
-                let now = SystemTime::now();
-                if let Ok(mut s) = st.lock() {
-                    match event {
-                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                            s.apply(&p, now);
-                        }
-                        watcher::Event::Delete(p) => s.remove(&p.name_any()),
-                        watcher::Event::Init => {}
-                        watcher::Event::InitDone => {
-                            if let Some(tx) = synced.take() {
-                                let _ = tx.send(());
-                            }
-                        }
-                    }
-                }
+        let config = watcher::Config::default().labels(ROLE_LABEL);
+        let watched = Watched::new(LeaderState::default()).watch(api, config, |s, seen| {
+            let now = SystemTime::now();
+            match seen {
+                Seen::Listed(pods) => pods.iter().for_each(|p| s.apply(p, now)),
+                Seen::Applied(p) => s.apply(&p, now),
+                Seen::Deleted(p) => s.remove(&p.name_any()),
+                Seen::Relisting | Seen::Failed => {}
             }
         });
-        tokio::time::timeout(Duration::from_secs(60), synced_rx)
-            .await
-            .map_err(|_| Error::Timeout("the leader watch's first list".into()))?
-            .map_err(|_| Error::Other("the leader watch ended".into()))?;
-        Ok(LeaderWatch { state, task })
+        match watched.synced(Duration::from_secs(60)).await {
+            (watched, true) => Ok(LeaderWatch(watched)),
+            _ => Err(Error::Timeout("the leader watch's first list".into())),
+        }
     }
 
     /// The current leader of `group`.
     pub fn leader(&self, group: &str) -> Option<SeenLeader> {
-        self.state
-            .lock()
-            .ok()
-            .and_then(|s| s.leaders.get(group).cloned())
+        self.0.lock().leaders.get(group).cloned()
     }
 
     /// How often two pods of a group were seen labeled leader at once.
     pub fn double_leaders(&self) -> u64 {
-        self.state.lock().map_or(0, |s| s.double_leaders)
+        self.0.lock().double_leaders
     }
 
     /// How often a group's labeled leader changed (to another pod or to none), the first
     /// leaders included: a restart that flaps no label leaves it where it was.
     pub fn leader_changes(&self) -> u64 {
-        self.state.lock().map_or(0, |s| s.leader_changes)
+        self.0.lock().leader_changes
     }
 
     /// Waits until `group` is led by a pod other than `not`.
@@ -283,12 +259,6 @@ pub async fn recheck<T>(
 ) -> Result<T> {
     let poll = || std::future::ready(Ok::<_, Error>(check()));
     Ok(leadergroup_testenv::wait_until_every(what, timeout, RECHECK, poll).await?)
-}
-
-impl Drop for LeaderWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl LeaderState {

@@ -2,6 +2,7 @@
 //! groups of simulated pods it is measured on.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
@@ -10,8 +11,9 @@ use kube::api::PostParams;
 use leadergroup_testenv::crd::{leader_group, leader_groups};
 use leadergroup_testenv::{Kubelet, OperatorProcess};
 
+use crate::candidates::{Candidates, Fault, Leader, handover};
 use crate::error::{Error, Result};
-use crate::observe::{LeaderWatch, ProcSample, SeenLeader, ms_between, proc_sample, recheck};
+use crate::observe::{LeaderWatch, ProcSample, SeenLeader, proc_sample, recheck};
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
@@ -56,17 +58,7 @@ pub struct Groups {
     pub kubelet: Kubelet,
     pub names: Vec<String>,
     pub watch: LeaderWatch,
-    next_pod: std::sync::atomic::AtomicUsize,
-}
-
-/// How a handover of ours is caused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Crash: the leader turns NotReady (and Ready again afterwards: it stays a follower).
-    NotReady,
-    /// Graceful termination: the leader pod is deleted (deletionTimestamp; the simulated kubelet
-    /// removes it shortly after), and a replacement created afterwards, as its ReplicaSet would.
-    Deletion,
+    next_pod: AtomicUsize,
 }
 
 impl Groups {
@@ -110,7 +102,7 @@ impl Groups {
             client: ns.client,
             kubelet,
             names,
-            next_pod: std::sync::atomic::AtomicUsize::new(3),
+            next_pod: AtomicUsize::new(3),
         })
     }
 
@@ -141,41 +133,82 @@ impl Groups {
             .count()
     }
 
-    /// A handover of `group` by `fault`: milliseconds until the watch sees another pod labeled
-    /// leader.
-    pub async fn handover(&self, group: &str, fault: Fault) -> Result<f64> {
-        let old = self
-            .leader(group)
+    /// A handover by `fault` of each group `picks` names by its index, 150 ms apart:
+    /// milliseconds until the watch sees another pod labeled leader.
+    pub async fn handovers(
+        &self,
+        picks: impl IntoIterator<Item = usize>,
+        fault: Fault,
+    ) -> Result<Vec<f64>> {
+        let mut samples = Vec::new();
+        for i in picks {
+            let (set, group, finish) = (self, self.names[i].as_str(), None);
+            samples.push(handover(&mut OneGroup { set, group, finish }, fault).await?);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        Ok(samples)
+    }
+}
+
+/// One group of a [`Groups`], as a handover drives it: a crash turns the leader NotReady, a
+/// graceful exit deletes its pod (the simulated kubelet removes it shortly after) and a
+/// replacement is created afterwards, as its ReplicaSet would.
+struct OneGroup<'a> {
+    set: &'a Groups,
+    group: &'a str,
+    /// The simulated kubelet's removal of a deleted pod.
+    finish: Option<tokio::task::JoinHandle<Result<(), leadergroup_testenv::Error>>>,
+}
+
+impl Candidates for OneGroup<'_> {
+    async fn leader(&mut self) -> Result<Leader> {
+        let group = self.group;
+        let seen = self.set.leader(group);
+        let pod = seen
             .ok_or_else(|| Error::Other(format!("{group} has no leader")))?
             .pod;
-        let t0 = SystemTime::now();
-        let finish = if fault == Fault::NotReady {
-            self.kubelet.set_ready(&old, false).await?;
-            None
-        } else {
-            self.kubelet.begin_termination(&old).await?;
-            let (kubelet, pod) = (self.kubelet.clone(), old.clone());
-            Some(tokio::spawn(async move {
-                tokio::time::sleep(KUBELET_FINISH_AFTER).await;
-                kubelet.finish_termination(&pod).await
-            }))
-        };
-        let new = self.watch.wait_new_leader(group, Some(&old), BOUND).await?;
-        let ms = ms_between(t0, new.at);
-        let Some(finish) = finish else {
-            self.kubelet.set_ready(&old, true).await?;
-            return Ok(ms);
+        let identity = pod.clone();
+        Ok(Leader { identity, pod })
+    }
+
+    async fn strike(&mut self, leader: &Leader, fault: Fault) -> Result<SystemTime> {
+        let (t0, kubelet, pod) = (
+            SystemTime::now(),
+            self.set.kubelet.clone(),
+            leader.pod.clone(),
+        );
+        if fault == Fault::Crash {
+            kubelet.set_ready(&pod, false).await?;
+            return Ok(t0);
+        }
+        kubelet.begin_termination(&pod).await?;
+        self.finish = Some(tokio::spawn(async move {
+            tokio::time::sleep(KUBELET_FINISH_AFTER).await;
+            kubelet.finish_termination(&pod).await
+        }));
+        Ok(t0)
+    }
+
+    async fn new_leader(&mut self, leader: &Leader, _t0: SystemTime) -> Result<SystemTime> {
+        let watch = &self.set.watch;
+        Ok(watch
+            .wait_new_leader(self.group, Some(&leader.pod), BOUND)
+            .await?
+            .at)
+    }
+
+    async fn recover(&mut self, leader: Leader, _: Fault, _: bool) -> Result<()> {
+        let Some(finish) = self.finish.take() else {
+            self.set.kubelet.set_ready(&leader.pod, true).await?;
+            return Ok(());
         };
         finish
             .await
             .map_err(|e| Error::Other(format!("simulated kubelet task: {e}")))??;
-        let n = self
-            .next_pod
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.kubelet
-            .create_ready_pod(&format!("{group}-{n}"), &[("app", group)])
-            .await?;
-        Ok(ms)
+        let n = self.set.next_pod.fetch_add(1, Ordering::Relaxed);
+        let (pod, labels) = (format!("{}-{n}", self.group), [("app", self.group)]);
+        self.set.kubelet.create_ready_pod(&pod, &labels).await?;
+        Ok(())
     }
 }
 

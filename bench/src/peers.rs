@@ -13,6 +13,7 @@ use leadergroup_testenv::{TestNamespace, wait_until_every};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::candidates::{Candidates, Fault, Leader};
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
@@ -28,7 +29,7 @@ pub enum Candidate {
     Rust,
     /// Ours: the web app with the agent sidecar, in a LeaderGroup of this liveness (end-to-end
     /// only).
-    Agent { liveness: &'static str },
+    Agent(&'static str),
 }
 
 /// One system measured: ours or a peer configuration. A peer runs as candidate processes on the
@@ -161,6 +162,8 @@ pub struct PeerGroup {
     groups: usize,
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
+    /// The candidate a handover stopped, until it exits.
+    struck: Option<Child>,
     next: usize,
     /// Per Lease; a candidate a handover stopped is excluded from the signal on: the old leader
     /// is going (SIGTERM: it releases, and may print "stopped" only after a successor started)
@@ -185,6 +188,7 @@ impl PeerGroup {
             groups,
             log_dir: ctx.log_dir.clone(),
             candidates: HashMap::new(),
+            struck: None,
             next: 0,
             events: Beliefs::default(),
         };
@@ -253,9 +257,9 @@ impl PeerGroup {
     pub fn overlaps(&self) -> u64 {
         (0..self.groups)
             .map(|i| {
-                let lease = Self::lease(i);
+                let events = self.events.of(&Self::lease(i));
                 self.events
-                    .split_brains(&lease, UNIX_EPOCH, SystemTime::now())
+                    .split_brains(&events, UNIX_EPOCH, SystemTime::now())
             })
             .sum()
     }
@@ -278,7 +282,9 @@ impl PeerGroup {
                 .get_opt(lease)
                 .await?
                 .and_then(|l| l.spec?.holder_identity);
-            let believers = self.events.believers(lease, SystemTime::now());
+            let believers = self
+                .events
+                .believers(&self.events.of(lease), SystemTime::now());
             Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
         });
         Ok(holder.await?)
@@ -295,38 +301,6 @@ impl PeerGroup {
             })
         })
         .await
-    }
-
-    /// Stops the leader of Lease 0, the candidate its holderIdentity names (`kill`: SIGKILL;
-    /// otherwise SIGTERM), and returns the milliseconds until another candidate printed
-    /// OnStartedLeading. The stopped candidate is replaced by a new process, as a Deployment
-    /// would replace it.
-    pub async fn handover(&mut self, kill: bool) -> Result<f64> {
-        let lease = Self::lease(0);
-        let old = self.holder(&lease).await?;
-        let mut child = self
-            .candidates
-            .remove(&old)
-            .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
-        let t0 = SystemTime::now();
-        self.events.exclude(&old, t0);
-        if kill {
-            let _ = child.start_kill();
-        } else if let Some(pid) = child.id() {
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .map_err(Error::io("kill -TERM"))?;
-        }
-        let bound = self.kind.lease() * 3 + Duration::from_secs(10);
-        let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
-        let new = recheck(&what, bound, || {
-            first_new_leader(&self.events.of(&lease), &old, t0)
-        })
-        .await?;
-        let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
-        self.spawn()?;
-        Ok(crate::observe::ms_between(t0, new.at))
     }
 
     /// The three processes' summed CPU time and memory.
@@ -347,5 +321,54 @@ impl PeerGroup {
         for (_, mut child) in self.candidates.drain() {
             let _ = child.kill().await;
         }
+    }
+}
+
+/// Lease 0's candidates: its leader is the candidate its holderIdentity names; a crash stops it
+/// with SIGKILL, a graceful exit with SIGTERM; the timer stops when another candidate prints
+/// OnStartedLeading; the stopped candidate is replaced by a new process, as a Deployment would
+/// replace it.
+impl Candidates for PeerGroup {
+    async fn leader(&mut self) -> Result<Leader> {
+        let identity = self.holder(&Self::lease(0)).await?;
+        let pod = identity.clone();
+        Ok(Leader { identity, pod })
+    }
+
+    async fn strike(&mut self, leader: &Leader, fault: Fault) -> Result<SystemTime> {
+        let old = &leader.identity;
+        let mut child = self
+            .candidates
+            .remove(old)
+            .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
+        let t0 = SystemTime::now();
+        self.events.exclude(old, t0);
+        if fault == Fault::Crash {
+            let _ = child.start_kill();
+        } else if let Some(pid) = child.id() {
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .map_err(Error::io("kill -TERM"))?;
+        }
+        self.struck = Some(child);
+        Ok(t0)
+    }
+
+    async fn new_leader(&mut self, leader: &Leader, t0: SystemTime) -> Result<SystemTime> {
+        let (lease, old) = (Self::lease(0), &leader.identity);
+        let bound = self.kind.lease() * 3 + Duration::from_secs(10);
+        let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
+        let new = recheck(&what, bound, || {
+            first_new_leader(&self.events.of(&lease), old, t0)
+        });
+        Ok(new.await?.at)
+    }
+
+    async fn recover(&mut self, _: Leader, _: Fault, _: bool) -> Result<()> {
+        if let Some(mut child) = self.struck.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+        }
+        self.spawn()
     }
 }

@@ -8,14 +8,16 @@ use std::time::{Duration, SystemTime};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::candidates::Fault;
 use crate::error::Result;
 use crate::handover::Handover;
 use crate::markdown::{Block, Table, counts, met, ms, spread_row, spread_table};
 use crate::observe::{Steady, is_polling_read, is_write, ms_between, steady_window};
-use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Fault, Groups, LEASE_SECONDS, sample};
+use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Results, Run, Stamped};
 use crate::scenario::{Context, Outcome, Recorded, Scenario, measuring};
+use leadergroup_testenv::OperatorProcess;
 
 /// Our name in the tables.
 pub const OURS: &str = "leadergroup-operator";
@@ -273,55 +275,78 @@ pub fn cost_targets(e: &ScaleEntry, title: impl Fn(&str) -> String) -> Vec<Vec<S
     rows.rows
 }
 
+/// Ours started on `sets`, watching `namespace` (every namespace when None), logging to `log`:
+/// from its start to every group led (NaN when not all were within `bound` of the start) and a
+/// steady window after settling, as an entry; the operator; how many groups were led at the
+/// bound, if not all; the CPU seconds it used until every group was led.
+pub async fn start_ours(
+    ctx: &Context,
+    sets: &[Groups],
+    namespace: Option<&str>,
+    (log, bound, lease_seconds): (&str, Duration, i32),
+) -> Result<(ScaleEntry, OperatorProcess, Option<usize>, f64)> {
+    let light = ctx.light().await?;
+    let baseline = ctx.baseline().await?;
+    let op = ctx.start_operator(namespace, log).await?;
+    let t0 = SystemTime::now() - op.started.elapsed();
+    let mut led = Some(t0);
+    for set in sets {
+        let deadline = bound.saturating_sub(op.started.elapsed());
+        match set.wait_all_led(deadline).await {
+            Ok(at) => led = led.map(|l| l.max(at)),
+            Err(e) => {
+                tracing::warn!("{log}: {e}");
+                led = None;
+                break;
+            }
+        }
+    }
+    let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
+    let (groups, count) = sets
+        .iter()
+        .fold((0, 0), |(n, l), s| (n + s.names.len(), l + s.led()));
+    tracing::info!(
+        "{log}: {count} of {groups} groups led {:.1} s after the start ({converge_cpu_s:.1} CPU s)",
+        op.started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(ctx.settle()).await;
+    let sample = || sample(&op, light.ticks);
+    let steady = steady_window(&light.admin, ctx.window(), Some(baseline), sample).await?;
+    let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
+    let entry = ScaleEntry::new(OURS, groups, to_all_led, &steady, lease_seconds);
+    Ok((entry, op, led.is_none().then_some(count), converge_cpu_s))
+}
+
 /// Ours at `size` groups: to all led, a steady window, then handovers of groups spread over the
 /// size.
 async fn ours_at(ctx: &Context, size: usize) -> Result<ScaleEntry> {
     let light = ctx.light().await?;
-    let baseline = ctx.baseline().await?;
+    // The idle baseline before the groups exist.
+    ctx.baseline().await?;
     let prefix = format!("bench-scale-{size}");
     let groups = Groups::create(&prefix, size, CREATE_CONCURRENCY, LEASE_SECONDS).await?;
     let log = format!("operator-scale-{size}.log");
-    let op = ctx.start_operator(Some(&groups.namespace), &log).await?;
-    let t0 = SystemTime::now() - op.started.elapsed();
-    let window = || {
-        steady_window(&groups.client, ctx.window(), Some(baseline), || {
-            sample(&op, light.ticks)
-        })
-    };
-    let led = match groups.wait_all_led(ALL_LED_BOUND).await {
-        Ok(led) => led,
-        Err(e) => {
-            // Record what the operator managed and what it cost, rather than losing the run.
-            let count = groups.led();
-            tracing::warn!("scale {size}: {e}; {count} of {size} groups led");
-            let steady = window().await?;
-            drop(op);
-            let mut entry = ScaleEntry::new(OURS, size, f64::NAN, &steady, LEASE_SECONDS);
-            entry.note = Some(format!(
-                "not every group was led within {} s: {count} of {size} were; the window was measured while it still converged",
-                ALL_LED_BOUND.as_secs()
-            ));
-            return Ok(entry);
-        }
-    };
-    tokio::time::sleep(ctx.settle()).await;
-    let steady = window().await?;
-    let mut entry = ScaleEntry::new(OURS, size, ms_between(t0, led), &steady, LEASE_SECONDS);
+    let ns = Some(groups.namespace.as_str());
+    let bound = (log.as_str(), ALL_LED_BOUND, LEASE_SECONDS);
+    let (mut entry, op, led_at_bound, _) =
+        start_ours(ctx, std::slice::from_ref(&groups), ns, bound).await?;
+    if let Some(count) = led_at_bound {
+        // Record what the operator managed and what it cost, rather than losing the run.
+        entry.note = Some(format!(
+            "not every group was led within {} s: {count} of {size} were; the window was measured while it still converged",
+            ALL_LED_BOUND.as_secs()
+        ));
+        return Ok(entry);
+    }
     // Groups spread over the size, each handed over once; deletions between the NotReady ones.
     let spread = |reps: usize, offset: fn(usize) -> usize| {
         let step = (size / reps.max(1)).max(1);
         (0..reps).map(move |i| (i * step + offset(step)) % size)
     };
-    let mut notready = Vec::new();
-    for i in spread(ctx.pick(40, 3), |_| 0) {
-        notready.push(groups.handover(&groups.names[i], Fault::NotReady).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    let mut deleted = Vec::new();
-    for i in spread(ctx.pick(20, 2), |step| step / 2) {
-        deleted.push(groups.handover(&groups.names[i], Fault::Deletion).await?);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let notready = groups.handovers(spread(ctx.pick(40, 3), |_| 0), Fault::Crash);
+    let notready = notready.await?;
+    let deleted = groups.handovers(spread(ctx.pick(20, 2), |step| step / 2), Fault::Graceful);
+    let deleted = deleted.await?;
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     entry.peak_rss_mib = sample(&op, light.ticks).peak_rss_mib;
     drop(op);

@@ -7,7 +7,7 @@
 //! change of a leader label the watches saw meanwhile (must both be 0).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
 use kube::Api;
@@ -17,10 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts};
-use crate::observe::{ms_between, steady_window};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Run;
-use crate::scale::{OURS, ScaleEntry, cost_targets};
+use crate::scale::{ScaleEntry, cost_targets, start_ours};
 use crate::scenario::{Context, Recorded, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 
@@ -106,7 +105,8 @@ impl Recorded for ScaleBigResult {
 /// one), their Leases lasting `--lease`.
 async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     let light = ctx.light().await?;
-    let baseline = ctx.baseline().await?;
+    // The idle baseline before the groups exist.
+    ctx.baseline().await?;
     let groups = ctx
         .options
         .scale
@@ -120,21 +120,8 @@ async fn measure(ctx: &Context) -> Result<ScaleBigResult> {
     let create_s = t_create.elapsed().as_secs_f64();
     tracing::info!("scale-10k: created in {create_s:.0} s");
 
-    let op = ctx.start_operator(None, "operator-scale-10k.log").await?;
-    let t0 = SystemTime::now() - op.started.elapsed();
-    let led = all_led(&sets, &op, t0).await;
-    let led_count: usize = sets.iter().map(Groups::led).sum();
-    let to_all_led = led.map_or(f64::NAN, |at| ms_between(t0, at));
-    let converge_cpu_s = sample(&op, light.ticks).cpu_seconds;
-    tracing::info!(
-        "scale-10k: {led_count} of {groups} groups led {:.1} s after the start ({converge_cpu_s:.1} CPU s)",
-        op.started.elapsed().as_secs_f64()
-    );
-    tokio::time::sleep(ctx.settle()).await;
-    let sample = || sample(&op, light.ticks);
-    let steady = steady_window(&light.admin, ctx.window(), Some(baseline), sample).await?;
-    let mut entry = ScaleEntry::new(OURS, groups, to_all_led, &steady, lease_seconds);
-    let led_at_bound = led.is_none().then_some(led_count);
+    let bound = ("operator-scale-10k.log", BOUND, lease_seconds);
+    let (mut entry, op, led_at_bound, converge_cpu_s) = start_ours(ctx, &sets, None, bound).await?;
     if let Some(count) = led_at_bound {
         entry.note = Some(format!(
             "{count} of {groups} groups were led {} s after the start, when the harness stopped waiting; the window measured an operator still converging, and no restart was made",
@@ -186,23 +173,6 @@ async fn create(groups: usize, namespaces: usize, lease_seconds: i32) -> Result<
         async move { Groups::create(&format!("bench-10k-{i}"), count, per_ns, lease_seconds).await }
     }))
     .await
-}
-
-/// When the last group of `sets` was seen led (no earlier than `t0`), or None when not every
-/// group was led within [`BOUND`] of the operator's start.
-async fn all_led(sets: &[Groups], op: &OperatorProcess, t0: SystemTime) -> Option<SystemTime> {
-    let mut led = t0;
-    for set in sets {
-        let deadline = BOUND.saturating_sub(op.started.elapsed());
-        match set.wait_all_led(deadline).await {
-            Ok(at) => led = led.max(at),
-            Err(e) => {
-                tracing::warn!("scale-10k: {e}");
-                return None;
-            }
-        }
-    }
-    Some(led)
 }
 
 /// Kills the operator (SIGKILL) and starts a new process: how long until it is ready and has

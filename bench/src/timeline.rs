@@ -7,14 +7,15 @@
 //! same rules.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use leadergroup_testenv::{RealCluster, read_with_mtime};
+use leadergroup_testenv::pods::node_of;
+use leadergroup_testenv::{FileHistory, RealCluster};
 
 /// The label naming a candidate pod's system (`ours`, `cgd`, ...).
 pub const SYSTEM_LABEL: &str = "bench.leadergroup.io/system";
@@ -46,9 +47,7 @@ struct Believed {
 
 impl Beliefs {
     fn lock(&self) -> std::sync::MutexGuard<'_, Believed> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records `event` under `key`.
@@ -89,14 +88,14 @@ impl Beliefs {
         }
     }
 
-    /// [`believers_at`] `t` among the events of `key`.
-    pub fn believers(&self, key: &str, t: SystemTime) -> Vec<String> {
-        believers_at(&self.of(key), t, &self.lock().excluded)
+    /// [`believers_at`] `t` among `events`.
+    pub fn believers(&self, events: &[Event], t: SystemTime) -> Vec<String> {
+        believers_at(events, t, &self.lock().excluded)
     }
 
-    /// [`split_brains`] within `[from, to]` among the events of `key`.
-    pub fn split_brains(&self, key: &str, from: SystemTime, to: SystemTime) -> u64 {
-        split_brains(&self.of(key), from, to, &self.lock().excluded)
+    /// [`split_brains`] within `[from, to]` among `events`.
+    pub fn split_brains(&self, events: &[Event], from: SystemTime, to: SystemTime) -> u64 {
+        split_brains(events, from, to, &self.lock().excluded)
     }
 }
 
@@ -170,59 +169,6 @@ pub fn first_new_leader(events: &[Event], old: &str, t0: SystemTime) -> Option<E
         .cloned()
 }
 
-/// What a source file is, and how far it was read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// The agent's `role` file (`leader`, `follower` or `unknown`), and the leading state last
-    /// read.
-    RoleFile(Option<bool>),
-    /// A peer's appended stdout, and the bytes consumed.
-    EventLog(usize),
-}
-
-struct Source {
-    system: String,
-    pod: String,
-    path: PathBuf,
-    kind: Kind,
-}
-
-impl Source {
-    fn poll(&mut self) -> Vec<Event> {
-        match &mut self.kind {
-            Kind::RoleFile(last) => {
-                let Ok((at, role)) = read_with_mtime(&self.path) else {
-                    return Vec::new();
-                };
-                let leading = role.trim() == "leader";
-                if last.replace(leading) == Some(leading) {
-                    return Vec::new();
-                }
-                let identity = self.pod.clone();
-                vec![Event {
-                    at,
-                    identity,
-                    leading,
-                }]
-            }
-            Kind::EventLog(consumed) => {
-                let Ok(text) = std::fs::read_to_string(&self.path) else {
-                    return Vec::new();
-                };
-                let Some(end) = text.get(*consumed..).and_then(|fresh| fresh.rfind('\n')) else {
-                    return Vec::new();
-                };
-                let complete = &text[*consumed..=*consumed + end];
-                *consumed += complete.len();
-                complete
-                    .lines()
-                    .filter_map(|l| Some(parse_peer_line(l)?.1))
-                    .collect()
-            }
-        }
-    }
-}
-
 /// A peer candidate's line, `<unix nanoseconds> started|stopped <lease> <identity>`: the Lease
 /// and the event.
 pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
@@ -244,11 +190,23 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
     Some(((*lease).to_owned(), event))
 }
 
-/// Polls the files of every candidate pod of a namespace (the pods listed every second, the
-/// files read every 10 ms) and keeps every event, per system.
+/// Follows the files of every candidate pod of a namespace (the pods listed every second, the
+/// files polled by [`FileHistory`], under their pod's UID); the events of a system are read from
+/// them when asked.
 pub struct Tracker {
     pub beliefs: Beliefs,
+    files: Arc<FileHistory>,
+    pods: Arc<Mutex<Vec<Followed>>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// A candidate pod whose file is followed.
+struct Followed {
+    uid: String,
+    system: String,
+    pod: String,
+    /// It publishes through the agent's `role` file (else: a peer's events file).
+    ours: bool,
 }
 
 /// The agent's volume in our pods, and the peers' events volume (bench/manifests/e2e-*-pod.yaml).
@@ -256,85 +214,79 @@ const AGENT_VOLUME: &str = "leadergroup";
 const EVENTS_VOLUME: &str = "events";
 
 impl Tracker {
-    /// Starts polling; `ours` tells which systems publish through the agent.
+    /// Starts following; `ours` tells which systems publish through the agent.
     pub fn start(pods: Api<Pod>, cluster: PathBuf, ours: fn(&str) -> bool) -> Tracker {
-        let beliefs = Beliefs::default();
-        let record = beliefs.clone();
+        let files = Arc::new(FileHistory::start(Vec::new()));
+        let followed: Arc<Mutex<Vec<Followed>>> = Arc::default();
+        let (add, found) = (Arc::clone(&files), Arc::clone(&followed));
         let task = tokio::spawn(async move {
-            let mut sources: BTreeMap<String, Source> = BTreeMap::new();
-            let mut listed: Option<Instant> = None;
+            let params = ListParams::default().labels(SYSTEM_LABEL);
             loop {
-                if listed.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    listed = Some(Instant::now());
-                    discover(&pods, &cluster, ours, &mut sources).await;
-                }
-                for src in sources.values_mut() {
-                    for e in src.poll() {
-                        tracing_event(&src.system, &src.pod, &e);
-                        record.push(&src.system, e);
+                let listed = pods.list(&params).await.map(|l| l.items);
+                for p in listed.unwrap_or_default() {
+                    let (Some(uid), Some(node), Some(system)) =
+                        (p.uid(), node_of(&p), p.labels().get(SYSTEM_LABEL))
+                    else {
+                        continue;
+                    };
+                    let mut found = found.lock().unwrap_or_else(PoisonError::into_inner);
+                    let (system, ours) = (system.clone(), ours(system));
+                    let (volume, file) = match ours {
+                        true => (AGENT_VOLUME, "role"),
+                        false => (EVENTS_VOLUME, "events.log"),
+                    };
+                    let dir = RealCluster::empty_dir(&cluster, node, &uid, volume);
+                    if let (Ok(dir), false) = (dir, found.iter().any(|f| f.uid == uid)) {
+                        add.add(&uid, dir.join(file));
+                        let pod = p.name_any();
+                        found.push(Followed {
+                            uid,
+                            system,
+                            pod,
+                            ours,
+                        });
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
-        Tracker { beliefs, task }
-    }
-}
-
-/// Adds a source for every candidate pod of `pods` not followed yet (`ours` tells which
-/// systems publish through the agent).
-async fn discover(
-    pods: &Api<Pod>,
-    cluster: &Path,
-    ours: fn(&str) -> bool,
-    sources: &mut BTreeMap<String, Source>,
-) {
-    let params = ListParams::default().labels(SYSTEM_LABEL);
-    let Ok(list) = pods.list(&params).await else {
-        return;
-    };
-    for p in list.items {
-        let (Some(uid), Some(node), Some(system)) = (
-            p.uid(),
-            p.spec.as_ref().and_then(|s| s.node_name.clone()),
-            p.labels().get(SYSTEM_LABEL).cloned(),
-        ) else {
-            continue;
-        };
-        if sources.contains_key(&uid) {
-            continue;
+        let (beliefs, pods) = (Beliefs::default(), followed);
+        Tracker {
+            beliefs,
+            files,
+            pods,
+            task,
         }
-        let (kind, volume, file) = if ours(&system) {
-            (Kind::RoleFile(None), AGENT_VOLUME, "role")
-        } else {
-            (Kind::EventLog(0), EVENTS_VOLUME, "events.log")
-        };
-        let Ok(dir) = RealCluster::empty_dir(cluster, &node, &uid, volume) else {
-            continue;
-        };
-        let path = dir.join(file);
-        let pod = p.name_any();
-        let source = Source {
-            system,
-            pod,
-            path,
-            kind,
-        };
-        sources.insert(uid, source);
     }
-}
 
-/// Verbose runs (`LEADERGROUP_BENCH_TRACE=1`) print every event as it is read.
-fn tracing_event(system: &str, pod: &str, e: &Event) {
-    if std::env::var_os("LEADERGROUP_BENCH_TRACE").is_some() {
-        let t = jiff::Timestamp::try_from(e.at)
-            .map(|t| t.strftime("%H:%M:%S%.3f").to_string())
-            .unwrap_or_default();
-        tracing::info!(
-            "  {system} {pod}: {} {} at {t}",
-            e.identity,
-            if e.leading { "leads" } else { "does not lead" }
-        );
+    /// Every change of belief of `system`'s candidates so far, by time: ours from each version
+    /// of the `role` file that changed whether it reads `leader`; a peer from every complete
+    /// line of its events file.
+    pub fn of(&self, system: &str) -> Vec<Event> {
+        let pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut events = Vec::new();
+        for Followed { uid, pod, ours, .. } in pods.iter().filter(|f| f.system == system) {
+            let history = self.files.history(uid);
+            if *ours {
+                let mut last = None;
+                for (at, role) in history {
+                    let leading = role.trim() == "leader";
+                    if last.replace(leading) != Some(leading) {
+                        let identity = pod.clone();
+                        events.push(Event {
+                            at,
+                            identity,
+                            leading,
+                        });
+                    }
+                }
+            } else if let Some((_, text)) = history.last() {
+                let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
+                events.extend(complete.lines().filter_map(|l| Some(parse_peer_line(l)?.1)));
+            }
+        }
+        events.sort_by_key(|e| e.at);
+        events
     }
 }
 
@@ -369,14 +321,15 @@ mod tests {
             beliefs.push(key, e);
         }
         beliefs.push("y", ev(0, "c", true));
-        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 1);
+        let (x, y) = (beliefs.of("x"), beliefs.of("y"));
+        assert_eq!(beliefs.split_brains(&x, at(0), at(300)), 1);
         beliefs.exclude("a", at(100));
-        assert_eq!(beliefs.split_brains("x", at(0), at(300)), 0);
-        assert_eq!(beliefs.believers("x", at(210)), vec!["b"]);
-        assert_eq!(beliefs.believers("y", at(210)), vec!["c"]);
+        assert_eq!(beliefs.split_brains(&x, at(0), at(300)), 0);
+        assert_eq!(beliefs.believers(&x, at(210)), vec!["b"]);
+        assert_eq!(beliefs.believers(&y, at(210)), vec!["c"]);
         beliefs.end_exclusion("a", at(250));
-        assert_eq!(beliefs.believers("x", at(260)), vec!["a", "b"]);
-        assert_eq!(beliefs.of("x").len(), 2);
+        assert_eq!(beliefs.believers(&x, at(260)), vec!["a", "b"]);
+        assert_eq!(x.len(), 2);
     }
 
     #[test]

@@ -8,20 +8,19 @@
 mod order;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use leadergroup_client::wire::{EPOCH_ANNOTATION, LEASE_PREFIX, ROLE_LEADER};
-use serde::de::DeserializeOwned;
 
 use crate::crd::leader_groups;
 pub use crate::pods::{eligible, ready};
 use crate::pods::{epoch, marked_group, role};
+use crate::watch::{Seen, Watched};
 use order::{OrderLog, Record, revision};
 
 /// How long [`InvariantWatcher::start`] waits for the watches' first lists.
@@ -36,8 +35,7 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// [`InvariantWatcher::start_with_candidates`], also every interval a group went without an
 /// eligible leader while it had an eligible candidate (what I4 bounds).
 pub struct InvariantWatcher {
-    state: Arc<Mutex<Recorded>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    watched: Watched<Recorded>,
 }
 
 /// What the watcher knows of one pod: its role label, its group annotation, its epoch.
@@ -106,37 +104,34 @@ impl InvariantWatcher {
         namespace: &str,
         candidate_label: Option<String>,
     ) -> InvariantWatcher {
-        let state = Arc::new(Mutex::new(Recorded {
+        let recorded = Recorded {
             candidate_label,
             ..Recorded::default()
-        }));
-        let (pods, pods_synced) = watch(
-            Api::<Pod>::namespaced(client.clone(), namespace),
-            Arc::clone(&state),
-            Recorded::pods_event,
-        );
-        let (leases, leases_synced) = watch(
-            Api::<Lease>::namespaced(client.clone(), namespace),
-            Arc::clone(&state),
-            |r: &mut Recorded, event: Seen<Lease>| {
-                r.record_event(Record::Lease, event, lease_naming)
-            },
-        );
-        let (groups, groups_synced) = watch(
-            leader_groups(client, namespace),
-            Arc::clone(&state),
-            |r: &mut Recorded, event: Seen<DynamicObject>| {
-                r.record_event(Record::Status, event, status_naming)
-            },
-        );
-        let _ = tokio::time::timeout(SYNC_TIMEOUT, async {
-            let _ = tokio::join!(pods_synced, leases_synced, groups_synced);
-        })
-        .await;
-        InvariantWatcher {
-            state,
-            tasks: vec![pods, leases, groups],
-        }
+        };
+        let config = watcher::Config::default;
+        let (watched, _) = Watched::new(recorded)
+            .watch(
+                Api::<Pod>::namespaced(client.clone(), namespace),
+                config(),
+                Recorded::pods_event,
+            )
+            .watch(
+                Api::<Lease>::namespaced(client.clone(), namespace),
+                config(),
+                |r: &mut Recorded, event: Seen<Lease>| {
+                    r.record_event(Record::Lease, event, lease_naming)
+                },
+            )
+            .watch(
+                leader_groups(client, namespace),
+                config(),
+                |r: &mut Recorded, event: Seen<DynamicObject>| {
+                    r.record_event(Record::Status, event, status_naming)
+                },
+            )
+            .synced(SYNC_TIMEOUT)
+            .await;
+        InvariantWatcher { watched }
     }
 
     /// Declares that the test itself writes the leader marks of `pod` at `epoch` (a forgery the
@@ -162,7 +157,7 @@ impl InvariantWatcher {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.watched.lock()
     }
 
     /// The violations seen so far, the (pod, epoch) sequence of leaders, and how many pod events
@@ -208,79 +203,6 @@ impl InvariantWatcher {
         }
         leaders
     }
-}
-
-impl Drop for InvariantWatcher {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
-/// What a watch delivered, with a list (the first one, or a relist after the watch broke or
-/// expired) gathered into one state of the API server.
-enum Seen<K> {
-    /// A list starts.
-    Relisting,
-    /// A list, whole.
-    Listed(Vec<K>),
-    /// An object created or changed.
-    Applied(K),
-    /// An object deleted (its last state).
-    Deleted(K),
-    /// An error instead of an event.
-    Failed,
-}
-
-/// Watches `api` (with a backoff: through an API server restart, errors come back at once) and
-/// hands every delivery to `on` under the lock; the receiver fires after the first list.
-fn watch<K>(
-    api: Api<K>,
-    state: Arc<Mutex<Recorded>>,
-    on: impl Fn(&mut Recorded, Seen<K>) + Send + 'static,
-) -> (
-    tokio::task::JoinHandle<()>,
-    tokio::sync::oneshot::Receiver<()>,
-)
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Clone + Eq + std::hash::Hash,
-{
-    use futures::StreamExt;
-    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut synced = Some(synced_tx);
-        let mut stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        let mut listing: Option<Vec<K>> = None;
-        while let Some(event) = stream.next().await {
-            let seen = match event {
-                Err(_) => Seen::Failed,
-                Ok(watcher::Event::Apply(o)) => Seen::Applied(o),
-                Ok(watcher::Event::Delete(o)) => Seen::Deleted(o),
-                Ok(watcher::Event::Init) => {
-                    listing = Some(Vec::new());
-                    Seen::Relisting
-                }
-                Ok(watcher::Event::InitApply(o)) => {
-                    listing.get_or_insert_default().push(o);
-                    continue;
-                }
-                Ok(watcher::Event::InitDone) => Seen::Listed(listing.take().unwrap_or_default()),
-            };
-            let listed = matches!(seen, Seen::Listed(_));
-            on(
-                &mut state.lock().unwrap_or_else(PoisonError::into_inner),
-                seen,
-            );
-            if listed && let Some(tx) = synced.take() {
-                let _ = tx.send(());
-            }
-        }
-    });
-    (task, synced_rx)
 }
 
 /// The (group, holder, epoch) a group's Lease names, if it is one and names a holder at an epoch.

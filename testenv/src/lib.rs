@@ -24,6 +24,7 @@ mod containers;
 mod controlplane;
 pub mod crd;
 mod error;
+mod files;
 #[cfg(feature = "gc-pause")]
 pub mod gc_pause;
 mod held;
@@ -42,6 +43,7 @@ mod settled;
 pub mod stats;
 mod tools;
 mod wait;
+mod watch;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
 pub use containers::{Frozen, freezer_state, kill_container};
@@ -51,6 +53,7 @@ pub use controlplane::{
 };
 pub use crd::install_crd;
 pub use error::Error;
+pub use files::{FileHistory, Version};
 pub use held::{HeldRequests, HoldRule};
 pub use invariants::{Gap, InvariantWatcher};
 pub use kubelet::{Kubelet, NODE_NAME};
@@ -63,12 +66,11 @@ pub use operator::{OperatorLaunch, OperatorProcess, free_port};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use private::PrivateCluster;
 pub use proxy::{Proxy, api_server_addr};
-pub use realcluster::{
-    OPERATOR_NAMESPACE, OPERATOR_RELEASE, RealCluster, Undo, node_ready, read_with_mtime,
-};
+pub use realcluster::{OPERATOR_NAMESPACE, OPERATOR_RELEASE, RealCluster, Undo, node_ready};
 pub use settled::{Settled, judge_settled, settled, wait_settled};
 pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until, wait_until_every};
+pub use watch::{Seen, Watched};
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

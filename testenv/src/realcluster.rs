@@ -226,18 +226,6 @@ impl Drop for Undo {
     }
 }
 
-/// A file's mtime and contents, read through one open file so the two belong together: an agent
-/// writes its `role` file to a temporary name and renames it, so the mtime is when it wrote the
-/// new role, just before it published it.
-pub fn read_with_mtime(path: &Path) -> std::io::Result<(SystemTime, String)> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mtime = file.metadata()?.modified()?;
-    let mut contents = String::new();
-    file.read_to_string(&mut contents)?;
-    Ok((mtime, contents))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

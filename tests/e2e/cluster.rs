@@ -8,10 +8,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
@@ -25,8 +23,8 @@ pub use leadergroup_testenv::Settled;
 use leadergroup_testenv::pods::{container_id, is_leader};
 pub use leadergroup_testenv::pods::{container_running, ready as is_ready, restarts, role};
 use leadergroup_testenv::{
-    ControlPlane, Frozen, InvariantWatcher, RealCluster, TestNamespace, Undo, e2e_cluster, run_ok,
-    wait_until,
+    ControlPlane, Frozen, InvariantWatcher, RealCluster, Seen, TestNamespace, Undo, Watched,
+    e2e_cluster, run_ok, wait_until,
 };
 use serde_json::json;
 
@@ -630,10 +628,7 @@ pub struct Move {
 
 /// Every state of a kind of object a watch delivered, in order, with the moment it arrived
 /// (and whether it was a deletion).
-pub struct WatchLog<K> {
-    events: Arc<Mutex<Vec<(Instant, K, bool)>>>,
-    task: tokio::task::JoinHandle<()>,
-}
+pub struct WatchLog<K: Send + 'static>(Watched<Vec<(Instant, K, bool)>>);
 
 /// Every pod state a watch of a namespace delivered.
 pub type PodLog = WatchLog<Pod>;
@@ -647,49 +642,33 @@ where
         + Send
         + Sync
         + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
 {
     /// Starts watching; returns once the first list arrived.
     pub async fn start(api: Api<K>) -> WatchLog<K> {
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let log = events.clone();
-        let task = tokio::spawn(async move {
-            let mut tx = Some(tx);
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
-            while let Some(event) = stream.next().await {
-                let Ok(event) = event else { continue };
-                let now = Instant::now();
-                match event {
-                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                        log.lock().unwrap().push((now, o, false));
-                    }
-                    watcher::Event::Delete(o) => log.lock().unwrap().push((now, o, true)),
-                    watcher::Event::Init => {}
-                    watcher::Event::InitDone => {
-                        if let Some(tx) = tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                }
+        let log = Watched::new(Vec::new()).watch(api, watcher::Config::default(), |log, seen| {
+            let now = Instant::now();
+            match seen {
+                Seen::Listed(all) => log.extend(all.into_iter().map(|o| (now, o, false))),
+                Seen::Applied(o) => log.push((now, o, false)),
+                Seen::Deleted(o) => log.push((now, o, true)),
+                Seen::Relisting | Seen::Failed => {}
             }
         });
-        tokio::time::timeout(CONVERGE, rx)
-            .await
-            .expect("the watch delivered its first list")
-            .unwrap();
-        WatchLog { events, task }
+        let (log, synced) = log.synced(CONVERGE).await;
+        assert!(synced, "the watch delivered its first list");
+        WatchLog(log)
     }
 
     /// Every state the watch delivered, with its arrival and whether it was a deletion.
     pub fn events(&self) -> Vec<(Instant, K, bool)> {
-        self.events.lock().unwrap().clone()
+        self.0.lock().clone()
     }
 
     /// Every state of `name` the watch delivered (deletions left out), with its arrival.
     pub fn states_of(&self, name: &str) -> Vec<(Instant, K)> {
-        self.events
+        self.0
             .lock()
-            .unwrap()
             .iter()
             .filter(|(_, o, deleted)| !deleted && o.meta().name.as_deref() == Some(name))
             .map(|(t, o, _)| (*t, o.clone()))
@@ -700,9 +679,8 @@ where
 impl PodLog {
     /// When the watch first showed `pod` labeled leader after `after`.
     pub fn leader_seen(&self, pod: &str, after: Instant) -> Option<Instant> {
-        self.events
+        self.0
             .lock()
-            .unwrap()
             .iter()
             .find(|(t, p, deleted)| *t >= after && !deleted && p.name_any() == pod && is_leader(p))
             .map(|(t, _, _)| *t)
@@ -710,7 +688,7 @@ impl PodLog {
 
     /// Every change of leader the watch showed, in order.
     pub fn moves(&self) -> Vec<Move> {
-        let events = self.events.lock().unwrap();
+        let events = self.0.lock();
         let mut latest: std::collections::BTreeMap<String, Pod> = Default::default();
         let mut gone: std::collections::BTreeMap<String, Pod> = Default::default();
         let mut leader: Option<String> = None;
@@ -738,12 +716,6 @@ impl PodLog {
             }
         }
         moves
-    }
-}
-
-impl<K> Drop for WatchLog<K> {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -23,9 +23,6 @@
 //! (c), and to the `role` files' mtimes (b). The active operator replica is moved off node 1 first:
 //! what is measured is the groups' failover, not the operator's own.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -37,8 +34,7 @@ use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
 use leadergroup_operator::election::LATE_STEP_DOWN;
 use leadergroup_testenv::{
-    InvariantWatcher, RealCluster, TestNamespace, read_with_mtime, run_ok, wait_for_object,
-    wait_until,
+    FileHistory, InvariantWatcher, RealCluster, TestNamespace, run_ok, wait_for_object, wait_until,
 };
 use serde_json::json;
 
@@ -122,70 +118,6 @@ fn example_pod_template() -> serde_json::Value {
     let deployment: Deployment =
         serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     serde_json::to_value(deployment.spec.template).unwrap()
-}
-
-/// One version of a `role` file: its mtime and contents.
-type Version = (SystemTime, String);
-
-/// Polls the agents' `role` files from the host (each pod's emptyDir lives under its node's
-/// kubelet root dir) every 10 ms, and keeps every change seen: (mtime, contents), read through
-/// one open file so the two belong together. The mtime is the kernel's clock, the one the cut was
-/// timed on; the agent writes a temporary file and renames it, so the mtime is when it wrote the
-/// new role, just before it published it.
-struct RoleFiles {
-    seen: Arc<Mutex<BTreeMap<String, Vec<Version>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RoleFiles {
-    fn start(files: Vec<(String, PathBuf)>) -> RoleFiles {
-        let seen = Arc::new(Mutex::new(BTreeMap::new()));
-        let record = seen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                for (pod, path) in &files {
-                    let Ok(read) = read_with_mtime(path) else {
-                        continue;
-                    };
-                    let mut seen = record.lock().unwrap();
-                    let history: &mut Vec<Version> = seen.entry(pod.clone()).or_default();
-                    if history.last() != Some(&read) {
-                        history.push(read);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-        RoleFiles { seen, task }
-    }
-
-    /// The mtime of the first version of `pod`'s file that read `role`, written after `after`.
-    fn first(&self, pod: &str, role: &str, after: SystemTime) -> Option<SystemTime> {
-        self.history(pod)
-            .into_iter()
-            .find(|(t, r)| *t >= after && r == role)
-            .map(|(t, _)| t)
-    }
-
-    /// What `pod`'s file last read.
-    fn last(&self, pod: &str) -> Option<String> {
-        self.history(pod).pop().map(|(_, r)| r)
-    }
-
-    fn history(&self, pod: &str) -> Vec<Version> {
-        self.seen
-            .lock()
-            .unwrap()
-            .get(pod)
-            .cloned()
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for RoleFiles {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// The groups' status and the pods, for failure messages.
@@ -418,7 +350,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
             .unwrap()
             .join("role")
     };
-    let files = RoleFiles::start(vec![
+    let files = FileHistory::start(vec![
         (old_heartbeat.clone(), role_file(&old[1])),
         (new_heartbeat.clone(), role_file(&new[1])),
     ]);

@@ -80,12 +80,22 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn terminated() {
+/// Waits for SIGTERM, then tells every Lease's task to stop (releasing what it holds) and waits
+/// for them.
+async fn until_terminated(
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> Result<(), String> {
     if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         term.recv().await;
     } else {
         std::future::pending::<()>().await;
     }
+    let _ = stop.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
 }
 
 async fn run_kle(a: &Args) -> Result<(), String> {
@@ -135,12 +145,7 @@ async fn run_kle(a: &Args) -> Result<(), String> {
             }
         }));
     }
-    terminated().await;
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(())
+    until_terminated(stop_tx, tasks).await
 }
 
 async fn run_klm(a: &Args) -> Result<(), String> {
@@ -185,10 +190,5 @@ async fn run_klm(a: &Args) -> Result<(), String> {
             }
         }));
     }
-    terminated().await;
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(())
+    until_terminated(stop_tx, tasks).await
 }
