@@ -103,6 +103,18 @@ impl Replay {
         self
     }
 
+    /// p1's client renews, believes `Leader@1` and is cut off; the user prefers p2, which the
+    /// operator commits at once; p2's client reads its pod and the Lease.
+    fn switchover_from_a_cut_off_leader(&mut self) -> &mut Self {
+        self.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::Prefer(1))
+            .operator()
+            .act(HbAction::ReadPod(1))
+            .act(HbAction::ReadLease(1))
+    }
+
     /// `pod`'s client reads its pod and the Lease, renews, and its renewal lands.
     fn renews(&mut self, pod: PodId) -> &mut Self {
         self.act(HbAction::ReadPod(pod))
@@ -187,13 +199,7 @@ pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Op
             }
         }
     };
-    r.renews(0)
-        .act(HbAction::ReadLease(0))
-        .act(HbAction::Cut(0))
-        .act(HbAction::Prefer(1))
-        .operator()
-        .act(HbAction::ReadPod(1))
-        .act(HbAction::ReadLease(1));
+    r.switchover_from_a_cut_off_leader();
     note(&r, &mut successor);
     for _ in 0..6 {
         r.act(HbAction::Tick).operator();
@@ -224,13 +230,7 @@ pub fn replay_successor_deposed_before_its_label() -> (HbOutcome, bool, String) 
         max_ticks: 6,
         ..HbConfig::immediate_handover()
     });
-    r.renews(0)
-        .act(HbAction::ReadLease(0))
-        .act(HbAction::Cut(0))
-        .act(HbAction::Prefer(1))
-        .operator()
-        .act(HbAction::ReadPod(1))
-        .act(HbAction::ReadLease(1));
+    r.switchover_from_a_cut_off_leader();
     let renewed_unlabeled = r
         .states
         .last()

@@ -269,13 +269,7 @@ fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_
 
     // An acknowledged predecessor z still to step down, then a holder b without a member deposed
     // at once: z is still waited for.
-    let z = Predecessor {
-        pod: "z".into(),
-        uid: None,
-        epoch: 3,
-        lease_seconds: 15,
-        stepped_down: false,
-    };
+    let z = pending_z();
     let l = owned(&LeaseRecord {
         predecessor: Some(z.clone()),
         ..record(Some("a"), 4, 999, ME)
@@ -290,13 +284,7 @@ fn a_holder_that_acknowledged_before_its_label_does_not_replace_a_predecessor_st
     // z is still to step down; a holds the Lease at 4, never labeled (its label waited for z),
     // and its member acknowledged all the same. a turns NotReady: b is committed, and the Lease
     // still waits for z, the one that may report `Leader`.
-    let z = Predecessor {
-        pod: "z".into(),
-        uid: None,
-        epoch: 3,
-        lease_seconds: 15,
-        stepped_down: false,
-    };
+    let z = pending_z();
     let (g, _, _) = converged(4);
     let pods = vec![
         PodFixture::new("a", 1).follower().not_ready(),
@@ -335,4 +323,15 @@ fn a_pod_created_again_under_the_predecessors_name_waits_for_the_old_incarnation
         ..g
     };
     assert_promoted_after_step_down(&g, &pods, &first, "a", ("a", 5));
+}
+
+/// An acknowledged predecessor `z`, at 3, still to step down.
+fn pending_z() -> Predecessor {
+    Predecessor {
+        pod: "z".into(),
+        uid: None,
+        epoch: 3,
+        lease_seconds: 15,
+        stepped_down: false,
+    }
 }
