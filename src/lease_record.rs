@@ -50,6 +50,10 @@ pub struct LeaseRecord {
     pub predecessor: Option<Predecessor>,
 }
 
+/// The predecessor named in a Lease created again after it was deleted with the one it named:
+/// not a pod name (those allow no parentheses), so no member is ever asked to step down for it.
+pub const UNKNOWN_PREDECESSOR: &str = "(unknown)";
+
 /// The previous holder of a group's Lease, and whether it is known to no longer report `Leader`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Predecessor {

@@ -12,7 +12,8 @@ use kube::ResourceExt;
 
 use super::Observation;
 use super::commit::until;
-use crate::lease_record::{LeaseRecord, Predecessor};
+use crate::lease_record::{LeaseRecord, Predecessor, UNKNOWN_PREDECESSOR};
+use crate::marks;
 
 /// The predecessor the Lease names after a decision that gives it to `leader` (at a new epoch when
 /// `minted`), with what the operator knows of its step-down; `lapsed` is the holder whose
@@ -24,7 +25,9 @@ pub(super) fn predecessor(
     minted: bool,
     lapsed: Option<&str>,
 ) -> Option<Predecessor> {
-    let lease = lease?;
+    let Some(lease) = lease else {
+        return lost_with_the_lease(obs);
+    };
     let deposed_now = lease.holder.is_some() && (lease.holder.as_deref() != leader || minted);
     let mut predecessor = if deposed_now {
         lease.predecessor_after_holder()?
@@ -35,6 +38,32 @@ pub(super) fn predecessor(
         predecessor.stepped_down = true;
     }
     Some(predecessor)
+}
+
+/// The predecessor to name in a Lease created again after it was deleted (by hand: the operator
+/// never deletes one), which took the predecessor it named with it. When the group has had a
+/// leader and its last one does not carry the leader's marks at its epoch (committed and not yet
+/// labeled, or nobody leading since), one may still be waited for: an unknown one is named, which
+/// no member can step down for, so the next leader is labeled once a confirmation has lapsed, as
+/// after a cut-off predecessor. A last leader that carries its marks was labeled after every
+/// earlier step-down, so nothing is waited for.
+fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
+    let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
+    let group = obs.group.name_any();
+    let labeled = status.leader.as_deref().is_some_and(|leader| {
+        obs.pods.iter().any(|p| {
+            p.name_any() == leader
+                && marks::leads_for(p, &group)
+                && marks::epoch(p) == Some(status.epoch)
+        })
+    });
+    (!labeled).then(|| Predecessor {
+        pod: UNKNOWN_PREDECESSOR.to_string(),
+        uid: None,
+        epoch: status.epoch,
+        lease_seconds: obs.group.spec.lease_duration_seconds,
+        stepped_down: false,
+    })
 }
 
 /// Whether the operator knows, without its member's word, that the predecessor no longer reports

@@ -130,44 +130,72 @@ fn leader(epoch: u32) -> Role {
     }
 }
 
+/// Two pods in group `sd`, each running `Membership` (the first through a proxy the test cuts),
+/// the operator, and the first pod leading at 1.
+struct Switchover {
+    w: World,
+    pods: Vec<String>,
+    proxy: Proxy,
+    _members: (Membership, Membership),
+    roles: (Roles, Roles),
+    invariants: InvariantWatcher,
+    _operator: Operator,
+}
+
+impl Switchover {
+    async fn start(name: &str) -> Switchover {
+        let w = World::new(name).await;
+        let pods = w.ordered_ready_pods("app", 2, "sd").await;
+        let cp = control_plane().await.unwrap();
+        let token = member_account(&w.ns, "member", "sd", MemberRules::DOCUMENTED)
+            .await
+            .unwrap();
+        let proxy = Proxy::start(api_server_addr().await.unwrap())
+            .await
+            .unwrap();
+        let via_proxy = cp
+            .client_with_token_via(&token, Some(proxy.addr))
+            .await
+            .unwrap();
+        let direct = cp.client_with_token(&token).await.unwrap();
+        let m0 = Membership::start(via_proxy, &w.ns.name, &pods[0], Some("sd".into()));
+        let m1 = Membership::start(direct, &w.ns.name, &pods[1], Some("sd".into()));
+        let roles = (Roles::follow(&m0), Roles::follow(&m1));
+        let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
+        let operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+        let mut g = group("sd", "sd");
+        g.spec.lease_duration_seconds = DURATION_SECS;
+        w.groups.create(&Default::default(), &g).await.unwrap();
+        let start = Instant::now();
+        roles.0.reached(leader(1), start, "the first leader").await;
+        Switchover {
+            w,
+            pods,
+            proxy,
+            _members: (m0, m1),
+            roles,
+            invariants,
+            _operator: operator,
+        }
+    }
+
+    /// Sets `spec.preferredLeader`, and returns when.
+    async fn prefer(&self, pod: &str) -> Instant {
+        let patch = json!({"spec": {"preferredLeader": pod}});
+        self.w
+            .groups
+            .patch("sd", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        Instant::now()
+    }
+}
+
 #[tokio::test]
 async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmation_to_lapse() {
-    let w = World::new("step-down").await;
-    let pods = w.ordered_ready_pods("app", 2, "sd").await;
-    let cp = control_plane().await.unwrap();
-    let token = member_account(&w.ns, "member", "sd", MemberRules::DOCUMENTED)
-        .await
-        .unwrap();
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let via_proxy = cp
-        .client_with_token_via(&token, Some(proxy.addr))
-        .await
-        .unwrap();
-    let direct = cp.client_with_token(&token).await.unwrap();
-    let m0 = Membership::start(via_proxy, &w.ns.name, &pods[0], Some("sd".into()));
-    let m1 = Membership::start(direct, &w.ns.name, &pods[1], Some("sd".into()));
-    let (r0, r1) = (Roles::follow(&m0), Roles::follow(&m1));
-    let invariants = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let _operator = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
-    let mut g = group("sd", "sd");
-    g.spec.lease_duration_seconds = DURATION_SECS;
-    w.groups.create(&Default::default(), &g).await.unwrap();
-    let start = Instant::now();
-    r0.reached(leader(1), start, "the first leader").await;
-    let prefer = |pod: &str| {
-        let groups = w.groups.clone();
-        let patch = json!({"spec": {"preferredLeader": pod}});
-        async move {
-            groups
-                .patch("sd", &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-            Instant::now()
-        }
-    };
-
+    let s = Switchover::start("step-down").await;
+    let (w, pods, proxy) = (&s.w, &s.pods, &s.proxy);
+    let (r0, r1) = (&s.roles.0, &s.roles.1);
     // The leader cannot hear the API server when it is switched over: its successor starts only
     // once its confirmation has lapsed, and the operator says so in the Lease for it.
     // The successor, committed in the Lease but not labeled, does not acknowledge yet: deposed
@@ -182,7 +210,7 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
         2,
         stopped,
     ));
-    let edited = prefer(&pods[1]).await;
+    let edited = s.prefer(&pods[1]).await;
     let successor = r1.reached(leader(2), edited, "the successor").await;
     stop.send(()).unwrap();
     assert_eq!(
@@ -202,7 +230,7 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
         lapsed - successor
     );
     assert!(successor - edited >= VALIDITY - Duration::from_millis(300));
-    never_both(&r0, &r1);
+    never_both(r0, r1);
     let leases: Api<Lease> = w.ns.api();
     let lease = leases.get(&lease_name_for("sd")).await.unwrap();
     let annotations = lease.metadata.annotations.unwrap_or_default();
@@ -217,7 +245,7 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
     proxy.heal();
     r0.reached(Role::Follower, healed, "the old leader, reconnected")
         .await;
-    let edited = prefer(&pods[0]).await;
+    let edited = s.prefer(&pods[0]).await;
     let back = r0
         .reached(leader(3), edited, "the first leader again")
         .await;
@@ -230,7 +258,42 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
         "waited {:?}: as long as a lapse",
         back - edited
     );
-    never_both(&r0, &r1);
-    invariants.assert_held().await;
-    drop((m0, m1));
+    never_both(r0, r1);
+    s.invariants.assert_held().await;
+}
+
+/// The Lease is deleted by hand while the successor waits for the cut-off leader's step-down,
+/// and the predecessor it named goes with it: created again, the Lease still keeps the successor
+/// from being labeled until the old leader's confirmation has lapsed.
+#[tokio::test]
+async fn a_lease_deleted_while_the_successor_waits_keeps_it_waiting() {
+    let s = Switchover::start("step-down-deleted").await;
+    let (r0, r1) = (&s.roles.0, &s.roles.1);
+    let leases: Api<Lease> = s.w.ns.api();
+    s.proxy.cut();
+    let cut = Instant::now();
+    let edited = s.prefer(&s.pods[1]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lease = leases.get(&lease_name_for("sd")).await.unwrap();
+        let holder = lease.spec.and_then(|spec| spec.holder_identity);
+        if holder.as_ref() == Some(&s.pods[1]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the successor never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    leases
+        .delete(&lease_name_for("sd"), &Default::default())
+        .await
+        .unwrap();
+    let successor = r1.reached(leader(2), edited, "the successor").await;
+    let lapsed = r0.reached(Role::Unknown, cut, "the cut-off leader").await;
+    assert!(
+        lapsed <= successor,
+        "the successor led {:?} before the old leader stopped",
+        lapsed - successor
+    );
+    never_both(r0, r1);
+    s.invariants.assert_held().await;
 }

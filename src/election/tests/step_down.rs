@@ -335,3 +335,58 @@ fn pending_z() -> Predecessor {
         stepped_down: false,
     }
 }
+
+#[test]
+fn a_lease_deleted_while_a_step_down_is_awaited_is_created_again_still_waiting() {
+    // b was committed at 5 and not labeled yet (it waited for a's step-down) when the Lease was
+    // deleted by hand, and the predecessor with it: the Lease comes back naming an unknown
+    // predecessor, and b is labeled only once a confirmation has lapsed.
+    let g = with_status(group(), Some("b"), 5);
+    let pods = vec![
+        PodFixture::new("a", 1).follower().not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let p = plan(decide_with(&g, &pods, None));
+    assert_eq!(p.promote, None, "b waits");
+    let created = p.commit.expect("the Lease created again");
+    let unknown = created.predecessor.clone().expect("a predecessor");
+    assert_eq!(
+        (unknown.pod.as_str(), unknown.pending()),
+        (crate::lease_record::UNKNOWN_PREDECESSOR, true)
+    );
+    // Two thirds of the Lease after this replica saw it created, b is labeled.
+    let g = LeaderGroup {
+        status: p.status.or(g.status),
+        ..g
+    };
+    let created = owned(&created);
+    let later = plan(decide_seen(
+        &g,
+        &[],
+        &pods,
+        Some(&created),
+        seen_at(980, None),
+        ME,
+    ));
+    assert_eq!(
+        later.promote.map(|p| p.pod).as_deref(),
+        Some(created_holder(&created))
+    );
+}
+
+#[test]
+fn a_lease_deleted_under_a_labeled_leader_is_created_again_with_nothing_to_wait_for() {
+    let (g, pods, _) = converged(4);
+    let p = plan(decide_with(&g, &pods, None));
+    let created = p.commit.expect("the Lease created again");
+    assert_eq!(created.predecessor, None);
+}
+
+/// The holder a Lease names.
+fn created_holder(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or_default()
+}
