@@ -22,6 +22,7 @@ mod scale;
 mod scale_10k;
 mod scenario;
 mod timeline;
+mod traffic;
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,7 @@ const SCENARIOS: &[&Scenario] = &[
     &scale::SCALE,
     &scale_10k::SCALE_10K,
     &e2e::E2E,
+    &traffic::TRAFFIC,
 ];
 
 /// `--only` values that measure nothing: the page's tables again from bench/results.

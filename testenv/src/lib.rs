@@ -41,6 +41,7 @@ mod realcluster;
 mod settled;
 pub mod stats;
 mod tools;
+pub mod traffic_timings;
 mod wait;
 
 pub use active::{ActiveMonitor, Overlap, ReadyzAddr, readyz_role};
