@@ -26,7 +26,7 @@ help:
 	@echo "make it-oldest         the same on the oldest supported Kubernetes minor's kube-apiserver (controlplane/build-oldest.sh)"
 	@echo "make e2e               (root) the end-to-end tests on a real cluster it starts and always stops"
 	@echo "make e2e-traffic       (root) the traffic tests alone (Label, EndpointSlice, the agent's proxy; make e2e runs them too)"
-	@echo "make e2e-traffic-timings (root) the leader deleted again and again: the time to the new leader's first answer through the ClusterIP"
+	@echo "make e2e-traffic-timings (root) the leader deleted or its container killed, again and again: the time to the new leader's first answer through the ClusterIP (bench/results/traffic.json)"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
 	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
 	@echo "make chaos             11,000 seeded faults against two operator replicas and the pods' Memberships (~0.3-0.5 s a fault with the machine's load): docs/chaos.md"
@@ -36,7 +36,7 @@ help:
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
 	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
 	@echo "make bench             (root for the first part) bench-e2e, then bench-api: docs/benchmarks.md, bench/results/*.json, plots"
-	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build)"
+	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build), then the traffic timings per kube-proxy setting"
 	@echo "make fmt | lint        rustfmt | clippy -D warnings and shellcheck on every shell script"
 	@echo "make unit              the unit tests (make check runs them): libraries, binaries, doc tests, the ledger example"
 	@echo "make check-deps        install what make check needs beyond Rust (shellcheck, PyYAML; root or sudo)"
@@ -240,10 +240,15 @@ bench-api: bench-venv
 # starts a real cluster in target/bench-e2e-cluster (Kubernetes' default 50 s
 # node-monitor-grace-period; E2E_BENCH_GRACE to change it) and always stops it (its own guard, and
 # this trap should the harness be killed). Writes bench/results/e2e.json, target/bench-logs/e2e.md,
-# the end-to-end section of docs/benchmarks.md and docs/benchmarks-e2e.png. Without root it is
-# skipped with a message (the page keeps the last end-to-end run).
+# the end-to-end section of docs/benchmarks.md and docs/benchmarks-e2e.png. Then the traffic
+# path: make e2e-traffic-timings once per kube-proxy setting of TRAFFIC_PROXY_SETTINGS (each a
+# cluster of its own), which writes bench/results/traffic.json, and its table into the page.
+# Without root it is skipped with a message (the page keeps the last end-to-end run).
 E2E_BENCH_CLUSTER := $(CURDIR)/target/bench-e2e-cluster
 E2E_BENCH_GRACE ?= 50
+# The kube-proxy settings of the traffic timings, as `realcluster.sh up` arguments, one per line
+# of the table: iptables default, nftables default, iptables with a 100 ms minSyncPeriod.
+TRAFFIC_PROXY_SETTINGS := '' '--proxy-mode nftables' '--proxy-min-sync-period 100ms'
 bench-e2e: bench-venv
 	@if [[ $$(id -u) != 0 ]]; then echo "bench-e2e: skipped: the real cluster needs root (the page keeps bench/results/e2e.json's run)"; exit 0; fi; \
 	controlplane/node-deps.sh; controlplane/node-build.sh >/dev/null; \
@@ -252,6 +257,10 @@ bench-e2e: bench-venv
 	trap 'controlplane/realcluster.sh down --dir "$(E2E_BENCH_CLUSTER)"' EXIT; \
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench --only e2e --grace $(E2E_BENCH_GRACE) $(BENCH_ARGS); \
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR) e2e
+	@# Lines of their own: make runs a line that calls $$(MAKE) even under -n.
+	@if [[ $$(id -u) == 0 ]]; then for args in $(TRAFFIC_PROXY_SETTINGS); do \
+	  $(MAKE) --no-print-directory e2e-traffic-timings E2E_CLUSTER_ARGS="$$args"; done; fi
+	@if [[ $$(id -u) == 0 ]]; then target/release/leadergroup-bench --only page; fi
 
 # The model checker's larger configuration (docs/model.md), explored depth first in a release
 # build for 15 minutes at most (it is too large to exhaust in that time: the report says so);
@@ -300,9 +309,11 @@ E2E_THREADS ?= 1
 E2E_FILTER ?=
 E2E_CLUSTER_ARGS ?=
 # The traffic tests alone (tests/e2e/traffic.rs: Label, EndpointSlice, the agent's proxy; part of
-# make e2e too), and the pod-deleted fault measured (traffic::timings_*, ignored by make e2e:
-# LEADERGROUP_TRAFFIC_ROUNDS deletions per route, the median printed; with E2E_CLUSTER_ARGS, under
-# kube-proxy's other settings).
+# make e2e too), and the pod-deleted and container-killed faults measured (traffic::timings_*,
+# ignored by make e2e: LEADERGROUP_TRAFFIC_ROUNDS rounds per route and fault, 5 by default; with
+# E2E_CLUSTER_ARGS, under kube-proxy's other settings). The timings replace their kube-proxy
+# setting's entries in bench/results/traffic.json (make bench-e2e runs every setting, then
+# rewrites the page's table).
 .PHONY: e2e-traffic e2e-traffic-timings
 e2e-traffic: E2E_FILTER = traffic::
 e2e-traffic: e2e

@@ -23,6 +23,7 @@ mod scale;
 mod scale_10k;
 mod scenario;
 mod timeline;
+mod traffic;
 
 use std::path::{Path, PathBuf};
 
@@ -44,6 +45,7 @@ const SCENARIOS: &[&Scenario] = &[
     &scale::SCALE,
     &scale_10k::SCALE_10K,
     &e2e::E2E,
+    &traffic::TRAFFIC,
 ];
 
 /// `--only` values that measure nothing: the page's tables again from bench/results.

@@ -42,6 +42,7 @@ mod realcluster;
 mod settled;
 pub mod stats;
 mod tools;
+pub mod traffic_timings;
 mod wait;
 mod watch;
 

@@ -1,8 +1,8 @@
 //! The traffic path on real nodes: clients on the host reach the leader through the group's own
 //! Service (`spec.service`) by its ClusterIP, through kube-proxy, while the leader is replaced by
 //! a rolling update, frozen (its application's container stopped by the cgroup freezer: the
-//! agent, a sidecar, answers on), lost with its node (`realcluster.sh cut-node`), or deleted.
-//! Three routes:
+//! agent, a sidecar, answers on), lost with its node (`realcluster.sh cut-node`), deleted, or
+//! its application's container killed (the agent answers on). Three routes:
 //!
 //! - `Label`: the Service selects the leader label;
 //! - `EndpointSlice`: the operator writes the Service's one endpoint itself;
@@ -14,13 +14,17 @@
 //! Two clients ask every 5 ms during the fault: one opens a new connection per request, one keeps
 //! its connection open (and opens another only when it fails). Asserted: the new leader answers
 //! new connections, and the keep-alive client through the proxy; once a client has had the new
-//! leader's answer, no other pod answers it, through the proxy (both clients) and through the
-//! EndpointSlice mode for new connections ([`deposed_answers`]). A keep-alive connection to a
-//! deposed leader outside the proxy is kept by conntrack: its answers are printed, not asserted.
+//! leader's answer, no other pod answers it, through the proxy (both clients: the keep-alive
+//! client's answers count from the new leader's first answer to either, [`deposed_kept`]) and
+//! through the EndpointSlice mode for new connections ([`deposed_answers`]). A keep-alive
+//! connection to a deposed leader outside the proxy is kept by conntrack: its answers are
+//! printed, not asserted.
 //! Each test prints the new-connection client's answers from the fault on, pod by pod.
 //!
-//! `timings_*` (ignored; `make e2e-traffic-timings`) delete the leader again and again and print
-//! the time from each deletion to the new leader's first answer, and the median.
+//! `timings_*` (ignored; `make e2e-traffic-timings`) delete the leader, or kill its application's
+//! container, again and again ([`timings`]): the time from each fault to the new leader's first
+//! answer for both clients, and the answers a deposed pod gave them, printed and recorded in
+//! `bench/results/traffic.json` for the benchmarks page.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,6 +38,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::stats::Summary;
+use leadergroup_testenv::traffic_timings::{Entry, TrafficTimings};
 use leadergroup_testenv::{
     InvariantWatcher, Settled, TestNamespace, Undo, wait_settled, wait_until,
 };
@@ -43,7 +48,7 @@ use tokio::net::TcpStream;
 
 use crate::agents::{AGENT_IMAGE, MEMBER, agent_env, member_account};
 use crate::cluster::{
-    APP, CONVERGE, Cluster, PODS, WatchLog, create, node_of, wait_pods_ready_where,
+    APP, CONVERGE, Cluster, PODS, WatchLog, create, node_of, repo_root, wait_pods_ready_where,
     webapp_container,
 };
 
@@ -111,6 +116,15 @@ impl Route {
             Route::Label | Route::EndpointSlice => 8686,
         }
     }
+
+    /// Its name in the timings' table.
+    fn name(self) -> &'static str {
+        match self {
+            Route::Label => "Label",
+            Route::EndpointSlice => "EndpointSlice",
+            Route::Proxy => "agent proxy",
+        }
+    }
 }
 
 /// The fault that replaces the leader.
@@ -120,6 +134,22 @@ enum Fault {
     Frozen,
     CutNode,
     PodDeleted,
+    /// The application's container killed (SIGKILL through its node's containerd): the pod
+    /// turns NotReady once the kubelet sees it dead, and the agent sidecar runs on.
+    ContainerKilled,
+}
+
+impl Fault {
+    /// Its name in the timings' table.
+    fn name(self) -> &'static str {
+        match self {
+            Fault::RollingUpdate => "rolling update",
+            Fault::Frozen => "container frozen",
+            Fault::CutNode => "node cut off",
+            Fault::PodDeleted => "pod deleted",
+            Fault::ContainerKilled => "container killed",
+        }
+    }
 }
 
 /// One answer: when its request was sent and when it arrived, the role and epoch the answering
@@ -133,6 +163,8 @@ struct Answer {
     /// The answering agent's incarnation (its version's first part, its start time): one per
     /// agent process, so it tells the pods apart behind the ClusterIP.
     agent: String,
+    /// Whether the keep-alive client heard it.
+    kept: bool,
 }
 
 impl Answer {
@@ -145,6 +177,7 @@ impl Answer {
             role: v["role"].as_str()?.to_owned(),
             epoch: v["epoch"].as_i64(),
             agent: v["version"].as_str()?.split('-').next()?.to_owned(),
+            kept: false,
         })
     }
 
@@ -186,7 +219,10 @@ impl Client {
             if keep_alive {
                 let mut kept: Option<BufReader<TcpStream>> = None;
                 loop {
-                    let asked = ask_kept(addr, &mut kept).await.ok_or("failed");
+                    let asked = ask_kept(addr, &mut kept)
+                        .await
+                        .map(|a| Answer { kept: true, ..a })
+                        .ok_or("failed");
                     record.lock().unwrap().record(asked);
                     tokio::time::sleep(PACE).await;
                 }
@@ -352,6 +388,18 @@ fn deposed_answers(answers: &[Answer]) -> Vec<Answer> {
             !current && !successor && a.agent != n.agent
         })
         .cloned()
+        .collect()
+}
+
+/// The keep-alive client's answers by another pod than the newest leader heard through the
+/// Service on either client: [`deposed_answers`] of both clients' answers, the keep-alive
+/// client's. Its own connection may stay on a deposed pod (conntrack keeps the flow) after the
+/// new-connection client already reached the new leader: those answers count.
+fn deposed_kept(fresh: &[Answer], kept: &[Answer]) -> Vec<Answer> {
+    let both: Vec<Answer> = fresh.iter().chain(kept).cloned().collect();
+    deposed_answers(&both)
+        .into_iter()
+        .filter(|a| a.kept)
         .collect()
 }
 
@@ -562,6 +610,8 @@ struct Traffic {
     _ns_guard: Undo,
     watch: InvariantWatcher,
     pods: Api<Pod>,
+    /// The Service's ClusterIP and port.
+    addr: SocketAddr,
     fresh: Client,
     kept: Client,
     census: Census,
@@ -591,6 +641,7 @@ impl Traffic {
         let t = Traffic {
             fresh: Client::start(addr, false),
             kept: Client::start(addr, true),
+            addr,
             c,
             ns,
             _ns_guard: ns_guard,
@@ -648,6 +699,19 @@ impl Traffic {
             .delete(from, &DeleteParams::default())
             .await
             .unwrap();
+        let from = from.to_owned();
+        let next = self
+            .settled("another leader", move |s| s.leader != from)
+            .await;
+        (at, next)
+    }
+
+    /// Kills the leader `from`'s application container and waits until another pod leads. The
+    /// clock starts just before the kill.
+    async fn kill_leader(&self, from: &str) -> (Instant, Settled) {
+        let pod = self.pods.get(from).await.unwrap();
+        let at = Instant::now();
+        self.c.kill_container(&pod).await;
         let from = from.to_owned();
         let next = self
             .settled("another leader", move |s| s.leader != from)
@@ -737,6 +801,11 @@ async fn scenario(route: Route, fault: Fault) {
             fault_at = at;
             next
         }
+        Fault::ContainerKilled => {
+            let (at, next) = t.kill_leader(&first.leader).await;
+            fault_at = at;
+            next
+        }
     };
     // A keep-alive connection outside the proxy may stay on the deposed leader for as long as it
     // answers (conntrack keeps the flow): only the proxy's is awaited on the new leader.
@@ -746,12 +815,12 @@ async fn scenario(route: Route, fault: Fault) {
     t.census.take(&t.pods, route).await;
     let (fresh_answers, kept_answers) = (t.fresh.answers(), t.kept.answers());
     let deposed_fresh = deposed_answers(&fresh_answers);
-    let deposed_kept = deposed_answers(&kept_answers);
+    let deposed_kept = deposed_kept(&fresh_answers, &kept_answers);
     println!(
         "traffic {route:?} {fault:?}: {} -> {} (epoch {} -> {}); fault -> first answer by the new \
          leader: new connections {:.0} ms, keep-alive {:.0} ms (NaN: still on the deposed pod); \
-         answers by another pod after the newest leader's: new connections {} of {}, keep-alive \
-         {} of {}\nnew connections from the fault (ms from the new leader's first answer):\n{}",
+         answers by another pod after the newest leader's first through the Service: new \
+         connections {} of {}, keep-alive {} of {}\nnew connections from the fault (ms from the new leader's first answer):\n{}",
         first.leader,
         last.leader,
         first.epoch,
@@ -789,46 +858,108 @@ async fn scenario(route: Route, fault: Fault) {
     );
 }
 
-/// How many leader deletions [`pod_deleted_timings`] makes per route.
+/// How many rounds [`timings`] makes.
 const ROUNDS_ENV: &str = "LEADERGROUP_TRAFFIC_ROUNDS";
+/// How long after the fault [`timings`] waits for the keep-alive client to reach the new leader:
+/// past the deleted pod's drain (its agent, a sidecar, stops after the application).
+const KEEP_ALIVE_BOUND: Duration = Duration::from_secs(6);
 
-/// The pod-deleted fault again and again: the leader deleted, the time until the new leader's
-/// first answer to a new connection through the ClusterIP, then the Deployment's replacement
-/// Ready and the cluster left quiet (no change of endpoints) for [`QUIET`] before the next one.
-/// The clock starts just before the delete request leaves the test and stops when the client
-/// has read the new leader's answer (role leader at the new epoch). Prints each time and the
-/// median; asserts the same as [`scenario`] on every round.
-async fn pod_deleted_timings(route: Route) {
+/// A fault again and again (the pod deleted, or its application's container killed), with both
+/// clients asking: the time from the fault to the new leader's first answer through the
+/// ClusterIP on a new connection, and on a keep-alive connection opened to the leader before the
+/// fault; and the answers another pod gave each client after the new leader's first through the
+/// Service ([`deposed_answers`], [`deposed_kept`]). Before each round the faulted pod's
+/// replacement is Ready (a killed container's pod is deleted: no restart back-off builds up), the
+/// cluster has been left without a change of endpoints for [`QUIET`], and the keep-alive
+/// client's connection is a new one to the current leader. The clocks start just before the
+/// delete request leaves the test, or just before the kill; they stop when a client has read the
+/// new leader's answer (role leader at the new epoch). Prints each round and the medians,
+/// records them in `bench/results/traffic.json` ([`TrafficTimings::record`]) under the cluster's
+/// kube-proxy setting, and asserts the same as [`scenario`] on every round.
+async fn timings(route: Route, fault: Fault) {
     let rounds: usize = std::env::var(ROUNDS_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let (mut t, mut leader) = Traffic::start(route, Fault::PodDeleted).await;
-    let mut times = Vec::new();
+    let (mut t, mut leader) = Traffic::start(route, fault).await;
+    let (kube_proxy, cluster_args) = kube_proxy_setting(t.c.dir());
+    let mut entry = Entry {
+        fault: fault.name().into(),
+        kube_proxy,
+        route: route.name().into(),
+        started_at: jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        command: format!("make e2e-traffic-timings {cluster_args}")
+            .trim_end()
+            .to_owned(),
+        keep_alive_bound_ms: KEEP_ALIVE_BOUND.as_secs_f64() * 1e3,
+        ..Entry::default()
+    };
     for round in 0..rounds {
         tokio::time::sleep(QUIET).await;
-        let (at, next) = t.delete_leader(&leader.leader).await;
+        t.kept = Client::start(t.addr, true);
+        let opened = Instant::now();
+        wait_until("the keep-alive client on the leader", CONVERGE, || async {
+            Ok::<_, String>(t.kept.first_leading_in(leader.epoch, opened))
+        })
+        .await
+        .unwrap();
+        entry.load_average.push(load_average());
+        let (at, next) = match fault {
+            Fault::ContainerKilled => t.kill_leader(&leader.leader).await,
+            _ => t.delete_leader(&leader.leader).await,
+        };
         let (answered, _) = t.answered(next.epoch, at, false).await;
-        let ms = (answered - at).as_secs_f64() * 1e3;
-        times.push(ms);
+        let kept_at = wait_until(
+            "the keep-alive client on the new leader",
+            KEEP_ALIVE_BOUND.saturating_sub(at.elapsed()),
+            || async { Ok::<_, String>(t.kept.first_leading_in(next.epoch, at)) },
+        )
+        .await
+        .ok();
+        let window_end = at + KEEP_ALIVE_BOUND;
+        tokio::time::sleep_until(window_end.into()).await;
+        let (fresh, kept) = (t.fresh.answers(), t.kept.answers());
+        let in_round = |a: &Answer| a.sent >= at && a.sent < window_end;
+        let deposed: Vec<_> = deposed_answers(&fresh)
+            .into_iter()
+            .filter(in_round)
+            .collect();
+        let deposed_on_kept: Vec<_> = deposed_kept(&fresh, &kept)
+            .into_iter()
+            .filter(in_round)
+            .collect();
+        let ms = |t: Instant| (t - at).as_secs_f64() * 1e3;
+        entry.new_connection_ms.push(ms(answered));
+        entry.keep_alive_ms.push(kept_at.map(ms));
+        entry.deposed_new_connection.push(deposed.len());
+        entry.deposed_keep_alive.push(deposed_on_kept.len());
+        if matches!(fault, Fault::ContainerKilled) {
+            t.pods
+                .delete(&leader.leader, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
         wait_pods_ready_where(&t.pods, 3, "3 Ready pods", |p| {
             p.metadata.deletion_timestamp.is_none()
         })
         .await;
         t.census.take(&t.pods, route).await;
-        let fresh = t.fresh.answers();
-        let deposed: Vec<_> = deposed_answers(&fresh)
-            .into_iter()
-            .filter(|a| a.at >= at)
-            .collect();
         println!(
-            "traffic {route:?} PodDeleted round {round}: {} -> {} (epoch {} -> {}): {ms:.0} ms; \
-             new-connection answers by another pod after the newest leader's: {}\n{}",
+            "traffic {route:?} {fault:?} round {round}: {} -> {} (epoch {} -> {}): new \
+             connections {:.0} ms, keep-alive {:.0} ms (NaN: still on the deposed pod after {} \
+             s); answers by another pod after the new leader's first: new connections {}, \
+             keep-alive {}\n{}",
             leader.leader,
             next.leader,
             leader.epoch,
             next.epoch,
+            ms(answered),
+            kept_at.map_or(f64::NAN, ms),
+            KEEP_ALIVE_BOUND.as_secs(),
             deposed.len(),
+            deposed_on_kept.len(),
             t.census.timeline(&t.fresh, &t.slices, at, answered),
         );
         if matches!(route, Route::Proxy | Route::EndpointSlice) {
@@ -837,18 +968,65 @@ async fn pod_deleted_timings(route: Route) {
                 "{route:?}: new connections answered by a deposed leader: {deposed:?}"
             );
         }
+        if matches!(route, Route::Proxy) {
+            assert!(
+                deposed_on_kept.is_empty(),
+                "{route:?}: a kept connection answered by a deposed leader: {deposed_on_kept:?}"
+            );
+        }
         leader = next;
     }
     println!(
-        "traffic {route:?} PodDeleted: deletion -> the new leader's first answer to a new \
-         connection through the ClusterIP: {}",
-        Summary::describe(&times)
+        "traffic {route:?} {fault:?} under kube-proxy {}: fault -> the new leader's first answer \
+         through the ClusterIP: new connections {}; keep-alive {:?}",
+        entry.kube_proxy,
+        Summary::describe(&entry.new_connection_ms),
+        entry.keep_alive_ms,
     );
+    let results = repo_root().join("bench/results/traffic.json");
+    TrafficTimings::record(&results, entry).unwrap();
     let leaders = t.watch.assert_held().await;
     assert!(
         leaders.windows(2).all(|p| p[1].1 == p[0].1 + 1),
         "one epoch per change of leader: {leaders:?}"
     );
+}
+
+/// The cluster's kube-proxy setting as the timings' table names it, and the `realcluster.sh up`
+/// arguments that gave it (`E2E_CLUSTER_ARGS`), from the `PROXY=MODE [MIN_SYNC]` line the script
+/// writes to the cluster's `env` file.
+fn kube_proxy_setting(dir: &std::path::Path) -> (String, String) {
+    let env = std::fs::read_to_string(dir.join("env")).unwrap_or_default();
+    let proxy = env
+        .lines()
+        .find_map(|l| l.strip_prefix("PROXY="))
+        .unwrap_or("iptables");
+    let mut words = proxy.split_whitespace();
+    let mode = words.next().unwrap_or("iptables");
+    let mut args = Vec::new();
+    if mode != "iptables" {
+        args.push(format!("--proxy-mode {mode}"));
+    }
+    let setting = match words.next() {
+        Some(period) => {
+            args.push(format!("--proxy-min-sync-period {period}"));
+            format!("{mode}, minSyncPeriod {period}")
+        }
+        None => format!("{mode}, default"),
+    };
+    let args = match args.is_empty() {
+        true => String::new(),
+        false => format!("E2E_CLUSTER_ARGS='{}'", args.join(" ")),
+    };
+    (setting, args)
+}
+
+/// The machine's one-minute load average.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 #[tokio::test]
@@ -911,23 +1089,57 @@ async fn traffic_proxy_pod_deleted() {
     scenario(Route::Proxy, Fault::PodDeleted).await;
 }
 
-/// `make e2e-traffic-timings`: the pod-deleted fault measured ([`pod_deleted_timings`]).
+#[tokio::test]
+async fn traffic_label_container_killed() {
+    scenario(Route::Label, Fault::ContainerKilled).await;
+}
+
+#[tokio::test]
+async fn traffic_endpointslice_container_killed() {
+    scenario(Route::EndpointSlice, Fault::ContainerKilled).await;
+}
+
+#[tokio::test]
+async fn traffic_proxy_container_killed() {
+    scenario(Route::Proxy, Fault::ContainerKilled).await;
+}
+
+/// `make e2e-traffic-timings`: the pod-deleted and container-killed faults measured
+/// ([`timings`]).
 #[tokio::test]
 #[ignore = "a measurement: make e2e-traffic-timings"]
 async fn timings_label_pod_deleted() {
-    pod_deleted_timings(Route::Label).await;
+    timings(Route::Label, Fault::PodDeleted).await;
 }
 
 #[tokio::test]
 #[ignore = "a measurement: make e2e-traffic-timings"]
 async fn timings_endpointslice_pod_deleted() {
-    pod_deleted_timings(Route::EndpointSlice).await;
+    timings(Route::EndpointSlice, Fault::PodDeleted).await;
 }
 
 #[tokio::test]
 #[ignore = "a measurement: make e2e-traffic-timings"]
 async fn timings_proxy_pod_deleted() {
-    pod_deleted_timings(Route::Proxy).await;
+    timings(Route::Proxy, Fault::PodDeleted).await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: make e2e-traffic-timings"]
+async fn timings_label_container_killed() {
+    timings(Route::Label, Fault::ContainerKilled).await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: make e2e-traffic-timings"]
+async fn timings_endpointslice_container_killed() {
+    timings(Route::EndpointSlice, Fault::ContainerKilled).await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: make e2e-traffic-timings"]
+async fn timings_proxy_container_killed() {
+    timings(Route::Proxy, Fault::ContainerKilled).await;
 }
 
 /// The count of answers by a deposed pod, without a cluster: the old leader's answers to requests
@@ -944,6 +1156,7 @@ fn deposed_answers_count_from_the_successors_first_answer() {
         role: role.into(),
         epoch,
         agent: agent.into(),
+        kept: false,
     };
     let answers = [
         answer(0, 1, "old", "leader", Some(1)),
