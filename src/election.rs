@@ -222,6 +222,9 @@ pub struct Plan {
     pub unmark: Vec<PodVersion>,
     /// When to look again even without a watch event (the next renewal).
     pub requeue_after: Duration,
+    /// 5 waits for the predecessor's step-down: the leader's route stays as it is, so that the
+    /// old leader's endpoint is replaced by the new one's in one write at the promotion.
+    pub awaits_step_down: bool,
 }
 
 /// Whether the decision for `group` looks at `pod`: the pod is a candidate (the selector
@@ -310,9 +313,11 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
     // Step 5 waits for the predecessor's step-down: its member's write wakes the group through
     // the Lease watch, its lapse by this requeue.
     let after = commit.as_ref().or(records.lease.as_ref());
+    let mut awaits_step_down = false;
     if let Some(wait) = step_down::awaited(obs, records.lease.as_ref(), after, leader.as_deref())
         && promote.is_some()
     {
+        awaits_step_down = true;
         promote = None;
         barrier_candidates.clear();
         requeue_after = requeue_after.min(wait.max(Duration::from_millis(100)));
@@ -329,6 +334,7 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         mark_followers,
         unmark,
         requeue_after,
+        awaits_step_down,
     }))
 }
 

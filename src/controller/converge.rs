@@ -312,17 +312,18 @@ async fn execute(
     // 2, 3 and 4 together. Each runs to its end even when another fails: a request dropped in
     // flight could still land after the decision taken afresh (a late demotion of a pod promoted
     // again).
-    // With a pod to promote, the slice changes once, after the promotion: the old leader's
-    // endpoint replaced by the new one's in one write. kube-proxy rate-limits its syncs (its
-    // minSyncPeriod, 1 s by default): of two writes a few round trips apart, the second would
-    // wait for that period.
-    let promoting = writes.promote.is_some();
+    // With a pod to promote, or one to promote once its predecessor has stepped down, the slice
+    // changes once, after the promotion: the old leader's endpoint replaced by the new one's in
+    // one write. kube-proxy rate-limits its syncs (its minSyncPeriod, 1 s by default): of two
+    // writes a few round trips apart, the second would wait for that period. Meanwhile the
+    // slice routes to the predecessor alone, the one pod whose application may still lead.
+    let keeps_route = writes.promote.is_some() || plan.awaits_step_down;
     let (recorded, demoted, checked, cleared) = futures::join!(
         steps.record(plan.status.as_ref()),
         steps.demote(&writes),
         steps.bar_and_check(&writes),
         async {
-            if promoting {
+            if keeps_route {
                 Ok(routes.known_slice())
             } else {
                 routes.clear().await

@@ -192,6 +192,7 @@ mod tests {
             mark_followers: names(&["c"]),
             unmark: vec![version("left")],
             requeue_after: Duration::from_secs(5),
+            awaits_step_down: false,
         }
     }
 

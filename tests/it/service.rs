@@ -12,9 +12,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
+use leadergroup_client::Membership;
 use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER};
 use leadergroup_operator::routing::{MANAGED_BY, MANAGED_BY_LABEL, ROUTING, SERVICE_NAME_LABEL};
-use leadergroup_testenv::{control_plane, wait_for_object};
+use leadergroup_testenv::{MemberRules, control_plane, member_account, wait_for_object};
 use serde_json::json;
 
 use crate::common::{CONVERGE, Operator, World, with_service};
@@ -266,14 +267,30 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
             }
         })
     };
-    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
-    create_with_service(
-        &w,
+    // Each pod runs `Membership`, which acknowledges its leadership: a handover away from it
+    // then waits for its step-down, and the slice must not list nobody meanwhile.
+    let cp = control_plane().await.unwrap();
+    let token = member_account(&w.ns, "member", "g", MemberRules::DOCUMENTED)
+        .await
+        .unwrap();
+    let mut members = Vec::new();
+    for pod in &names {
+        let client = cp.client_with_token(&token).await.unwrap();
+        members.push(Membership::start(client, &w.ns.name, pod, Some("g".into())));
+    }
+    let _op = Operator::start(cp, &w.ns.name, "op-1", &[]).await;
+    let mut group = with_service(
         "g",
         "app",
         json!({"mode": "EndpointSlice", "ports": [{"port": 80, "targetPort": "http"}]}),
-    )
-    .await;
+    );
+    // A deleted pod's member cannot step down (its pod is gone): its successor waits out its
+    // confirmation, two thirds of this.
+    group.spec.lease_duration_seconds = 3;
+    w.groups
+        .create(&PostParams::default(), &group)
+        .await
+        .unwrap();
     let first = w
         .wait_settled("g", "a leader at epoch 1", |s| s.epoch == 1)
         .await;
@@ -298,6 +315,7 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     w.wait_leaderless("g", "no candidate left").await;
     wait_slice_lists(&w, "g-leader", None).await;
     watching.abort();
+    drop(members);
 
     let seen = seen.lock().unwrap().clone();
     assert!(
