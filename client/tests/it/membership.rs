@@ -112,6 +112,9 @@ async fn the_role_follows_the_pod_marks_and_the_lease() {
             Role::Unknown,
             leader(1),
             Role::Follower,
+            // Labeled at 3: Unknown until its acknowledgement, written only once it carries
+            // the leader's marks, has landed.
+            Role::Unknown,
             leader(3),
             Role::Follower,
             leader(3),
