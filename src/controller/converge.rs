@@ -214,7 +214,7 @@ async fn act(
                 warn!(%pod, "demoting the leader of a group refused for a Lease it does not own");
                 actions::pods::mark_follower(&pods_api, pod, &group.name_any()).await?;
             }
-            routes.tidy(routes.known_slice()).await?;
+            routes.tidy(routes.known_slice(), false).await?;
             Ok(Action::requeue(again))
         }
         Decision::InvalidSelector { status, .. } => {
@@ -317,7 +317,8 @@ async fn execute(
     // one write. kube-proxy rate-limits its syncs (its minSyncPeriod, 1 s by default): of two
     // writes a few round trips apart, the second would wait for that period. Meanwhile the
     // slice routes to the predecessor alone, the one pod whose application may still lead.
-    let keeps_route = writes.promote.is_some() || plan.awaits_step_down;
+    let awaits_step_down = plan.awaits_step_down;
+    let keeps_route = writes.promote.is_some() || awaits_step_down;
     let (recorded, demoted, checked, cleared) = futures::join!(
         steps.record(plan.status.as_ref()),
         steps.demote(&writes),
@@ -368,7 +369,7 @@ async fn execute(
         tell(ctx, group, t, clock, &times).await;
     }
     steps.tidy(&writes).await?;
-    routes.tidy(slice).await?;
+    routes.tidy(slice, awaits_step_down).await?;
     Ok(Action::requeue(plan.requeue_after))
 }
 

@@ -128,16 +128,20 @@ impl RoutePlan {
         .await
     }
 
-    /// Off the critical path: the Service as wanted, the slice too (when no promotion wrote it),
-    /// and the group's objects no longer wanted deleted.
-    pub(super) async fn tidy(&self, known: Option<EndpointSlice>) -> Result<()> {
+    /// Off the critical path: the Service as wanted, the slice too (when no promotion wrote it,
+    /// and unless `keep_slice`: the next leader, not labeled yet, waits for its predecessor's
+    /// step-down, and the slice keeps the predecessor until the promotion), and the group's
+    /// objects no longer wanted deleted.
+    pub(super) async fn tidy(&self, known: Option<EndpointSlice>, keep_slice: bool) -> Result<()> {
         if let Some((current, routes)) = &self.service
             && !routes.name_taken
         {
             actions::routing::apply_service(&self.services, current.as_deref(), &routes.service)
                 .await?;
         }
-        self.route(known).await?;
+        if !keep_slice {
+            self.route(known).await?;
+        }
         actions::routing::delete_all(&self.slices, &self.stale_slices).await?;
         actions::routing::delete_all(&self.services, &self.stale_services).await
     }

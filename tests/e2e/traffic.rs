@@ -852,9 +852,12 @@ async fn scenario(route: Route, fault: Fault) {
     }
     drop(undo);
     let leaders = t.watch.assert_held().await;
+    // Epochs grow with each change of leader; one may be skipped: a successor committed at an
+    // epoch and deposed before its label (its predecessor's step-down still awaited) never
+    // carries it.
     assert!(
-        leaders.windows(2).all(|p| p[1].1 == p[0].1 + 1),
-        "one epoch per change of leader: {leaders:?}"
+        leaders.windows(2).all(|p| p[1].1 > p[0].1),
+        "epochs grow with each change of leader: {leaders:?}"
     );
 }
 
@@ -986,9 +989,12 @@ async fn timings(route: Route, fault: Fault) {
     let results = repo_root().join("bench/results/traffic.json");
     TrafficTimings::record(&results, entry).unwrap();
     let leaders = t.watch.assert_held().await;
+    // Epochs grow with each change of leader; one may be skipped: a successor committed at an
+    // epoch and deposed before its label (its predecessor's step-down still awaited) never
+    // carries it.
     assert!(
-        leaders.windows(2).all(|p| p[1].1 == p[0].1 + 1),
-        "one epoch per change of leader: {leaders:?}"
+        leaders.windows(2).all(|p| p[1].1 > p[0].1),
+        "epochs grow with each change of leader: {leaders:?}"
     );
 }
 

@@ -255,15 +255,30 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     // With when the watch delivered each, to report how long the slice stays empty in between.
     let seen: Arc<Mutex<Vec<Endpoints>>> = Arc::default();
     let seen_at: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    // The pods the slice listed before their leader label was there, read as each state arrives:
+    // the promotion comes first, so a leader waiting for its predecessor's step-down is never
+    // listed.
+    let unlabeled: Arc<Mutex<Vec<String>>> = Arc::default();
     let watching = {
         let seen = seen.clone();
         let seen_at = seen_at.clone();
+        let unlabeled = unlabeled.clone();
+        let pods: Api<Pod> = w.ns.api();
         let stream = watcher(slices.clone(), watcher::Config::default()).applied_objects();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(Ok(slice)) = stream.next().await {
-                seen.lock().unwrap().push(endpoints(&slice));
+                let listed = endpoints(&slice);
+                seen.lock().unwrap().push(listed.clone());
                 seen_at.lock().unwrap().push(std::time::Instant::now());
+                for (pod, _) in listed {
+                    let Ok(Some(marks)) = pods.get_opt(&pod).await else {
+                        continue;
+                    };
+                    if marks.labels().get(ROLE_LABEL).map(String::as_str) != Some(ROLE_LEADER) {
+                        unlabeled.lock().unwrap().push(pod);
+                    }
+                }
             }
         })
     };
@@ -304,12 +319,29 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
         .await;
     assert_eq!(second.leader, names[1]);
     wait_slice_lists(&w, "g-leader", Some(&names[1])).await;
+    // The slice lists a leader only once its label landed (the promotion comes first), never
+    // while it waits for its predecessor's step-down.
+    let labeled_when_listed =
+        |pod: &Pod| pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(ROLE_LEADER);
+    let pods: Api<Pod> = w.ns.api();
+    let listed = pods.get(&names[1]).await.unwrap();
+    assert!(
+        labeled_when_listed(&listed),
+        "{} listed before its label",
+        names[1]
+    );
     w.kubelet.set_ready(&names[1], false).await.unwrap();
     let third = w
         .wait_settled("g", "handover at epoch 3", |s| s.epoch == 3)
         .await;
     assert_eq!(third.leader, names[2]);
     wait_slice_lists(&w, "g-leader", Some(&names[2])).await;
+    let listed = pods.get(&names[2]).await.unwrap();
+    assert!(
+        labeled_when_listed(&listed),
+        "{} listed before its label",
+        names[2]
+    );
     // The last one: no candidate, no endpoint.
     w.kubelet.delete_now(&names[2]).await.unwrap();
     w.wait_leaderless("g", "no candidate left").await;
@@ -317,6 +349,12 @@ async fn the_slice_follows_handovers_and_never_lists_two_pods() {
     watching.abort();
     drop(members);
 
+    let unlabeled = unlabeled.lock().unwrap().clone();
+    assert_eq!(
+        unlabeled,
+        Vec::<String>::new(),
+        "the slice listed pods before their leader label"
+    );
     let seen = seen.lock().unwrap().clone();
     assert!(
         seen.iter().all(|s| s.len() <= 1),
