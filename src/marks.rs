@@ -35,6 +35,12 @@ pub fn leads_for(pod: &Pod, group: &str) -> bool {
     role(pod) == Some(ROLE_LEADER) && is_marked_for(pod, group)
 }
 
+/// Whether the pod carries all of `group`'s leader marks at `epoch`: the label, the group's
+/// annotation and that fencing token.
+pub fn leads_for_at(pod: &Pod, group: &str, epoch: i64) -> bool {
+    leads_for(pod, group) && self::epoch(pod) == Some(epoch)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

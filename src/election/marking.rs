@@ -133,10 +133,7 @@ fn deposed(
 fn promote(group: &str, pods: &[&Pod], leader: Option<&str>, epoch: i64) -> Option<Promotion> {
     let leader = leader?;
     let pod = pods.iter().find(|p| p.name_any() == leader)?;
-    let marked = marks::role(pod) == Some(ROLE_LEADER)
-        && marks::epoch(pod) == Some(epoch)
-        && marks::is_marked_for(pod, group);
-    (!marked).then(|| Promotion {
+    (!marks::leads_for_at(pod, group, epoch)).then(|| Promotion {
         pod: leader.to_string(),
         epoch,
     })

@@ -51,11 +51,9 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
     let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
     let group = obs.group.name_any();
     let labeled = status.leader.as_deref().is_some_and(|leader| {
-        obs.pods.iter().any(|p| {
-            p.name_any() == leader
-                && marks::leads_for(p, &group)
-                && marks::epoch(p) == Some(status.epoch)
-        })
+        obs.pods
+            .iter()
+            .any(|p| p.name_any() == leader && marks::leads_for_at(p, &group, status.epoch))
     });
     (!labeled).then(|| Predecessor {
         pod: UNKNOWN_PREDECESSOR.to_string(),
