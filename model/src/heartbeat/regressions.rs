@@ -119,7 +119,12 @@ impl Replay {
     fn renews(&mut self, pod: PodId) -> &mut Self {
         self.act(HbAction::ReadPod(pod))
             .act(HbAction::ReadLease(pod))
-            .act(HbAction::Renew(pod));
+            .renewal_lands(pod)
+    }
+
+    /// `pod`'s client sends a renewal of the Lease it read, and the renewal lands.
+    fn renewal_lands(&mut self, pod: PodId) -> &mut Self {
+        self.act(HbAction::Renew(pod));
         let renewal = self
             .states
             .last()
@@ -236,14 +241,7 @@ pub fn replay_successor_deposed_before_its_label() -> (HbOutcome, bool, String) 
         .last()
         .is_some_and(|s| client::renewable(s, 1).is_some());
     if renewed_unlabeled {
-        r.act(HbAction::Renew(1));
-        let renewal = r
-            .states
-            .last()
-            .and_then(|s| s.inflight.iter().find(|r| r.pod == 1).cloned());
-        if let Some(renewal) = renewal {
-            r.act(HbAction::Deliver(renewal));
-        }
+        r.renewal_lands(1);
     }
     r.act(HbAction::SetReady(1, false)).operator().wait(5);
     let (outcome, text) = r.finish();
