@@ -17,6 +17,7 @@ use leadergroup_operator::crd::{
 };
 use leadergroup_testenv::{
     MemberRules, Proxy, api_server_addr, control_plane, member_account, pods as pod_marks,
+    wait_for_object,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -273,16 +274,19 @@ async fn a_lease_deleted_while_the_successor_waits_keeps_it_waiting() {
     s.proxy.cut();
     let cut = Instant::now();
     let edited = s.prefer(&s.pods[1]).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let lease = leases.get(&lease_name_for("sd")).await.unwrap();
-        let holder = lease.spec.and_then(|spec| spec.holder_identity);
-        if holder.as_ref() == Some(&s.pods[1]) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the successor never committed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_object(
+        &leases,
+        &lease_name_for("sd"),
+        "the successor committed",
+        Duration::from_secs(10),
+        |lease: Option<&Lease>| {
+            lease
+                .and_then(|l| l.spec.as_ref()?.holder_identity.as_ref())
+                .is_some_and(|holder| *holder == s.pods[1])
+        },
+    )
+    .await
+    .unwrap();
     leases
         .delete(&lease_name_for("sd"), &Default::default())
         .await
