@@ -265,16 +265,18 @@ async fn no_ready_pod_means_no_leader_until_one_turns_ready() {
         (None, 0, Some("0/2"))
     );
     w.wait_leaderless("pay", "nobody labeled leader").await;
-    let followers = w
-        .pods
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|p| role(p) == Some("follower"))
-        .count();
-    assert_eq!(followers, 2, "NotReady candidates are marked follower");
+    // Follower marks are written off the critical path, after the status: wait for them.
+    leadergroup_testenv::wait_until(
+        "both NotReady candidates marked follower",
+        CONVERGE,
+        || async {
+            let pods = w.pods.list(&Default::default()).await?.items;
+            let followers = pods.iter().filter(|p| role(p) == Some("follower")).count();
+            Ok::<_, kube::Error>((followers == 2).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
 
     w.kubelet.set_ready("app-1", true).await.unwrap();
     let s = w
