@@ -28,7 +28,7 @@ struct Cli {
     /// Where the page goes.
     #[arg(long, default_value = "docs/chaos.md")]
     out: PathBuf,
-    /// Where the replicas' logs go.
+    /// Where the replicas' logs go, and the run's timeline (`seed-N/timeline.tsv`).
     #[arg(long, default_value = "target/chaos")]
     work_dir: PathBuf,
 }
@@ -83,6 +83,11 @@ async fn main() -> ExitCode {
     let page = report.markdown(&generated, &command);
     if let Err(e) = std::fs::write(&cli.out, &page) {
         eprintln!("leadergroup-chaos: writing {}: {e}", cli.out.display());
+        return ExitCode::from(2);
+    }
+    let timeline = config.work_dir.join("timeline.tsv");
+    if let Err(e) = std::fs::write(&timeline, report.timeline()) {
+        eprintln!("leadergroup-chaos: writing {}: {e}", timeline.display());
         return ExitCode::from(2);
     }
     let violations = report.violations();

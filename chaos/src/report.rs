@@ -86,6 +86,9 @@ pub struct Report {
     /// Two of a group's `Membership`s reporting `Leader` at once, each with when it opened since
     /// the first fault (0 before it).
     pub overlaps: Vec<(Overlap, Duration)>,
+    /// The wall clock at the first fault: the timeline's offsets become times the replicas' logs
+    /// can be matched against.
+    pub faults_started_at: Option<jiff::Timestamp>,
 }
 
 impl Report {
@@ -114,6 +117,7 @@ impl Report {
             both_active: Vec::new(),
             member_changes: (0, 0),
             overlaps: Vec::new(),
+            faults_started_at: None,
         }
     }
 
@@ -243,6 +247,38 @@ impl Report {
             }
         }
         all
+    }
+
+    /// Every fault, gap and kube-apiserver restart in the order they happened, one per line:
+    /// wall clock (UTC), seconds since the first fault, what. Matched against the replicas'
+    /// logs, it tells what held a long gap open.
+    pub fn timeline(&self) -> String {
+        let faults = self.injected.iter().map(|i| {
+            let what = match &i.skipped {
+                None => format!("fault #{} {}", i.index, describe(&i.fault)),
+                Some(why) => format!("fault #{} {} skipped: {why}", i.index, describe(&i.fault)),
+            };
+            (i.at, what)
+        });
+        let gaps = self.gaps.iter().map(|g| {
+            let length = g.length.map_or_else(|| "still open".into(), secs);
+            (g.start, format!("gap {} opened, lasted {length}", g.group))
+        });
+        let restarts = self.api_down.iter().map(|(from, to)| {
+            let length = secs(to.saturating_sub(*from));
+            (*from, format!("kube-apiserver restart, answered again after {length}"))
+        });
+        let mut events: Vec<(Duration, String)> = faults.chain(gaps).chain(restarts).collect();
+        events.sort_by_key(|(at, _)| *at);
+        let mut out = String::new();
+        for (at, what) in events {
+            let wall = self
+                .faults_started_at
+                .and_then(|t| jiff::SignedDuration::try_from(at).ok().map(|d| t + d))
+                .map_or_else(|| "-".into(), |t| t.to_string());
+            let _ = writeln!(out, "{wall}\t{:.3}\t{what}", at.as_secs_f64());
+        }
+        out
     }
 
     /// The longest gap.

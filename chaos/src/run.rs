@@ -115,6 +115,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     let mut replica_fault: Option<tokio::task::JoinHandle<()>> = None;
     let mut promotions_held: Option<tokio::task::JoinHandle<()>> = None;
     let faults_started = Instant::now();
+    report.faults_started_at = Some(jiff::Timestamp::now());
     let mut round_start = 0;
     for (i, step) in steps.iter().enumerate() {
         tokio::time::sleep(step.before).await;

@@ -360,6 +360,14 @@ async fn execute(
             return Err(e);
         }
         slice = routes.route(slice).await?;
+        if plan.transition.is_none() {
+            // Committed in an earlier pass: it waited for its predecessor's step-down, or this
+            // is a retry. The only log line of the moment the new leader is labeled.
+            info!(
+                pod = %promotion.pod, epoch = promotion.epoch, promote_ms = ms(times.promote),
+                "leader marked after its commit"
+            );
+        }
         if writes.raises_barrier {
             ctx.barriers.insert(group_ref);
         }
