@@ -8,6 +8,8 @@
 mod app_latency;
 mod burst;
 mod candidates;
+#[cfg(test)]
+mod convert;
 mod e2e;
 mod e2e_results;
 mod error;
@@ -140,7 +142,7 @@ async fn run(options: Options) -> Result<()> {
 fn blocks(scenarios: &[&Scenario], results: &Results) -> Result<Vec<Block>> {
     let mut all = Vec::new();
     for scenario in scenarios {
-        all.extend((scenario.render)(results)?);
+        all.extend(scenario.blocks(results)?);
     }
     Ok(all)
 }

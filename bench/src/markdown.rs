@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use leadergroup_testenv::stats::Summary;
+use leadergroup_testenv::stats::summarize;
 
 /// What goes wrong while splicing blocks into the page.
 #[derive(Debug, thiserror::Error)]
@@ -173,9 +173,9 @@ pub fn spread_table(lead: &[&str]) -> Table {
     Table::new(&[lead, &["median", "p99", "min–max", "n"]].concat())
 }
 
-/// A row of a [`spread_table`]: the cells `lead`, then the summary's ("–" without samples).
-pub fn spread_row(lead: &[&str], s: Option<&Summary>) -> Vec<String> {
-    let spread = match s {
+/// A row of a [`spread_table`]: the cells `lead`, then the summary of `samples` ("–" without).
+pub fn spread_row(lead: &[&str], samples: &[f64]) -> Vec<String> {
+    let spread = match summarize(samples) {
         Some(s) => [
             ms(s.median_ms),
             ms(s.p99_ms),

@@ -1,0 +1,131 @@
+//! The benchmark's results files, `bench/results/<name>.json`: one generic record of samples,
+//! written by the bench and by the end-to-end traffic tests ([`crate::traffic_timings`]), read
+//! by the bench to render the tables of docs/benchmarks.md.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A results file, `bench/results/<name>.json`: the record of the run that measured it (`R`),
+/// then every sample, so that a reader can recompute any table from it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct Record<R> {
+    #[serde(default)]
+    pub run: R,
+    pub samples: Vec<Sample>,
+}
+
+/// One figure: what was measured (`metric`, its unit in its name) of which system in which case
+/// (either may be empty), and its value: a number, a repeated measurement's list, a text
+/// (settings, a failure) or requests by verb and resource.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Sample {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub system: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub case: String,
+    pub metric: String,
+    pub value: Value,
+}
+
+impl<R> Record<R> {
+    /// Adds a sample, in place of one of the same system, case and metric.
+    pub fn add(&mut self, system: &str, case: &str, metric: &str, value: impl Serialize) {
+        let value = serde_json::to_value(value).unwrap_or_default();
+        let key = |s: &Sample| (s.system == system, s.case == case, s.metric == metric);
+        if let Some(s) = self
+            .samples
+            .iter_mut()
+            .find(|s| key(s) == (true, true, true))
+        {
+            s.value = value;
+            return;
+        }
+        let (system, case, metric) = (system.into(), case.into(), metric.into());
+        self.samples.push(Sample {
+            system,
+            case,
+            metric,
+            value,
+        });
+    }
+
+    fn get(&self, system: &str, case: &str, metric: &str) -> Option<&Value> {
+        let s = self.samples.iter().find(|s| {
+            (s.system.as_str(), s.case.as_str(), s.metric.as_str()) == (system, case, metric)
+        });
+        s.map(|s| &s.value)
+    }
+
+    /// A number; NaN when there is none (null: not measured).
+    pub fn number(&self, system: &str, case: &str, metric: &str) -> f64 {
+        let value = self.get(system, case, metric);
+        value.and_then(Value::as_f64).unwrap_or(f64::NAN)
+    }
+
+    /// A list of numbers (one number: a list of one).
+    pub fn values(&self, system: &str, case: &str, metric: &str) -> Vec<f64> {
+        match self.get(system, case, metric) {
+            Some(Value::Array(list)) => list.iter().filter_map(Value::as_f64).collect(),
+            value => value.and_then(Value::as_f64).into_iter().collect(),
+        }
+    }
+
+    /// A text, or a list of texts joined by "; "; None when there is none.
+    pub fn text(&self, system: &str, case: &str, metric: &str) -> Option<String> {
+        let texts = self.texts(system, case, metric);
+        (!texts.is_empty()).then(|| texts.join("; "))
+    }
+
+    /// A list of texts (one text: a list of one).
+    pub fn texts(&self, system: &str, case: &str, metric: &str) -> Vec<String> {
+        match self.get(system, case, metric) {
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(Value::as_str)
+                .map(Into::into)
+                .collect(),
+            value => value
+                .and_then(Value::as_str)
+                .map(Into::into)
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// A map of numbers (requests by verb and resource).
+    pub fn counts(&self, system: &str, case: &str, metric: &str) -> Option<BTreeMap<String, f64>> {
+        let value = self.get(system, case, metric)?.clone();
+        serde_json::from_value(value).ok()
+    }
+
+    /// The systems of `case`, in the order of their first sample.
+    pub fn systems(&self, case: &str) -> Vec<&str> {
+        let of_case = self
+            .samples
+            .iter()
+            .filter(|s| s.case == case && !s.system.is_empty());
+        distinct(of_case.map(|s| s.system.as_str()))
+    }
+
+    /// The (system, case) pairs, in the order of their first sample.
+    pub fn entries(&self) -> Vec<(&str, &str)> {
+        distinct(
+            self.samples
+                .iter()
+                .map(|s| (s.system.as_str(), s.case.as_str())),
+        )
+    }
+}
+
+/// `items` without repeats, in order.
+fn distinct<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
