@@ -8,8 +8,6 @@
 mod app_latency;
 mod burst;
 mod candidates;
-#[cfg(test)]
-mod convert;
 mod e2e;
 mod e2e_results;
 mod error;
