@@ -44,7 +44,7 @@ impl<'a> Scenario<'a> {
     }
 
     fn median(&self, system: &str) -> f64 {
-        summarize(&self.samples(system)).map_or(f64::NAN, |s| s.median_ms)
+        self.record.median(system, self.key, "ms")
     }
 
     /// Its name in the headline and the targets.

@@ -14,7 +14,6 @@ use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Record, Results, Run};
 use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
 use futures::future::LocalBoxFuture;
-use leadergroup_testenv::stats::summarize;
 
 /// Both results files, `graceful.json` and `crash.json`, as measured: per system (ours first),
 /// its settings and milliseconds per handover (case: the scenario's name); ours, its API requests
@@ -50,8 +49,7 @@ pub const HANDOVERS: Scenario = Scenario {
 /// The run and machine (the full run's record, in `graceful.json`), and the two scenarios.
 fn blocks(graceful: &Record, crash: &Record, floor: &Record) -> Vec<Block> {
     let run = &graceful.run;
-    let floor = summarize(&floor.values("", crate::floor::CASE, "ms"));
-    let floor_ms = floor.map_or(f64::NAN, |s| s.median_ms);
+    let floor_ms = floor.median("", crate::floor::CASE, "ms");
     vec![
         Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
             "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
@@ -113,9 +111,8 @@ fn handover_block(result: &Record, scenario: &str, floor_ms: f64) -> Block {
     table.columns.push("median vs ours; settings".into());
     let mut ours = None;
     for system in result.systems(scenario) {
-        let samples = result.values(system, scenario, "ms");
-        let median = summarize(&samples).map_or(f64::NAN, |s| s.median_ms);
-        let mut row = spread_row(&[system], &samples);
+        let median = result.median(system, scenario, "ms");
+        let mut row = spread_row(&[system], &result.values(system, scenario, "ms"));
         let settings = result
             .text(system, scenario, "settings")
             .unwrap_or_default();

@@ -55,6 +55,14 @@ impl Table {
         table
     }
 
+    /// A table of two columns, a row per (label, value).
+    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
+        Table::of(
+            &columns,
+            rows.into_iter().map(|(label, value)| [label, value]),
+        )
+    }
+
     /// Adds a target's row: what it is, what was measured, and whether it was met.
     pub fn target(&mut self, target: String, measured: String, ok: bool) {
         self.row([target, measured, met(ok).to_owned()]);

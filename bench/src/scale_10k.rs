@@ -245,8 +245,8 @@ async fn statuses(sets: &[Groups]) -> Result<BTreeMap<(String, String), Status>>
 
 /// From the start to every group led, or `at_bound` of how many were led at the bound.
 fn to_all_led(result: &Record, case: &str, at_bound: impl FnOnce(f64) -> String) -> String {
-    let led_at_bound = result.values("", "", "led_at_bound");
     let s = result.number(OURS, case, "to_all_led_ms") / 1000.0;
+    let led_at_bound = result.values("", "", "led_at_bound");
     led_at_bound
         .first()
         .map_or_else(|| format!("{s:.1} s"), |n| at_bound(*n))
@@ -255,66 +255,58 @@ fn to_all_led(result: &Record, case: &str, at_bound: impl FnOnce(f64) -> String)
 /// The start and the steady window.
 fn start(result: &Record, groups: &str) -> Table {
     let bound = BOUND.as_secs();
-    let to_all_led = to_all_led(result, groups, |n| {
+    let led = to_all_led(result, groups, |n| {
         format!("not within {bound} s: {n} of {groups} led then")
     });
-    let number = |metric: &str| result.number(OURS, groups, metric);
-    let window = format!(
-        "requests/s per group, steady {:.0} s window",
-        number("window_s")
-    );
+    let n =
+        |metric: &str, decimals| format!("{:.*}", decimals, result.number(OURS, groups, metric));
+    let window = n("window_s", 0);
+    let window = format!("requests/s per group, steady {window} s window (by verb, resource)");
     let requests = result.counts(OURS, groups, "requests_per_s_per_group");
-    let led = "from operator start to every group led (independent watches)";
-    let converge_cpu_s = result.number("", "", "converge_cpu_s");
-    Table::of(
-        &["measure", "value"],
-        [
-            [led.into(), to_all_led],
-            ["CPU until then".into(), format!("{converge_cpu_s:.1} s")],
-            [
-                window + " (by verb, resource)",
-                counts(&requests.unwrap_or_default()),
-            ],
-            [
-                "writes per group per third of the Lease".into(),
-                format!("{:.2}", number("writes_per_group_per_third")),
-            ],
-            [
-                "polling reads/s per group".into(),
-                format!("{:.3}", number("polling_reads_per_s_per_group")),
-            ],
-            [
-                "CPU s/min, steady".into(),
-                format!("{:.2}", number("cpu_s_per_min")),
-            ],
-            [
-                "RSS steady (peak)".into(),
-                rss(number("rss_mib"), number("peak_rss_mib")),
-            ],
-        ],
-    )
+    let cpu = format!("{:.1} s", result.number("", "", "converge_cpu_s"));
+    let rss = rss(
+        result.number(OURS, groups, "rss_mib"),
+        result.number(OURS, groups, "peak_rss_mib"),
+    );
+    let led_label = "from operator start to every group led (independent watches)";
+    let rows = [
+        (led_label.into(), led),
+        ("CPU until then".into(), cpu),
+        (window, counts(&requests.unwrap_or_default())),
+        (
+            "writes per group per third of the Lease".into(),
+            n("writes_per_group_per_third", 2),
+        ),
+        (
+            "polling reads/s per group".into(),
+            n("polling_reads_per_s_per_group", 3),
+        ),
+        ("CPU s/min, steady".into(), n("cpu_s_per_min", 2)),
+        ("RSS steady (peak)".into(), rss),
+    ];
+    Table::pairs(["measure", "value"], rows)
 }
 
 fn targets(result: &Record, case: &str) -> Table {
     let mut targets = Table::new(&["target", "measured", "met"]);
     let number = |metric: &str| result.number(OURS, case, metric);
-    let to_all_led = to_all_led(result, case, |n| {
+    let led = to_all_led(result, case, |n| {
         format!("{n} of {case} led when the harness stopped waiting")
     });
-    let led_at_bound = result.values("", "", "led_at_bound");
-    let in_time = led_at_bound.is_empty() && number("to_all_led_ms") <= 60_000.0;
+    let all_led = result.values("", "", "led_at_bound").is_empty();
+    let in_time = all_led && number("to_all_led_ms") <= 60_000.0;
     let groups = |target: &str| format!("{case} groups: {target}");
-    targets.target(groups("all led within 60 s"), to_all_led, in_time);
+    targets.target(groups("all led within 60 s"), led, in_time);
     let (rss, peak) = (number("rss_mib"), number("peak_rss_mib"));
     let memory = format!("{rss:.1} MiB (peak {peak:.1})");
     targets.target(groups("steady RSS < 256 MiB"), memory, rss < 256.0);
     targets.rows.extend(cost_targets(result, case, groups));
     let restart = |metric: &str| result.number("", RESTART, metric);
-    if !result.values("", RESTART, "to_ready_ms").is_empty() {
+    if !restart("to_ready_ms").is_nan() {
         let (epochs, flaps) = (restart("epoch_changes"), restart("label_flaps"));
+        let reconciled = restart("to_all_reconciled_ms") / 1000.0;
         let measured = format!(
-            "{epochs} epochs, {flaps} label changes; every group reconciled {:.1} s after the start",
-            restart("to_all_reconciled_ms") / 1000.0
+            "{epochs} epochs, {flaps} label changes; every group reconciled {reconciled:.1} s after the start"
         );
         let held = epochs == 0.0 && flaps == 0.0 && restart("leader_changes") == 0.0;
         let target = groups("a restart changes no epoch and flaps no label");
@@ -333,29 +325,30 @@ fn restart_table(result: &Record) -> Option<Table> {
         "leader label changes seen by the watches, from the kill to {:.0} s after the restart",
         x("watched_s")
     );
-    let secs = |ms: f64| format!("{:.1} s", ms / 1000.0);
+    let secs = |metric: &str| format!("{:.1} s", x(metric) / 1000.0);
     let ready = "from the new process's start to ready (every watch listed)";
-    Some(Table::of(
-        &["restart (SIGKILL, a new process)", "value"],
-        [
-            [ready.into(), secs(x("to_ready_ms"))],
-            [
-                "... to every group reconciled once".into(),
-                secs(x("to_all_reconciled_ms")),
-            ],
-            [
-                "groups whose epoch changed".into(),
-                x("epoch_changes").to_string(),
-            ],
-            [
-                "groups whose leader changed".into(),
-                x("leader_changes").to_string(),
-            ],
-            [flaps, x("label_flaps").to_string()],
-            [
-                "RSS of the new process at the end (peak)".into(),
-                rss(x("rss_mib"), x("peak_rss_mib")),
-            ],
-        ],
+    let rows = [
+        (ready.into(), secs("to_ready_ms")),
+        (
+            "... to every group reconciled once".into(),
+            secs("to_all_reconciled_ms"),
+        ),
+        (
+            "groups whose epoch changed".into(),
+            x("epoch_changes").to_string(),
+        ),
+        (
+            "groups whose leader changed".into(),
+            x("leader_changes").to_string(),
+        ),
+        (flaps, x("label_flaps").to_string()),
+        (
+            "RSS of the new process at the end (peak)".into(),
+            rss(x("rss_mib"), x("peak_rss_mib")),
+        ),
+    ];
+    Some(Table::pairs(
+        ["restart (SIGKILL, a new process)", "value"],
+        rows,
     ))
 }

@@ -29,6 +29,12 @@ pub struct Sample {
     pub value: Value,
 }
 
+impl Sample {
+    fn is(&self, system: &str, case: &str, metric: &str) -> bool {
+        self.system == system && self.case == case && self.metric == metric
+    }
+}
+
 impl<R> Record<R> {
     /// Adds a sample, in place of one of the same system, case and metric.
     pub fn add(&mut self, system: &str, case: &str, metric: &str, value: impl Serialize) {
@@ -52,10 +58,8 @@ impl<R> Record<R> {
     }
 
     fn get(&self, system: &str, case: &str, metric: &str) -> Option<&Value> {
-        let s = self.samples.iter().find(|s| {
-            (s.system.as_str(), s.case.as_str(), s.metric.as_str()) == (system, case, metric)
-        });
-        s.map(|s| &s.value)
+        let sample = self.samples.iter().find(|s| s.is(system, case, metric));
+        sample.map(|s| &s.value)
     }
 
     /// A number; NaN when there is none (null: not measured).
@@ -70,6 +74,12 @@ impl<R> Record<R> {
             Some(Value::Array(list)) => list.iter().filter_map(Value::as_f64).collect(),
             value => value.and_then(Value::as_f64).into_iter().collect(),
         }
+    }
+
+    /// The median of a list of numbers; NaN without any.
+    pub fn median(&self, system: &str, case: &str, metric: &str) -> f64 {
+        let summary = crate::stats::summarize(&self.values(system, case, metric));
+        summary.map_or(f64::NAN, |s| s.median_ms)
     }
 
     /// A text, or a list of texts joined by "; "; None when there is none.
