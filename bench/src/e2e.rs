@@ -483,7 +483,7 @@ pub const E2E: BenchScenario = BenchScenario {
     files: &["e2e"],
     in_full_run: false,
     measure: |ctx| measuring(run_e2e(ctx)),
-    render: |records| crate::e2e_results::blocks(&records[0]),
+    render: |records| crate::e2e_tables::blocks(&records[0]),
 };
 
 /// `e2e.json` as measured, with the record of its own run (the real cluster's), not the light

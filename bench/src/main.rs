@@ -9,7 +9,7 @@ mod app_latency;
 mod burst;
 mod candidates;
 mod e2e;
-mod e2e_results;
+mod e2e_tables;
 mod error;
 mod floor;
 mod handover;
