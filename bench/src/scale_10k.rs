@@ -163,25 +163,7 @@ async fn restart(
     let op = ctx
         .start_operator(None, "operator-scale-10k-restarted.log")
         .await?;
-    let mut to_ready = None;
-    let to_all_reconciled = loop {
-        if op.started.elapsed() > BOUND {
-            let what = format!("the restarted operator to reconcile {groups} groups");
-            return Err(Error::Timeout(what));
-        }
-        if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
-            to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
-        }
-        if reconciles(&op).await.is_some_and(|n| n >= groups as u64) {
-            break op.started.elapsed().as_secs_f64() * 1000.0;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    tracing::info!(
-        "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
-        to_ready.unwrap_or(f64::NAN) / 1000.0,
-        to_all_reconciled / 1000.0
-    );
+    let (to_ready, to_all_reconciled) = caught_up(&op, groups).await?;
     tokio::time::sleep(watched).await;
     let after = statuses(sets).await?;
     let changed = |differs: fn(&Status, &Status) -> bool| {
@@ -193,7 +175,7 @@ async fn restart(
     let last = sample(&op, ctx.light().await?.ticks);
     let figures = [
         // From the new process's start until /readyz answers 200 (every watch has listed).
-        ("to_ready_ms", to_ready.unwrap_or(to_all_reconciled)),
+        ("to_ready_ms", to_ready),
         // ... until it has reconciled as many times as there are groups
         // (`leadergroup_reconcile_seconds_count`): every group decided again, nothing to change.
         ("to_all_reconciled_ms", to_all_reconciled),
@@ -212,6 +194,31 @@ async fn restart(
     }
     drop(op);
     Ok(())
+}
+
+/// Waits until the operator `op`, just started, has reconciled `groups` groups: milliseconds from
+/// its start until it was ready, and until then.
+async fn caught_up(op: &OperatorProcess, groups: usize) -> Result<(f64, f64)> {
+    let mut to_ready = None;
+    let to_all_reconciled = loop {
+        if op.started.elapsed() > BOUND {
+            let what = format!("the restarted operator to reconcile {groups} groups");
+            return Err(Error::Timeout(what));
+        }
+        if to_ready.is_none() && op.get("/readyz").await.is_some_and(|(code, _)| code == 200) {
+            to_ready = Some(op.started.elapsed().as_secs_f64() * 1000.0);
+        }
+        if reconciles(op).await.is_some_and(|n| n >= groups as u64) {
+            break op.started.elapsed().as_secs_f64() * 1000.0;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tracing::info!(
+        "scale-10k: restarted: ready after {:.1} s, every group reconciled after {:.1} s",
+        to_ready.unwrap_or(f64::NAN) / 1000.0,
+        to_all_reconciled / 1000.0
+    );
+    Ok((to_ready.unwrap_or(to_all_reconciled), to_all_reconciled))
 }
 
 /// The operator's reconciles so far (`leadergroup_reconcile_seconds_count`), None while it does
