@@ -27,12 +27,8 @@ fn blocks(burst: &Record) -> Vec<Block> {
         groups.to_string(),
         format!("{} (`{}`)", burst.run.started_at, burst.run.command),
     ]);
-    let bursts = burst
-        .entries()
-        .into_iter()
-        .filter(|(_, case)| !case.is_empty());
     let (mut all, mut per_group, mut sweeps) = (Vec::new(), Vec::new(), Vec::new());
-    for (_, case) in bursts {
+    for case in burst.cases() {
         let groups = burst.values("", case, "per_group_ms");
         all.push(groups.iter().copied().fold(0.0, f64::max));
         per_group.extend(groups);

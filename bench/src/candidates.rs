@@ -49,11 +49,14 @@ pub async fn handover(candidates: &mut impl Candidates, fault: Fault) -> Result<
     Ok(ms_between(t0, new?))
 }
 
-/// One system's handovers of one kind: the milliseconds of each, and why any failed.
+/// One system's handovers of one kind: the milliseconds of each, why any failed, and the split
+/// brains meanwhile (a candidate started leading while another, not struck, still believed it
+/// led).
 #[derive(Clone, Debug, Default)]
 pub struct Handovers {
     pub ms: Vec<f64>,
     pub failures: Vec<String>,
+    pub split_brains: u64,
 }
 
 impl Handovers {

@@ -138,16 +138,11 @@ const SCENARIOS: [Scenario; 4] = [
 
 impl Scenario {
     /// Adds the samples of `system` in it to `record`: its handovers and split brains.
-    fn add(
-        &self,
-        record: &mut Record,
-        system: &System,
-        (handovers, split_brains): (Handovers, u64),
-    ) {
+    fn add(&self, record: &mut Record, system: &System, handovers: Handovers) {
         let (name, key) = (system.name, self.key);
         record.add(name, key, "settings", system.settings);
         record.add(name, key, "ms", handovers.ms);
-        record.add(name, key, "split_brains", split_brains);
+        record.add(name, key, "split_brains", handovers.split_brains);
         record.add(name, key, "failures", handovers.failures);
     }
 }
@@ -438,8 +433,8 @@ async fn run_command(command: std::process::Command) -> Result<()> {
 impl World<'_> {
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
     /// that scenario's); per scenario with a fault, and its split brains.
-    async fn handovers(&self, system: &System, reps: usize) -> [(Handovers, u64); 3] {
-        let mut out = [(); 3].map(|()| (Handovers::default(), 0));
+    async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
+        let mut out = [(); 3].map(|()| Handovers::default());
         let (node, frozen) = (String::new(), None);
         let mut candidates = InWorld {
             world: self,
@@ -448,14 +443,14 @@ impl World<'_> {
             frozen,
         };
         let what = format!("e2e: {}", system.name);
-        for (scenario, (result, split_brains)) in SCENARIOS.iter().zip(&mut out) {
+        for (scenario, result) in SCENARIOS.iter().zip(&mut out) {
             let from = SystemTime::now();
             if let Some(fault) = scenario.fault {
                 repeat(&mut candidates, fault, reps, &what, result).await;
             }
             // The last handover's other candidates have settled once the system is at rest again.
             let _ = self.wait_at_rest(system, CANDIDATES).await;
-            *split_brains = self.split_brains(system, from);
+            result.split_brains = self.split_brains(system, from);
         }
         out
     }
@@ -603,7 +598,7 @@ impl Bench<'_> {
 
     /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
     /// (deleted, its tracker stopped, before the node losses).
-    async fn handover_runs(&self) -> Result<Vec<[(Handovers, u64); 3]>> {
+    async fn handover_runs(&self) -> Result<Vec<[Handovers; 3]>> {
         let world = World::create(self, "e2e-bench", false).await?;
         let all: Vec<&System> = OURS[..1].iter().chain(&PEERS).collect();
         for s in &all {
@@ -627,7 +622,7 @@ impl Bench<'_> {
     /// The node losses, every system measured in each cut, into `record`.
     async fn node_losses(&self, record: &mut Record) -> Result<()> {
         let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
-        let mut results = vec![(Handovers::default(), 0); losses.len()];
+        let mut results = vec![Handovers::default(); losses.len()];
         for i in 0..self.node_losses {
             tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
             self.node_loss(&losses, &mut results).await?;
@@ -641,7 +636,7 @@ impl Bench<'_> {
     /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
     /// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Adds each
     /// system's milliseconds (or why not) and split brains to its entry of `results`.
-    async fn node_loss(&self, systems: &[&System], results: &mut [(Handovers, u64)]) -> Result<()> {
+    async fn node_loss(&self, systems: &[&System], results: &mut [Handovers]) -> Result<()> {
         let world = World::create(self, "e2e-node-loss", true).await?;
         for s in systems {
             world.add_pods(s, CUT_NODE, 1).await?;
@@ -682,8 +677,8 @@ impl Bench<'_> {
             tracing::warn!("e2e: node loss: {e}");
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
-        for ((s, at), (result, split_brains)) in systems.iter().zip(moved).zip(results) {
-            *split_brains += world.split_brains(s, from);
+        for ((s, at), result) in systems.iter().zip(moved).zip(results) {
+            result.split_brains += world.split_brains(s, from);
             result.add(
                 &format!("e2e: node loss: {}", s.name),
                 at.map(|at| ms_between(t0, at)),

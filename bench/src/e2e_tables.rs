@@ -19,16 +19,12 @@ struct Scenario<'a> {
 impl<'a> Scenario<'a> {
     /// Every scenario of `record`, in order.
     fn all(record: &'a Record) -> Vec<Scenario<'a>> {
-        let titled = record
-            .entries()
-            .into_iter()
-            .filter(|(system, case)| system.is_empty() && record.text("", case, "title").is_some());
-        let scenario = |(_, key)| Scenario {
+        let scenario = |key| Scenario {
             record,
             key,
             systems: record.systems(key),
         };
-        titled.map(scenario).collect()
+        record.cases().into_iter().map(scenario).collect()
     }
 
     fn ours(&self) -> impl Iterator<Item = &'a str> {

@@ -47,7 +47,7 @@ fn blocks(result: &Record) -> Vec<Block> {
         "writes per group per s",
         "by verb and resource",
     ]);
-    for (_, mode) in result.entries().into_iter().filter(|(_, m)| !m.is_empty()) {
+    for mode in result.cases() {
         let requests = result
             .counts("", mode, "requests_per_s")
             .unwrap_or_default();

@@ -119,6 +119,12 @@ impl<R> Record<R> {
         distinct(of_case.map(|s| s.system.as_str()))
     }
 
+    /// The cases (none empty), in the order of their first sample.
+    pub fn cases(&self) -> Vec<&str> {
+        let cases = self.samples.iter().map(|s| s.case.as_str());
+        distinct(cases.filter(|c| !c.is_empty()))
+    }
+
     /// The (system, case) pairs, in the order of their first sample.
     pub fn entries(&self) -> Vec<(&str, &str)> {
         distinct(
