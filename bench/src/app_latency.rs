@@ -70,7 +70,7 @@ fn blocks(result: &Record) -> Vec<Block> {
         (before.len() - deletions).to_string(),
         format!("{} s", measure::LEASE_SECONDS),
     ]);
-    let clocks = clocks(result, &all);
+    let clocks = clocks(result, all);
     let overlaps = all(CLOCKS[0].1)
         .into_iter()
         .zip(all(CLOCKS[1].1))

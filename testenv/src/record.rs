@@ -38,13 +38,9 @@ impl Sample {
 impl<R> Record<R> {
     /// Adds a sample, in place of one of the same system, case and metric.
     pub fn add(&mut self, system: &str, case: &str, metric: &str, value: impl Serialize) {
+        // Numbers, texts, lists and maps with text keys always serialize.
         let value = serde_json::to_value(value).unwrap_or_default();
-        let key = |s: &Sample| (s.system == system, s.case == case, s.metric == metric);
-        if let Some(s) = self
-            .samples
-            .iter_mut()
-            .find(|s| key(s) == (true, true, true))
-        {
+        if let Some(s) = self.samples.iter_mut().find(|s| s.is(system, case, metric)) {
             s.value = value;
             return;
         }
@@ -144,4 +140,31 @@ fn distinct<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_read_back_by_system_case_and_metric_in_their_order() {
+        let mut r: Record<()> = Record::default();
+        r.add("b", "x", "ms", [3.0, 1.0, 2.0]);
+        r.add("a", "x", "ms", 5.0);
+        r.add("a", "y", "settings", "fast");
+        r.add("a", "y", "failures", ["one", "two"]);
+        r.add("b", "x", "ms", [4.0]);
+        assert_eq!(
+            r.values("b", "x", "ms"),
+            [4.0],
+            "a sample of the same key is replaced"
+        );
+        assert_eq!(r.values("a", "x", "ms"), [5.0]);
+        assert!(r.number("a", "z", "ms").is_nan());
+        assert_eq!(r.text("a", "y", "settings").as_deref(), Some("fast"));
+        assert_eq!(r.texts("a", "y", "failures"), ["one", "two"]);
+        assert_eq!(r.systems("x"), ["b", "a"]);
+        assert_eq!(r.cases(), ["x", "y"]);
+        assert_eq!(r.entries(), [("b", "x"), ("a", "x"), ("a", "y")]);
+    }
 }

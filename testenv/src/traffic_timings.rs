@@ -362,6 +362,29 @@ mod tests {
         assert_eq!(t.entries[0], again);
     }
 
+    /// The results file holds an entry as its route's samples in its case; reading them back
+    /// gives the entry.
+    #[test]
+    fn entries_are_read_back_from_the_samples_they_are_written_as() {
+        let path = std::env::temp_dir().join(format!("traffic-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let entries = [
+            entry("pod deleted", "iptables, default", "agent proxy"),
+            entry("container killed", "nftables, default", "Label"),
+        ];
+        for e in &entries {
+            TrafficTimings::record(&path, e.clone()).unwrap();
+        }
+        let file: Record<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            file.systems("pod deleted / iptables, default"),
+            ["agent proxy"]
+        );
+        assert_eq!(TrafficTimings::of(&file).entries, entries);
+    }
+
     #[test]
     fn rows_give_medians_deposed_answers_and_the_load() {
         let t = TrafficTimings {
