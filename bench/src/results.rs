@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
@@ -170,22 +170,12 @@ impl Results {
 
     /// Reads `<name>.json`, None when there is none (a scenario not run yet).
     pub fn read(&self, name: &str) -> Result<Option<Record>> {
-        let path = self.path(name);
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let text = std::fs::read_to_string(&path)
-            .map_err(Error::io(format!("reading {}", path.display())))?;
-        Ok(Some(serde_json::from_str(&text)?))
+        Ok(Record::read(&self.path(name))?)
     }
 
     /// Writes `<name>.json`, pretty.
     pub fn write(&self, name: &str, record: &Record) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(Error::io(format!("creating {}", self.dir.display())))?;
-        let path = self.path(name);
-        let text = serde_json::to_string_pretty(record)?;
-        std::fs::write(&path, text + "\n").map_err(Error::io(format!("writing {}", path.display())))
+        Ok(record.write(&self.path(name))?)
     }
 }
 

@@ -3,9 +3,13 @@
 //! by the bench to render the tables of docs/benchmarks.md.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::{Error, Result};
 
 /// A results file, `bench/results/<name>.json`: the record of the run that measured it (`R`),
 /// then every sample, so that a reader can recompute any table from it.
@@ -27,6 +31,30 @@ pub struct Sample {
     pub case: String,
     pub metric: String,
     pub value: Value,
+}
+
+impl<R: Serialize + DeserializeOwned + Default> Record<R> {
+    /// Reads the results file `path`; None when there is none (not measured yet).
+    pub fn read(path: &Path) -> Result<Option<Record<R>>> {
+        let reading = || Error::io(format!("reading {}", path.display()));
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(reading()(e)),
+        };
+        let record = serde_json::from_str(&text).map_err(|e| reading()(e.into()))?;
+        Ok(Some(record))
+    }
+
+    /// Writes it to `path`, pretty, creating its folder if need be.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let writing = || Error::io(format!("writing {}", path.display()));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(writing())?;
+        }
+        let text = serde_json::to_string_pretty(self).map_err(|e| writing()(e.into()))?;
+        std::fs::write(path, text + "\n").map_err(writing())
+    }
 }
 
 impl Sample {

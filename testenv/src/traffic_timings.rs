@@ -10,9 +10,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::Result;
 use crate::record::Record;
 use crate::stats::summarize;
-use crate::{Error, Result};
 
 /// Every entry, in the table's order.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -78,19 +78,12 @@ impl TrafficTimings {
 
     /// Reads `path` (nothing yet when it is missing), puts `entry` and writes it back.
     pub fn record(path: &Path, entry: Entry) -> Result<()> {
-        let reading = || Error::io(format!("reading {}", path.display()));
-        let file: Record<Value> = match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| reading()(e.into()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Record::default(),
-            Err(e) => return Err(reading()(e)),
-        };
-        let mut timings = TrafficTimings::of(&file);
+        let file: Option<Record<Value>> = Record::read(path)?;
+        let mut timings = file.as_ref().map(TrafficTimings::of).unwrap_or_default();
         timings.put(entry);
         let mut file = timings.samples();
         file.run = serde_json::json!({"command": "make e2e-traffic-timings"});
-        let writing = || Error::io(format!("writing {}", path.display()));
-        let text = serde_json::to_string_pretty(&file).map_err(|e| writing()(e.into()))?;
-        std::fs::write(path, text + "\n").map_err(writing())
+        file.write(path)
     }
 
     /// The entries of a results file.
