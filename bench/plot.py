@@ -20,6 +20,16 @@ def load(name):
     return json.loads((res / f"{name}.json").read_text())
 
 
+def samples(data, metric, case=None):
+    """(system, case, value) of every sample of `metric` (of `case`), in the file's order."""
+    return [(s.get("system", ""), s.get("case", ""), s["value"]) for s in data["samples"]
+            if s["metric"] == metric and (case is None or s.get("case", "") == case)]
+
+
+def value(data, metric):
+    return next(v for _, _, v in samples(data, metric))
+
+
 def draw(panels, suptitle, out):
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.2 + 0.45 * sum(len(r) for _, r in panels)), squeeze=False)
     for ax, (title, series) in zip(axes[:, 0], panels):
@@ -48,13 +58,13 @@ def e2e():
         return
     data = json.loads(path.read_text())
     panels = []
-    for sc in data["scenarios"]:
-        series = [(s["system"], s["samples_ms"]) for s in sc["systems"] if s["samples_ms"]]
+    for _, key, title in samples(data, "title"):
+        series = [(system, v) for system, _, v in samples(data, "ms", key) if v]
         if series:
-            panels.append((sc["title"] + " (fault -> new leader's app acting)", series))
+            panels.append((title + " (fault -> new leader's app acting)", series))
     run = data["run"]
     draw(panels, f"End to end on the real cluster ({run['started_at']}, {run['machine'].get('cores', '?')} cores, shared machine; "
-         f"node-monitor-grace-period {data['node_monitor_grace_period_s']} s)", repo / "docs" / "benchmarks-e2e.png")
+         f"node-monitor-grace-period {value(data, 'node_monitor_grace_period_s')} s)", repo / "docs" / "benchmarks-e2e.png")
 
 
 e2e()
@@ -64,18 +74,17 @@ if only == "e2e":
 panels = []
 for scenario, title in [("graceful", "1. graceful termination"), ("crash", "2. crash (ours: from the NotReady report)")]:
     data = load(scenario)
-    panels.append((title, [(s["system"], s["samples_ms"]) for s in data["systems"] if s["samples_ms"]]))
+    panels.append((title, [(system, v) for system, _, v in samples(data, "ms") if v]))
 scale = load("scale")
 rows = []
-for e in scale["entries"]:
-    for key, trig in [("handover_notready", "NotReady"), ("handover_deleted", "deletion")]:
-        h = e.get(key)
-        if h and h["samples_ms"]:
-            rows.append((f"ours, {e['groups']} groups, {trig}", h["samples_ms"]))
+triggers = {"handover_notready_ms": "NotReady", "handover_deleted_ms": "deletion"}
+for s in scale["samples"]:
+    if s["metric"] in triggers and s["value"]:
+        rows.append((f"ours, {s['case']} groups, {triggers[s['metric']]}", s["value"]))
 burst = load("burst")
-rows.append((f"ours, burst of {burst['groups']}: per group", [x for b in burst["bursts"] for x in b["per_group_ms"]]))
+rows.append((f"ours, burst of {value(burst, 'groups')}: per group", [x for _, _, v in samples(burst, "per_group_ms") for x in v]))
 floor = load("floor")
-rows.append(("floor: one Lease CAS", floor["samples_ms"]))
+rows.append(("floor: one Lease CAS", value(floor, "ms")))
 panels.append(("3./4./5. ours at scale, burst, and the floor", rows))
 
 draw(panels, f"Handover latency ({scale['run']['started_at']}, {scale['run']['machine'].get('cores', '?')} cores, shared machine)",

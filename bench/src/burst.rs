@@ -3,77 +3,54 @@
 
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::Result;
-use crate::markdown::{Block, Table, met, ms, spread_row, spread_table};
+use crate::markdown::{Block, Table, ms, spread_row, spread_table};
 use crate::observe::ms_between;
 use crate::ours::Groups;
-use crate::results::Run;
-use crate::scenario::{Context, Recorded, Scenario, measuring};
-use leadergroup_testenv::stats::{Summary, summarize};
+use crate::results::Record;
+use crate::scenario::{Context, Measured, Scenario, measuring};
 
-pub const BURST: Scenario =
-    Scenario::of::<BurstResult>("burst", "The burst of failed leaders", |ctx| {
-        measuring(measure(ctx))
-    });
+pub const BURST: Scenario = Scenario {
+    name: "burst",
+    help: "The burst of failed leaders",
+    files: &["burst"],
+    in_full_run: true,
+    measure: |ctx| measuring(measure(ctx)),
+    render: |records| blocks(&records[0]),
+};
 
-/// One burst.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct OneBurst {
-    /// From the start of the sweep until the last group is led again.
-    pub all_re_led_ms: f64,
-    /// How long the sweep of NotReady reports itself took.
-    pub sweep_ms: f64,
-    /// Per group, from the start of the sweep.
-    pub per_group_ms: Vec<f64>,
-}
-
-/// `burst.json`.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct BurstResult {
-    /// Groups per burst.
-    pub groups: usize,
-    pub bursts: Vec<OneBurst>,
-    /// Per-group latencies over all bursts.
-    pub per_group: Option<Summary>,
-    /// All re-led, over the bursts.
-    pub all_re_led: Option<Summary>,
-}
-
-impl Recorded for BurstResult {
-    const FILE: &'static str = "burst";
-
-    fn blocks(&self, run: &Run) -> Vec<Block> {
-        let setup = Table::new(&["groups", "run"]).with([
-            self.groups.to_string(),
-            format!("{} (`{}`)", run.started_at, run.command),
-        ]);
-        let latencies = spread_table(&["measure"])
-            .with(spread_row(
-                &["all re-led (per burst)"],
-                self.all_re_led.as_ref(),
-            ))
-            .with(spread_row(&["per group"], self.per_group.as_ref()));
-        let sweeps: Vec<String> = self.bursts.iter().map(|b| ms(b.sweep_ms)).collect();
-        let sweeps =
-            Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
-        let mut targets = Table::new(&["target", "measured", "met"]);
-        if let Some(s) = &self.all_re_led {
-            targets.row([
-                format!("burst of {}: all re-led within 1 s", self.groups),
-                format!("max {}", ms(s.max_ms)),
-                met(s.max_ms < 1000.0).to_owned(),
-            ]);
-        }
-        vec![
-            Block::tables("burst", [setup, latencies, sweeps]),
-            Block::tables("burst-targets", [targets]),
-        ]
+/// The setup, the latencies (every group's, and per burst the last one's), the sweeps and the
+/// target.
+fn blocks(burst: &Record) -> Vec<Block> {
+    let groups = burst.number("", "", "groups");
+    let setup = Table::new(&["groups", "run"]).with([
+        groups.to_string(),
+        format!("{} (`{}`)", burst.run.started_at, burst.run.command),
+    ]);
+    let (mut all, mut per_group, mut sweeps) = (Vec::new(), Vec::new(), Vec::new());
+    for case in burst.cases() {
+        let groups = burst.values("", case, "per_group_ms");
+        all.push(groups.iter().copied().fold(0.0, f64::max));
+        per_group.extend(groups);
+        sweeps.push(ms(burst.number("", case, "sweep_ms")));
     }
+    let latencies = spread_table(&["measure"])
+        .with(spread_row(&["all re-led (per burst)"], &all))
+        .with(spread_row(&["per group"], &per_group));
+    let sweeps =
+        Table::new(&["the sweep of status writes itself, per burst"]).with([sweeps.join(", ")]);
+    let mut targets = Table::new(&["target", "measured", "met"]);
+    if let Some(max) = all.iter().copied().reduce(f64::max) {
+        let target = format!("burst of {groups}: all re-led within 1 s");
+        targets.target(target, format!("max {}", ms(max)), max < 1000.0);
+    }
+    vec![
+        Block::tables("burst", [setup, latencies, sweeps]),
+        Block::tables("burst-targets", [targets]),
+    ]
 }
 
-async fn measure(ctx: &Context) -> Result<BurstResult> {
+async fn measure(ctx: &Context) -> Result<Measured> {
     let light = ctx.light().await?;
     let (count, rounds) = ctx.pick((100, 3), (10, 1));
     tracing::info!("burst: {count} groups, {rounds} bursts");
@@ -81,29 +58,23 @@ async fn measure(ctx: &Context) -> Result<BurstResult> {
         .led_groups("bench-burst", count, "operator-burst.log")
         .await?;
     tokio::time::sleep(ctx.settle()).await;
-    let mut bursts = Vec::new();
-    for _ in 0..rounds {
-        bursts.push(one_burst(&groups).await?);
+    let mut record = Record::default();
+    record.add("", "", "groups", count);
+    for i in 1..=rounds {
+        let (sweep_ms, per_group_ms) = one_burst(&groups).await?;
+        record.add("", &format!("burst {i}"), "sweep_ms", sweep_ms);
+        record.add("", &format!("burst {i}"), "per_group_ms", per_group_ms);
         tokio::time::sleep(ctx.settle()).await;
     }
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
-    let per: Vec<f64> = bursts
-        .iter()
-        .flat_map(|b| b.per_group_ms.iter().copied())
-        .collect();
-    let all: Vec<f64> = bursts.iter().map(|b| b.all_re_led_ms).collect();
-    Ok(BurstResult {
-        groups: count,
-        per_group: summarize(&per),
-        all_re_led: summarize(&all),
-        bursts,
-    })
+    Ok(Measured("burst", record))
 }
 
 /// One burst: every leader NotReady in one sweep, until every group is led again; then the old
-/// leaders Ready again (as followers).
-async fn one_burst(groups: &Groups) -> Result<OneBurst> {
+/// leaders Ready again (as followers). How long the sweep took, and per group the time from its
+/// start to the new leader, ms.
+async fn one_burst(groups: &Groups) -> Result<(f64, Vec<f64>)> {
     let old: Vec<(String, String)> = groups
         .names
         .iter()
@@ -129,9 +100,5 @@ async fn one_burst(groups: &Groups) -> Result<OneBurst> {
             .map(|(_, pod)| groups.kubelet.set_ready(pod, true)),
     )
     .await?;
-    Ok(OneBurst {
-        all_re_led_ms: per_group_ms.iter().copied().fold(0.0, f64::max),
-        sweep_ms,
-        per_group_ms,
-    })
+    Ok((sweep_ms, per_group_ms))
 }

@@ -5,7 +5,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::e2e_results::SystemResult;
 use crate::error::Result;
 use crate::observe::ms_between;
 
@@ -50,6 +49,35 @@ pub async fn handover(candidates: &mut impl Candidates, fault: Fault) -> Result<
     Ok(ms_between(t0, new?))
 }
 
+/// One system's handovers of one kind: the milliseconds of each, why any failed, and the split
+/// brains meanwhile (a candidate started leading while another, not struck, still believed it
+/// led).
+#[derive(Clone, Debug, Default)]
+pub struct Handovers {
+    pub ms: Vec<f64>,
+    pub failures: Vec<String>,
+    pub split_brains: u64,
+}
+
+impl Handovers {
+    /// Adds a repetition's outcome, its milliseconds or why it failed, and logs it as `what`;
+    /// whether it succeeded.
+    pub fn add(&mut self, what: &str, outcome: Result<f64>) -> bool {
+        match outcome {
+            Ok(ms) => {
+                tracing::info!("{what}: {ms:.0} ms");
+                self.ms.push(ms);
+                true
+            }
+            Err(e) => {
+                tracing::info!("{what}: {e}");
+                self.failures.push(e.to_string());
+                false
+            }
+        }
+    }
+}
+
 /// Up to `reps` handovers by `fault`, a second apart, added to `result` (logged as `what`); a
 /// handover that fails is a result, not a harness error: it ends the repetitions. Whether none
 /// failed.
@@ -58,7 +86,7 @@ pub async fn repeat(
     fault: Fault,
     reps: usize,
     what: &str,
-    result: &mut SystemResult,
+    result: &mut Handovers,
 ) -> bool {
     for i in 1..=reps {
         let outcome = handover(candidates, fault).await;

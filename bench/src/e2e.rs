@@ -38,15 +38,13 @@ use leadergroup_testenv::{
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::candidates::{Candidates, Fault, Leader, repeat};
-use crate::e2e_results::{E2eResult, ScenarioResult, SystemResult};
+use crate::candidates::{Candidates, Fault, Handovers, Leader, repeat};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
 use crate::peers::{Candidate, PEERS, System};
-use crate::results::{Run, Stamped};
-use crate::scenario::{Context, Scenario as BenchScenario, measuring};
+use crate::results::{Record, Results, Run};
+use crate::scenario::{Context, Outcome, Scenario as BenchScenario, measuring};
 use crate::timeline::{SYSTEM_LABEL, Tracker, first_new_leader, pod_of};
-use leadergroup_testenv::stats::summarize;
 
 /// The node that is lost, where every leader sits before the cut, and the other one.
 const CUT_NODE: &str = "lg-node-1";
@@ -139,18 +137,13 @@ const SCENARIOS: [Scenario; 4] = [
 ];
 
 impl Scenario {
-    /// Its results, every system's in `systems`, summarized.
-    fn result(&self, mut systems: Vec<SystemResult>) -> ScenarioResult {
-        for s in &mut systems {
-            s.summary = summarize(&s.samples_ms);
-        }
-        ScenarioResult {
-            scenario: self.key.into(),
-            title: self.title.into(),
-            clock_start: self.clock_start.into(),
-            clock_stop: CLOCK_STOP.into(),
-            systems,
-        }
+    /// Adds the samples of `system` in it to `record`: its handovers and split brains.
+    fn add(&self, record: &mut Record, system: &System, handovers: Handovers) {
+        let (name, key) = (system.name, self.key);
+        record.add(name, key, "settings", system.settings);
+        record.add(name, key, "ms", handovers.ms);
+        record.add(name, key, "split_brains", handovers.split_brains);
+        record.add(name, key, "failures", handovers.failures);
     }
 }
 
@@ -439,9 +432,9 @@ async fn run_command(command: std::process::Command) -> Result<()> {
 
 impl World<'_> {
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
-    /// that scenario's); per scenario with a fault.
-    async fn handovers(&self, system: &System, reps: usize) -> [SystemResult; 3] {
-        let mut out = [(); 3].map(|()| SystemResult::of(system.name, system.settings));
+    /// that scenario's); per scenario with a fault, and its split brains.
+    async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
+        let mut out = [(); 3].map(|()| Handovers::default());
         let (node, frozen) = (String::new(), None);
         let mut candidates = InWorld {
             world: self,
@@ -479,13 +472,26 @@ impl World<'_> {
     }
 }
 
-pub const E2E: BenchScenario = BenchScenario::of::<E2eResult>(
-    "e2e",
-    "The end-to-end scenarios on a real cluster of their own (as root)",
-    |ctx| measuring(run_e2e(ctx)),
-);
+pub const E2E: BenchScenario = BenchScenario {
+    name: "e2e",
+    help: "The end-to-end scenarios on a real cluster of their own (as root)",
+    files: &["e2e"],
+    in_full_run: false,
+    measure: |ctx| measuring(run_e2e(ctx)),
+    render: |records| crate::e2e_tables::blocks(&records[0]),
+};
 
-async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
+/// `e2e.json` as measured, with the record of its own run (the real cluster's), not the light
+/// one's.
+struct OwnRun(Record);
+
+impl Outcome for OwnRun {
+    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
+        results.write("e2e", &self.0)
+    }
+}
+
+async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
     let started = Instant::now();
     let grace = ctx.options.grace.unwrap_or(ctx.pick(50, 10));
     let repo = &ctx.repo;
@@ -508,10 +514,10 @@ async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
             images,
             client,
         };
-        let mut run = Run::describe(&bench.client, repo, &cp, ctx.options.quick).await?;
-        bench.describe(&mut run, ctx.options.quick);
-        let body = bench.measure().await?;
-        Ok(Stamped { run, body })
+        let mut record = bench.measure().await?;
+        record.run = Run::describe(&bench.client, repo, &cp, ctx.options.quick).await?;
+        bench.describe(&mut record.run, ctx.options.quick);
+        Ok(record)
     };
     let mut result = tokio::select! {
         r = measured => r,
@@ -520,7 +526,7 @@ async fn run_e2e(ctx: &Context) -> Result<Stamped<E2eResult>> {
     }?;
     drop(cluster);
     result.run.duration_s = started.elapsed().as_secs_f64();
-    Ok(result)
+    Ok(OwnRun(result))
 }
 
 /// Imports the images into the cluster's nodes and installs the operator with its chart: one
@@ -568,30 +574,31 @@ impl Bench<'_> {
 
     /// Graceful, crash and frozen: ours alone first (its figures are the small ones), then the
     /// four peers side by side; then the node losses.
-    async fn measure(&self) -> Result<E2eResult> {
-        let mut per_system = self.handover_runs().await?;
-        let mut scenarios: Vec<ScenarioResult> = Vec::new();
-        for (i, scenario) in SCENARIOS[..3].iter().enumerate() {
-            let systems = per_system
-                .iter_mut()
-                .map(|results| std::mem::take(&mut results[i]))
-                .collect();
-            scenarios.push(scenario.result(systems));
+    async fn measure(&self) -> Result<Record> {
+        let mut record = Record::default();
+        record.add("", "", "node_monitor_grace_period_s", self.grace);
+        record.add("", "", "setup", format!(
+            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
+            self.reps, self.node_losses
+        ));
+        record.add("", "", "clock_stop", CLOCK_STOP);
+        for scenario in &SCENARIOS {
+            record.add("", scenario.key, "title", scenario.title);
+            record.add("", scenario.key, "clock_start", scenario.clock_start);
         }
-        scenarios.push(self.node_losses().await?);
-        Ok(E2eResult {
-            node_monitor_grace_period_s: self.grace,
-            setup: format!(
-                "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
-                self.reps, self.node_losses
-            ),
-            scenarios,
-        })
+        let systems = OURS[..1].iter().chain(&PEERS);
+        for (system, results) in systems.zip(self.handover_runs().await?) {
+            for (scenario, result) in SCENARIOS.iter().zip(results) {
+                scenario.add(&mut record, system, result);
+            }
+        }
+        self.node_losses(&mut record).await?;
+        Ok(record)
     }
 
     /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
     /// (deleted, its tracker stopped, before the node losses).
-    async fn handover_runs(&self) -> Result<Vec<[SystemResult; 3]>> {
+    async fn handover_runs(&self) -> Result<Vec<[Handovers; 3]>> {
         let world = World::create(self, "e2e-bench", false).await?;
         let all: Vec<&System> = OURS[..1].iter().chain(&PEERS).collect();
         for s in &all {
@@ -612,24 +619,24 @@ impl Bench<'_> {
         Ok(per_system)
     }
 
-    /// The node losses, every system measured in each cut.
-    async fn node_losses(&self) -> Result<ScenarioResult> {
+    /// The node losses, every system measured in each cut, into `record`.
+    async fn node_losses(&self, record: &mut Record) -> Result<()> {
         let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
-        let mut results: Vec<SystemResult> = losses
-            .iter()
-            .map(|s| SystemResult::of(s.name, s.settings))
-            .collect();
+        let mut results = vec![Handovers::default(); losses.len()];
         for i in 0..self.node_losses {
             tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
             self.node_loss(&losses, &mut results).await?;
         }
-        Ok(SCENARIOS[3].result(results))
+        for (system, result) in losses.into_iter().zip(results) {
+            SCENARIOS[3].add(record, system, result);
+        }
+        Ok(())
     }
 
     /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),
     /// two more on node 2, node 1 cut, every system's new leader awaited, node 1 back. Adds each
     /// system's milliseconds (or why not) and split brains to its entry of `results`.
-    async fn node_loss(&self, systems: &[&System], results: &mut [SystemResult]) -> Result<()> {
+    async fn node_loss(&self, systems: &[&System], results: &mut [Handovers]) -> Result<()> {
         let world = World::create(self, "e2e-node-loss", true).await?;
         for s in systems {
             world.add_pods(s, CUT_NODE, 1).await?;

@@ -16,9 +16,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// Results could not be serialized.
-    #[error("JSON: {0}")]
-    Json(#[from] serde_json::Error),
     /// The app-latency measurement failed.
     #[error("app-latency: {0}")]
     AppLatency(#[from] leadergroup_testenv::app_latency::MeasureError),

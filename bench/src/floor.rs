@@ -6,39 +6,29 @@ use std::time::Instant;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::markdown::{Block, spread_row, spread_table};
-use crate::results::Run;
-use crate::scenario::{Context, Recorded, Scenario, measuring};
-use leadergroup_testenv::stats::{Summary, summarize};
+use crate::results::Record;
+use crate::scenario::{Context, Measured, Scenario, measuring};
 
-pub const FLOOR: Scenario = Scenario::of::<FloorResult>(
-    "floor",
-    "Lease updates back to back: the floor of any handover",
-    |ctx| measuring(measure(ctx)),
-);
-
-/// `floor.json`.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct FloorResult {
-    /// One Lease update with a resourceVersion precondition, each.
-    pub samples_ms: Vec<f64>,
-    pub summary: Option<Summary>,
-}
-
-impl Recorded for FloorResult {
-    const FILE: &'static str = "floor";
-
-    fn blocks(&self, _run: &Run) -> Vec<Block> {
-        let table = spread_table(&["operation"])
-            .with(spread_row(&["Lease CAS update"], self.summary.as_ref()));
+pub const FLOOR: Scenario = Scenario {
+    name: "floor",
+    help: "Lease updates back to back: the floor of any handover",
+    files: &["floor"],
+    in_full_run: true,
+    measure: |ctx| measuring(measure(ctx)),
+    render: |records| {
+        let samples = records[0].values("", CASE, "ms");
+        let table = spread_table(&["operation"]).with(spread_row(&[CASE], &samples));
         vec![Block::tables("floor", [table])]
-    }
-}
+    },
+};
 
-async fn measure(ctx: &Context) -> Result<FloorResult> {
+/// What is measured: one Lease update with a resourceVersion precondition, each sample.
+pub const CASE: &str = "Lease CAS update";
+
+async fn measure(ctx: &Context) -> Result<Measured> {
     ctx.light().await?;
     let reps = ctx.pick(300, 20);
     tracing::info!("floor: {reps} Lease updates");
@@ -69,8 +59,7 @@ async fn measure(ctx: &Context) -> Result<FloorResult> {
         lease = api.replace("floor", &PostParams::default(), &lease).await?;
         samples.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
-    Ok(FloorResult {
-        summary: summarize(&samples),
-        samples_ms: samples,
-    })
+    let mut record = Record::default();
+    record.add("", CASE, "ms", samples);
+    Ok(Measured("floor", record))
 }

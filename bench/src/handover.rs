@@ -5,63 +5,22 @@
 
 use std::time::{Duration, Instant};
 
-use futures::future::LocalBoxFuture;
-use serde::{Deserialize, Serialize};
-
-use crate::candidates::{Fault, repeat};
-use crate::e2e_results::SystemResult;
+use crate::candidates::{Fault, Handovers, repeat};
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts, spread_row, spread_table};
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
-use crate::results::{Results, Run, Stamped};
+use crate::results::{Record, Results, Run};
 use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
-use leadergroup_testenv::stats::{Summary, summarize};
+use futures::future::LocalBoxFuture;
 
-/// The samples of one system in one handover scenario.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Handover {
-    pub system: String,
-    /// Its settings and how the clock was read.
-    pub settings: String,
-    pub samples_ms: Vec<f64>,
-    pub summary: Option<Summary>,
-    /// The operator's API requests per repetition, by verb and resource (ours only).
-    pub api_calls_per_repetition: Option<RequestCounts>,
-}
-
-impl Handover {
-    /// Summarizes `samples`.
-    pub fn new(
-        system: &str,
-        settings: &str,
-        samples: Vec<f64>,
-        calls: Option<RequestCounts>,
-    ) -> Handover {
-        Handover {
-            system: system.into(),
-            settings: settings.into(),
-            summary: summarize(&samples),
-            samples_ms: samples,
-            api_calls_per_repetition: calls,
-        }
-    }
-}
-
-/// `graceful.json` and `crash.json`.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct HandoverResult {
-    /// `graceful` or `crash`.
-    pub scenario: String,
-    /// One entry per system, ours first.
-    pub systems: Vec<Handover>,
-}
-
-/// Both results, as measured.
+/// Both results files, `graceful.json` and `crash.json`, as measured: per system (ours first),
+/// its settings and milliseconds per handover (case: the scenario's name); ours, its API requests
+/// per repetition.
 struct Measured {
-    graceful: HandoverResult,
-    crash: HandoverResult,
+    graceful: Record,
+    crash: Record,
 }
 
 /// The two scenarios: name, fault, and how ours is measured.
@@ -81,29 +40,24 @@ const SCENARIOS: [(&str, Fault, &str); 2] = [
 pub const HANDOVERS: Scenario = Scenario {
     name: "handover",
     help: "Graceful and crash handovers: ours on one group, then the peers",
+    files: &["graceful", "crash", "floor"],
     in_full_run: true,
     measure: |ctx| measuring(measure_ours(ctx)),
-    render: blocks,
+    render: |records| blocks(&records[0], &records[1], &records[2]),
 };
 
-fn blocks(results: &Results) -> Result<Vec<Block>> {
-    let graceful: Stamped<HandoverResult> = results.read("graceful")?;
-    let crash: Stamped<HandoverResult> = results.read("crash")?;
-    let floor: Stamped<crate::floor::FloorResult> = results.read("floor")?;
+/// The run and machine (the full run's record, in `graceful.json`), and the two scenarios.
+fn blocks(graceful: &Record, crash: &Record, floor: &Record) -> Vec<Block> {
     let run = &graceful.run;
-    let mut blocks = vec![
+    let floor_ms = floor.median("", crate::floor::CASE, "ms");
+    vec![
         Block::tables("run", [run.table(&[])]).notes(run.quick.then(|| {
             "**This is a `--quick` smoke run: too few repetitions to mean anything.**".to_owned()
         })),
         Block::tables("machine", [machine(run)]),
-    ];
-    for result in [&graceful.body, &crash.body] {
-        blocks.push(handover_block(
-            result,
-            Summary::median(floor.body.summary.as_ref()),
-        ));
-    }
-    Ok(blocks)
+        handover_block(graceful, SCENARIOS[0].0, floor_ms),
+        handover_block(crash, SCENARIOS[1].0, floor_ms),
+    ]
 }
 
 async fn measure_ours(ctx: &Context) -> Result<Measured> {
@@ -152,31 +106,33 @@ fn machine(run: &Run) -> Table {
 }
 
 /// One scenario's table (ours against the floor, the peers against ours), and our requests.
-fn handover_block(result: &HandoverResult, floor_ms: f64) -> Block {
+fn handover_block(result: &Record, scenario: &str, floor_ms: f64) -> Block {
     let mut table = spread_table(&["system"]);
     table.columns.push("median vs ours; settings".into());
     let mut ours = None;
-    for s in &result.systems {
-        let (median, mut row) = (
-            Summary::median(s.summary.as_ref()),
-            spread_row(&[&s.system], s.summary.as_ref()),
-        );
+    for system in result.systems(scenario) {
+        let median = result.median(system, scenario, "ms");
+        let mut row = spread_row(&[system], &result.values(system, scenario, "ms"));
+        let settings = result
+            .text(system, scenario, "settings")
+            .unwrap_or_default();
         row.push(match ours {
-            None => format!("{:.1}× the floor; {}", median / floor_ms, s.settings),
-            Some(ours) => format!("{:.0}× ours; {}", median / ours, s.settings),
+            None => format!("{:.1}× the floor; {settings}", median / floor_ms),
+            Some(ours) => format!("{:.0}× ours; {settings}", median / ours),
         });
         ours.get_or_insert(median);
         table.rows.push(row);
     }
-    let calls = result
-        .systems
-        .first()
-        .and_then(|s| s.api_calls_per_repetition.as_ref());
+    let calls = result.counts(OURS, scenario, "api_requests_per_repetition");
     let calls = calls.map(|calls| {
-        Table::new(&["our API requests per repetition, by verb and resource"]).with([counts(calls)])
+        Table::new(&["our API requests per repetition, by verb and resource"])
+            .with([counts(&calls)])
     });
-    Block::tables(&result.scenario, [table].into_iter().chain(calls))
+    Block::tables(scenario, [table].into_iter().chain(calls))
 }
+
+/// Our name in the tables.
+const OURS: &str = "leadergroup-operator";
 
 impl Outcome for Measured {
     fn measure_peers<'a>(&'a mut self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<()>> {
@@ -196,9 +152,11 @@ impl Outcome for Measured {
             });
             for (peer, samples) in futures::future::try_join_all(runs).await? {
                 let results = [&mut self.graceful, &mut self.crash];
-                for (result, samples) in results.into_iter().zip(samples) {
-                    let handover = Handover::new(peer.name, peer.settings, samples, None);
-                    result.systems.push(handover);
+                for ((result, samples), (case, ..)) in
+                    results.into_iter().zip(samples).zip(SCENARIOS)
+                {
+                    result.add(peer.name, case, "settings", peer.settings);
+                    result.add(peer.name, case, "ms", samples);
                 }
             }
             Ok(())
@@ -206,9 +164,12 @@ impl Outcome for Measured {
     }
 
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        for body in [&self.graceful, &self.crash] {
-            let run = run.clone();
-            results.write(&body.scenario, &Stamped { run, body })?;
+        for (record, (name, ..)) in [&mut self.graceful, &mut self.crash]
+            .into_iter()
+            .zip(SCENARIOS)
+        {
+            record.run = run.clone();
+            results.write(name, record)?;
         }
         Ok(())
     }
@@ -226,8 +187,8 @@ async fn peer_handovers(
     group
         .wait_all_led(kind.lease() * 3 + Duration::from_secs(30))
         .await?;
-    let (peer, what) = (kind.peer, format!("peers: {}", kind.peer.name));
-    let mut out = [(); 2].map(|()| SystemResult::of(peer.name, peer.settings));
+    let what = format!("peers: {}", kind.peer.name);
+    let mut out = [(); 2].map(|()| Handovers::default());
     let [graceful, crash] = &mut out;
     if repeat(&mut group, Fault::Graceful, reps.0, &what, graceful).await {
         repeat(&mut group, Fault::Crash, reps.1, &what, crash).await;
@@ -242,7 +203,7 @@ async fn peer_handovers(
         }
     });
     tracing::info!("peers: {} done", kind.peer.name);
-    Ok(out.map(|r| r.samples_ms))
+    Ok(out.map(|r| r.ms))
 }
 
 /// Requests the harness itself makes while it drives our handovers (the simulated kubelet and the
@@ -263,22 +224,22 @@ async fn ours(
     groups: &Groups,
     (scenario, fault, settings): (&str, Fault, &str),
     reps: usize,
-) -> Result<HandoverResult> {
+) -> Result<Record> {
     tracing::info!("ours: {reps} {scenario} handovers");
     let before = api_requests(&light.admin).await?;
     let t0 = Instant::now();
     let samples = groups.handovers(vec![0; reps], fault).await?;
     let seconds = t0.elapsed().as_secs_f64();
     let after = api_requests(&light.admin).await?;
-    let calls = rates(&before, &after, seconds, Some(baseline))
+    let calls: RequestCounts = rates(&before, &after, seconds, Some(baseline))
         .into_iter()
         .filter(|(k, _)| !harness_request(k))
         .map(|(k, per_s)| (k, per_s * seconds / reps.max(1) as f64))
         .filter(|(_, v)| *v >= 0.05)
         .collect();
-    let ours = Handover::new("leadergroup-operator", settings, samples, Some(calls));
-    Ok(HandoverResult {
-        scenario: scenario.into(),
-        systems: vec![ours],
-    })
+    let mut record = Record::default();
+    record.add(OURS, scenario, "settings", settings);
+    record.add(OURS, scenario, "ms", samples);
+    record.add(OURS, scenario, "api_requests_per_repetition", calls);
+    Ok(record)
 }

@@ -13,82 +13,62 @@ use leadergroup_client::Membership;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::wait_until_every;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::markdown::{Block, Table};
 use crate::observe::{RequestCounts, is_write, steady_window};
 use crate::ours::in_flight;
-use crate::results::Run;
-use crate::scenario::{Context, Recorded, Scenario, measuring};
+use crate::results::Record;
+use crate::scenario::{Context, Measured, Scenario, measuring};
 
-pub const HEARTBEAT_WRITES: Scenario = Scenario::of::<HeartbeatWritesResult>(
-    "heartbeat-writes",
-    "Heartbeat mode's renewal writes",
-    |ctx| measuring(measure(ctx)),
-);
+pub const HEARTBEAT_WRITES: Scenario = Scenario {
+    name: "heartbeat-writes",
+    help: "Heartbeat mode's renewal writes",
+    files: &["heartbeat-writes"],
+    in_full_run: true,
+    measure: |ctx| measuring(measure(ctx)),
+    render: |records| blocks(&records[0]),
+};
 
 /// Groups measured.
 const GROUPS: usize = 100;
 
-/// One mode's steady window.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Window {
-    /// `Readiness` or `Heartbeat`.
-    pub mode: String,
-    pub seconds: f64,
-    /// Requests per second by verb and resource, less the baseline.
-    pub requests_per_s: RequestCounts,
-    pub writes_per_s: f64,
-    pub writes_per_group_per_s: f64,
-}
-
-/// `heartbeat-writes.json`.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct HeartbeatWritesResult {
-    pub groups: usize,
-    /// Their Lease duration, s.
-    pub lease_duration_seconds: i32,
-    /// Readiness, then Heartbeat.
-    pub windows: Vec<Window>,
-}
-
-impl Recorded for HeartbeatWritesResult {
-    const FILE: &'static str = "heartbeat-writes";
-
-    fn blocks(&self, _run: &Run) -> Vec<Block> {
-        let setup = Table::new(&["groups", "Lease duration"]).with([
-            self.groups.to_string(),
-            format!("{} s", self.lease_duration_seconds),
+/// The setup, and per mode its writes.
+fn blocks(result: &Record) -> Vec<Block> {
+    let groups = result.number("", "", "groups");
+    let setup = Table::new(&["groups", "Lease duration"]).with([
+        groups.to_string(),
+        format!("{} s", result.number("", "", "lease_s")),
+    ]);
+    let mut table = Table::new(&[
+        "mode",
+        "window s",
+        "writes/s (all groups)",
+        "writes per group per s",
+        "by verb and resource",
+    ]);
+    for mode in result.cases() {
+        let requests = result
+            .counts("", mode, "requests_per_s")
+            .unwrap_or_default();
+        let writes = requests.iter().filter(|(k, _)| is_write(k));
+        let writes_per_s: f64 = writes.clone().map(|(_, v)| v).sum();
+        let by_verb: Vec<String> = writes
+            .filter(|(_, v)| **v >= 0.005)
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        table.row([
+            mode.to_owned(),
+            format!("{:.0}", result.number("", mode, "window_s")),
+            format!("{writes_per_s:.2}"),
+            format!("{:.3}", writes_per_s / groups),
+            by_verb.join(", "),
         ]);
-        let mut table = Table::new(&[
-            "mode",
-            "window s",
-            "writes/s (all groups)",
-            "writes per group per s",
-            "by verb and resource",
-        ]);
-        for w in &self.windows {
-            let writes = w
-                .requests_per_s
-                .iter()
-                .filter(|(k, v)| **v >= 0.005 && is_write(k))
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            table.row([
-                w.mode.clone(),
-                format!("{:.0}", w.seconds),
-                format!("{:.2}", w.writes_per_s),
-                format!("{:.3}", w.writes_per_group_per_s),
-                writes,
-            ]);
-        }
-        vec![Block::tables("heartbeat-writes", [setup, table])]
     }
+    vec![Block::tables("heartbeat-writes", [setup, table])]
 }
 
-async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
+async fn measure(ctx: &Context) -> Result<Measured> {
     tracing::info!("heartbeat-writes: {GROUPS} groups, Readiness then Heartbeat");
     let light = ctx.light().await?;
     let admin = &light.admin;
@@ -99,7 +79,10 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
         .led_groups("bench-hb", GROUPS, "operator-heartbeat-writes.log")
         .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let readiness = measured("Readiness", admin, ctx.window(), &idle).await?;
+    let mut record = Record::default();
+    record.add("", "", "groups", GROUPS);
+    record.add("", "", "lease_s", crate::ours::LEASE_SECONDS);
+    measure_mode(&mut record, "Readiness", admin, ctx.window(), &idle).await?;
 
     // Heartbeat: a Membership follows each leader pod, the groups switch mode.
     let memberships: Vec<Membership> = set
@@ -130,14 +113,10 @@ async fn measure(ctx: &Context) -> Result<HeartbeatWritesResult> {
     .await?;
     wait_renewing(&api, &set.names).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let heartbeat = measured("Heartbeat", admin, ctx.window(), &idle).await?;
+    measure_mode(&mut record, "Heartbeat", admin, ctx.window(), &idle).await?;
     drop(memberships);
     drop(op);
-    Ok(HeartbeatWritesResult {
-        groups: GROUPS,
-        lease_duration_seconds: crate::ours::LEASE_SECONDS,
-        windows: vec![readiness, heartbeat],
-    })
+    Ok(Measured("heartbeat-writes", record))
 }
 
 /// Waits until every group's Heartbeat condition says its leader renews.
@@ -159,27 +138,17 @@ async fn wait_renewing(api: &Api<LeaderGroup>, names: &[String]) -> Result<()> {
     Ok(renewing.await?)
 }
 
-/// One mode's steady window over every group.
-async fn measured(
+/// One mode's steady window over every group: its length and requests per second.
+async fn measure_mode(
+    record: &mut Record,
     mode: &str,
     admin: &kube::Client,
     length: Duration,
     idle: &RequestCounts,
-) -> Result<Window> {
+) -> Result<()> {
     tracing::info!("heartbeat-writes: {mode}, {} s window", length.as_secs());
-    let requests_per_s = steady_window(admin, length, Some(idle), Default::default)
-        .await?
-        .requests;
-    let writes_per_s: f64 = requests_per_s
-        .iter()
-        .filter(|(k, _)| is_write(k))
-        .map(|(_, v)| v)
-        .sum();
-    Ok(Window {
-        mode: mode.to_owned(),
-        seconds: length.as_secs_f64(),
-        requests_per_s,
-        writes_per_s,
-        writes_per_group_per_s: writes_per_s / GROUPS as f64,
-    })
+    let steady = steady_window(admin, length, Some(idle), Default::default).await?;
+    record.add("", mode, "window_s", length.as_secs_f64());
+    record.add("", mode, "requests_per_s", steady.requests);
+    Ok(())
 }

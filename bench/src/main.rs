@@ -9,7 +9,7 @@ mod app_latency;
 mod burst;
 mod candidates;
 mod e2e;
-mod e2e_results;
+mod e2e_tables;
 mod error;
 mod floor;
 mod handover;
@@ -140,7 +140,7 @@ async fn run(options: Options) -> Result<()> {
 fn blocks(scenarios: &[&Scenario], results: &Results) -> Result<Vec<Block>> {
     let mut all = Vec::new();
     for scenario in scenarios {
-        all.extend((scenario.render)(results)?);
+        all.extend(scenario.blocks(results)?);
     }
     Ok(all)
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use leadergroup_testenv::stats::Summary;
+use leadergroup_testenv::stats::summarize;
 
 /// What goes wrong while splicing blocks into the page.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,14 @@ impl Table {
         let mut table = Table::new(columns);
         table.rows.extend(rows.into_iter().map(Vec::from));
         table
+    }
+
+    /// A table of two columns, a row per (label, value).
+    pub fn pairs(columns: [&str; 2], rows: impl IntoIterator<Item = (String, String)>) -> Table {
+        Table::of(
+            &columns,
+            rows.into_iter().map(|(label, value)| [label, value]),
+        )
     }
 
     /// Adds a target's row: what it is, what was measured, and whether it was met.
@@ -173,9 +181,9 @@ pub fn spread_table(lead: &[&str]) -> Table {
     Table::new(&[lead, &["median", "p99", "min–max", "n"]].concat())
 }
 
-/// A row of a [`spread_table`]: the cells `lead`, then the summary's ("–" without samples).
-pub fn spread_row(lead: &[&str], s: Option<&Summary>) -> Vec<String> {
-    let spread = match s {
+/// A row of a [`spread_table`]: the cells `lead`, then the summary of `samples` ("–" without).
+pub fn spread_row(lead: &[&str], samples: &[f64]) -> Vec<String> {
+    let spread = match summarize(samples) {
         Some(s) => [
             ms(s.median_ms),
             ms(s.p99_ms),

@@ -6,17 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::markdown::Table;
 use crate::observe::RequestCounts;
 
-/// A results file: the record of the run that measured it, then the scenario's own fields.
-#[derive(Serialize, Deserialize, Debug)]
-pub struct Stamped<T> {
-    pub run: Run,
-    #[serde(flatten)]
-    pub body: T,
-}
+/// A results file of the bench: the record of the run that measured it, then every sample.
+pub type Record = leadergroup_testenv::record::Record<Run>;
 
 /// What every results file says about the run.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -173,30 +168,14 @@ impl Results {
         self.dir.join(format!("{name}.json"))
     }
 
-    /// Reads `<name>.json`.
-    pub fn read<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T> {
-        let path = self.path(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(Error::io(format!("reading {}", path.display())))?;
-        Ok(serde_json::from_str(&text)?)
-    }
-
     /// Reads `<name>.json`, None when there is none (a scenario not run yet).
-    pub fn read_opt<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
-        if self.path(name).is_file() {
-            self.read(name).map(Some)
-        } else {
-            Ok(None)
-        }
+    pub fn read(&self, name: &str) -> Result<Option<Record>> {
+        Ok(Record::read(&self.path(name))?)
     }
 
     /// Writes `<name>.json`, pretty.
-    pub fn write(&self, name: &str, value: &impl Serialize) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(Error::io(format!("creating {}", self.dir.display())))?;
-        let path = self.path(name);
-        let text = serde_json::to_string_pretty(value)?;
-        std::fs::write(&path, text + "\n").map_err(Error::io(format!("writing {}", path.display())))
+    pub fn write(&self, name: &str, record: &Record) -> Result<()> {
+        Ok(record.write(&self.path(name))?)
     }
 }
 

@@ -10,8 +10,6 @@ use futures::future::LocalBoxFuture;
 use kube::CustomResourceExt;
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{OperatorLaunch, OperatorProcess};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
@@ -19,7 +17,7 @@ use crate::markdown::Block;
 use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
-use crate::results::{Results, Run, Stamped};
+use crate::results::{Record, Results, Run};
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
@@ -28,67 +26,33 @@ pub struct Scenario {
     pub name: &'static str,
     /// What `--help` says of it.
     pub help: &'static str,
-    /// Whether the full run (no `--only`) measures it.
+    /// Its results files, `bench/results/<FILE>.json`.
+    pub files: &'static [&'static str],
+    /// Whether the full run (no `--only`) measures it; if not, the page may lack its results.
     pub in_full_run: bool,
     /// Measures it; the peers' part, if any, waits for [`Outcome::measure_peers`].
     pub measure: fn(&Context) -> Measuring<'_>,
-    /// Its blocks of the page from the results files; none while it has no results yet (the
-    /// page keeps what it had).
-    pub render: fn(&Results) -> Result<Vec<Block>>,
+    /// Its blocks of the page from its results files, in the order of `files`.
+    pub render: fn(&[Record]) -> Vec<Block>,
 }
 
 impl Scenario {
-    /// A scenario whose page blocks come from one results file, `T`; the full run measures it
-    /// unless the page may lack `T` ([`Recorded::OPTIONAL`]: it runs only alone).
-    pub const fn of<T: Recorded>(
-        name: &'static str,
-        help: &'static str,
-        measure: fn(&Context) -> Measuring<'_>,
-    ) -> Self {
-        let (in_full_run, render) = (!T::OPTIONAL, render_file::<T>);
-        Scenario {
-            name,
-            help,
-            in_full_run,
-            measure,
-            render,
+    /// Its blocks of the page; none while a file of a scenario outside the full run is missing
+    /// (the page keeps what it had).
+    pub fn blocks(&self, results: &Results) -> Result<Vec<Block>> {
+        let mut records = Vec::new();
+        for file in self.files {
+            match results.read(file)? {
+                Some(record) => records.push(record),
+                None if !self.in_full_run => return Ok(Vec::new()),
+                None => {
+                    return Err(Error::Other(format!(
+                        "bench/results/{file}.json is missing"
+                    )));
+                }
+            }
         }
-    }
-}
-
-/// The scenario's part of a results file, `bench/results/<FILE>.json`, written after the run's
-/// record ([`Stamped`]); it renders its own blocks of the page.
-pub trait Recorded: Serialize + DeserializeOwned + 'static {
-    /// The file's name.
-    const FILE: &'static str;
-    /// Whether the page may lack it: its scenario runs only alone, and renders nothing without it.
-    const OPTIONAL: bool = false;
-    /// Its blocks of the page; `run` is the record of the run that measured it.
-    fn blocks(&self, run: &Run) -> Vec<Block>;
-    /// What its checks found over the run (must be empty).
-    fn problems(&self) -> Vec<String> {
-        Vec::new()
-    }
-}
-
-/// The blocks of `T`'s results file.
-fn render_file<T: Recorded>(results: &Results) -> Result<Vec<Block>> {
-    let found: Option<Stamped<T>> = if T::OPTIONAL {
-        results.read_opt(T::FILE)?
-    } else {
-        Some(results.read(T::FILE)?)
-    };
-    Ok(found.map(|r| r.body.blocks(&r.run)).unwrap_or_default())
-}
-
-impl<T: Recorded> Outcome for T {
-    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        let run = run.clone();
-        results.write(T::FILE, &Stamped { run, body: &*self })
-    }
-
-    fn problems(&self) -> Vec<String> {
-        Recorded::problems(self)
+        Ok((self.render)(&records))
     }
 }
 
@@ -114,6 +78,21 @@ pub trait Outcome {
     /// What its checks found over the run (must be empty): a scenario run alone fails on it.
     fn problems(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// One results file as measured, written with the run's record; its `problems` samples are what
+/// its checks found.
+pub struct Measured(pub &'static str, pub Record);
+
+impl Outcome for Measured {
+    fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
+        self.1.run = run.clone();
+        results.write(self.0, &self.1)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.1.text("", "", "problems").into_iter().collect()
     }
 }
 

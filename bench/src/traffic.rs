@@ -8,48 +8,45 @@ use leadergroup_testenv::traffic_timings::TrafficTimings;
 
 use crate::error::Error;
 use crate::markdown::{Block, Table};
-use crate::results::Run;
-use crate::scenario::{Recorded, Scenario, measuring};
+use crate::scenario::{Measured, Scenario, measuring};
 
-pub const TRAFFIC: Scenario = Scenario::of::<TrafficTimings>(
-    "traffic",
-    "The traffic path's table, from bench/results/traffic.json (measured by make e2e-traffic-timings)",
-    |_| {
+pub const TRAFFIC: Scenario = Scenario {
+    name: "traffic",
+    help: "The traffic path's table, from bench/results/traffic.json (measured by make e2e-traffic-timings)",
+    files: &["traffic"],
+    in_full_run: false,
+    measure: |_| {
         measuring(async {
-            Err::<TrafficTimings, _>(Error::Other(
+            Err::<Measured, _>(Error::Other(
                 "the traffic timings are measured by the end-to-end tests: make e2e-traffic-timings (make bench-e2e runs it)".into(),
             ))
         })
     },
-);
+    render: |records| blocks(&TrafficTimings::of(&records[0])),
+};
 
-impl Recorded for TrafficTimings {
-    const FILE: &'static str = "traffic";
-    const OPTIONAL: bool = true;
-
-    fn blocks(&self, _run: &Run) -> Vec<Block> {
-        let columns = [
-            "fault",
-            "kube-proxy",
-            "route",
-            "new connections: to the new leader's first answer",
-            "answers by a deposed pod",
-            "keep-alive: to the new leader's first answer",
-            "answers by a deposed pod",
-            "load average",
-        ];
-        let goals = [
-            "goal",
-            "fault",
-            "kube-proxy",
-            "Label",
-            "EndpointSlice",
-            "agent proxy",
-        ];
-        let tables = [
-            Table::of(&columns, self.rows()),
-            Table::of(&goals, self.goals()),
-        ];
-        vec![Block::tables("traffic", tables)]
-    }
+fn blocks(timings: &TrafficTimings) -> Vec<Block> {
+    let columns = [
+        "fault",
+        "kube-proxy",
+        "route",
+        "new connections: to the new leader's first answer",
+        "answers by a deposed pod",
+        "keep-alive: to the new leader's first answer",
+        "answers by a deposed pod",
+        "load average",
+    ];
+    let goals = [
+        "goal",
+        "fault",
+        "kube-proxy",
+        "Label",
+        "EndpointSlice",
+        "agent proxy",
+    ];
+    let tables = [
+        Table::of(&columns, timings.rows()),
+        Table::of(&goals, timings.goals()),
+    ];
+    vec![Block::tables("traffic", tables)]
 }

@@ -39,6 +39,7 @@ mod postgres;
 mod private;
 mod proxy;
 mod realcluster;
+pub mod record;
 mod settled;
 pub mod stats;
 mod tools;

@@ -2,24 +2,17 @@
 //! them on the real cluster (`make e2e-traffic-timings`, which `make bench-e2e` runs once per
 //! kube-proxy setting) and record one entry per kube-proxy setting, route and fault, each run
 //! replacing its own; the benchmark splices their table into docs/benchmarks.md. Both read and
-//! write the file through these types.
+//! write the file through these types. In the file, an entry is the samples of its route (the
+//! system) in its case, "fault / kube-proxy setting": one per field, the rounds' lists.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::Result;
+use crate::record::Record;
 use crate::stats::summarize;
-use crate::{Error, Result};
-
-/// The file: the entries, after the `run` record that every results file of the benchmark begins
-/// with (here only the command; each entry has its own run's).
-#[derive(Serialize, Deserialize, Debug, Default)]
-pub struct TrafficFile {
-    #[serde(default)]
-    pub run: serde_json::Value,
-    #[serde(flatten)]
-    pub timings: TrafficTimings,
-}
 
 /// Every entry, in the table's order.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -59,6 +52,9 @@ pub const KUBE_PROXY: [&str; 3] = [
 ];
 pub const ROUTES: [&str; 3] = ["Label", "EndpointSlice", "agent proxy"];
 
+/// Between an entry's fault and kube-proxy setting in its case.
+const CASE: &str = " / ";
+
 /// The position of `name` in `order`, unknown names last.
 fn rank(order: &[&str], name: &str) -> usize {
     order.iter().position(|o| *o == name).unwrap_or(order.len())
@@ -82,17 +78,56 @@ impl TrafficTimings {
 
     /// Reads `path` (nothing yet when it is missing), puts `entry` and writes it back.
     pub fn record(path: &Path, entry: Entry) -> Result<()> {
-        let reading = || Error::io(format!("reading {}", path.display()));
-        let mut file: TrafficFile = match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| reading()(e.into()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => TrafficFile::default(),
-            Err(e) => return Err(reading()(e)),
-        };
-        file.timings.put(entry);
+        let file: Option<Record<Value>> = Record::read(path)?;
+        let mut timings = file.as_ref().map(TrafficTimings::of).unwrap_or_default();
+        timings.put(entry);
+        let mut file = timings.samples();
         file.run = serde_json::json!({"command": "make e2e-traffic-timings"});
-        let writing = || Error::io(format!("writing {}", path.display()));
-        let text = serde_json::to_string_pretty(&file).map_err(|e| writing()(e.into()))?;
-        std::fs::write(path, text + "\n").map_err(writing())
+        file.write(path)
+    }
+
+    /// The entries of a results file.
+    pub fn of<R>(file: &Record<R>) -> TrafficTimings {
+        let entries = file.entries().into_iter().filter_map(|(route, case)| {
+            let (fault, kube_proxy) = case.split_once(CASE)?;
+            let of_entry = file
+                .samples
+                .iter()
+                .filter(|s| s.system == route && s.case == case);
+            let mut fields: serde_json::Map<String, Value> = of_entry
+                .map(|s| (s.metric.clone(), s.value.clone()))
+                .collect();
+            for (key, value) in [
+                ("route", route),
+                ("fault", fault),
+                ("kube_proxy", kube_proxy),
+            ] {
+                fields.insert(key.into(), value.into());
+            }
+            serde_json::from_value(Value::Object(fields)).ok()
+        });
+        TrafficTimings {
+            entries: entries.collect(),
+        }
+    }
+
+    /// The entries as a results file's samples.
+    fn samples(&self) -> Record<Value> {
+        let mut file = Record::default();
+        for e in &self.entries {
+            let case = [e.fault.as_str(), &e.kube_proxy].join(CASE);
+            let Ok(Value::Object(fields)) = serde_json::to_value(e) else {
+                continue;
+            };
+            let keyed = ["route", "fault", "kube_proxy"];
+            for (metric, value) in fields
+                .into_iter()
+                .filter(|f| !keyed.contains(&f.0.as_str()))
+            {
+                file.add(&e.route, &case, &metric, value);
+            }
+        }
+        file
     }
 
     /// The table's rows: fault, kube-proxy, route, then each client's median time and the answers
@@ -318,6 +353,29 @@ mod tests {
             ]
         );
         assert_eq!(t.entries[0], again);
+    }
+
+    /// The results file holds an entry as its route's samples in its case; reading them back
+    /// gives the entry.
+    #[test]
+    fn entries_are_read_back_from_the_samples_they_are_written_as() {
+        let path = std::env::temp_dir().join(format!("traffic-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let entries = [
+            entry("pod deleted", "iptables, default", "agent proxy"),
+            entry("container killed", "nftables, default", "Label"),
+        ];
+        for e in &entries {
+            TrafficTimings::record(&path, e.clone()).unwrap();
+        }
+        let file: Record<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            file.systems("pod deleted / iptables, default"),
+            ["agent proxy"]
+        );
+        assert_eq!(TrafficTimings::of(&file).entries, entries);
     }
 
     #[test]

@@ -1,0 +1,245 @@
+//! The tables of the end-to-end results file, `bench/results/e2e.json` (the first, the headline,
+//! is copied into the README by `make docs-gen`). Per scenario (a case), every system's
+//! milliseconds per handover, split brains, settings and failures.
+
+use crate::markdown::{Block, Table, met};
+use crate::results::Record;
+use leadergroup_testenv::stats::summarize;
+
+/// Ours: its name begins so, and its liveness mode follows in parentheses.
+const OURS: &str = "leadergroup-operator";
+
+/// One scenario of the file.
+struct Scenario<'a> {
+    record: &'a Record,
+    key: &'a str,
+    systems: Vec<&'a str>,
+}
+
+impl<'a> Scenario<'a> {
+    /// Every scenario of `record`, in order.
+    fn all(record: &'a Record) -> Vec<Scenario<'a>> {
+        let scenario = |key| Scenario {
+            record,
+            key,
+            systems: record.systems(key),
+        };
+        record.cases().into_iter().map(scenario).collect()
+    }
+
+    fn ours(&self) -> impl Iterator<Item = &'a str> {
+        self.systems.clone().into_iter().filter(|s| is_ours(s))
+    }
+
+    fn peers(&self) -> impl Iterator<Item = &'a str> {
+        self.systems.clone().into_iter().filter(|s| !is_ours(s))
+    }
+
+    fn samples(&self, system: &str) -> Vec<f64> {
+        self.record.values(system, self.key, "ms")
+    }
+
+    fn median(&self, system: &str) -> f64 {
+        self.record.median(system, self.key, "ms")
+    }
+
+    /// Its name in the headline and the targets.
+    fn short(&self) -> &'static str {
+        match self.key {
+            "graceful" => "graceful (leader pod deleted)",
+            "crash" => "container crash (SIGKILL)",
+            "frozen" => "frozen process (SIGSTOP)",
+            "node-loss" => "node lost",
+            _ => "?",
+        }
+    }
+}
+
+fn is_ours(system: &str) -> bool {
+    system.starts_with(OURS)
+}
+
+/// Ours: its liveness mode, from its name ("Readiness", "Heartbeat").
+fn mode(system: &str) -> &str {
+    system
+        .trim_start_matches(OURS)
+        .trim()
+        .trim_matches(['(', ')'])
+}
+
+/// Milliseconds as the end-to-end tables show them ("–" when unknown).
+fn secs(ms: f64) -> String {
+    if !ms.is_finite() {
+        "–".into()
+    } else if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// How many times ours `peer` is.
+fn ratio(peer: f64, ours: f64) -> String {
+    let r = peer / ours;
+    if !r.is_finite() {
+        "–".into()
+    } else if r >= 10.0 {
+        format!("{r:.0}×")
+    } else {
+        format!("{r:.1}×")
+    }
+}
+
+/// The run, the headline, every scenario's table and the targets.
+pub fn blocks(result: &Record) -> Vec<Block> {
+    let (run, scenarios) = (&result.run, Scenario::all(result));
+    let grace = result.number("", "", "node_monitor_grace_period_s");
+    let mut setup = run.table(&["node-monitor-grace-period"]);
+    let default = if grace == 50.0 {
+        " (Kubernetes' default)"
+    } else {
+        " (Kubernetes' default is 50 s)"
+    };
+    for row in &mut setup.rows {
+        row.push(format!("{grace} s{default}"));
+    }
+    let cluster = Table::new(&["cluster"]).with([run.control_plane.clone()]);
+    let quick = run
+        .quick
+        .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
+    let mut blocks = vec![
+        Block::tables("e2e-run", [setup, cluster]).notes(quick),
+        Block::tables("e2e-headline", [headline(&scenarios)]),
+    ];
+    for sc in &scenarios {
+        let name = format!("e2e-{}", sc.key);
+        blocks.push(Block::tables(name, [scenario_table(sc)]));
+    }
+    blocks.push(Block::tables("e2e-targets", [targets(&scenarios)]));
+    blocks
+}
+
+/// The median of every system in every scenario, and peer / ours.
+fn headline(scenarios: &[Scenario]) -> Table {
+    let peers: Vec<&str> = scenarios
+        .first()
+        .map(|s| s.peers().collect())
+        .unwrap_or_default();
+    let lead = ["fault → new leader's app acting (median)", "ours"];
+    let mut table = Table::new(&[&lead[..], &peers[..]].concat());
+    for sc in scenarios {
+        let several = sc.ours().count() > 1;
+        for ours in sc.ours() {
+            let label = if several {
+                format!("{} — ours in {}", sc.short(), mode(ours))
+            } else {
+                sc.short().to_owned()
+            };
+            let o = sc.median(ours);
+            let mut row = vec![label, format!("**{}**", secs(o))];
+            for p in &peers {
+                row.push(match sc.systems.contains(p) {
+                    true => format!("{} ({})", secs(sc.median(p)), ratio(sc.median(p), o)),
+                    false => "–".into(),
+                });
+            }
+            table.rows.push(row);
+        }
+    }
+    table
+}
+
+fn scenario_table(sc: &Scenario) -> Table {
+    let ours: Vec<&str> = sc.ours().collect();
+    let mut table = Table::new(&["system", "median", "min–max", "n"]);
+    match ours.as_slice() {
+        [_, _, ..] => table
+            .columns
+            .extend(ours.iter().map(|o| format!("peer / ours (vs {})", mode(o)))),
+        _ => table.columns.push("peer / ours".into()),
+    }
+    table
+        .columns
+        .extend(["split brains".into(), "settings".into()]);
+    for s in &sc.systems {
+        let mut row = vec![s.to_string()];
+        row.extend(match summarize(&sc.samples(s)) {
+            Some(x) => [
+                secs(x.median_ms),
+                format!("{}–{}", secs(x.min_ms), secs(x.max_ms)),
+                x.n.to_string(),
+            ],
+            None => ["–".into(), "–".into(), "0".into()],
+        });
+        if ours.is_empty() {
+            row.push(String::new());
+        }
+        for o in &ours {
+            let vs = (!is_ours(s)).then(|| ratio(sc.median(s), sc.median(o)));
+            row.push(vs.unwrap_or_default());
+        }
+        let mut settings = sc.record.text(s, sc.key, "settings").unwrap_or_default();
+        let failures = sc.record.texts(s, sc.key, "failures");
+        if !failures.is_empty() {
+            let (n, why) = (failures.len(), failures.join("; "));
+            settings.push_str(&format!("; **{n} repetition(s) failed**: {why}"));
+        }
+        let split_brains = sc.record.number(s, sc.key, "split_brains");
+        row.extend([split_brains.to_string(), settings]);
+        table.rows.push(row);
+    }
+    table
+}
+
+/// The end-to-end targets, each met or not, from this run.
+fn targets(scenarios: &[Scenario]) -> Table {
+    let mut table = Table::new(&["target", "measured", "met"]);
+    for sc in scenarios {
+        for ours in sc.ours() {
+            let o = sc.median(ours);
+            let closest = sc
+                .peers()
+                .map(|p| (p, sc.median(p) / o))
+                .filter(|(_, r)| r.is_finite())
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let mode = mode(ours);
+            let (measured, verdict) = match closest {
+                Some((peer, r)) => (
+                    format!(
+                        "ours {} ({mode}); the closest peer, {peer}, {} ({} ours)",
+                        secs(o),
+                        secs(o * r),
+                        ratio(o * r, o)
+                    ),
+                    met(r > 1.0),
+                ),
+                None => ("no peer figure".to_owned(), "–"),
+            };
+            table.row([
+                format!(
+                    "{}, ours in {mode}: ahead of every peer (median)",
+                    sc.short()
+                ),
+                measured,
+                verdict.to_owned(),
+            ]);
+        }
+    }
+    let node_loss = scenarios.iter().find(|sc| sc.key == "node-loss");
+    let heartbeat = node_loss.and_then(|sc| {
+        let system = sc.systems.iter().find(|s| s.contains("Heartbeat"))?;
+        Some(sc.samples(system))
+    });
+    if let Some(samples) = heartbeat {
+        let max = summarize(&samples).map_or(f64::NAN, |s| s.max_ms);
+        table.row([
+            "node lost, Heartbeat: within leaseDurationSeconds (5 s) + 1 s, every sample"
+                .to_owned(),
+            format!("max {} over {} cuts", secs(max), samples.len()),
+            met(max <= 6_000.0).to_owned(),
+        ]);
+    }
+    table
+}
