@@ -266,7 +266,10 @@ impl Report {
         });
         let restarts = self.api_down.iter().map(|(from, to)| {
             let length = secs(to.saturating_sub(*from));
-            (*from, format!("kube-apiserver restart, answered again after {length}"))
+            (
+                *from,
+                format!("kube-apiserver restart, answered again after {length}"),
+            )
         });
         let mut events: Vec<(Duration, String)> = faults.chain(gaps).chain(restarts).collect();
         events.sort_by_key(|(at, _)| *at);
