@@ -49,6 +49,8 @@ pub struct Config {
     pub operator: PathBuf,
     /// Where the replicas' logs go.
     pub work_dir: PathBuf,
+    /// The replicas' `RUST_LOG`; `None`: the operator tests' default.
+    pub operator_log: Option<String>,
 }
 
 impl Config {
@@ -64,6 +66,7 @@ impl Config {
             gap_bound: Duration::from_secs(30),
             operator,
             work_dir,
+            operator_log: None,
         }
     }
 }

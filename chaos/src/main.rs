@@ -31,6 +31,10 @@ struct Cli {
     /// Where the replicas' logs go, and the run's timeline (`seed-N/timeline.tsv`).
     #[arg(long, default_value = "target/chaos")]
     work_dir: PathBuf,
+    /// The replicas' `RUST_LOG` (default `info,kube=warn`; e.g. add `kube_runtime::watcher=debug` to see
+    /// their watches).
+    #[arg(long)]
+    operator_log: Option<String>,
 }
 
 #[tokio::main]
@@ -50,6 +54,7 @@ async fn main() -> ExitCode {
         cli.work_dir.join(format!("seed-{}", cli.seed)),
     );
     config.groups = cli.groups as usize;
+    config.operator_log = cli.operator_log;
     // On SIGINT or SIGTERM the run is dropped: its replicas are killed and its control plane
     // stopped, as when it ends.
     let interrupted = async {

@@ -24,6 +24,8 @@ pub struct Launch {
     pub lease_seconds: u32,
     /// Where its logs go (`<name>.log`, every process of the replica appended).
     pub log_dir: PathBuf,
+    /// Their `RUST_LOG`, if not the operator tests' default.
+    pub rust_log: Option<String>,
 }
 
 /// A replica: its proxy, its current process (none while killed), how many it has had.
@@ -77,7 +79,7 @@ impl OperatorReplica {
     /// A new process (a new identity, as a new pod of a Deployment would have).
     pub async fn spawn(&mut self) -> Result<(), Error> {
         self.generation += 1;
-        let launch = OperatorLaunch::new(
+        let mut launch = OperatorLaunch::new(
             &self.launch.binary,
             &self.kubeconfig,
             Some(&self.launch.namespace),
@@ -93,6 +95,9 @@ impl OperatorReplica {
             "--leader-elect-lease-duration",
             &self.launch.lease_seconds.to_string(),
         ]);
+        if let Some(filter) = &self.launch.rust_log {
+            launch = launch.rust_log(filter);
+        }
         let process = OperatorProcess::start(&launch).await?;
         *self.http.lock().unwrap_or_else(PoisonError::into_inner) = process.http;
         self.process = Some(process);

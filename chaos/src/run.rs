@@ -74,6 +74,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
         namespace: namespace.clone(),
         lease_seconds: config.operator_lease_seconds,
         log_dir: config.work_dir.clone(),
+        rust_log: config.operator_log.clone(),
     };
     let mut replicas = Vec::new();
     for name in ["op-a", "op-b"] {
