@@ -12,8 +12,9 @@
 //!   [`BARRIER_ANNOTATION`](crate::crd::BARRIER_ANNOTATION), the epoch about to be handed out), so
 //!   that such a promotion, conditional on an older resourceVersion, is refused by the API
 //!   server. That is the case after this process started (another incarnation, or another
-//!   replica, may have sent one), after it regained activity, and after any of its own requests
-//!   in the group was abandoned. Which pod gets the barrier is decided by the pure
+//!   replica, may have sent one), after it regained activity, after any of its own requests
+//!   in the group was abandoned, and after a pass in the group failed (it may have moved the
+//!   Lease off a pod whose demotion then failed). Which pod gets the barrier is decided by the pure
 //!   [`Plan::writes`](crate::election::Plan::writes).
 //!
 //! [`Barriers`] remembers the groups where no such promotion can be in flight.

@@ -503,6 +503,12 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
             })
         }
     };
+    if result.is_err() {
+        // A pass that failed may have moved the Lease off a leader and not removed its label:
+        // the next decision no longer names it, and a lagging pod cache may not show the label
+        // (see `converge`).
+        ctx.barriers.remove(&group_ref);
+    }
     match &result {
         Ok(_) => {
             ctx.permanent.succeeded(&group_ref);

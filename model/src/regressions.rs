@@ -255,6 +255,29 @@ pub fn replay_stale_cache_beside_a_leader_outside_the_selector() -> (Outcome, St
     (r.outcome(), r.transcript())
 }
 
+/// Hole 6, found by the chaos run: a failed pass forgets the leader it moved the Lease off.
+/// `op-a` elects `p1`; its watch caches lag behind (they still show the group as created: no
+/// Lease, `p1` unmarked) while its barrier flag is up. The user edits spec.selector so that it no
+/// longer selects `p1`. `op-a`'s decision on its caches creates the Lease: a 409, so it reads the
+/// group and the Lease afresh, and moves leadership to `p2` (Lease and status at epoch 2). The
+/// barrier that would clear `p1`'s marks ends in a 5xx and does not land (yet). Decided again
+/// after another 409, the Lease and the status name `p2` only, the pod cache shows `p1`
+/// unmarked, and a check by the selector does not list `p1`: `p2` is promoted beside it, unless
+/// the failed passes took the barrier flag down so that the check lists every leader label.
+pub fn replay_failed_pass_forgets_the_leader_it_moved_off() -> (Outcome, String) {
+    let mut r = Replay::new(Config::combined(), false);
+    r.pass(A, |_| false)
+        .act(Action::ToggleSelected(P1))
+        .pass(A, |_| false)
+        .act(Action::Reconcile(A))
+        .request(|m| is_lease_write(m, A), false, "op-a's Lease write")
+        .request(|m| is_status_write(m, A), false, "op-a's status write")
+        .request(|m| is_barrier(m, A, P1), true, "op-a's barrier of p1")
+        .pass(A, |_| false)
+        .pass(A, |m| is_barrier(m, A, P1));
+    (r.outcome(), r.transcript())
+}
+
 /// A barrier write of `pod` by `from`.
 fn is_barrier(m: &Msg, from: ReplicaId, pod: PodId) -> bool {
     m.from == from
@@ -416,6 +439,21 @@ mod tests {
             println!("{transcript}");
             assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
         }
+    }
+
+    /// Before a failed pass took the barrier flag down, `p1` (epoch 1) and `p2` (epoch 2) were
+    /// both labeled leader: the check after the failures listed only the pods the new selector
+    /// matches. Now it lists every leader label of the group, finds `p1`'s, and demotes it as a
+    /// stray before the promotion.
+    #[test]
+    fn failed_pass_leaves_no_leader_outside_the_selector() {
+        let (outcome, transcript) = replay_failed_pass_forgets_the_leader_it_moved_off();
+        println!("{transcript}");
+        assert_eq!(outcome, Outcome::OneLeader, "{transcript}");
+        assert!(
+            transcript.contains("p2") && transcript.contains("epoch=2"),
+            "{transcript}"
+        );
     }
 
     /// Before step 4's check read the Lease afresh and promoted only the pod it names at the

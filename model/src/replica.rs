@@ -25,8 +25,7 @@ use crate::state::{Check, Pass, Phase, Slot, State};
 pub enum End {
     /// A 409 (or the pod to promote gone): `converge` reads the group and the Lease afresh.
     Conflict,
-    /// Any other error (a 5xx, a reset, a stale decision): the error policy requeues; the barrier
-    /// flag stays as it is.
+    /// Any other error (a 5xx, a reset, a stale decision): the error policy requeues.
     Error,
     /// The reconcile's deadline: its requests are abandoned, and the barrier flag removed.
     Deadline,
@@ -476,10 +475,11 @@ pub fn end(state: &mut State, replica: ReplicaId, how: End) {
     }
     if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
         r.pass = None;
-        match how {
-            End::Conflict => r.fresh = true,
-            End::Error => {}
-            End::Deadline => r.barrier_up = false,
+        // Whatever the end, the pass may have moved the Lease off a leader whose demotion did
+        // not land: the barrier flag goes down (`reconcile` and `converge`).
+        r.barrier_up = false;
+        if how == End::Conflict {
+            r.fresh = true;
         }
     }
 }

@@ -75,6 +75,11 @@ pub(super) async fn converge(
             other => return other,
         };
         ctx.metrics.conflict(object);
+        // This pass may have committed a move off a leader whose demotion or release then
+        // failed: the decision taken again no longer names that pod, and the pod cache (not
+        // read again) may never have shown its leader label, so only a check beyond the
+        // selector, which the barrier flag being down asks for, still finds it.
+        ctx.barriers.remove(&ObjectRef::from_obj(&seen.group));
         if attempt == MAX_ATTEMPTS {
             return Err(ReconcileError::Conflict(object));
         }
