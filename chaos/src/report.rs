@@ -441,6 +441,20 @@ impl Report {
             quantile(&downs, 0.5),
             quantile(&downs, 1.0)
         );
+        let _ = writeln!(
+            md,
+            "\nWhat holds a gap open, read from the run's timeline (`seed-N/timeline.tsv` in the work \
+             folder: every fault, gap and restart on the wall clock) beside the replicas' logs: the \
+             waits the protocol makes on purpose, added up when faults overlap. An active replica \
+             killed, paused or cut off is replaced once its operator Lease ({} s) has gone unrenewed \
+             for its duration; the replica that takes over leaves each group to the old one's \
+             arbitration until that lapses (a group Lease, {} s, from the last change it saw); a \
+             handover whose old leader's client cannot step down (its node cut off, its connections \
+             stalled) waits for that leader's belief to lapse (two thirds of the group Lease, after \
+             a `leaseDurationSeconds` edit of the longer one); a stalled connection is noticed after \
+             4 s; and the kube-apiserver restarts and its watches' 410 Gone.",
+            self.operator_lease_seconds, self.lease_seconds
+        );
         let _ = writeln!(md, "\n## Faults\n");
         let _ = writeln!(
             md,
