@@ -342,8 +342,8 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
 /// The Controller's pause of all of its triggers after any one of them errs: none. Each watch
 /// backs off its own retries already ([`watch_backoff`]); a pause of the merged triggers held
 /// every group's events behind whichever watch had failed. After a kube-apiserver restart each
-/// watch's 410 Gone paused them all in turn, each time for as long as the grown backoff (a
-/// chaos run saw 14 s without a reconcile on the replica that had just turned active).
+/// watch's 410 Gone paused them all in turn, each time for as long as the grown backoff, so a
+/// replica that had just turned active reconciled nothing for several of those pauses.
 struct NoTriggerPause;
 
 impl Iterator for NoTriggerPause {
