@@ -30,7 +30,10 @@ pub(super) fn predecessor(
     };
     let deposed_now = lease.holder.is_some() && (lease.holder.as_deref() != leader || minted);
     let mut predecessor = if deposed_now {
-        lease.predecessor_after_holder()?
+        match lease.predecessor_after_holder() {
+            Some(pending) if pending.pending() => pending,
+            other => labeled_beside_another_holder(obs, lease, leader).or(other)?,
+        }
     } else {
         lease.predecessor.clone()?
     };
@@ -60,6 +63,38 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
         uid: None,
         epoch: status.epoch,
         lease_seconds: obs.group.spec.lease_duration_seconds,
+        stepped_down: false,
+    })
+}
+
+/// The pod that carries the group's leader marks at the epoch its status records while the Lease
+/// names another holder: someone else rewrote the Lease (its holder and its acknowledgement are no
+/// longer that pod's), yet that pod's member may still report `Leader`. It is waited for as the
+/// predecessor, for the longer of the two Leases' confirmations, unless it leads again.
+fn labeled_beside_another_holder(
+    obs: &Observation<'_>,
+    lease: &LeaseRecord,
+    leader: Option<&str>,
+) -> Option<Predecessor> {
+    let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
+    let labeled = status.leader.as_deref()?;
+    if lease.holder.as_deref() == Some(labeled) || leader == Some(labeled) {
+        return None;
+    }
+    let group = obs.group.name_any();
+    let pod = obs
+        .pods
+        .iter()
+        .find(|p| p.name_any() == labeled && marks::leads_for_at(p, &group, status.epoch))?;
+    Some(Predecessor {
+        pod: labeled.to_string(),
+        uid: pod.metadata.uid.clone(),
+        epoch: status.epoch,
+        lease_seconds: obs
+            .group
+            .spec
+            .lease_duration_seconds
+            .max(lease.duration_seconds),
         stepped_down: false,
     })
 }

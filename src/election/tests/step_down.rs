@@ -390,3 +390,15 @@ fn created_holder(lease: &Lease) -> &str {
         .and_then(|s| s.holder_identity.as_deref())
         .unwrap_or_default()
 }
+
+#[test]
+fn a_labeled_leader_whose_lease_someone_else_rewrote_steps_down_before_its_successor_is_labeled() {
+    // a leads at 4, labeled, its member acknowledged. Someone else rewrites the Lease: another
+    // holder, epoch 6, so the acknowledgement is no longer at the Lease's epoch. a turns NotReady:
+    // a's member may still report `Leader`, so b waits for a's step-down.
+    let (g, mut pods, _) = acknowledged(4);
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let rewritten = owned(&record(Some("intruder"), 6, 999, ME));
+    let p = plan(decide_with(&g, &pods, Some(&rewritten)));
+    assert_promoted_after_step_down(&g, &pods, &p, "a", ("b", 7));
+}
