@@ -364,9 +364,10 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
         first_new_write.text
     );
 
-    // The thaw: the old writer completes the write it checked before the pause.
-    frozen.thaw().unwrap();
+    // The thaw: the old writer completes the write it checked before the pause. The clock is read
+    // before the thaw: the thawed process may log its refusal before `thaw` returns.
     let thawed_at = SystemTime::now();
+    frozen.thaw().unwrap();
     let frozen_for = since(frozen_at, thawed_at);
     drop(frozen);
     println!(
