@@ -52,13 +52,7 @@ pub(super) fn predecessor(
 /// earlier step-down, so nothing is waited for.
 fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
     let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
-    let group = obs.group.name_any();
-    let labeled = status.leader.as_deref().is_some_and(|leader| {
-        obs.pods
-            .iter()
-            .any(|p| p.name_any() == leader && marks::leads_for_at(p, &group, status.epoch))
-    });
-    (!labeled).then(|| Predecessor {
+    labeled_status_leader(obs).is_none().then(|| Predecessor {
         pod: UNKNOWN_PREDECESSOR.to_string(),
         uid: None,
         epoch: status.epoch,
@@ -76,20 +70,15 @@ fn labeled_beside_another_holder(
     lease: &LeaseRecord,
     leader: Option<&str>,
 ) -> Option<Predecessor> {
-    let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
-    let labeled = status.leader.as_deref()?;
-    if lease.holder.as_deref() == Some(labeled) || leader == Some(labeled) {
+    let (pod, epoch) = labeled_status_leader(obs)?;
+    let labeled = pod.name_any();
+    if lease.holder.as_deref() == Some(labeled.as_str()) || leader == Some(labeled.as_str()) {
         return None;
     }
-    let group = obs.group.name_any();
-    let pod = obs
-        .pods
-        .iter()
-        .find(|p| p.name_any() == labeled && marks::leads_for_at(p, &group, status.epoch))?;
     Some(Predecessor {
-        pod: labeled.to_string(),
+        pod: labeled,
         uid: pod.metadata.uid.clone(),
-        epoch: status.epoch,
+        epoch,
         lease_seconds: obs
             .group
             .spec
@@ -97,6 +86,19 @@ fn labeled_beside_another_holder(
             .max(lease.duration_seconds),
         stepped_down: false,
     })
+}
+
+/// The pod the status names as the leader, with the status's epoch, if it carries the group's
+/// leader marks at that epoch.
+fn labeled_status_leader<'a>(obs: &Observation<'a>) -> Option<(&'a Pod, i64)> {
+    let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
+    let leader = status.leader.as_deref()?;
+    let group = obs.group.name_any();
+    obs.pods
+        .iter()
+        .copied()
+        .find(|p| p.name_any() == leader && marks::leads_for_at(p, &group, status.epoch))
+        .map(|p| (p, status.epoch))
 }
 
 /// Whether the operator knows, without its member's word, that the predecessor no longer reports
