@@ -80,12 +80,13 @@ async fn one_burst(groups: &Groups) -> Result<(f64, Vec<f64>)> {
         .iter()
         .filter_map(|g| groups.leader(g).map(|l| (g.clone(), l.pod)))
         .collect();
+    // Every old leader's Ready condition set to `ready`, in one sweep.
+    let sweep = |ready| {
+        let pods = old.iter().map(|(_, pod)| pod);
+        futures::future::try_join_all(pods.map(move |pod| groups.kubelet.set_ready(pod, ready)))
+    };
     let t0 = SystemTime::now();
-    futures::future::try_join_all(
-        old.iter()
-            .map(|(_, pod)| groups.kubelet.set_ready(pod, false)),
-    )
-    .await?;
+    sweep(false).await?;
     let sweep_ms = ms_between(t0, SystemTime::now());
     let mut per_group_ms = Vec::new();
     for (g, pod) in &old {
@@ -95,10 +96,6 @@ async fn one_burst(groups: &Groups) -> Result<(f64, Vec<f64>)> {
             .await?;
         per_group_ms.push(ms_between(t0, new.at));
     }
-    futures::future::try_join_all(
-        old.iter()
-            .map(|(_, pod)| groups.kubelet.set_ready(pod, true)),
-    )
-    .await?;
+    sweep(true).await?;
     Ok((sweep_ms, per_group_ms))
 }

@@ -42,8 +42,8 @@ use crate::candidates::{Candidates, Fault, Handovers, Leader, repeat};
 use crate::error::{Error, Result};
 use crate::observe::ms_between;
 use crate::peers::{Candidate, PEERS, System};
-use crate::results::{Record, Results, Run};
-use crate::scenario::{Context, Outcome, Scenario as BenchScenario, measuring};
+use crate::results::{Record, Run};
+use crate::scenario::{Context, Measured, Scenario as BenchScenario, measuring};
 use crate::timeline::{SYSTEM_LABEL, Tracker, first_new_leader, pod_of};
 
 /// The node that is lost, where every leader sits before the cut, and the other one.
@@ -417,19 +417,6 @@ async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs a command that must succeed (its output passed through).
-async fn run_command(command: std::process::Command) -> Result<()> {
-    let shown = format!("{command:?}");
-    let status = tokio::process::Command::from(command)
-        .status()
-        .await
-        .map_err(Error::io(format!("running {shown}")))?;
-    if !status.success() {
-        return Err(Error::Other(format!("{shown}: {status}")));
-    }
-    Ok(())
-}
-
 impl World<'_> {
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
     /// that scenario's); per scenario with a fault, and its split brains.
@@ -481,17 +468,8 @@ pub const E2E: BenchScenario = BenchScenario {
     render: |records| crate::e2e_tables::blocks(&records[0]),
 };
 
-/// `e2e.json` as measured, with the record of its own run (the real cluster's), not the light
-/// one's.
-struct OwnRun(Record);
-
-impl Outcome for OwnRun {
-    fn write(&mut self, _light: &Run, results: &Results) -> Result<()> {
-        results.write("e2e", &self.0)
-    }
-}
-
-async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
+/// `e2e.json` as measured, with the record of its own run (the real cluster's).
+async fn run_e2e(ctx: &Context) -> Result<Measured> {
     let started = Instant::now();
     let grace = ctx.options.grace.unwrap_or(ctx.pick(50, 10));
     let repo = &ctx.repo;
@@ -526,7 +504,7 @@ async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
     }?;
     drop(cluster);
     result.run.duration_s = started.elapsed().as_secs_f64();
-    Ok(OwnRun(result))
+    Ok(Measured("e2e", result))
 }
 
 /// Imports the images into the cluster's nodes and installs the operator with its chart: one
@@ -539,7 +517,7 @@ async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_teste
         .arg(cluster.dir())
         .arg("--no-build")
         .args(IMAGES);
-    run_command(import).await?;
+    crate::run_command(import).await?;
     tracing::info!("e2e: images imported in {:.0} s", t.elapsed().as_secs_f64());
     let cp = leadergroup_testenv::attach(cluster.dir().join("kubeconfig")).await?;
     let mut helm = RealCluster::helm_install(&cp);
@@ -548,7 +526,7 @@ async fn install(repo: &Path, cluster: &RealCluster) -> Result<leadergroup_teste
             "nodeSelector.kubernetes\\.io/hostname={OTHER_NODE}"
         ))
         .args(["--wait", "--timeout", "180s"]);
-    run_command(helm).await?;
+    crate::run_command(helm).await?;
     tracing::info!("e2e: operator installed (one replica, on {OTHER_NODE})");
     Ok(cp)
 }
@@ -592,7 +570,16 @@ impl Bench<'_> {
                 scenario.add(&mut record, system, result);
             }
         }
-        self.node_losses(&mut record).await?;
+        // The node losses, every system measured in each cut.
+        let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
+        let mut results = vec![Handovers::default(); losses.len()];
+        for i in 0..self.node_losses {
+            tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
+            self.node_loss(&losses, &mut results).await?;
+        }
+        for (system, result) in losses.into_iter().zip(results) {
+            SCENARIOS[3].add(&mut record, system, result);
+        }
         Ok(record)
     }
 
@@ -617,20 +604,6 @@ impl Bench<'_> {
         per_system.extend(futures::future::join_all(peers).await);
         world.delete().await;
         Ok(per_system)
-    }
-
-    /// The node losses, every system measured in each cut, into `record`.
-    async fn node_losses(&self, record: &mut Record) -> Result<()> {
-        let losses: Vec<&System> = OURS.iter().chain(&PEERS).collect();
-        let mut results = vec![Handovers::default(); losses.len()];
-        for i in 0..self.node_losses {
-            tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
-            self.node_loss(&losses, &mut results).await?;
-        }
-        for (system, result) in losses.into_iter().zip(results) {
-            SCENARIOS[3].add(record, system, result);
-        }
-        Ok(())
     }
 
     /// One node loss: a fresh namespace, every system's first candidate on node 1 (so it leads),

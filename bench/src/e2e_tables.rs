@@ -4,10 +4,8 @@
 
 use crate::markdown::{Block, Table, met};
 use crate::results::Record;
+use crate::scenario::OURS;
 use leadergroup_testenv::stats::summarize;
-
-/// Ours: its name begins so, and its liveness mode follows in parentheses.
-const OURS: &str = "leadergroup-operator";
 
 /// One scenario of the file.
 struct Scenario<'a> {

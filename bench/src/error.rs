@@ -19,9 +19,9 @@ pub enum Error {
     /// The app-latency measurement failed.
     #[error("app-latency: {0}")]
     AppLatency(#[from] leadergroup_testenv::app_latency::MeasureError),
-    /// The page lacks a block's markers.
-    #[error(transparent)]
-    Marker(#[from] crate::markdown::MarkerError),
+    /// The page lacks a block's markers (or has them in the wrong order).
+    #[error("docs/benchmarks.md has no `{0}` ... `{1}`")]
+    Markers(String, String),
     /// A manifest could not be read.
     #[error("YAML: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),

@@ -12,16 +12,13 @@ use crate::observe::{RequestCounts, api_requests, rates};
 use crate::ours::Groups;
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Record, Results, Run};
-use crate::scenario::{Context, Light, Outcome, Scenario, measuring};
+use crate::scenario::{Context, Light, OURS, Outcome, Scenario, measuring};
 use futures::future::LocalBoxFuture;
 
-/// Both results files, `graceful.json` and `crash.json`, as measured: per system (ours first),
-/// its settings and milliseconds per handover (case: the scenario's name); ours, its API requests
-/// per repetition.
-struct Measured {
-    graceful: Record,
-    crash: Record,
-}
+/// Both results files, `graceful.json` and `crash.json`, as measured (in the order of
+/// [`SCENARIOS`]): per system (ours first), its settings and milliseconds per handover (case: the
+/// scenario's name); ours, its API requests per repetition.
+struct Measured([Record; 2]);
 
 /// The two scenarios: name, fault, and how ours is measured.
 const SCENARIOS: [(&str, Fault, &str); 2] = [
@@ -72,7 +69,7 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     let crash = ours(light, baseline, &groups, SCENARIOS[1], reps).await?;
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     drop(op);
-    Ok(Measured { graceful, crash })
+    Ok(Measured([graceful, crash]))
 }
 
 /// The machine, the versions, and what the run saw besides its figures.
@@ -131,9 +128,6 @@ fn handover_block(result: &Record, scenario: &str, floor_ms: f64) -> Block {
     Block::tables(scenario, [table].into_iter().chain(calls))
 }
 
-/// Our name in the tables.
-const OURS: &str = "leadergroup-operator";
-
 impl Outcome for Measured {
     fn measure_peers<'a>(&'a mut self, ctx: &'a Context) -> LocalBoxFuture<'a, Result<()>> {
         Box::pin(async move {
@@ -151,9 +145,7 @@ impl Outcome for Measured {
                 Ok::<_, Error>((kind.peer, samples))
             });
             for (peer, samples) in futures::future::try_join_all(runs).await? {
-                let results = [&mut self.graceful, &mut self.crash];
-                for ((result, samples), (case, ..)) in
-                    results.into_iter().zip(samples).zip(SCENARIOS)
+                for ((result, samples), (case, ..)) in self.0.iter_mut().zip(samples).zip(SCENARIOS)
                 {
                     result.add(peer.name, case, "settings", peer.settings);
                     result.add(peer.name, case, "ms", samples);
@@ -164,10 +156,7 @@ impl Outcome for Measured {
     }
 
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        for (record, (name, ..)) in [&mut self.graceful, &mut self.crash]
-            .into_iter()
-            .zip(SCENARIOS)
-        {
+        for (record, (name, ..)) in self.0.iter_mut().zip(SCENARIOS) {
             record.run = run.clone();
             results.write(name, record)?;
         }

@@ -86,6 +86,21 @@ pub(crate) fn repo_root() -> PathBuf {
         .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
 }
 
+/// Runs a command that must succeed (its stderr passed through); its stdout, trimmed.
+pub(crate) async fn run_command(command: std::process::Command) -> Result<String> {
+    let shown = format!("{command:?}");
+    let out = tokio::process::Command::from(command)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .map_err(Error::io(format!("running {shown}")))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() {
+        return Err(Error::Other(format!("{shown}: {}: {stdout}", out.status)));
+    }
+    Ok(stdout)
+}
+
 async fn run(options: Options) -> Result<()> {
     let repo = options.repo.clone().unwrap_or_else(repo_root);
     let only = options.only.clone();
@@ -138,11 +153,9 @@ async fn run(options: Options) -> Result<()> {
 
 /// Every block of `scenarios` from `results`.
 fn blocks(scenarios: &[&Scenario], results: &Results) -> Result<Vec<Block>> {
-    let mut all = Vec::new();
-    for scenario in scenarios {
-        all.extend(scenario.blocks(results)?);
-    }
-    Ok(all)
+    let per_scenario: Result<Vec<Vec<Block>>> =
+        scenarios.iter().map(|s| s.blocks(results)).collect();
+    Ok(per_scenario?.concat())
 }
 
 /// Rewrites the tables of `<repo>/docs/benchmarks.md` from `<repo>/bench/results`.

@@ -6,17 +6,7 @@ use std::collections::BTreeMap;
 
 use leadergroup_testenv::stats::summarize;
 
-/// What goes wrong while splicing blocks into the page.
-#[derive(Debug, thiserror::Error)]
-pub enum MarkerError {
-    /// The page lacks a block's markers (or has them in the wrong order).
-    #[error("docs/benchmarks.md has no `{begin}` ... `{end}` for block {name}")]
-    Missing {
-        name: String,
-        begin: String,
-        end: String,
-    },
-}
+use crate::error::{Error, Result};
 
 /// A table: its column titles and its rows of cells.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -78,47 +68,42 @@ impl Table {
     }
 }
 
-/// One piece of a block.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Part {
-    /// A table.
-    Table(Table),
-    /// A sentence that exists only for some results (a failure, a warning), so it cannot be
-    /// written by hand.
-    Note(String),
-}
-
-/// What the page holds between one pair of markers.
+/// What the page holds between one pair of markers: tables, then notes (sentences that exist
+/// only for some results, a failure or a warning, so they cannot be written by hand).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
     pub name: String,
-    pub parts: Vec<Part>,
+    pub tables: Vec<Table>,
+    pub notes: Vec<String>,
 }
 
 impl Block {
     /// A block of tables.
     pub fn tables(name: impl Into<String>, tables: impl IntoIterator<Item = Table>) -> Block {
+        let (name, tables) = (name.into(), tables.into_iter().collect());
+        let notes = Vec::new();
         Block {
-            name: name.into(),
-            parts: tables.into_iter().map(Part::Table).collect(),
+            name,
+            tables,
+            notes,
         }
     }
 
     /// This block with `notes` added after its tables.
     pub fn notes(mut self, notes: impl IntoIterator<Item = String>) -> Block {
-        self.parts.extend(notes.into_iter().map(Part::Note));
+        self.notes.extend(notes);
         self
     }
 
     /// The Markdown between the markers.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
-        for part in &self.parts {
+        for table in &self.tables {
             out.push('\n');
-            match part {
-                Part::Table(t) => t.write(&mut out),
-                Part::Note(n) => out.push_str(&format!("{n}\n")),
-            }
+            table.write(&mut out);
+        }
+        for note in &self.notes {
+            out.push_str(&format!("\n{note}\n"));
         }
         out
     }
@@ -132,7 +117,7 @@ fn markers(name: &str) -> (String, String) {
 }
 
 /// `page` with every block's content in place of what stood between its markers.
-pub fn splice(page: &str, blocks: &[Block]) -> Result<String, MarkerError> {
+pub fn splice(page: &str, blocks: &[Block]) -> Result<String> {
     let mut page = page.to_owned();
     for block in blocks {
         let (begin, end) = markers(&block.name);
@@ -141,11 +126,7 @@ pub fn splice(page: &str, blocks: &[Block]) -> Result<String, MarkerError> {
             page[from..].find(&end).map(|e| (from, from + e))
         });
         let Some((from, to)) = span else {
-            return Err(MarkerError::Missing {
-                name: block.name.clone(),
-                begin,
-                end,
-            });
+            return Err(Error::Markers(begin, end));
         };
         page.replace_range(from..to, &format!("{}\n", block.markdown()));
     }

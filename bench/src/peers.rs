@@ -116,20 +116,8 @@ impl PeerKind {
 /// The four peer configurations, client-go's candidate built (its build.sh prints the binary)
 /// and the Rust one checked.
 pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
-    let script = repo.join("bench/peers/client-go/build.sh");
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .await
-        .map_err(Error::io(format!("running {}", script.display())))?;
-    if !out.status.success() {
-        return Err(Error::Other(format!(
-            "{} failed: {}",
-            script.display(),
-            out.status
-        )));
-    }
-    let client_go = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let script = std::process::Command::new(repo.join("bench/peers/client-go/build.sh"));
+    let client_go = PathBuf::from(crate::run_command(script).await?);
     let rust_peer = repo.join("target/bench-peers/release/leadergroup-bench-rust-peer");
     if !rust_peer.is_file() {
         return Err(Error::Other(format!(

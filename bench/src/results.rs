@@ -152,30 +152,22 @@ fn command_line(program: &str, args: &[&str]) -> String {
 
 /// The folder of the results files.
 #[derive(Clone, Debug)]
-pub struct Results {
-    dir: PathBuf,
-}
+pub struct Results(PathBuf);
 
 impl Results {
     /// `<repo>/bench/results`.
     pub fn of(repo: &Path) -> Results {
-        Results {
-            dir: repo.join("bench/results"),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.json"))
+        Results(repo.join("bench/results"))
     }
 
     /// Reads `<name>.json`, None when there is none (a scenario not run yet).
     pub fn read(&self, name: &str) -> Result<Option<Record>> {
-        Ok(Record::read(&self.path(name))?)
+        Ok(Record::read(&self.0.join(format!("{name}.json")))?)
     }
 
     /// Writes `<name>.json`, pretty.
     pub fn write(&self, name: &str, record: &Record) -> Result<()> {
-        Ok(record.write(&self.path(name))?)
+        Ok(record.write(&self.0.join(format!("{name}.json")))?)
     }
 }
 

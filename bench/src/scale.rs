@@ -14,13 +14,10 @@ use crate::observe::{RequestCounts, Steady, is_polling_read, is_write, ms_betwee
 use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS, sample};
 use crate::peers::{PeerGroup, PeerKind};
 use crate::results::{Record, Results, Run};
-use crate::scenario::{Context, Outcome, Scenario, measuring};
+use crate::scenario::{Context, OURS, Outcome, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 use leadergroup_testenv::record::Sample;
 use leadergroup_testenv::stats::{Summary, summarize};
-
-/// Our name in the tables.
-pub const OURS: &str = "leadergroup-operator";
 
 /// The entries measured by this invocation: per system, a case per group count.
 struct Measured {
@@ -105,16 +102,16 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
         .clone()
         .unwrap_or_else(|| ctx.pick(vec![1, 100, 1000], vec![1, 10]));
     let mut record = Record::default();
+    let alone = ctx.options.only.is_some();
     for size in sizes {
         tracing::info!("scale: ours, {size} groups");
         ours_at(ctx, size, &mut record).await?;
-        if ctx.options.alone() {
+        if alone {
             let run = ctx.light().await?.run();
             let measured_in = format!("{} (`{}`)", run.started_at, run.command);
             record.add(OURS, &size.to_string(), "measured_in", measured_in);
         }
     }
-    let alone = ctx.options.alone();
     Ok(Measured { record, alone })
 }
 

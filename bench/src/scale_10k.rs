@@ -18,8 +18,8 @@ use crate::error::{Error, Result};
 use crate::markdown::{Block, Table, counts};
 use crate::ours::{Groups, LEASE_SECONDS, sample};
 use crate::results::Record;
-use crate::scale::{OURS, cost_targets, rss, start_ours};
-use crate::scenario::{Context, Measured, Scenario, measuring};
+use crate::scale::{cost_targets, rss, start_ours};
+use crate::scenario::{Context, Measured, OURS, Scenario, measuring};
 use leadergroup_testenv::OperatorProcess;
 
 pub const SCALE_10K: Scenario = Scenario {

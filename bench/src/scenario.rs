@@ -14,10 +14,13 @@ use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::markdown::Block;
-use crate::observe::{RequestCounts, api_requests, rates};
+use crate::observe::{RequestCounts, steady_window};
 use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
 use crate::results::{Record, Results, Run};
+
+/// Our name in the tables; in the end-to-end ones, its liveness mode follows in parentheses.
+pub const OURS: &str = "leadergroup-operator";
 
 /// A benchmark scenario: measured alone (`--only NAME`) or in the full run, it writes its
 /// results files; from them, it renders its blocks of docs/benchmarks.md.
@@ -81,13 +84,16 @@ pub trait Outcome {
     }
 }
 
-/// One results file as measured, written with the run's record; its `problems` samples are what
+/// One results file as measured, written with the run's record (unless it carries the record of
+/// a run of its own, as the end-to-end one on its own cluster); its `problems` samples are what
 /// its checks found.
 pub struct Measured(pub &'static str, pub Record);
 
 impl Outcome for Measured {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        self.1.run = run.clone();
+        if self.1.run.started_at.is_empty() {
+            self.1.run = run.clone();
+        }
         results.write(self.0, &self.1)
     }
 
@@ -126,13 +132,6 @@ pub struct Options {
     /// `--only scale-10k`: the groups' Lease duration, seconds (default the CRD's, 15).
     #[arg(long, value_name = "SECS")]
     pub lease: Option<i32>,
-}
-
-impl Options {
-    /// One scenario alone (`--only`), not the full run.
-    pub fn alone(&self) -> bool {
-        self.only.is_some()
-    }
 }
 
 /// The light control plane, the operator binary measured on it, and the run's record.
@@ -269,10 +268,8 @@ impl Context {
                 let light = self.light().await?;
                 let window = self.pick(Duration::from_secs(15), Duration::from_secs(3));
                 tracing::info!("baseline: {} s of an idle API server", window.as_secs());
-                let before = api_requests(&light.admin).await?;
-                tokio::time::sleep(window).await;
-                let after = api_requests(&light.admin).await?;
-                let baseline = rates(&before, &after, window.as_secs_f64(), None);
+                let idle = steady_window(&light.admin, window, None, Default::default);
+                let baseline = idle.await?.requests;
                 light.record(|run| run.baseline_requests_per_s = baseline.clone());
                 Ok(baseline)
             })
