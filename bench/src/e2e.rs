@@ -422,12 +422,11 @@ impl World<'_> {
     /// that scenario's); per scenario with a fault, and its split brains.
     async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
         let mut out = [(); 3].map(|()| Handovers::default());
-        let (node, frozen) = (String::new(), None);
         let mut candidates = InWorld {
             world: self,
             system,
-            node,
-            frozen,
+            node: String::new(),
+            frozen: None,
         };
         let what = format!("e2e: {}", system.name);
         for (scenario, result) in SCENARIOS.iter().zip(&mut out) {

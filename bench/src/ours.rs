@@ -76,24 +76,20 @@ impl Groups {
         let names: Vec<String> = (0..count).map(|i| format!("g-{i}")).collect();
         let api = leader_groups(&ns.client, &ns.name);
         let pods = names.iter().flat_map(|g| (0..3).map(move |j| (g, j)));
-        in_flight(concurrency, pods, |(g, j)| {
-            let kubelet = kubelet.clone();
-            async move {
-                let labels = [("app", g.as_str())];
-                kubelet
-                    .create_ready_pod(&format!("{g}-{j}"), &labels)
-                    .await?;
-                Ok(())
-            }
+        // Borrowed by every creation, which in_flight awaits before it returns.
+        let (kubelet_ref, api) = (&kubelet, &api);
+        in_flight(concurrency, pods, |(g, j)| async move {
+            let labels = [("app", g.as_str())];
+            kubelet_ref
+                .create_ready_pod(&format!("{g}-{j}"), &labels)
+                .await?;
+            Ok(())
         })
         .await?;
-        in_flight(concurrency, &names, |g| {
-            let api = api.clone();
-            async move {
-                let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
-                api.create(&PostParams::default(), &group).await?;
-                Ok(())
-            }
+        in_flight(concurrency, &names, |g| async move {
+            let group = leader_group(g, "app", g, lease_seconds.unsigned_abs())?;
+            api.create(&PostParams::default(), &group).await?;
+            Ok(())
         })
         .await?;
         Ok(Groups {

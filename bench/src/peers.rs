@@ -229,10 +229,9 @@ impl PeerGroup {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let Some((lease, event)) = parse_peer_line(&line) else {
-                    continue;
-                };
-                events.push(&lease, event);
+                if let Some((lease, event)) = parse_peer_line(&line) {
+                    events.push(&lease, event);
+                }
             }
         });
         self.candidates.insert(identity, child);
