@@ -78,7 +78,7 @@ async fn one_burst(groups: &Groups) -> Result<(f64, Vec<f64>)> {
     let old: Vec<(String, String)> = groups
         .names
         .iter()
-        .filter_map(|g| groups.leader(g).map(|l| (g.clone(), l.pod)))
+        .filter_map(|g| groups.watch.leader(g).map(|l| (g.clone(), l.pod)))
         .collect();
     // Every old leader's Ready condition set to `ready`, in one sweep.
     let sweep = |ready| {

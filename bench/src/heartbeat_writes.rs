@@ -90,6 +90,7 @@ async fn measure(ctx: &Context) -> Result<Measured> {
         .iter()
         .map(|g| {
             let leader = set
+                .watch
                 .leader(g)
                 .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
             Ok(Membership::start(

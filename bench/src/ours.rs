@@ -13,7 +13,7 @@ use leadergroup_testenv::{Kubelet, OperatorProcess};
 
 use crate::candidates::{Candidates, Fault, Leader, handover};
 use crate::error::{Error, Result};
-use crate::observe::{LeaderWatch, ProcSample, SeenLeader, proc_sample, recheck};
+use crate::observe::{LeaderWatch, ProcSample, proc_sample, recheck};
 
 /// How long anything "at once" may take before the run is declared broken.
 pub const BOUND: Duration = Duration::from_secs(120);
@@ -109,23 +109,18 @@ impl Groups {
             let seen: Option<Vec<SystemTime>> = self
                 .names
                 .iter()
-                .map(|g| Some(self.leader(g)?.at))
+                .map(|g| Some(self.watch.leader(g)?.at))
                 .collect();
             seen?.into_iter().max()
         })
         .await
     }
 
-    /// The leader of `group` the watch saw last.
-    pub fn leader(&self, group: &str) -> Option<SeenLeader> {
-        self.watch.leader(group)
-    }
-
     /// The groups led now.
     pub fn led(&self) -> usize {
         self.names
             .iter()
-            .filter(|g| self.leader(g).is_some())
+            .filter(|g| self.watch.leader(g).is_some())
             .count()
     }
 
@@ -159,7 +154,7 @@ struct OneGroup<'a> {
 impl Candidates for OneGroup<'_> {
     async fn leader(&mut self) -> Result<Leader> {
         let group = self.group;
-        let seen = self.set.leader(group);
+        let seen = self.set.watch.leader(group);
         let pod = seen
             .ok_or_else(|| Error::Other(format!("{group} has no leader")))?
             .pod;
