@@ -96,14 +96,10 @@ async fn measure(ctx: &Context) -> Result<Measured> {
     tracing::info!("scale-10k: created in {create_s:.0} s");
 
     let mut record = Record::default();
-    let setup = [
-        ("lease_s", lease_seconds as f64),
-        ("namespaces", namespaces as f64),
-    ];
-    let more = [("pods", (groups * 3) as f64), ("create_s", create_s)];
-    for (metric, value) in setup.into_iter().chain(more) {
-        record.add("", "", metric, value);
-    }
+    record.add("", "", "lease_s", lease_seconds);
+    record.add("", "", "namespaces", namespaces);
+    record.add("", "", "pods", groups * 3);
+    record.add("", "", "create_s", create_s);
     record.add("", "", "create_concurrency", CREATE_CONCURRENCY);
     let bound = ("operator-scale-10k.log", BOUND, lease_seconds);
     let (op, led_at_bound, converge_cpu_s) =
