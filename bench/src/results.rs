@@ -96,9 +96,7 @@ impl Run {
             ..Run::default()
         })
     }
-}
 
-impl Run {
     /// Its command, when it started and how long it took, as the page's run tables begin.
     pub fn table(&self, more_columns: &[&str]) -> Table {
         let mut table = Table::new(&[&["command", "started", "took"], more_columns].concat());
@@ -173,7 +171,7 @@ impl Results {
 
 /// `path` relative to the repository when it lies in it: the page names no folder of the machine
 /// it was measured on.
-pub fn in_repo(path: &std::path::Path) -> std::path::PathBuf {
+pub fn in_repo(path: &Path) -> PathBuf {
     let root = crate::repo_root();
     path.strip_prefix(&root).unwrap_or(path).to_path_buf()
 }
