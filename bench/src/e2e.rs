@@ -31,7 +31,7 @@ use kube::api::{
 };
 use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups};
-use leadergroup_testenv::pods::{container_id, eligible, node_of};
+use leadergroup_testenv::pods::{container_id, eligible, node_of, terminating};
 use leadergroup_testenv::{
     Frozen, RealCluster, kill_container, node_ready, settled, wait_until, wait_until_every,
 };
@@ -255,10 +255,7 @@ impl<'a> World<'a> {
     async fn at_rest(&self, system: &System, pods: usize) -> Result<Option<Leader>> {
         let params = ListParams::default().labels(&format!("{SYSTEM_LABEL}={}", system.label));
         let listed = self.pods.list(&params).await?.items;
-        let live: Vec<&Pod> = listed
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
+        let live: Vec<&Pod> = listed.iter().filter(|p| !terminating(p)).collect();
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }

@@ -85,22 +85,15 @@ async fn measure(ctx: &Context) -> Result<Measured> {
     measure_mode(&mut record, "Readiness", admin, ctx.window(), &idle).await?;
 
     // Heartbeat: a Membership follows each leader pod, the groups switch mode.
-    let memberships: Vec<Membership> = set
-        .names
-        .iter()
-        .map(|g| {
-            let leader = set
-                .watch
-                .leader(g)
-                .ok_or_else(|| Error::Other(format!("{g} has no leader")))?;
-            Ok(Membership::start(
-                set.client.clone(),
-                set.namespace.clone(),
-                leader.pod,
-                Some(g.clone()),
-            ))
-        })
-        .collect::<Result<_>>()?;
+    let mut memberships = Vec::new();
+    for g in &set.names {
+        let leader = set.watch.leader(g);
+        let pod = leader
+            .ok_or_else(|| Error::Other(format!("{g} has no leader")))?
+            .pod;
+        let (client, namespace) = (set.client.clone(), set.namespace.clone());
+        memberships.push(Membership::start(client, namespace, pod, Some(g.clone())));
+    }
     let api: Api<LeaderGroup> = Api::namespaced(set.client.clone(), &set.namespace);
     let patch = serde_json::json!({"spec": {"liveness": "Heartbeat"}});
     in_flight(8, &set.names, |g| {
