@@ -32,7 +32,7 @@ pub(super) fn predecessor(
     let mut predecessor = if deposed_now {
         match lease.predecessor_after_holder() {
             Some(pending) if pending.pending() => pending,
-            other => labeled_beside_another_holder(obs, lease, leader).or(other)?,
+            other => labeled_beside_another_holder(obs, lease).or(other)?,
         }
     } else {
         lease.predecessor.clone()?
@@ -63,16 +63,18 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
 
 /// The pod that carries the group's leader marks at the epoch its status records while the Lease
 /// names another holder: someone else rewrote the Lease (its holder and its acknowledgement are no
-/// longer that pod's), yet that pod's member may still report `Leader`. It is waited for as the
-/// predecessor, for the longer of the two Leases' confirmations, unless it leads again.
+/// longer that pod's), yet that pod's member may still report `Leader`. It is named as the
+/// predecessor, for the longer of the two Leases' confirmations. Also when it leads again at a
+/// new epoch: not waited for then (the same incarnation), but its member may report `Leader` at
+/// the old epoch until it acknowledges the new one, so a handover away from it before that waits
+/// for it too.
 fn labeled_beside_another_holder(
     obs: &Observation<'_>,
     lease: &LeaseRecord,
-    leader: Option<&str>,
 ) -> Option<Predecessor> {
     let (pod, epoch) = labeled_status_leader(obs)?;
     let labeled = pod.name_any();
-    if lease.holder.as_deref() == Some(labeled.as_str()) || leader == Some(labeled.as_str()) {
+    if lease.holder.as_deref() == Some(labeled.as_str()) {
         return None;
     }
     Some(Predecessor {

@@ -6,7 +6,7 @@ use std::fmt;
 use leadergroup_client::role::Role;
 
 use super::model::{HbAction, HeartbeatModel};
-use super::state::{HbLease, HbState, Renewal};
+use super::state::{FORGED_EPOCH_STEP, HbLease, HbState, INTRUDER, Renewal};
 use super::{client, clock::Tick};
 use crate::objects::pod_name;
 use crate::run::Explained;
@@ -44,6 +44,10 @@ impl fmt::Display for HbAction {
                 write!(f, "user sets spec.leaseDurationSeconds={d}")
             }
             HbAction::Prefer(p) => write!(f, "user sets spec.preferredLeader={}", pod_name(*p)),
+            HbAction::Forge => write!(
+                f,
+                "a foreign writer puts holder {INTRUDER} in the Lease, its epoch {FORGED_EPOCH_STEP} higher, the rest kept"
+            ),
             HbAction::SetReady(p, ready) => write!(
                 f,
                 "kubelet: {} {} (its process runs on)",
@@ -60,7 +64,7 @@ fn lease(l: &HbLease) -> String {
     });
     format!(
         "Lease {}@{} {}s, acquired at {}s, {renewed}, rv={}",
-        pod_name(l.holder),
+        l.holder_name(),
         l.epoch,
         l.duration,
         l.acquired,
@@ -157,7 +161,7 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
             "   => {} {}'s client believes Leader@{e} while {} holds the Lease at {}\n",
             at(cur.now),
             pod_name(p),
-            pod_name(cur.lease.holder),
+            cur.lease.holder_name(),
             cur.lease.epoch
         ));
     }

@@ -5,7 +5,7 @@ use leadergroup_client::role::Role;
 use stateright::{Model, Property};
 
 use super::clock::Tick;
-use super::state::{Client, HbLease, HbSpent, HbState, Renewal};
+use super::state::{Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal};
 use super::{client, operator};
 use crate::api::PodId;
 use crate::objects::pod_name;
@@ -29,6 +29,8 @@ pub struct HbConfig {
     pub preference_edits: u8,
     /// A pod turning NotReady (or Ready again) while its process runs on: a handover at once too.
     pub readiness: u8,
+    /// Writes of the Lease by a foreign writer (another holder, a higher epoch, the rest kept).
+    pub forgeries: u8,
     /// States whose Lease went past this epoch are not explored further.
     pub max_epoch: i64,
     /// The property this configuration is known to break (an open hole): `--first` stops at its
@@ -52,6 +54,7 @@ impl HbConfig {
             restarts: 0,
             preference_edits: 0,
             readiness: 0,
+            forgeries: 0,
             max_epoch: 3,
             sought: None,
         }
@@ -109,12 +112,34 @@ impl HbConfig {
         }
     }
 
+    /// A foreign write of the Lease (another holder, an epoch higher), with the leader's client
+    /// cut off or simply not yet told, then a `preferredLeader` edit: the Lease no longer names
+    /// the pod that carries the leader's marks, and the handover must still wait for it.
+    pub fn foreign_write() -> Self {
+        HbConfig {
+            name: "foreign-write",
+            max_ticks: 4,
+            duration: 6,
+            edited_duration: 6,
+            duration_edits: 0,
+            cuts: 1,
+            restarts: 0,
+            preference_edits: 1,
+            readiness: 0,
+            forgeries: 1,
+            max_epoch: 1 + FORGED_EPOCH_STEP + 2,
+            sought: Some(ONE_LEADER_AT_A_TIME),
+            ..HbConfig::heartbeat()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
             HbConfig::heartbeat_restart(),
             HbConfig::heartbeat_large(),
             HbConfig::immediate_handover(),
+            HbConfig::foreign_write(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -145,6 +170,8 @@ pub enum HbAction {
     Prefer(PodId),
     /// The pod turns Ready or NotReady; its process (and client) runs on.
     SetReady(PodId, bool),
+    /// A foreign writer rewrites the Lease.
+    Forge,
 }
 
 #[derive(Clone, Debug)]
@@ -182,6 +209,7 @@ impl HeartbeatModel {
                 acquired: 0,
                 renewed: None,
                 predecessor: None,
+                forged: false,
                 rv: 1,
             },
             marks: (0..pods).map(|p| (p == 0).then_some(1)).collect(),
@@ -259,6 +287,9 @@ impl HeartbeatModel {
                 actions.push(HbAction::Deliver(r.clone()));
             }
         }
+        if s.spent.forgeries < c.forgeries {
+            actions.push(HbAction::Forge);
+        }
         if s.spent.duration_edits < c.duration_edits && s.spec_duration != c.edited_duration {
             actions.push(HbAction::EditDuration(c.edited_duration));
         }
@@ -306,6 +337,12 @@ impl HeartbeatModel {
                     *r = *ready;
                 }
             }
+            HbAction::Forge => {
+                s.spent.forgeries += 1;
+                s.lease.forged = true;
+                s.lease.epoch += FORGED_EPOCH_STEP;
+                s.lease.rv = s.next_rv();
+            }
         }
         (&s != last).then_some(s)
     }
@@ -322,8 +359,13 @@ pub const CLIENT_LEADS: &str = "sometimes a client believes Leader";
 pub const HANDED_OVER: &str = "sometimes the Lease is handed over";
 pub const SUCCESSOR_LEADS: &str = "sometimes a successor's client believes Leader";
 
-/// The clients that believe `Leader` at an epoch the Lease no longer holds, with that epoch.
+/// The clients that believe `Leader` at an epoch the Lease no longer holds, with that epoch. A
+/// foreign writer's holder is no successor: no pod leads under it, and the client learns of it
+/// at its next read of the Lease (the property of one believer at a time still holds then).
 pub fn stale_leaders(s: &HbState) -> Vec<(PodId, i64)> {
+    if s.lease.forged {
+        return Vec::new();
+    }
     (0..u8::try_from(s.clients.len()).unwrap_or(0))
         .filter_map(|p| match client::role(s, p) {
             Some(Role::Leader { epoch })

@@ -25,7 +25,7 @@ pub fn pod_uid(pod: PodId) -> String {
 pub fn lease_record(lease: &HbLease) -> LeaseRecord {
     let acquired = clock::operator_wall(lease.acquired);
     LeaseRecord {
-        holder: Some(pod_name(lease.holder)),
+        holder: Some(lease.holder_name()),
         holder_uid: Some(pod_uid(lease.holder)),
         epoch: lease.epoch,
         duration_seconds: i32::from(lease.duration),
@@ -41,8 +41,9 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         // The model does not keep the lapse record (`leadergroup.io/lapsed`) in its Lease.
         lapsed: None,
         // The holder's client acknowledges with its renewals (the client crate's renewal writes
-        // the annotation), and a Lease is renewed only by its holder at its epoch.
-        acknowledged: lease.renewed.is_some(),
+        // the annotation, with the epoch), and a Lease is renewed only by its holder at its epoch.
+        // A foreign write keeps the annotation but moves the epoch: it acknowledges no longer.
+        acknowledged: lease.renewed.is_some() && !lease.forged,
         predecessor: lease
             .predecessor
             .map(|(pod, epoch, duration, stepped_down)| Predecessor {

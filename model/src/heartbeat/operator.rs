@@ -13,7 +13,7 @@ use leadergroup_operator::lease_sightings::Sighting;
 
 use super::clock;
 use super::objects::{self, ARBITER};
-use super::state::{HbLease, HbState};
+use super::state::{HbLease, HbState, INTRUDER};
 use crate::api::PodId;
 use crate::error::ModelError;
 use crate::objects::pod_id;
@@ -86,6 +86,8 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
         .demote
         .iter()
         .chain(plan.deposed.iter().map(|d| &d.pod))
+        // A foreign writer's holder is no pod: the real write finds none (404) and changes nothing.
+        .filter(|name| *name != INTRUDER)
     {
         if let Some(m) = state.marks.get_mut(usize::from(pod_id(name)?)) {
             changed |= m.is_some();
@@ -141,6 +143,7 @@ fn committed(
         acquired,
         renewed,
         rv: if kept
+            && !current.forged
             && holder == current.holder
             && record.epoch == current.epoch
             && duration == current.duration
@@ -151,5 +154,6 @@ fn committed(
             state.next_rv()
         },
         predecessor,
+        forged: false,
     })
 }

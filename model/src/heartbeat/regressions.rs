@@ -1,5 +1,5 @@
 //! The Heartbeat findings (a shorter Lease during a cut-off, a restarted client, an immediate
-//! handover), as the checker found them on the code before their fixes,
+//! handover, a handover after a foreign write), as found on the code before their fixes,
 //! replayed step by step against the Heartbeat model (the client's own belief and the operator's
 //! own sighting and decision at every step). Each replay returns its transcript and the stale
 //! believers it ended with; the tests assert that on the code as it is there are none.
@@ -135,6 +135,41 @@ impl Replay {
         }
     }
 
+    /// For `seconds`, each second: the operator decides, and `p2`'s client, once labeled, renews
+    /// (its acknowledgement) and reads the Lease back, else reads its pod and the Lease. Returns
+    /// the ticks at which two clients believed `Leader` (checked before the first second and
+    /// after each), and the first at which `p2`'s did.
+    fn successor_takes_over(&mut self, seconds: u8) -> (Vec<Tick>, Option<Tick>) {
+        let mut overlap = Vec::new();
+        let mut successor = None;
+        let mut note = |r: &Replay| {
+            if let Some(s) = r.states.last() {
+                let leaders = believed_leaders(s);
+                if leaders.len() > 1 && !overlap.contains(&s.now) {
+                    overlap.push(s.now);
+                }
+                if successor.is_none() && leaders.iter().any(|(pod, _)| *pod == 1) {
+                    successor = Some(s.now);
+                }
+            }
+        };
+        note(self);
+        for _ in 0..seconds {
+            self.act(HbAction::Tick).operator();
+            let labeled = self
+                .states
+                .last()
+                .is_some_and(|s| s.marks.get(1).copied().flatten().is_some());
+            if labeled {
+                self.renews(1).act(HbAction::ReadLease(1));
+            } else {
+                self.act(HbAction::ReadPod(1)).act(HbAction::ReadLease(1));
+            }
+            note(self);
+        }
+        (overlap, successor)
+    }
+
     fn finish(&mut self) -> (HbOutcome, String) {
         let text = super::display::path(&self.model, &self.states, &self.actions);
         (
@@ -191,36 +226,57 @@ pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Op
         ..HbConfig::immediate_handover()
     });
     r.past_stale = true;
-    let mut overlap = Vec::new();
-    let mut successor = None;
-    let mut note = |r: &Replay, successor: &mut Option<Tick>| {
-        if let Some(s) = r.states.last() {
-            let leaders = believed_leaders(s);
-            if leaders.len() > 1 && !overlap.contains(&s.now) {
-                overlap.push(s.now);
-            }
-            if successor.is_none() && leaders.iter().any(|(pod, _)| *pod == 1) {
-                *successor = Some(s.now);
-            }
-        }
-    };
     r.switchover_from_a_cut_off_leader();
-    note(&r, &mut successor);
-    for _ in 0..6 {
-        r.act(HbAction::Tick).operator();
-        // Labeled, p2's client renews (its acknowledgement) and reads the Lease back; else it
-        // reads its pod and the Lease.
-        let labeled = r
-            .states
-            .last()
-            .is_some_and(|s| s.marks.get(1).copied().flatten().is_some());
-        if labeled {
-            r.renews(1).act(HbAction::ReadLease(1));
-        } else {
-            r.act(HbAction::ReadPod(1)).act(HbAction::ReadLease(1));
-        }
-        note(&r, &mut successor);
-    }
+    let (overlap, successor) = r.successor_takes_over(6);
+    let (_, text) = r.finish();
+    (overlap, successor, text)
+}
+
+/// A foreign writer rewrites the Lease (holder `intruder`, its epoch two higher, the rest kept)
+/// while `p1`, labeled and renewing, believes `Leader@1` and is cut off; then the user prefers
+/// `p2`. The Lease no longer names `p1`, nor carries an acknowledgement at its epoch, yet `p1`
+/// still carries the leader's marks: the handover must wait for it as for any predecessor.
+/// Returns what [`replay_immediate_handover_with_the_old_leader_cut_off`] returns.
+pub fn replay_preference_after_a_foreign_write() -> (Vec<Tick>, Option<Tick>, String) {
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 6,
+        ..HbConfig::foreign_write()
+    });
+    r.past_stale = true;
+    r.renews(0)
+        .act(HbAction::ReadLease(0))
+        .act(HbAction::Cut(0))
+        .act(HbAction::Forge)
+        .act(HbAction::Prefer(1))
+        .operator()
+        .act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1));
+    let (overlap, successor) = r.successor_takes_over(6);
+    let (_, text) = r.finish();
+    (overlap, successor, text)
+}
+
+/// The checker's finding after the fix above: the foreign write comes first, and the operator
+/// takes the Lease back for `p1`, the pod it labeled, at a new epoch (`p1@4`), before the user
+/// prefers `p2`. `p1`'s client still believes `Leader@1` (it has not renewed at 4, so the Lease
+/// carries no acknowledgement), and the Lease named no predecessor: the handover to `p2` waited
+/// for nobody. Returns what [`replay_immediate_handover_with_the_old_leader_cut_off`] returns.
+pub fn replay_preference_after_a_lease_taken_back() -> (Vec<Tick>, Option<Tick>, String) {
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 6,
+        ..HbConfig::foreign_write()
+    });
+    r.past_stale = true;
+    r.renews(0)
+        .act(HbAction::ReadLease(0))
+        .act(HbAction::Forge)
+        .operator()
+        .act(HbAction::Cut(0))
+        .act(HbAction::Prefer(1))
+        .operator()
+        .act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1));
+    let (overlap, successor) = r.successor_takes_over(6);
     let (_, text) = r.finish();
     (overlap, successor, text)
 }
@@ -308,6 +364,34 @@ mod tests {
             Some(5),
             "p2 leads once p1's belief lapsed:\n{text}"
         );
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// Before the fix (the predecessor came only from the Lease's holder and its
+    /// acknowledgement at the Lease's epoch, so after the foreign write none was awaited), `p2`
+    /// was labeled in the pass that handed it the Lease, and both clients believed `Leader` at
+    /// 1, 2 and 3 s, until `p1`'s belief lapsed.
+    #[test]
+    fn a_preference_after_a_foreign_write_waits_for_the_labeled_leader() {
+        let (overlap, successor, text) = replay_preference_after_a_foreign_write();
+        println!("{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// Before the fix (a pod that leads again at a new epoch after a foreign write was not named
+    /// as the predecessor), both clients believed `Leader` at 1, 2 and 3 s.
+    #[test]
+    fn a_preference_after_the_lease_was_taken_back_waits_for_the_old_epochs_believer() {
+        let (overlap, successor, text) = replay_preference_after_a_lease_taken_back();
+        println!("{text}");
+        assert!(
+            text.contains("Lease p1@4"),
+            "the Lease is taken back for p1:\n{text}"
+        );
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
         assert!(!text.contains("not possible"), "{text}");
     }
 }

@@ -35,8 +35,29 @@ pub struct HbLease {
     /// The last holder that acknowledged its leadership, once deposed: its pod, its epoch, the
     /// Lease duration it last saw, and whether it is known to have stepped down.
     pub predecessor: Option<(PodId, i64, u8, bool)>,
+    /// A foreign writer (neither the operator nor a member) put a holder of its own in, at a
+    /// higher epoch, and kept the Lease's other fields: `holder` is still the pod it replaced,
+    /// whose renewal and acknowledgement the Lease still carries.
+    pub forged: bool,
     pub rv: Rv,
 }
+
+impl HbLease {
+    /// The holder the Lease names.
+    pub fn holder_name(&self) -> String {
+        if self.forged {
+            INTRUDER.to_string()
+        } else {
+            pod_name(self.holder)
+        }
+    }
+}
+
+/// The holder a foreign writer puts in the Lease: no pod of the group.
+pub const INTRUDER: &str = "intruder";
+
+/// How far above the Lease's epoch a foreign writer sets it.
+pub const FORGED_EPOCH_STEP: i64 = 2;
 
 /// A renewal on its way to the API server: a compare-and-swap on the version its client read.
 /// It may land at any later point, also after its client was cut off or restarted.
@@ -90,6 +111,7 @@ pub struct HbSpent {
     pub duration_edits: u8,
     pub preference_edits: u8,
     pub readiness: u8,
+    pub forgeries: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
