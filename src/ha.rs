@@ -5,8 +5,9 @@
 //! monotonic clock from when it saw the Lease last change (never from the `renewTime` another
 //! machine's clock wrote: [`HolderSighting`]). On shutdown the
 //! active replica stops acting, then releases the Lease naming itself (`leadergroup.io/released-by`),
-//! so that a standby takes over at once and knows that replica stopped on purpose: it takes over
-//! the groups that replica arbitrated at once too, instead of waiting out their Leases
+//! so that a standby takes over at once and knows that replica stopped on purpose. A standby that
+//! takes the Lease over, released or run out, knows its holder has stopped acting, so it takes
+//! over the groups that replica arbitrated at once too, instead of waiting out their Leases
 //! ([`Retired`]).
 
 use std::collections::BTreeSet;
@@ -42,9 +43,11 @@ pub fn parse_lease_name(name: &str) -> std::result::Result<String, String> {
     Ok(name.to_string())
 }
 
-/// The operator replicas known to have stopped acting: each released the operator Lease on
-/// shutdown, after its last reconcile, and this replica took the Lease over from it. They are
-/// forgotten when this replica stops being active (another may have become active since).
+/// The operator replicas known to have stopped acting: this replica took the operator Lease over
+/// from each, either released on shutdown after its last reconcile, or run out (a holder stops
+/// acting two thirds of a duration after its last renewal began, before any standby can see its
+/// hold run out). They are forgotten when this replica stops being active (another may have become
+/// active since).
 #[derive(Clone, Debug, Default)]
 pub struct Retired(Arc<RwLock<BTreeSet<String>>>);
 
@@ -226,6 +229,13 @@ impl OperatorLease {
             .as_ref()
             .filter(|r| r.holder.is_none())
             .and_then(|r| r.released_by.clone());
+        // Past `held_for`, another holder's hold has run out: that replica stopped acting two thirds
+        // of a duration after its last renewal began, before this replica could see the Lease run
+        // out, so the groups it arbitrated need not wait out their own Leases either.
+        let ran_out = previous
+            .as_ref()
+            .and_then(|r| r.holder.clone())
+            .filter(|holder| *holder != self.identity);
         let next = LeaseRecord {
             holder: Some(self.identity.clone()),
             holder_uid: None,
@@ -247,6 +257,10 @@ impl OperatorLease {
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;
         if let Some(replica) = released_by.filter(|r| *r != self.identity) {
             info!(%replica, "took over from a replica that stopped on purpose: its groups are taken over at once");
+            self.retired.insert(replica);
+        }
+        if let Some(replica) = ran_out {
+            info!(%replica, "took over from a replica whose hold ran out: its groups are taken over at once");
             self.retired.insert(replica);
         }
         Ok((true, renew_interval(self.duration_seconds)))

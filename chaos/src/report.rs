@@ -447,11 +447,11 @@ impl Report {
              folder: every fault, gap and restart on the wall clock) beside the replicas' logs: the \
              waits the protocol makes on purpose, added up when faults overlap. An active replica \
              killed, paused or cut off is replaced once its operator Lease ({} s) has gone unrenewed \
-             for its duration; the replica that takes over leaves each group to the old one's \
-             arbitration until that lapses (a group Lease, {} s, from the last change it saw); a \
-             handover whose old leader's client cannot step down (its node cut off, its connections \
-             stalled) waits for that leader's belief to lapse (two thirds of the group Lease, after \
-             a `leaseDurationSeconds` edit of the longer one); a stalled connection is noticed after \
+             for its duration (the replica that takes over arbitrates the old one's groups at \
+             once: that one stopped acting before its hold ran out); a handover whose old leader's \
+             client cannot step down (its node cut off, its connections stalled) waits for that \
+             leader's belief to lapse (two thirds of the group Lease, {} s, after a \
+             `leaseDurationSeconds` edit of the longer one); a stalled connection is noticed after \
              4 s; and the kube-apiserver restarts and its watches' 410 Gone.",
             self.operator_lease_seconds, self.lease_seconds
         );

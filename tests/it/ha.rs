@@ -10,16 +10,16 @@ use leadergroup_testenv::ActiveMonitor;
 
 use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease, proxied_admin};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::actions::lease::{compare_and_swap, read};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
 use leadergroup_operator::ha::DEFAULT_LEASE_NAME;
 use leadergroup_operator::lease_record::LeaseRecord;
 use leadergroup_testenv::{control_plane, wait_until};
+use serde_json::json;
 
-/// The groups' Lease duration: a new active replica defers to the dead one (the groups' arbiter)
-/// until their Leases run out, so keep it short.
+/// The groups' Lease duration.
 const GROUP_LEASE_SECONDS: i32 = 3;
 /// Scheduling and API latency on a small shared machine, on top of a Lease duration.
 const SLACK: Duration = Duration::from_secs(7);
@@ -153,6 +153,47 @@ async fn sigkill_of_the_active_replica_the_standby_takes_over_within_the_lease()
         vec![1, 2],
         "{leaders:?}"
     );
+}
+
+#[tokio::test]
+async fn a_standby_that_takes_over_a_run_out_hold_takes_over_the_groups_at_once() {
+    // Groups whose Leases outlast the operator Lease many times over: had the new replica left
+    // them to the dead one until they ran out, the handover below would wait for most of them.
+    let group_lease = Duration::from_secs(30);
+    let mut p = pair("ha-runout", "3").await;
+    p.w.groups
+        .patch(
+            "g",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"leaseDurationSeconds": group_lease.as_secs()}})),
+        )
+        .await
+        .unwrap();
+    wait_until("the group's Lease at 30 s", CONVERGE, || async {
+        let record = lease(&p.w.ns.client, &p.w.ns.name, "g")
+            .await
+            .map(|l| LeaseRecord::from_lease(&l));
+        Ok::<_, String>(
+            record
+                .filter(|r| u64::try_from(r.duration_seconds) == Ok(group_lease.as_secs()))
+                .map(|_| ()),
+        )
+    })
+    .await
+    .unwrap();
+
+    let killed = Instant::now();
+    p.a.kill().await;
+    wait_active(&p.b, CONVERGE).await;
+    handover_under(&p, "op-b").await;
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(3) + SLACK,
+        "the handover after the takeover ended {took:?} after the kill: the new replica waited for the dead one's group Lease ({group_lease:?})\n{}",
+        p.b.logs()
+    );
+    p.monitor.assert_never_two_active();
+    p.watch.assert_held().await;
 }
 
 #[tokio::test]
