@@ -118,18 +118,10 @@ impl HbConfig {
     pub fn foreign_write() -> Self {
         HbConfig {
             name: "foreign-write",
-            max_ticks: 4,
-            duration: 6,
-            edited_duration: 6,
-            duration_edits: 0,
-            cuts: 1,
-            restarts: 0,
-            preference_edits: 1,
             readiness: 0,
             forgeries: 1,
             max_epoch: 1 + FORGED_EPOCH_STEP + 2,
-            sought: Some(ONE_LEADER_AT_A_TIME),
-            ..HbConfig::heartbeat()
+            ..HbConfig::immediate_handover()
         }
     }
 

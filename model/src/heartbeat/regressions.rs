@@ -220,13 +220,24 @@ pub fn replay_restarted_client() -> (HbOutcome, String) {
 /// every step), the tick at which `p2`'s did first, and the transcript.
 pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Option<Tick>, String)
 {
-    // Six seconds, so that the successor is labeled within the run.
+    handover_over_six_seconds(HbConfig::immediate_handover(), |r| {
+        r.switchover_from_a_cut_off_leader();
+    })
+}
+
+/// Runs `config` for six seconds, so that the successor is labeled within the run: `set_up`'s
+/// steps, then [`Replay::successor_takes_over`]. Returns its ticks of two believers and the
+/// successor's first, and the transcript.
+fn handover_over_six_seconds(
+    config: HbConfig,
+    set_up: impl FnOnce(&mut Replay),
+) -> (Vec<Tick>, Option<Tick>, String) {
     let mut r = Replay::new(HbConfig {
         max_ticks: 6,
-        ..HbConfig::immediate_handover()
+        ..config
     });
     r.past_stale = true;
-    r.switchover_from_a_cut_off_leader();
+    set_up(&mut r);
     let (overlap, successor) = r.successor_takes_over(6);
     let (_, text) = r.finish();
     (overlap, successor, text)
@@ -238,22 +249,16 @@ pub fn replay_immediate_handover_with_the_old_leader_cut_off() -> (Vec<Tick>, Op
 /// still carries the leader's marks: the handover must wait for it as for any predecessor.
 /// Returns what [`replay_immediate_handover_with_the_old_leader_cut_off`] returns.
 pub fn replay_preference_after_a_foreign_write() -> (Vec<Tick>, Option<Tick>, String) {
-    let mut r = Replay::new(HbConfig {
-        max_ticks: 6,
-        ..HbConfig::foreign_write()
-    });
-    r.past_stale = true;
-    r.renews(0)
-        .act(HbAction::ReadLease(0))
-        .act(HbAction::Cut(0))
-        .act(HbAction::Forge)
-        .act(HbAction::Prefer(1))
-        .operator()
-        .act(HbAction::ReadPod(1))
-        .act(HbAction::ReadLease(1));
-    let (overlap, successor) = r.successor_takes_over(6);
-    let (_, text) = r.finish();
-    (overlap, successor, text)
+    handover_over_six_seconds(HbConfig::foreign_write(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::Forge)
+            .act(HbAction::Prefer(1))
+            .operator()
+            .act(HbAction::ReadPod(1))
+            .act(HbAction::ReadLease(1));
+    })
 }
 
 /// The checker's finding after the fix above: the foreign write comes first, and the operator
@@ -262,23 +267,17 @@ pub fn replay_preference_after_a_foreign_write() -> (Vec<Tick>, Option<Tick>, St
 /// carries no acknowledgement), and the Lease named no predecessor: the handover to `p2` waited
 /// for nobody. Returns what [`replay_immediate_handover_with_the_old_leader_cut_off`] returns.
 pub fn replay_preference_after_a_lease_taken_back() -> (Vec<Tick>, Option<Tick>, String) {
-    let mut r = Replay::new(HbConfig {
-        max_ticks: 6,
-        ..HbConfig::foreign_write()
-    });
-    r.past_stale = true;
-    r.renews(0)
-        .act(HbAction::ReadLease(0))
-        .act(HbAction::Forge)
-        .operator()
-        .act(HbAction::Cut(0))
-        .act(HbAction::Prefer(1))
-        .operator()
-        .act(HbAction::ReadPod(1))
-        .act(HbAction::ReadLease(1));
-    let (overlap, successor) = r.successor_takes_over(6);
-    let (_, text) = r.finish();
-    (overlap, successor, text)
+    handover_over_six_seconds(HbConfig::foreign_write(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Forge)
+            .operator()
+            .act(HbAction::Cut(0))
+            .act(HbAction::Prefer(1))
+            .operator()
+            .act(HbAction::ReadPod(1))
+            .act(HbAction::ReadLease(1));
+    })
 }
 
 /// The checker's finding in the step-down itself. p1 leads and is cut off; the user prefers p2,
