@@ -91,11 +91,11 @@ impl HbConfig {
         }
     }
 
-    /// The open hole: a handover the operator makes at once (a `preferredLeader` edit, or the
-    /// leader's pod NotReady while its process runs), with the old leader's client cut off or
-    /// simply not yet told. It believes `Leader` up to two thirds of the Lease after its last
-    /// confirmation, and the successor's client believes `Leader` as soon as it reads its pod and
-    /// the Lease. Not in `make check`: its properties fail.
+    /// A handover the operator makes at once (a `preferredLeader` edit, or the leader's pod
+    /// NotReady while its process runs), with the old leader's client cut off or simply not yet
+    /// told: it believes `Leader` up to two thirds of the Lease after its last confirmation, and
+    /// the successor is labeled only once it stepped down. Not in `make check` (too large; its
+    /// replays are).
     pub fn immediate_handover() -> Self {
         HbConfig {
             name: "immediate-handover",
