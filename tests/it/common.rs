@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER, lease_name_for};
 pub use leadergroup_testenv::pods::{epoch, role};
@@ -195,6 +196,18 @@ impl World {
             kubelet,
             ns,
         }
+    }
+
+    /// Merge-patches the group `group`'s spec with `spec`, as a user's edit does.
+    pub async fn patch_spec(&self, group: &str, spec: serde_json::Value) {
+        self.groups
+            .patch(
+                group,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({ "spec": spec })),
+            )
+            .await
+            .unwrap();
     }
 
     /// Creates Ready pods `<prefix>-0..n` labeled `app=<app>`, each created in a later second than

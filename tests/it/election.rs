@@ -345,11 +345,8 @@ async fn old_leader_back_stays_follower_until_preferred() {
     );
     assert_eq!(role(&w.pods.get(&pods[0]).await.unwrap()), Some("follower"));
 
-    let prefer = serde_json::json!({"spec": {"preferredLeader": pods[0]}});
-    w.groups
-        .patch("pay", &PatchParams::default(), &Patch::Merge(&prefer))
-        .await
-        .unwrap();
+    w.patch_spec("pay", serde_json::json!({"preferredLeader": pods[0]}))
+        .await;
     expect_handover(&w, &pods[0], 3, "Preferred").await;
     assert_eq!(
         watch.assert_held().await,
@@ -364,11 +361,8 @@ async fn old_leader_back_stays_follower_until_preferred() {
 #[tokio::test]
 async fn paused_group_makes_no_transition_until_unpaused() {
     let (w, _op, watch, pods) = three_pods_settled("paused").await;
-    let pause = |paused: bool| serde_json::json!({"spec": {"paused": paused}});
-    w.groups
-        .patch("pay", &PatchParams::default(), &Patch::Merge(&pause(true)))
-        .await
-        .unwrap();
+    let pause = |paused: bool| serde_json::json!({"paused": paused});
+    w.patch_spec("pay", pause(true)).await;
     w.wait_status("pay", "condition Paused", |s| {
         s.conditions
             .iter()
@@ -394,10 +388,7 @@ async fn paused_group_makes_no_transition_until_unpaused() {
         })
     );
 
-    w.groups
-        .patch("pay", &PatchParams::default(), &Patch::Merge(&pause(false)))
-        .await
-        .unwrap();
+    w.patch_spec("pay", pause(false)).await;
     expect_handover(&w, &pods[1], 2, "LeaderNotReady").await;
     let status = w.groups.get("pay").await.unwrap().status.unwrap();
     let elected = status

@@ -10,7 +10,7 @@ use leadergroup_testenv::ActiveMonitor;
 
 use crate::common::{CONVERGE, InvariantWatcher, Operator, World, group, lease, proxied_admin};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::actions::lease::{compare_and_swap, read};
 use leadergroup_operator::crd::ARBITER_ANNOTATION;
@@ -161,14 +161,8 @@ async fn a_standby_that_takes_over_a_run_out_hold_takes_over_the_groups_at_once(
     // them to the dead one until they ran out, the handover below would wait for most of them.
     let group_lease = Duration::from_secs(30);
     let mut p = pair("ha-runout", "3").await;
-    p.w.groups
-        .patch(
-            "g",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"leaseDurationSeconds": group_lease.as_secs()}})),
-        )
-        .await
-        .unwrap();
+    p.w.patch_spec("g", json!({"leaseDurationSeconds": group_lease.as_secs()}))
+        .await;
     wait_until("the group's Lease at 30 s", CONVERGE, || async {
         let record = lease(&p.w.ns.client, &p.w.ns.name, "g")
             .await

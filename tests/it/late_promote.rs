@@ -55,11 +55,8 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
 
     // Another operator takes over once the paused one's Lease runs out, and leadership moves to
     // app-2 (preferred), leaving app-1 as it was.
-    let prefer = serde_json::json!({"spec": {"preferredLeader": pods[2]}});
-    w.groups
-        .patch("late", &PatchParams::default(), &Patch::Merge(&prefer))
-        .await
-        .unwrap();
+    w.patch_spec("late", serde_json::json!({"preferredLeader": pods[2]}))
+        .await;
     let second_op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
     let moved = w
         .wait_settled("late", "app-2 leads under the second operator", |s| {
@@ -103,11 +100,8 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
     first_op.signal("-STOP");
 
-    let narrowed = serde_json::json!({"spec": {"selector": {"matchLabels": {"slot": "b"}}}});
-    w.groups
-        .patch("late", &PatchParams::default(), &Patch::Merge(&narrowed))
-        .await
-        .unwrap();
+    let narrowed = serde_json::json!({"selector": {"matchLabels": {"slot": "b"}}});
+    w.patch_spec("late", narrowed).await;
     let second_op = Operator::start(cp, &w.ns.name, "op-2", &[]).await;
     let moved = w
         .wait_settled("late", "app-1 leads under the second operator", |s| {
@@ -151,11 +145,8 @@ async fn a_promotion_of_unknown_outcome_cannot_land_after_a_move() {
     hold.first_hold(Duration::from_secs(20)).await.unwrap();
     // The move to app-2 is asked before the operator learns anything of app-1's promotion, then
     // its connection is reset: its request fails, the API server still holds it.
-    let prefer = serde_json::json!({"spec": {"preferredLeader": pods[2]}});
-    w.groups
-        .patch("late", &PatchParams::default(), &Patch::Merge(&prefer))
-        .await
-        .unwrap();
+    w.patch_spec("late", serde_json::json!({"preferredLeader": pods[2]}))
+        .await;
     // Time for the operator's group watch to deliver the edit before the reset cuts it too:
     // otherwise its next pass, on the old spec, promotes app-1 again (held again), misses its
     // deadline, and the abandoned request alone drops the group's barrier flag.

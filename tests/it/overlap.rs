@@ -111,7 +111,6 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
-    use kube::api::{Patch, PatchParams};
     use kube::runtime::{WatchStreamExt, watcher};
     use leadergroup_operator::crd::GROUP_ANNOTATION;
 
@@ -155,13 +154,10 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
         }
     });
 
-    let grown = serde_json::json!({"spec": {"selector": {"matchLabels": null, "matchExpressions": [
+    let grown = serde_json::json!({"selector": {"matchLabels": null, "matchExpressions": [
         {"key": "app", "operator": "In", "values": ["older", "younger"]}
-    ]}}});
-    w.groups
-        .patch("older", &PatchParams::default(), &Patch::Merge(&grown))
-        .await
-        .unwrap();
+    ]}});
+    w.patch_spec("older", grown).await;
     let older = w.wait_settled("older", "older takes y-0", |_| true).await;
     assert_eq!(older.leader, pods[0], "the oldest Ready pod it now selects");
     // Give the younger group every chance to fight back.

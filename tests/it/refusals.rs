@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use leadergroup_operator::crd::LeaderGroupStatus;
 use leadergroup_testenv::control_plane;
 use serde_json::{Value, json};
@@ -186,14 +186,8 @@ async fn a_forbidden_write_is_a_condition_and_one_event_and_backs_off() {
         .replace("op", &PostParams::default(), &role)
         .await
         .unwrap();
-    w.groups
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"leaseDurationSeconds": 16}})),
-        )
-        .await
-        .unwrap();
+    w.patch_spec("web", json!({"leaseDurationSeconds": 16}))
+        .await;
     w.wait_settled("web", "a leader once granted", |_| true)
         .await;
     let status = w

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerPort, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use leadergroup_client::Membership;
@@ -103,18 +103,6 @@ async fn create_with_service(
         .create(&PostParams::default(), &with_service(name, app, service))
         .await
         .unwrap()
-}
-
-/// Merge-patches the group `g`'s spec.
-async fn patch_spec(w: &World, g: &str, spec: serde_json::Value) {
-    w.groups
-        .patch(
-            g,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": spec})),
-        )
-        .await
-        .unwrap();
 }
 
 fn owned_by_group(
@@ -225,7 +213,7 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
     // Settled, the renewals (every second at a 3 s Lease) rewrite neither object: what the
     // operator compares matches what the API server keeps.
     for g in ["lbl", "eps"] {
-        patch_spec(&w, g, json!({"leaseDurationSeconds": 3})).await;
+        w.patch_spec(g, json!({"leaseDurationSeconds": 3})).await;
     }
     let versions = || async {
         let slices: Api<EndpointSlice> = w.ns.api();
@@ -419,8 +407,7 @@ async fn an_unresolvable_named_port_leaves_no_endpoint_and_a_condition_naming_it
     wait_slice_lists(&w, "g-leader", None).await;
 
     // Fixed: the endpoint comes, the condition turns True.
-    patch_spec(
-        &w,
+    w.patch_spec(
         "g",
         json!({"service": {"mode": "EndpointSlice", "ports": [
         {"name": "web", "port": 80, "targetPort": "http"},
@@ -453,7 +440,7 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
     wait_present(&services, "g-leader", "the Service", true).await;
 
     // spec.service removed: both go, and the condition with them; the leader keeps its label.
-    patch_spec(&w, "g", json!({"service": null})).await;
+    w.patch_spec("g", json!({"service": null})).await;
     wait_present(&services, "g-leader", "the Service gone", false).await;
     wait_present(&slices, "g-leader", "the slice gone", false).await;
     w.wait_status("g", "no Routing condition", |s| {
@@ -466,8 +453,7 @@ async fn removing_spec_service_or_the_group_removes_the_service_and_the_slice() 
     .await;
 
     // Back in Label mode, then the group deleted: its finalizer takes the Service with it.
-    patch_spec(
-        &w,
+    w.patch_spec(
         "g",
         json!({"service": {"mode": "Label", "ports": [{"port": 80}]}}),
     )

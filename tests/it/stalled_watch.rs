@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use leadergroup_testenv::{
     InvariantWatcher, Proxy, Settled, api_server_addr, control_plane, wait_until,
 };
@@ -98,11 +98,8 @@ async fn pooled_operator(
     }
     let (proxy, op, watch) = proxied_operator(w, identity, name).await;
     if let Some(seconds) = lease_seconds {
-        let lease = json!({"spec": {"leaseDurationSeconds": seconds}});
-        w.groups
-            .patch(name, &PatchParams::default(), &Patch::Merge(&lease))
-            .await
-            .unwrap();
+        w.patch_spec(name, json!({"leaseDurationSeconds": seconds}))
+            .await;
     }
     let first = w.wait_settled(name, "the first leader", |_| true).await;
     w.wait_status(name, "every follower marked", |s| {

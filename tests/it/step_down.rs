@@ -10,7 +10,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{
     ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for,
@@ -182,12 +181,9 @@ impl Switchover {
 
     /// Sets `spec.preferredLeader`, and returns when.
     async fn prefer(&self, pod: &str) -> Instant {
-        let patch = json!({"spec": {"preferredLeader": pod}});
         self.w
-            .groups
-            .patch("sd", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+            .patch_spec("sd", json!({"preferredLeader": pod}))
+            .await;
         Instant::now()
     }
 }
