@@ -109,7 +109,12 @@ impl Replay {
         self.renews(0)
             .act(HbAction::ReadLease(0))
             .act(HbAction::Cut(0))
-            .act(HbAction::Prefer(1))
+            .p2_preferred()
+    }
+
+    /// The user prefers p2, the operator decides, and p2's client reads its pod and the Lease.
+    fn p2_preferred(&mut self) -> &mut Self {
+        self.act(HbAction::Prefer(1))
             .operator()
             .act(HbAction::ReadPod(1))
             .act(HbAction::ReadLease(1))
@@ -254,10 +259,7 @@ pub fn replay_preference_after_a_foreign_write() -> (Vec<Tick>, Option<Tick>, St
             .act(HbAction::ReadLease(0))
             .act(HbAction::Cut(0))
             .act(HbAction::Forge)
-            .act(HbAction::Prefer(1))
-            .operator()
-            .act(HbAction::ReadPod(1))
-            .act(HbAction::ReadLease(1));
+            .p2_preferred();
     })
 }
 
@@ -273,10 +275,7 @@ pub fn replay_preference_after_a_lease_taken_back() -> (Vec<Tick>, Option<Tick>,
             .act(HbAction::Forge)
             .operator()
             .act(HbAction::Cut(0))
-            .act(HbAction::Prefer(1))
-            .operator()
-            .act(HbAction::ReadPod(1))
-            .act(HbAction::ReadLease(1));
+            .p2_preferred();
     })
 }
 
