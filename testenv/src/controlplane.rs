@@ -215,12 +215,7 @@ impl ControlPlane {
         token: &str,
         server: Option<std::net::SocketAddr>,
     ) -> Result<kube::Client> {
-        let mut config = self.config.clone();
-        if let Some(server) = server {
-            config.cluster_url = format!("https://{server}")
-                .parse()
-                .map_err(|e| Error::Unexpected(format!("the proxy's URL https://{server}: {e}")))?;
-        }
+        let mut config = self.config_via(server)?;
         // Through serde because AuthInfo keeps the token as a secrecy::SecretString; this avoids
         // depending on the exact secrecy version kube uses. Replacing the whole AuthInfo drops the
         // admin client certificate.
@@ -228,6 +223,25 @@ impl ControlPlane {
             serde_json::from_value::<AuthInfo>(serde_json::json!({ "token": token }))
                 .map_err(|e| Error::Unexpected(format!("building a token AuthInfo: {e}")))?;
         kube::Client::try_from(config).map_err(Error::kube("building a token client"))
+    }
+
+    /// [`ControlPlane::client`], talking to `server` (a [`crate::Proxy`] in front of the API
+    /// server) instead.
+    pub async fn client_via(&self, server: std::net::SocketAddr) -> Result<kube::Client> {
+        kube::Client::try_from(self.config_via(Some(server))?)
+            .map_err(Error::kube("building an admin client through a proxy"))
+    }
+
+    /// The admin client's configuration, talking to `server` instead when given (the
+    /// certificate covers 127.0.0.1).
+    fn config_via(&self, server: Option<std::net::SocketAddr>) -> Result<kube::Config> {
+        let mut config = self.config.clone();
+        if let Some(server) = server {
+            config.cluster_url = format!("https://{server}")
+                .parse()
+                .map_err(|e| Error::Unexpected(format!("the proxy's URL https://{server}: {e}")))?;
+        }
+        Ok(config)
     }
 
     /// A new client that impersonates user `user` (in no group but `system:authenticated`): the
