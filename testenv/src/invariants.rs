@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use leadergroup_client::wire::{EPOCH_ANNOTATION, LEASE_PREFIX, ROLE_LEADER};
@@ -28,9 +28,9 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`InvariantWatcher::catch_up`] gives the Lease and LeaderGroup watches to deliver
 /// the versions that came before the pods' writes: a healthy watch is milliseconds behind.
 const CATCH_UP: Duration = Duration::from_secs(5);
-/// How long [`InvariantWatcher::catch_up`] gives the pod watch to show what a fresh list of the
-/// pods shows: longer than the watch's longest backoff after an error (30 s).
-const POD_CATCH_UP: Duration = Duration::from_secs(40);
+/// How long [`InvariantWatcher::catch_up`] gives the watches to show what a fresh list shows:
+/// longer than a watch's longest backoff after an error (30 s).
+const WATCH_CATCH_UP: Duration = Duration::from_secs(40);
 
 /// Watches the pods, Leases and LeaderGroups of a namespace (from before the operator acts) and
 /// records every violation of I1, I3 and the order invariant, and the sequence of (leader, epoch)
@@ -39,7 +39,6 @@ const POD_CATCH_UP: Duration = Duration::from_secs(40);
 /// eligible leader while it had an eligible candidate (what I4 bounds).
 pub struct InvariantWatcher {
     watched: Watched<Recorded>,
-    pods: Api<Pod>,
 }
 
 /// What the watcher knows of one pod: its role label, its group annotation, its epoch.
@@ -48,8 +47,6 @@ type Marks = (Option<String>, Option<String>, Option<i64>);
 #[derive(Default)]
 struct Recorded {
     pods: HashMap<String, Marks>,
-    /// Per pod: the newest version of it (created, changed or deleted) the watch has shown.
-    pod_revisions: HashMap<String, u64>,
     /// Per group (epochs are per group: two groups each have an epoch 1): who got each epoch.
     epoch_owner: BTreeMap<(String, i64), String>,
     /// Per group: the last epoch a leader was seen with.
@@ -115,9 +112,12 @@ impl InvariantWatcher {
             ..Recorded::default()
         };
         let config = watcher::Config::default;
-        let pods = Api::<Pod>::namespaced(client.clone(), namespace);
         let (watched, _) = Watched::new(recorded)
-            .watch(pods.clone(), config(), Recorded::pods_event)
+            .watch(
+                Api::<Pod>::namespaced(client.clone(), namespace),
+                config(),
+                Recorded::pods_event,
+            )
             .watch(
                 Api::<Lease>::namespaced(client.clone(), namespace),
                 config(),
@@ -134,7 +134,7 @@ impl InvariantWatcher {
             )
             .synced(SYNC_TIMEOUT)
             .await;
-        InvariantWatcher { watched, pods }
+        InvariantWatcher { watched }
     }
 
     /// Declares that the test itself writes the leader marks of `pod` at `epoch` (a forgery the
@@ -143,12 +143,12 @@ impl InvariantWatcher {
         self.lock().order.forged(pod, epoch);
     }
 
-    /// Gives the pod watch up to 40 s to show every pod as new as the API server has it now (a
-    /// violation if it does not: what the watch missed would go unjudged), then the Lease and
-    /// LeaderGroup watches up to 5 s to deliver what came before the pods' writes seen so far,
-    /// and judges those writes on what they delivered (see [`order`]).
+    /// Gives the watches up to 40 s to show every object as new as the API server has it now
+    /// (a violation if they do not: what they missed would go unjudged), then the Lease and
+    /// LeaderGroup watches up to 5 s more to deliver what came before the pods' writes seen so
+    /// far, and judges those writes on what they delivered (see [`order`]).
     pub async fn catch_up(&self) {
-        if let Some(behind) = self.pod_watch_behind().await {
+        if let Err(behind) = self.watched.caught_up(WATCH_CATCH_UP).await {
             self.lock().violations.push(behind);
         }
         let deadline = tokio::time::Instant::now() + CATCH_UP;
@@ -156,52 +156,6 @@ impl InvariantWatcher {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.lock().order.finalize();
-    }
-
-    /// Waits until the pod watch has shown each pod of a fresh (quorum) list at its listed
-    /// version or a newer one; what it still lacked after [`POD_CATCH_UP`], if anything. A test
-    /// that saw a write by a read must not judge a watch that has not delivered it yet.
-    async fn pod_watch_behind(&self) -> Option<String> {
-        let deadline = tokio::time::Instant::now() + POD_CATCH_UP;
-        let params = ListParams::default();
-        let listed = loop {
-            match tokio::time::timeout_at(deadline, self.pods.list(&params)).await {
-                Ok(Ok(list)) => break list.items,
-                Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Ok(Err(e)) => return Some(format!("the pods could not be listed: {e}")),
-                Err(_) => return Some(format!("no list of the pods within {POD_CATCH_UP:?}")),
-            }
-        };
-        let wanted: Vec<(String, u64)> = listed
-            .iter()
-            .filter_map(|p| Some((p.name_any(), revision(p.resource_version().as_deref())?)))
-            .collect();
-        loop {
-            let lacking: Vec<String> = {
-                let r = self.lock();
-                wanted
-                    .iter()
-                    .filter_map(|(pod, version)| {
-                        let shown = r.pod_revisions.get(pod).copied();
-                        shown
-                            .is_none_or(|s| s < *version)
-                            .then(|| format!("{pod} at version {version} (shown: {shown:?})"))
-                    })
-                    .collect()
-            };
-            if lacking.is_empty() {
-                return None;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Some(format!(
-                    "the pod watch did not catch up with the API server in {POD_CATCH_UP:?}: {}",
-                    lacking.join(", ")
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 
     /// How many pods' writes of a leader's marks the order invariant judged, and how many it
@@ -282,11 +236,6 @@ impl Recorded {
     /// pod on top of the old state, a pod seen leader before the gap would count beside the new
     /// leader until its own entry of the list arrived.
     fn pods_event(&mut self, seen: Seen<Pod>) {
-        match &seen {
-            Seen::Applied(p) | Seen::Deleted(p) => self.shown(p),
-            Seen::Listed(pods) => pods.iter().for_each(|p| self.shown(p)),
-            Seen::Relisting | Seen::Failed => {}
-        }
         match seen {
             Seen::Applied(p) => {
                 self.order_check(&p);
@@ -306,14 +255,6 @@ impl Recorded {
             Seen::Relisting | Seen::Failed => return,
         }
         self.update_gaps();
-    }
-
-    /// Notes the version of `pod` the watch has shown (see [`InvariantWatcher::catch_up`]).
-    fn shown(&mut self, pod: &Pod) {
-        if let Some(version) = revision(pod.resource_version().as_deref()) {
-            let newest = self.pod_revisions.entry(pod.name_any()).or_default();
-            *newest = (*newest).max(version);
-        }
     }
 
     /// A delivery of the Lease or LeaderGroup watch, for the order invariant.

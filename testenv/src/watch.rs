@@ -2,11 +2,14 @@
 //! ([`Watched`]): the invariant watcher's record, the end-to-end tests' logs of what a watch
 //! showed and the benchmark's leader watch are each such a state.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 /// What a watch delivered, with a list (the first one, or a relist after the watch broke or
@@ -29,16 +32,28 @@ pub struct Watched<S> {
     state: Arc<Mutex<S>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     synced: Vec<tokio::sync::oneshot::Receiver<()>>,
+    /// Per watch: what it has shown and how to list what the API server holds now.
+    progress: Vec<Progress>,
+}
+
+/// An object's namespace and name, and a version of it.
+type Versions = HashMap<(Option<String>, String), u64>;
+
+/// How far one watch has come: the newest version of each object it showed (created, changed
+/// or deleted), and a quorum list of its resource.
+struct Progress {
+    shown: Arc<Mutex<Versions>>,
+    list: Box<dyn Fn() -> BoxFuture<'static, kube::Result<Versions>> + Send + Sync>,
 }
 
 impl<S: Send + 'static> Watched<S> {
     /// `state`, watched by nothing yet.
     pub fn new(state: S) -> Watched<S> {
-        let (state, tasks, synced) = (Arc::new(Mutex::new(state)), Vec::new(), Vec::new());
         Watched {
-            state,
-            tasks,
-            synced,
+            state: Arc::new(Mutex::new(state)),
+            tasks: Vec::new(),
+            synced: Vec::new(),
+            progress: Vec::new(),
         }
     }
 
@@ -57,11 +72,40 @@ impl<S: Send + 'static> Watched<S> {
         use futures::StreamExt;
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
         let state = Arc::clone(&self.state);
+        let shown = Arc::new(Mutex::new(Versions::new()));
+        let list_api = api.clone();
+        // What the watch selects, no more: an object it never shows must not be waited for.
+        let params = ListParams {
+            label_selector: config.label_selector.clone(),
+            field_selector: config.field_selector.clone(),
+            ..ListParams::default()
+        };
+        self.progress.push(Progress {
+            shown: Arc::clone(&shown),
+            list: Box::new(move || {
+                let (api, params) = (list_api.clone(), params.clone());
+                Box::pin(async move {
+                    let list = api.list(&params).await?;
+                    Ok(list.items.iter().filter_map(versioned).collect())
+                })
+            }),
+        });
         self.tasks.push(tokio::spawn(async move {
             let mut synced = Some(synced_tx);
             let mut stream = watcher(api, config).default_backoff().boxed();
             let mut listing: Option<Vec<K>> = None;
             while let Some(event) = stream.next().await {
+                if let Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) = &event
+                    && let Some((key, version)) = versioned(o)
+                {
+                    let mut shown = shown.lock().unwrap_or_else(PoisonError::into_inner);
+                    let newest = shown.entry(key).or_default();
+                    *newest = (*newest).max(version);
+                }
                 let seen = match event {
                     Err(_) => Seen::Failed,
                     Ok(watcher::Event::Apply(o)) => Seen::Applied(o),
@@ -101,10 +145,63 @@ impl<S: Send + 'static> Watched<S> {
         (self, came)
     }
 
+    /// Waits up to `within` until every watch has shown each object of a fresh (quorum) list of
+    /// its resource at the listed version or a newer one; what is still missing otherwise. A test
+    /// that saw a write by a read must not judge a watch that has not delivered it yet.
+    pub async fn caught_up(&self, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
+        for progress in &self.progress {
+            let wanted = loop {
+                match tokio::time::timeout_at(deadline, (progress.list)()).await {
+                    Ok(Ok(listed)) => break listed,
+                    Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Ok(Err(e)) => return Err(format!("the list to catch up with failed: {e}")),
+                    Err(_) => return Err(format!("no list to catch up with in {within:?}")),
+                }
+            };
+            loop {
+                let missing: Vec<String> = {
+                    let shown = progress
+                        .shown
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    wanted
+                        .iter()
+                        .filter_map(|(key, version)| {
+                            let seen = shown.get(key).copied();
+                            seen.is_none_or(|s| s < *version).then(|| {
+                                format!("{} at version {version} (shown: {seen:?})", key.1)
+                            })
+                        })
+                        .collect()
+                };
+                if missing.is_empty() {
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "a watch did not catch up with the API server in {within:?}: {}",
+                        missing.join(", ")
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
     /// The state, locked.
     pub fn lock(&self) -> MutexGuard<'_, S> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// `object`'s namespace and name, and its version (a number on every API server backed by etcd).
+fn versioned<K: Resource>(object: &K) -> Option<((Option<String>, String), u64)> {
+    let version = object.resource_version()?.parse().ok()?;
+    Some(((object.namespace(), object.meta().name.clone()?), version))
 }
 
 impl<S> Drop for Watched<S> {

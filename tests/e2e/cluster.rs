@@ -660,6 +660,14 @@ where
         WatchLog(log)
     }
 
+    /// Waits until the watch has shown what the API server holds now (a test that saw a write
+    /// by a read must not read a log that does not have it yet); fails the test after 40 s.
+    pub async fn caught_up(&self) {
+        if let Err(behind) = self.0.caught_up(Duration::from_secs(40)).await {
+            panic!("{behind}");
+        }
+    }
+
     /// Every state the watch delivered, with its arrival and whether it was a deletion.
     pub fn events(&self) -> Vec<(Instant, K, bool)> {
         self.0.lock().clone()

@@ -118,6 +118,7 @@ async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
         status.last_transition_reason.as_deref(),
         Some("LeaderNotReady")
     );
+    w.log.caught_up().await;
     let labeled = w
         .log
         .leader_seen(&second.leader, stopped_at)

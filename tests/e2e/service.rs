@@ -39,6 +39,7 @@ async fn the_leader_service_reaches_only_the_leader_before_and_after_a_handover(
         .app
         .wait_handover(&w.first, &["LeaderTerminating"], CONVERGE)
         .await;
+    w.log.caught_up().await;
     let labeled = w
         .log
         .leader_seen(&second.leader, deleted)
@@ -106,6 +107,7 @@ async fn a_rolling_update_moves_leadership_at_each_old_leaders_deletion_timestam
 
     // Every move of the label after the w.first leader: from an old pod that was terminating (it
     // had its deletionTimestamp) and still existed with its container running.
+    w.log.caught_up().await;
     let moves: Vec<_> = w
         .log
         .moves()

@@ -140,6 +140,7 @@ async fn renewed(leases: &Api<Lease>, leader: &str) {
 async fn assert_steady(c: &Cluster, app: &App, log: &PodLog, before: &[Settled; 2], what: &str) {
     let now = leaders(c, &app.ns.name).await;
     assert_eq!(&now, before, "{what}: leaders or epochs changed");
+    log.caught_up().await;
     for pod in app.list().await {
         let marks: std::collections::BTreeSet<_> = log
             .states_of(&pod.name_any())
