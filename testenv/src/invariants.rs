@@ -28,9 +28,6 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`InvariantWatcher::catch_up`] gives the Lease and LeaderGroup watches to deliver
 /// the versions that came before the pods' writes: a healthy watch is milliseconds behind.
 const CATCH_UP: Duration = Duration::from_secs(5);
-/// How long [`InvariantWatcher::catch_up`] gives the watches to show what a fresh list shows:
-/// longer than a watch's longest backoff after an error (30 s).
-const WATCH_CATCH_UP: Duration = Duration::from_secs(40);
 
 /// Watches the pods, Leases and LeaderGroups of a namespace (from before the operator acts) and
 /// records every violation of I1, I3 and the order invariant, and the sequence of (leader, epoch)
@@ -148,7 +145,7 @@ impl InvariantWatcher {
     /// LeaderGroup watches up to 5 s more to deliver what came before the pods' writes seen so
     /// far, and judges those writes on what they delivered (see [`order`]).
     pub async fn catch_up(&self) {
-        if let Err(behind) = self.watched.caught_up(WATCH_CATCH_UP).await {
+        if let Err(behind) = self.watched.caught_up().await {
             self.lock().violations.push(behind);
         }
         let deadline = tokio::time::Instant::now() + CATCH_UP;

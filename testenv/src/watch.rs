@@ -12,6 +12,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+/// How long [`Watched::caught_up`] gives the watches to show what a fresh list shows: longer than
+/// a watch's longest backoff after an error (30 s).
+const CATCH_UP: Duration = Duration::from_secs(40);
+
 /// What a watch delivered, with a list (the first one, or a relist after the watch broke or
 /// expired) gathered into one state of the API server.
 pub enum Seen<K> {
@@ -145,11 +149,11 @@ impl<S: Send + 'static> Watched<S> {
         (self, came)
     }
 
-    /// Waits up to `within` until every watch has shown each object of a fresh (quorum) list of
-    /// its resource at the listed version or a newer one; what is still missing otherwise. A test
+    /// Waits up to 40 s until every watch has shown each object of a fresh (quorum) list of its
+    /// resource at the listed version or a newer one; what is still missing otherwise. A test
     /// that saw a write by a read must not judge a watch that has not delivered it yet.
-    pub async fn caught_up(&self, within: Duration) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + within;
+    pub async fn caught_up(&self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
         for progress in &self.progress {
             let wanted = loop {
                 match tokio::time::timeout_at(deadline, (progress.list)()).await {
@@ -158,7 +162,7 @@ impl<S: Send + 'static> Watched<S> {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                     Ok(Err(e)) => return Err(format!("the list to catch up with failed: {e}")),
-                    Err(_) => return Err(format!("no list to catch up with in {within:?}")),
+                    Err(_) => return Err(format!("no list to catch up with in {CATCH_UP:?}")),
                 }
             };
             loop {
@@ -182,7 +186,7 @@ impl<S: Send + 'static> Watched<S> {
                 }
                 if tokio::time::Instant::now() >= deadline {
                     return Err(format!(
-                        "a watch did not catch up with the API server in {within:?}: {}",
+                        "a watch did not catch up with the API server in {CATCH_UP:?}: {}",
                         missing.join(", ")
                     ));
                 }

@@ -663,7 +663,7 @@ where
     /// Waits until the watch has shown what the API server holds now (a test that saw a write
     /// by a read must not read a log that does not have it yet); fails the test after 40 s.
     pub async fn caught_up(&self) {
-        if let Err(behind) = self.0.caught_up(Duration::from_secs(40)).await {
+        if let Err(behind) = self.0.caught_up().await {
             panic!("{behind}");
         }
     }
