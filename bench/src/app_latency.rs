@@ -20,34 +20,36 @@ pub const APP_LATENCY: Scenario = Scenario {
     render: |records| blocks(&records[0]),
 };
 
+/// How a clock is read from a handover.
+type Read = fn(&measure::Handover) -> f64;
+
 /// The clocks, each from the Lease's `acquireTime` (written by the operator in step 1 of the
 /// transition, the Lease CAS, and set to the `now` of the decision that picked the new leader):
-/// its name in the table, and its metric (see [`clock`]).
-const CLOCKS: [(&str, &str); 4] = [
-    ("crate: new leader `Leader`", "crate_new_leader_ms"),
-    ("crate: old leader not `Leader`", "crate_old_not_leader_ms"),
-    ("agent: new leader `leader`", "agent_new_leader_ms"),
-    ("agent: old leader not `leader`", "agent_old_not_leader_ms"),
+/// its name in the table, its metric, and how to read it from a handover.
+const CLOCKS: [(&str, &str, Read); 4] = [
+    // The new leader's `Membership` (`leadergroup-client`, in the bench process) publishes
+    // `Role::Leader` at the new epoch on its `watch`.
+    ("crate: new leader `Leader`", "crate_new_leader_ms", |h| {
+        h.crate_new_leader_ms
+    }),
+    // The old leader's `Membership` publishes `Follower` or `Unknown`.
+    (
+        "crate: old leader not `Leader`",
+        "crate_old_not_leader_ms",
+        |h| h.crate_old_not_leader_ms,
+    ),
+    // The new leader's `leadergroup-agent` (its own process) answers a pending long poll
+    // `GET /role?wait=<version>` with `leader` at the new epoch.
+    ("agent: new leader `leader`", "agent_new_leader_ms", |h| {
+        h.agent_new_leader_ms
+    }),
+    // The old leader's agent answers its long poll with `follower` or `unknown`.
+    (
+        "agent: old leader not `leader`",
+        "agent_old_not_leader_ms",
+        |h| h.agent_old_not_leader_ms,
+    ),
 ];
-
-/// The clock of `metric` in handover `h` (NaN for an unknown metric).
-fn clock(h: &measure::Handover, metric: &str) -> f64 {
-    match metric {
-        // The new leader's `Membership` (`leadergroup-client`, in the bench process) publishes
-        // `Role::Leader` at the new epoch on its `watch`.
-        "crate_new_leader_ms" => h.crate_new_leader_ms,
-        // The old leader's `Membership` publishes `Follower` or `Unknown`.
-        "crate_old_not_leader_ms" => h.crate_old_not_leader_ms,
-        // The new leader's `leadergroup-agent` (its own process) answers a pending long poll
-        // `GET /role?wait=<version>` with `leader` at the new epoch.
-        "agent_new_leader_ms" => h.agent_new_leader_ms,
-        // The old leader's agent answers its long poll with `follower` or `unknown`.
-        "agent_old_not_leader_ms" => h.agent_old_not_leader_ms,
-        // From the trigger to the decision: what the operator's reaction took.
-        "trigger_to_decision_ms" => h.decided_ms - h.triggered_ms,
-        _ => f64::NAN,
-    }
-}
 
 /// The triggers, each a case: per case, each metric lists one value per handover, in order.
 const TRIGGERS: [&str; 2] = ["deletion", "NotReady"];
@@ -97,7 +99,7 @@ fn blocks(result: &Record) -> Vec<Block> {
 /// the downward API's row.
 fn clocks(result: &Record, all: impl Fn(&str) -> Vec<f64>) -> Table {
     let mut clocks = spread_table(&["clock", "trigger"]);
-    for (name, metric) in CLOCKS {
+    for (name, metric, _) in CLOCKS {
         clocks.row(spread_row(&[name, "all"], &all(metric)));
         for trigger in TRIGGERS {
             let samples = result.values("", trigger, metric);
@@ -137,6 +139,7 @@ async fn measure(ctx: &Context) -> Result<Measured> {
             .handovers
             .iter()
             .filter(|h| h.trigger.name() == trigger);
+        let list = |read: Read| of.clone().map(read).collect::<Vec<f64>>();
         let pods = |pod: fn(&measure::Handover) -> &(String, i64)| -> Vec<String> {
             of.clone()
                 .map(|h| format!("{} at {}", pod(h).0, pod(h).1))
@@ -144,10 +147,10 @@ async fn measure(ctx: &Context) -> Result<Measured> {
         };
         record.add("", trigger, "old_leader", pods(|h| &h.old));
         record.add("", trigger, "new_leader", pods(|h| &h.new));
-        let metrics = CLOCKS.map(|(_, metric)| metric);
-        for metric in ["trigger_to_decision_ms"].into_iter().chain(metrics) {
-            let list: Vec<f64> = of.clone().map(|h| clock(h, metric)).collect();
-            record.add("", trigger, metric, list);
+        let before = list(|h| h.decided_ms - h.triggered_ms);
+        record.add("", trigger, "trigger_to_decision_ms", before);
+        for (_, metric, read) in CLOCKS {
+            record.add("", trigger, metric, list(read));
         }
     }
     record.add("", "", "problems", report.violations());

@@ -80,12 +80,10 @@ pub struct Block {
 impl Block {
     /// A block of tables.
     pub fn tables(name: impl Into<String>, tables: impl IntoIterator<Item = Table>) -> Block {
-        let (name, tables) = (name.into(), tables.into_iter().collect());
-        let notes = Vec::new();
         Block {
-            name,
-            tables,
-            notes,
+            name: name.into(),
+            tables: tables.into_iter().collect(),
+            notes: Vec::new(),
         }
     }
 

@@ -158,14 +158,18 @@ impl Results {
         Results(repo.join("bench/results"))
     }
 
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(format!("{name}.json"))
+    }
+
     /// Reads `<name>.json`, None when there is none (a scenario not run yet).
     pub fn read(&self, name: &str) -> Result<Option<Record>> {
-        Ok(Record::read(&self.0.join(format!("{name}.json")))?)
+        Ok(Record::read(&self.path(name))?)
     }
 
     /// Writes `<name>.json`, pretty.
     pub fn write(&self, name: &str, record: &Record) -> Result<()> {
-        Ok(record.write(&self.0.join(format!("{name}.json")))?)
+        Ok(record.write(&self.path(name))?)
     }
 }
 

@@ -84,16 +84,13 @@ pub trait Outcome {
     }
 }
 
-/// One results file as measured, written with the run's record (unless it carries the record of
-/// a run of its own, as the end-to-end one on its own cluster); its `problems` samples are what
+/// One results file as measured, written with the run's record; its `problems` samples are what
 /// its checks found.
 pub struct Measured(pub &'static str, pub Record);
 
 impl Outcome for Measured {
     fn write(&mut self, run: &Run, results: &Results) -> Result<()> {
-        if self.1.run.started_at.is_empty() {
-            self.1.run = run.clone();
-        }
+        self.1.run = run.clone();
         results.write(self.0, &self.1)
     }
 
