@@ -22,34 +22,46 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::crd::LeaderGroup;
+
+/// A group incarnation: a group created again under the name (its UID differs) may have its
+/// predecessor's promotions in flight, whatever this replica knew of the name.
+type Incarnation = (ObjectRef<LeaderGroup>, Option<String>);
+
+fn incarnation(group: &LeaderGroup) -> Incarnation {
+    (ObjectRef::from_obj(group), group.uid())
+}
 
 /// The groups where no promotion of an earlier decision, by this process or any other, can
 /// still land: this process raised their barrier since it last turned active, and abandoned no
 /// request in them since.
 #[derive(Default)]
-pub struct Barriers(Mutex<HashSet<ObjectRef<LeaderGroup>>>);
+pub struct Barriers(Mutex<HashSet<Incarnation>>);
 
 impl Barriers {
     /// Whether `group`'s barrier is up (a poisoned lock counts as not: raising it again is only
     /// a write).
-    pub fn is_up(&self, group: &ObjectRef<LeaderGroup>) -> bool {
-        self.0.lock().is_ok_and(|set| set.contains(group))
+    pub fn is_up(&self, group: &LeaderGroup) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|set| set.contains(&incarnation(group)))
     }
 
     /// `group`'s barrier went up, and its promotion landed.
-    pub fn insert(&self, group: ObjectRef<LeaderGroup>) {
+    pub fn insert(&self, group: &LeaderGroup) {
         if let Ok(mut set) = self.0.lock() {
-            set.insert(group);
+            set.insert(incarnation(group));
         }
     }
 
-    /// A request in `group` was abandoned: it may still land.
+    /// A request in `group` was abandoned (it may still land), or the group is gone: every
+    /// incarnation of its name.
     pub fn remove(&self, group: &ObjectRef<LeaderGroup>) {
         if let Ok(mut set) = self.0.lock() {
-            set.remove(group);
+            set.retain(|(name, _)| name != group);
         }
     }
 
@@ -58,5 +70,29 @@ impl Barriers {
         if let Ok(mut set) = self.0.lock() {
             set.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(uid: &str) -> LeaderGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "leadergroup.io/v1alpha1", "kind": "LeaderGroup",
+            "metadata": {"name": "g", "namespace": "ns", "uid": uid},
+            "spec": {"selector": {"matchLabels": {"app": "g"}}},
+        }))
+        .expect("a group")
+    }
+
+    #[test]
+    fn a_group_created_again_under_the_name_starts_with_its_barrier_down() {
+        let barriers = Barriers::default();
+        barriers.insert(&group("uid-1"));
+        assert!(barriers.is_up(&group("uid-1")));
+        assert!(!barriers.is_up(&group("uid-2")), "another incarnation");
+        barriers.remove(&ObjectRef::from_obj(&group("uid-2")));
+        assert!(!barriers.is_up(&group("uid-1")), "the name is forgotten");
     }
 }

@@ -241,6 +241,7 @@ impl OperatorLease {
             holder_uid: None,
             epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
             duration_seconds: self.duration_seconds,
+            longest_seconds: None,
             acquire_time: if mine {
                 previous.and_then(|r| r.acquire_time)
             } else {

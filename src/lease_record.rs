@@ -12,8 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use crate::crd::{
     ACKNOWLEDGED_ANNOTATION, ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION,
     LAPSED_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
-    PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION,
-    PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    LONGEST_LEASE_SECONDS_ANNOTATION, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
+    PREDECESSOR_LEASE_SECONDS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION,
+    STEPPED_DOWN_ANNOTATION,
 };
 
 /// The content of a Lease that the operator writes.
@@ -27,6 +28,9 @@ pub struct LeaseRecord {
     pub epoch: i64,
     /// Validity without renewal.
     pub duration_seconds: i32,
+    /// The longest `duration_seconds` of this holder's tenure, when longer than the current one
+    /// (a shortened Lease): its member may still time itself by it ([`LeaseRecord::longest_seen`]).
+    pub longest_seconds: Option<i32>,
     /// When the current holder acquired it.
     pub acquire_time: Option<Timestamp>,
     /// Last renewal.
@@ -160,6 +164,9 @@ impl LeaseRecord {
                 .cloned(),
             epoch: annotated_epoch.unwrap_or(0).max(transitions),
             duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
+            longest_seconds: annotations
+                .and_then(|a| a.get(LONGEST_LEASE_SECONDS_ANNOTATION))
+                .and_then(|v| v.parse().ok()),
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
@@ -206,11 +213,17 @@ impl LeaseRecord {
                 pod: pod.clone(),
                 uid: self.holder_uid.clone(),
                 epoch: self.epoch,
-                lease_seconds: self.duration_seconds,
+                lease_seconds: self.longest_seen(),
                 stepped_down: false,
             }),
             _ => self.predecessor.clone(),
         }
+    }
+
+    /// The longest `leaseDurationSeconds` the holder's member may have seen in its tenure: the
+    /// current one, or a longer one it had before it was shortened.
+    pub fn longest_seen(&self) -> i32 {
+        self.longest_seconds.unwrap_or(0).max(self.duration_seconds)
     }
 
     /// What of it an operator replica writes ([`Written`]).
@@ -308,6 +321,13 @@ impl LeaseRecord {
         } else {
             annotations.remove(ACKNOWLEDGED_ANNOTATION);
         }
+        match self.longest_seconds.filter(|l| *l > self.duration_seconds) {
+            Some(longest) => annotations.insert(
+                LONGEST_LEASE_SECONDS_ANNOTATION.to_string(),
+                longest.to_string(),
+            ),
+            None => annotations.remove(LONGEST_LEASE_SECONDS_ANNOTATION),
+        };
         write_predecessor(annotations, self.predecessor.as_ref());
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
@@ -375,6 +395,7 @@ mod tests {
             holder_uid: None,
             epoch,
             duration_seconds: 15,
+            longest_seconds: None,
             acquire_time: Some(Timestamp::UNIX_EPOCH),
             renew_time: Some(Timestamp::UNIX_EPOCH),
             arbiter: Some("op-1".into()),

@@ -85,14 +85,18 @@ pub struct Sighting {
 }
 
 impl Sighting {
-    /// The first sighting of the Lease, as read at `now`.
+    /// The first sighting of the Lease, as read at `now`. A Lease shortened in its holder's
+    /// tenure says how long it was ([`LeaseRecord::longest_seen`]): the holder may time itself by
+    /// that, so it is not taken for silent sooner, whichever replica saw the shortening.
     pub fn first(record: &LeaseRecord, now: Instant) -> Sighting {
+        let longest = record.longest_seen();
         Sighting {
             written: record.written(),
             renew_time: record.renew_time,
             written_at: now,
             renewed_at: record.renewed_by_holder().then_some(now),
-            not_before: None,
+            not_before: (longest > record.duration_seconds)
+                .then(|| now + Duration::from_secs(u64::try_from(longest).unwrap_or(0))),
         }
     }
 
@@ -113,7 +117,7 @@ impl Sighting {
             let same_tenure = self.written.same_tenure(&written);
             let not_before = same_tenure.then(|| self.holders_deadline());
             *self = Sighting::first(record, now);
-            self.not_before = not_before;
+            self.not_before = self.not_before.max(not_before);
         } else if self.renew_time != record.renew_time {
             self.renew_time = record.renew_time;
             self.renewed_at = Some(now);
@@ -228,6 +232,7 @@ mod tests {
             holder_uid: None,
             epoch,
             duration_seconds: 15,
+            longest_seconds: None,
             acquire_time: Some(t(0)),
             renew_time: Some(t(renewed)),
             arbiter: Some("op-1".into()),
@@ -338,6 +343,30 @@ mod tests {
             ..shorter
         };
         assert_eq!(observe(&moved, 109).not_before, None);
+    }
+
+    #[test]
+    fn a_replica_that_first_sees_a_shortened_lease_gives_the_holder_the_longest_duration() {
+        // Another replica (or this one before a restart) saw the 30 s Lease shortened to 3 s;
+        // the Lease says so. The holder may time itself by the 30 s: not silent before 130.
+        let s = LeaseSightings::default();
+        let group = ObjectRef::new("pay").within("ns");
+        let shortened = LeaseRecord {
+            duration_seconds: 3,
+            longest_seconds: Some(30),
+            ..record("a", 1, 0)
+        };
+        let lease = shortened.apply_to(None, "leadergroup-pay", "ns", None, None);
+        let seen = s.observe(&group, Some(&lease), at(100)).expect("seen");
+        assert_eq!(seen.not_before, Some(t(130)));
+        // A renewal of the shortened Lease shows the holder read it.
+        let renewed = LeaseRecord {
+            renew_time: Some(t(101)),
+            ..shortened
+        };
+        let lease = renewed.apply_to(None, "leadergroup-pay", "ns", None, None);
+        let seen = s.observe(&group, Some(&lease), at(101)).expect("seen");
+        assert_eq!(seen.not_before, None);
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub const PREDECESSOR_UID_ANNOTATION: &str = "leadergroup.io/predecessor-uid";
 pub const PREDECESSOR_EPOCH_ANNOTATION: &str = "leadergroup.io/predecessor-epoch";
 /// See [`PREDECESSOR_ANNOTATION`].
 pub const PREDECESSOR_LEASE_SECONDS_ANNOTATION: &str = "leadergroup.io/predecessor-lease-seconds";
+/// Annotation on the group's Lease: the longest `leaseDurationSeconds` the Lease had in the holder's
+/// tenure, written only while it is longer than the current one. The holder's member, cut off,
+/// times its confirmation by the Lease it last saw; a shortened Lease must not shorten the wait
+/// for it.
+pub const LONGEST_LEASE_SECONDS_ANNOTATION: &str = "leadergroup.io/longest-lease-seconds";
 /// Annotation on the group's Lease: the predecessor's epoch, once the predecessor no longer reports
 /// `Leader` at it. Its member writes it after its own role has left `Leader`; the operator writes it
 /// when it knows without being told (a lapsed heartbeat, a pod with no running container, or two
@@ -107,6 +112,7 @@ mod tests {
             PREDECESSOR_UID_ANNOTATION,
             PREDECESSOR_EPOCH_ANNOTATION,
             PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+            LONGEST_LEASE_SECONDS_ANNOTATION,
             STEPPED_DOWN_ANNOTATION,
             BARRIER_ANNOTATION,
             FENCED_OBJECT_EPOCH_ANNOTATION,

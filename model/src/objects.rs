@@ -153,6 +153,7 @@ pub fn lease(obj: &LeaseObj) -> Lease {
         holder_uid: obj.holder_uid.clone(),
         epoch: obj.epoch,
         duration_seconds: LEASE_SECONDS,
+        longest_seconds: None,
         acquire_time: renewed,
         renew_time: renewed,
         // Released by a deleted group's finalizer: no arbiter either.

@@ -53,6 +53,7 @@ pub async fn leave(api: &Api<Lease>, lease: &Lease) -> Result<()> {
         acquire_time: None,
         renew_time: None,
         arbiter: None,
+        longest_seconds: None,
         predecessor: current.predecessor_after_holder(),
         ..current
     };

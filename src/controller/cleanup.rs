@@ -39,6 +39,7 @@ pub(super) async fn run(group: Arc<LeaderGroup>, ctx: &Context, ns: &str) -> Res
     super::routes::delete_owned(ctx, ns, &group).await?;
     ctx.lease_sightings
         .forget(&ObjectRef::from_obj(group.as_ref()));
+    ctx.barriers.remove(&ObjectRef::from_obj(group.as_ref()));
     ctx.metrics.forget_group(ns, &name);
     info!(group = %name, "group deleted: marks removed from its pods, Lease released with its epoch, Service and EndpointSlice deleted");
     Ok(Action::await_change())

@@ -300,12 +300,10 @@ async fn execute(
     routes: &RoutePlan,
     clock: Instant,
 ) -> Result<Action> {
-    let group_ref = ObjectRef::from_obj(group);
     // A group taken back from another arbiter may hold its promotions in flight, whatever this
     // replica remembers from before.
     let arbiter = lease.and_then(|l| LeaseRecord::from_lease(l).arbiter);
-    let barrier_up =
-        ctx.barriers.is_up(&group_ref) && arbiter.as_deref() == Some(ctx.identity.as_str());
+    let barrier_up = ctx.barriers.is_up(group) && arbiter.as_deref() == Some(ctx.identity.as_str());
     let writes = plan.writes(barrier_up);
     let steps = Steps::new(ctx, ns, group);
     let mut times = StepTimes::default();
@@ -374,7 +372,7 @@ async fn execute(
             );
         }
         if writes.raises_barrier {
-            ctx.barriers.insert(group_ref);
+            ctx.barriers.insert(group);
         }
     }
     // 6. Tell.

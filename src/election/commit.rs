@@ -42,11 +42,20 @@ pub(super) fn commit(
     };
     let predecessor =
         super::step_down::predecessor(obs, lease, leader.as_deref(), token.minted, lapsed);
+    let same_tenure =
+        same_holder && !token.minted && lease.is_some_and(|l| l.holder_uid == holder_uid);
+    // A shortened Lease keeps the longest duration of the tenure: its holder's member may time
+    // itself by that one until it is deposed.
+    let longest_seconds = lease
+        .filter(|_| same_tenure)
+        .map(LeaseRecord::longest_seen)
+        .filter(|&longest| longest > duration);
     let wanted = LeaseRecord {
         holder: leader.clone(),
         holder_uid: holder_uid.clone(),
         epoch: token.epoch,
         duration_seconds: duration,
+        longest_seconds,
         acquire_time,
         renew_time,
         arbiter: Some(obs.identity.to_string()),
@@ -62,6 +71,7 @@ pub(super) fn commit(
             if same_holder
                 && l.holder_uid == holder_uid
                 && l.duration_seconds == duration
+                && l.longest_seconds.filter(|&x| x > duration) == longest_seconds
                 && l.arbiter.as_deref() == Some(obs.identity)
                 && l.heartbeat == heartbeat
                 && l.predecessor == wanted.predecessor

@@ -19,6 +19,8 @@ pub(super) struct Records {
     pub lease: Option<LeaseRecord>,
     /// The highest token a pod marked for the group carries, 0 when none does.
     pub highest_pod_epoch: i64,
+    /// Each pod marked for the group with the token it carries.
+    pub pod_epochs: Vec<(String, i64)>,
     /// The epoch of a Lease an earlier group of this name left ([`crate::crd::LeaderGroup::inherits_lease`]),
     /// 0 otherwise: that group handed out every token up to it.
     pub inherited_epoch: i64,
@@ -49,18 +51,19 @@ impl Records {
             .filter(|l| obs.group.inherits_lease(l))
             .zip(lease.as_ref())
             .map_or(0, |(_, l)| l.epoch);
+        let pod_epochs: Vec<(String, i64)> = obs
+            .pods
+            .iter()
+            .filter(|p| marks::is_marked_for(p, &group))
+            .filter_map(|p| Some((p.name_any(), marks::epoch(p)?)))
+            .collect();
         Records {
             replaced,
             status,
             lease,
             inherited_epoch,
-            highest_pod_epoch: obs
-                .pods
-                .iter()
-                .filter(|p| marks::is_marked_for(p, &group))
-                .filter_map(|p| marks::epoch(p))
-                .max()
-                .unwrap_or(0),
+            highest_pod_epoch: pod_epochs.iter().map(|(_, e)| *e).max().unwrap_or(0),
+            pod_epochs,
         }
     }
 
@@ -98,6 +101,8 @@ impl Records {
             lease_holder: self.lease_holder().filter(|n| !self.is_replaced(n)),
             lease_epoch: self.lease.as_ref().map_or(0, |l| l.epoch),
             highest_pod_epoch: self.highest_pod_epoch,
+            lease_named: self.lease_holder(),
+            pod_epochs: &self.pod_epochs,
             inherited_epoch: self.inherited_epoch,
         }
     }

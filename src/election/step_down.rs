@@ -37,24 +37,38 @@ pub(super) fn predecessor(
     } else {
         lease.predecessor.clone()?
     };
-    if predecessor.pending() && stepped_down(obs, &predecessor, lapsed, deposed_now) {
+    // The holder itself, named when its Lease was created again: still in its tenure, so no
+    // time since the handover has passed for it.
+    let holding = !deposed_now
+        && lease.epoch == predecessor.epoch
+        && lease
+            .holder
+            .as_deref()
+            .is_some_and(|h| predecessor.is_incarnation(h, lease.holder_uid.as_deref()));
+    if predecessor.pending() && stepped_down(obs, &predecessor, lapsed, deposed_now || holding) {
         predecessor.stepped_down = true;
     }
     Some(predecessor)
 }
 
 /// The predecessor to name in a Lease created again after it was deleted (by hand: the operator
-/// never deletes one), which took the predecessor it named with it. When the group has had a
-/// leader and its last one does not carry the leader's marks at its epoch (committed and not yet
-/// labeled, or nobody leading since), one may still be waited for: an unknown one is named, which
-/// no member can step down for, so the next leader is labeled once a confirmation has lapsed, as
-/// after a cut-off predecessor. A last leader that carries its marks was labeled after every
-/// earlier step-down, so nothing is waited for.
+/// never deletes one), which took the acknowledgement and the predecessor it named with it.
+/// A last leader that carries its marks at the status's epoch was labeled after every earlier
+/// step-down, but its member may have acknowledged and, cut off, never seen the deletion: it is
+/// named itself, so that a handover away from it waits for its step-down (timed by the group's
+/// duration: the one it last saw went with the Lease). Otherwise, when the group has had a
+/// leader (committed and not yet labeled, or nobody leading since), an unknown one is named,
+/// which no member can step down for, so the next leader is labeled once a confirmation has
+/// lapsed, as after a cut-off predecessor.
 fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
     let status = obs.group.status.as_ref().filter(|s| s.epoch > 0)?;
-    labeled_status_leader(obs).is_none().then(|| Predecessor {
-        pod: UNKNOWN_PREDECESSOR.to_string(),
-        uid: None,
+    let (pod, uid) = match labeled_status_leader(obs) {
+        Some((pod, _)) => (pod.name_any(), pod.metadata.uid.clone()),
+        None => (UNKNOWN_PREDECESSOR.to_string(), None),
+    };
+    Some(Predecessor {
+        pod,
+        uid,
         epoch: status.epoch,
         lease_seconds: obs.group.spec.lease_duration_seconds,
         stepped_down: false,
@@ -85,7 +99,7 @@ fn labeled_beside_another_holder(
             .group
             .spec
             .lease_duration_seconds
-            .max(lease.duration_seconds),
+            .max(lease.longest_seen()),
         stepped_down: false,
     })
 }
@@ -104,12 +118,12 @@ fn labeled_status_leader<'a>(obs: &Observation<'a>) -> Option<(&'a Pod, i64)> {
 }
 
 /// Whether the operator knows, without its member's word, that the predecessor no longer reports
-/// `Leader`.
+/// `Leader`; `untimed`: it was not deposed before now, so no confirmation of its has lapsed.
 fn stepped_down(
     obs: &Observation<'_>,
     predecessor: &Predecessor,
     lapsed: Option<&str>,
-    deposed_now: bool,
+    untimed: bool,
 ) -> bool {
     // Its renewals stopped for a whole Lease: its member's own rule (a renewal of its own within
     // two thirds of the Lease) stopped it a third of a Lease ago.
@@ -125,7 +139,7 @@ fn stepped_down(
     }
     // Its confirmation has lapsed since this replica saw the Lease leave it (only ever later
     // than the handover itself).
-    !deposed_now && until(obs.seen().written_at, obs.now) >= predecessor.validity()
+    !untimed && until(obs.seen().written_at, obs.now) >= predecessor.validity()
 }
 
 /// Whether the predecessor keeps `leader` from being labeled now, and if so for how long at the
@@ -153,15 +167,14 @@ pub(super) fn awaited(
     Some(predecessor.validity().saturating_sub(waited))
 }
 
-/// A pod whose every container, sidecars included, has stopped, or that has ended: no process of
-/// it reports anything. A pod whose containers the kubelet has not reported is not taken for one.
+/// A pod whose every container, sidecars included, has stopped: no process of it reports
+/// anything. Its phase says nothing of that (the pod GC sets `Failed` on the pods of a lost node
+/// while their containers may still run), and a pod whose containers the kubelet has not
+/// reported is not taken for one.
 fn runs_nothing(pod: &Pod) -> bool {
     let Some(status) = pod.status.as_ref() else {
         return false;
     };
-    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
-        return true;
-    }
     let containers = status.container_statuses.as_deref().unwrap_or_default();
     let init = status
         .init_container_statuses

@@ -152,6 +152,7 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         holder_uid: None,
         epoch,
         duration_seconds: 15,
+        longest_seconds: None,
         acquire_time: Some(t(0)),
         renew_time: Some(t(renewed)),
         arbiter: Some(arbiter.into()),
@@ -623,13 +624,12 @@ fn a_lease_deleted_by_hand_never_lowers_the_next_epoch() {
         PodFixture::new("b", 2).follower(),
     ];
     let p = plan(decide_with(&g, &pods, None));
-    assert_eq!(
-        p.promote,
-        Some(Promotion {
-            pod: "b".into(),
-            epoch: 8
-        })
-    );
+    let commit = p.commit.expect("the Lease created again");
+    assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 8));
+    // a carried the marks: its member may still report `Leader`, so b waits for it.
+    let awaited = commit.predecessor.expect("a is named");
+    assert_eq!((awaited.pod.as_str(), awaited.pending()), ("a", true));
+    assert_eq!(p.promote, None);
 }
 
 #[test]
@@ -690,6 +690,25 @@ fn a_token_already_carried_by_a_pod_is_never_handed_again() {
             epoch: 6
         })
     );
+}
+
+#[test]
+fn a_status_patched_to_name_another_pod_never_hands_it_the_holders_token() {
+    // a holds the Lease at 4 and carries 4. Someone patches the status (the ImplausibleEpoch
+    // runbook patches status.epoch) so that it names b at 4. a turns NotReady and b is chosen:
+    // 4 is a's token, so b gets 5, however the status names it.
+    let pods = vec![
+        PodFixture::new("a", 1).leader(4).not_ready(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), Some("b"), 4);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("a"), 4, 999, ME))));
+    let commit = p.commit.expect("the commit");
+    assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
+    // Without a Lease, a pod other than b carrying the status's epoch gives it away too.
+    let p = plan(decide_with(&g, &pods, None));
+    let commit = p.commit.expect("the Lease created again");
+    assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("b"), 5));
 }
 
 #[test]

@@ -15,6 +15,11 @@ pub(super) struct Issued<'a> {
     pub lease_epoch: i64,
     /// The highest token a pod marked for the group carries (step 5); 0 when none does.
     pub highest_pod_epoch: i64,
+    /// The holder the Lease names, even a pod created again since: its old incarnation held
+    /// the Lease's epoch.
+    pub lease_named: Option<&'a str>,
+    /// Each pod marked for the group with the token it carries.
+    pub pod_epochs: &'a [(String, i64)],
     /// The epoch of the Lease an earlier group of this name left; 0 when the group's Lease is its
     /// own or there is none. Every token up to it was handed out under this name.
     pub inherited_epoch: i64,
@@ -34,6 +39,16 @@ impl Issued<'_> {
         self.status_epoch
             .max(self.highest_pod_epoch)
             .max(self.inherited_epoch)
+    }
+
+    /// Whether the Lease names, or a pod carries, a pod other than `leader` at `epoch` or above.
+    fn held_by_another(&self, leader: &str, epoch: i64) -> bool {
+        let lease = self.lease_named.is_some_and(|h| h != leader) && self.lease_epoch >= epoch;
+        lease
+            || self
+                .pod_epochs
+                .iter()
+                .any(|(pod, e)| pod != leader && *e >= epoch)
     }
 
     /// The Lease's epoch, when it is further above [`Issued::floor`] than the operator's own
@@ -93,8 +108,10 @@ impl Token {
         if issued.status_leader == Some(leader)
             && issued.status_epoch >= issued.lease_epoch
             && issued.status_epoch >= issued.highest_pod_epoch
+            && !issued.held_by_another(leader, issued.status_epoch)
         {
-            // The status records the leader at this epoch (the Lease may be missing or behind).
+            // The status records the leader at this epoch (the Lease may be missing or behind),
+            // and nothing shows another pod holding it: the status may be patched by hand.
             return Ok(Token::kept(issued.status_epoch));
         }
         if issued.lease_holder == Some(leader)
@@ -154,8 +171,26 @@ mod tests {
         fn lease(self, holder: Option<&'static str>, epoch: i64) -> Self {
             Issued {
                 lease_holder: holder,
+                lease_named: holder,
                 lease_epoch: epoch,
                 ..self
+            }
+        }
+
+        /// The Lease names `holder`, a pod created again since (so no holder counts).
+        fn lease_of_replaced(self, holder: &'static str, epoch: i64) -> Self {
+            Issued {
+                lease_named: Some(holder),
+                ..self.lease(None, epoch)
+            }
+        }
+
+        /// Each pod marked for the group carries the token given; the highest counts too.
+        fn carried(self, pods: &[(&str, i64)]) -> Self {
+            let owned: Vec<(String, i64)> = pods.iter().map(|(p, e)| (p.to_string(), *e)).collect();
+            Issued {
+                pod_epochs: Box::leak(owned.into_boxed_slice()),
+                ..self.pods(pods.iter().map(|(_, e)| *e).max().unwrap_or(0))
             }
         }
 
@@ -270,6 +305,36 @@ mod tests {
                 paused: false,
                 issued: status(Some("a"), 5).lease(Some("b"), 4).pods(5),
                 token: kept(5),
+            },
+            Row {
+                case: "a status patched to name another pod at the holder's epoch: mints above",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("b"), 4)
+                    .lease(Some("a"), 4)
+                    .carried(&[("a", 4)]),
+                token: minted(5),
+            },
+            Row {
+                case: "the same, the holder created again since: its old token is still spent",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("b"), 4).lease_of_replaced("a", 4),
+                token: minted(5),
+            },
+            Row {
+                case: "a status patched to name another pod, no Lease: the pod's token counts",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("b"), 4).carried(&[("a", 4)]),
+                token: minted(5),
+            },
+            Row {
+                case: "the status's leader carrying its own token keeps it",
+                leader: Some("b"),
+                paused: false,
+                issued: status(Some("b"), 4).carried(&[("a", 3), ("b", 4)]),
+                token: kept(4),
             },
             Row {
                 case: "crash between steps 1 and 2: the committed token is recorded",

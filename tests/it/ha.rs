@@ -321,6 +321,7 @@ async fn the_operator_lease_is_timed_on_the_standbys_clock_not_the_holders_renew
                 holder_uid: None,
                 epoch: 1,
                 duration_seconds: SECONDS,
+                longest_seconds: None,
                 acquire_time: Some(now),
                 renew_time: Some(now),
                 arbiter: None,

@@ -375,11 +375,25 @@ fn a_lease_deleted_while_a_step_down_is_awaited_is_created_again_still_waiting()
 }
 
 #[test]
-fn a_lease_deleted_under_a_labeled_leader_is_created_again_with_nothing_to_wait_for() {
-    let (g, pods, _) = converged(4);
+fn a_lease_deleted_under_a_labeled_leader_is_created_again_still_naming_it() {
+    // a leads at 4, labeled, and its member acknowledged in the Lease. The Lease is deleted by
+    // hand while a's member is cut off: it never saw the deletion and still reports `Leader`.
+    // The Lease comes back naming a as holder and as the predecessor to wait for: a handover
+    // away from it waits for its step-down, not for nobody.
+    let (g, mut pods, _) = converged(4);
     let p = plan(decide_with(&g, &pods, None));
     let created = p.commit.expect("the Lease created again");
-    assert_eq!(created.predecessor, None);
+    assert_eq!((created.holder.as_deref(), created.epoch), (Some("a"), 4));
+    assert_eq!(p.promote, None, "a keeps its label, nothing to promote");
+    let named = created.predecessor.clone().expect("a is named");
+    assert_eq!((named.pod.as_str(), named.pending()), ("a", true));
+    // Still a's tenure: it is not asked to wait for itself.
+    let again = plan(decide_with(&g, &pods, Some(&owned(&created))));
+    assert_eq!(again.commit, None, "nothing more to write");
+    // a turns NotReady: b is committed, and labeled only after a's step-down.
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&owned(&created))));
+    assert_promoted_after_step_down(&g, &pods, &p, "a", ("b", 5));
 }
 
 /// The holder a Lease names.
@@ -401,4 +415,61 @@ fn a_labeled_leader_whose_lease_someone_else_rewrote_steps_down_before_its_succe
     let rewritten = owned(&record(Some("intruder"), 6, 999, ME));
     let p = plan(decide_with(&g, &pods, Some(&rewritten)));
     assert_promoted_after_step_down(&g, &pods, &p, "a", ("b", 7));
+}
+
+#[test]
+fn a_lease_shortened_before_the_handover_is_waited_for_as_long_as_the_longest_the_leader_saw() {
+    // a leads at 4 on a 30 s Lease and acknowledged it. The user shortens it to 3 s: the commit
+    // rewrites the duration and keeps the acknowledgement. a, cut off, never saw the rewrite and
+    // times its confirmation by the 30 s it saw (20 s). Then a turns NotReady.
+    let (mut g, mut pods, _) = acknowledged(4);
+    g.spec.lease_duration_seconds = 30;
+    let long = owned(&LeaseRecord {
+        acknowledged: true,
+        duration_seconds: 30,
+        ..record(Some("a"), 4, 999, ME)
+    });
+    g.spec.lease_duration_seconds = 3;
+    let shortened = plan(decide_with(&g, &pods, Some(&long)))
+        .commit
+        .expect("the new duration is written");
+    assert_eq!(
+        (shortened.duration_seconds, shortened.acknowledged),
+        (3, true)
+    );
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&owned(&shortened))));
+    let predecessor = p.commit.and_then(|c| c.predecessor).expect("a is named");
+    assert_eq!(
+        (predecessor.pod.as_str(), predecessor.validity()),
+        ("a", Duration::from_secs(20)),
+        "two thirds of the 30 s Lease a saw, not of the 3 s one it never saw"
+    );
+}
+
+#[test]
+fn a_leader_that_the_pod_gc_marked_failed_while_its_containers_run_is_waited_for() {
+    // The pod GC sets `Failed` on the pods of a deleted node (or one tainted out-of-service)
+    // while their containers may still run there: the phase says nothing of the processes.
+    let (g, mut pods, l) = not_ready_leader();
+    pods[0] = containers(
+        PodFixture::new("a", 1)
+            .leader(4)
+            .not_ready()
+            .phase("Failed"),
+        &[true, true],
+    );
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.promote, None, "a's member may still report Leader");
+    let predecessor = p.commit.and_then(|c| c.predecessor).expect("named");
+    assert_eq!(
+        (predecessor.pod.as_str(), predecessor.pending()),
+        ("a", true)
+    );
+    // Failed without any container reported: still waited for.
+    pods[0] = PodFixture::new("a", 1)
+        .leader(4)
+        .not_ready()
+        .phase("Failed");
+    assert_eq!(plan(decide_with(&g, &pods, Some(&l))).promote, None);
 }

@@ -207,6 +207,8 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
         ("leadergroup.io/arbiter", "member-0".to_string()),
         // A lapsed member may not clear, nor another one set, the record that keeps it out.
         ("leadergroup.io/lapsed", "some-uid@1".to_string()),
+        // Nor shorten the wait for itself once its Lease was shortened.
+        ("leadergroup.io/longest-lease-seconds", "1".to_string()),
     ] {
         let forged = write(
             &leader,
@@ -224,6 +226,23 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
             &format!("the leader sets {annotation}"),
         );
     }
+
+    // A finalizer of the leader's would wedge the Lease's deletion with its group's.
+    let wedged = write(
+        &leader,
+        |mut l| {
+            l.finalizers_mut().push("example.com/keep".into());
+            l
+        },
+        &PostParams::default(),
+    )
+    .await;
+    refused(
+        wedged,
+        FORBIDDEN,
+        "metadata.finalizers",
+        "the leader adds a finalizer",
+    );
 
     // Someone with every right on Leases: cannot forge the epoch, delete or create a group Lease.
     let forged = write(
