@@ -119,6 +119,14 @@ fn main() -> ExitCode {
         println!(
             "Heartbeat, an immediate handover with the old leader cut off: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
         );
+        let (outcome, text) =
+            heartbeat::regressions::replay_shorter_duration_then_an_operator_restart();
+        println!("Heartbeat, a shorter Lease, then an operator restart: {outcome:?}\n{text}");
+        let (overlap, successor, text) =
+            heartbeat::regressions::replay_switchover_after_a_shortened_lease();
+        println!(
+            "Heartbeat, a switchover after a shortened Lease: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
+        );
         return ExitCode::SUCCESS;
     }
     let text = match &args.config {

@@ -40,6 +40,12 @@ impl fmt::Display for HbAction {
             HbAction::Cut(p) => write!(f, "{}'s client is cut off", pod_name(*p)),
             HbAction::Reconnect(p) => write!(f, "{}'s client reconnects", pod_name(*p)),
             HbAction::Restart(p) => write!(f, "{}'s client restarts", pod_name(*p)),
+            HbAction::OperatorRestart => {
+                write!(
+                    f,
+                    "the operator restarts: its sightings of the Lease are lost"
+                )
+            }
             HbAction::EditDuration(d) => {
                 write!(f, "user sets spec.leaseDurationSeconds={d}")
             }
@@ -62,8 +68,11 @@ fn lease(l: &HbLease) -> String {
     let renewed = l.renewed.map_or("not renewed".to_string(), |s| {
         format!("renewed by {}'s client at {}s", pod_name(s.pod), s.tick)
     });
+    let longest = l
+        .longest
+        .map_or(String::new(), |s| format!(" (longest {s}s)"));
     format!(
-        "Lease {}@{} {}s, acquired at {}s, {renewed}, rv={}",
+        "Lease {}@{} {}s{longest}, acquired at {}s, {renewed}, rv={}",
         l.holder_name(),
         l.epoch,
         l.duration,

@@ -25,6 +25,8 @@ pub struct HbConfig {
     /// Clients cut off from the API server (each may reconnect).
     pub cuts: u8,
     pub restarts: u8,
+    /// Restarts (or takeovers) of the operator: its sighting of the Lease is lost.
+    pub operator_restarts: u8,
     /// Edits of `spec.preferredLeader` (naming a pod): a handover the operator makes at once.
     pub preference_edits: u8,
     /// A pod turning NotReady (or Ready again) while its process runs on: a handover at once too.
@@ -52,6 +54,7 @@ impl HbConfig {
             duration_edits: 1,
             cuts: 1,
             restarts: 0,
+            operator_restarts: 0,
             preference_edits: 0,
             readiness: 0,
             forgeries: 0,
@@ -125,6 +128,22 @@ impl HbConfig {
         }
     }
 
+    /// A Lease shortened while its leader's client is cut off, then an operator restart (its
+    /// sighting lost) and a `preferredLeader` edit: neither the silence nor the step-down may be
+    /// timed by the shorter Lease the holder never saw.
+    pub fn shortened_handover() -> Self {
+        HbConfig {
+            name: "shortened-handover",
+            max_ticks: 4,
+            duration: 6,
+            edited_duration: 3,
+            duration_edits: 1,
+            operator_restarts: 1,
+            readiness: 0,
+            ..HbConfig::immediate_handover()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -132,6 +151,7 @@ impl HbConfig {
             HbConfig::heartbeat_large(),
             HbConfig::immediate_handover(),
             HbConfig::foreign_write(),
+            HbConfig::shortened_handover(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -156,6 +176,8 @@ pub enum HbAction {
     Reconnect(PodId),
     /// The pod's client (or agent) process restarts.
     Restart(PodId),
+    /// The operator restarts, or another replica takes over: what it saw of the Lease is lost.
+    OperatorRestart,
     /// The user sets `spec.leaseDurationSeconds`.
     EditDuration(u8),
     /// The user sets `spec.preferredLeader` to the pod.
@@ -198,6 +220,7 @@ impl HeartbeatModel {
                 holder: 0,
                 epoch: 1,
                 duration: self.config.duration,
+                longest: None,
                 acquired: 0,
                 renewed: None,
                 predecessor: None,
@@ -282,6 +305,9 @@ impl HeartbeatModel {
         if s.spent.forgeries < c.forgeries {
             actions.push(HbAction::Forge);
         }
+        if s.spent.operator_restarts < c.operator_restarts && s.sighting.is_some() {
+            actions.push(HbAction::OperatorRestart);
+        }
         if s.spent.duration_edits < c.duration_edits && s.spec_duration != c.edited_duration {
             actions.push(HbAction::EditDuration(c.edited_duration));
         }
@@ -314,6 +340,10 @@ impl HeartbeatModel {
             HbAction::Restart(p) => {
                 s.spent.restarts += 1;
                 client::restart(&mut s, *p);
+            }
+            HbAction::OperatorRestart => {
+                s.spent.operator_restarts += 1;
+                s.sighting = None;
             }
             HbAction::EditDuration(d) => {
                 s.spent.duration_edits += 1;

@@ -29,9 +29,7 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         holder_uid: Some(pod_uid(lease.holder)),
         epoch: lease.epoch,
         duration_seconds: i32::from(lease.duration),
-        // The model's Lease keeps no longer duration of the tenure (see the replay of a
-        // shortened Lease): the sightings' guard times the holder.
-        longest_seconds: None,
+        longest_seconds: lease.longest.map(i32::from),
         acquire_time: Some(acquired),
         renew_time: Some(
             lease

@@ -126,6 +126,11 @@ fn committed(
             "Lease times the model cannot map",
         ));
     };
+    let longest = record
+        .longest_seconds
+        .map(u8::try_from)
+        .transpose()
+        .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
     let predecessor = match &record.predecessor {
         Some(p) => Some((
             pod_id(&p.pod)?,
@@ -140,6 +145,7 @@ fn committed(
         holder,
         epoch: record.epoch,
         duration,
+        longest,
         acquired,
         renewed,
         rv: if kept
@@ -147,6 +153,7 @@ fn committed(
             && holder == current.holder
             && record.epoch == current.epoch
             && duration == current.duration
+            && longest == current.longest
             && predecessor == current.predecessor
         {
             current.rv

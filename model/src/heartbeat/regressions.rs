@@ -191,6 +191,8 @@ impl Replay {
 pub fn replay_shorter_duration_during_a_cut_off() -> (HbOutcome, String) {
     let mut r = Replay::new(HbConfig::heartbeat_large());
     r.renews(0)
+        // It reads its renewal back: it believes `Leader@1`.
+        .act(HbAction::ReadLease(0))
         .operator()
         .act(HbAction::Cut(0))
         .act(HbAction::EditDuration(3))
@@ -199,6 +201,41 @@ pub fn replay_shorter_duration_during_a_cut_off() -> (HbOutcome, String) {
         .operator()
         .wait(6);
     r.finish()
+}
+
+/// Round four, finding 1, Heartbeat variant: as [`replay_shorter_duration_during_a_cut_off`],
+/// then the operator restarts and its sighting, which held the holder's deadline, is lost. The
+/// Lease itself must say how long it was (its holder's client believes `Leader` until 4 s).
+pub fn replay_shorter_duration_then_an_operator_restart() -> (HbOutcome, String) {
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 9,
+        ..HbConfig::shortened_handover()
+    });
+    r.renews(0)
+        .act(HbAction::ReadLease(0))
+        .operator()
+        .act(HbAction::Cut(0))
+        .act(HbAction::EditDuration(3))
+        .operator()
+        .act(HbAction::OperatorRestart)
+        .operator()
+        .wait(7);
+    r.finish()
+}
+
+/// Round four, finding 1: a Lease of 6 s shortened to 3 s while its leader's client, cut off,
+/// believes `Leader@1` by the 6 s Lease it renewed (until 4 s); then the user prefers p2. The
+/// handover waits two thirds of the longest Lease p1 may have seen, not of the 3 s one.
+pub fn replay_switchover_after_a_shortened_lease() -> (Vec<Tick>, Option<Tick>, String) {
+    handover_over_six_seconds(HbConfig::shortened_handover(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::EditDuration(3))
+            .operator()
+            .act(HbAction::OperatorRestart)
+            .p2_preferred();
+    })
 }
 
 /// Finding 4: the leader's client renews at 0 s, restarts at 3 s, reads its pod and the Lease
@@ -319,6 +356,33 @@ mod tests {
             text.contains("Lease p2@2"),
             "the Lease is handed over:\n{text}"
         );
+    }
+
+    /// Before the fix (the longest duration of the tenure lived only in the operator's memory),
+    /// this ended in `StaleLeader { clients: [(0, 1)] }`: the restarted operator gave p1 3 s
+    /// from its first sighting and handed the Lease to p2 at 3 s, while p1 believed `Leader@1`
+    /// until 4 s.
+    #[test]
+    fn a_shorter_duration_then_an_operator_restart_leaves_no_stale_leader() {
+        let (outcome, text) = replay_shorter_duration_then_an_operator_restart();
+        println!("{text}");
+        assert_eq!(outcome, HbOutcome::NoStaleLeader, "{text}");
+        assert!(text.contains("longest 6s"), "the Lease says so:\n{text}");
+        assert!(
+            text.contains("Lease p2@2"),
+            "the Lease is handed over:\n{text}"
+        );
+    }
+
+    /// Before the fix (the predecessor was named with the Lease's current duration), p2 was
+    /// labeled two thirds of 3 s after the handover while p1 believed `Leader@1` until 4 s.
+    #[test]
+    fn a_switchover_after_a_shortened_lease_waits_as_long_as_the_longest() {
+        let (overlap, successor, text) = replay_switchover_after_a_shortened_lease();
+        println!("{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(!text.contains("not possible"), "{text}");
     }
 
     /// Before the fix (a new process anchored its renewal clock at its first look at the Lease,

@@ -27,6 +27,9 @@ pub struct HbLease {
     pub holder: PodId,
     pub epoch: i64,
     pub duration: u8,
+    /// The longest duration of the holder's tenure, when the Lease was shortened since
+    /// (`leadergroup.io/longest-lease-seconds`, as the operator writes it).
+    pub longest: Option<u8>,
     /// When the operator wrote the current holder in (`acquireTime`, and `renewTime` until
     /// the holder renews), on its wall clock.
     pub acquired: Tick,
@@ -108,6 +111,7 @@ impl Client {
 pub struct HbSpent {
     pub cuts: u8,
     pub restarts: u8,
+    pub operator_restarts: u8,
     pub duration_edits: u8,
     pub preference_edits: u8,
     pub readiness: u8,
