@@ -18,7 +18,9 @@ use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
-use leadergroup_client::{GROUP_ENV, Membership, POD_NAME_ENV, POD_NAMESPACE_ENV, Role};
+use leadergroup_client::{
+    GROUP_ENV, Membership, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV, Role,
+};
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::watch,
@@ -49,6 +51,10 @@ struct Cli {
     /// This pod's namespace (downward API: metadata.namespace).
     #[arg(long, env = POD_NAMESPACE_ENV)]
     pod_namespace: Option<String>,
+    /// This pod's UID (downward API: metadata.uid); without it, the first incarnation of the
+    /// pod seen. A pod created again under the name is never led for by this process.
+    #[arg(long, env = POD_UID_ENV)]
+    pod_uid: Option<String>,
     /// The LeaderGroup's name; without it, the pod's leadergroup.io/group annotation names it.
     #[arg(long, env = GROUP_ENV)]
     group: Option<String>,
@@ -176,7 +182,8 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     info!(%addr, "serving GET /role and /healthz");
 
     let on_change = cli.on_change.map(OnChange::start);
-    let membership = Membership::start(client, &namespace, &pod, group.clone());
+    let uid = cli.pod_uid.filter(|u| !u.is_empty());
+    let membership = Membership::start_for_uid(client, &namespace, &pod, uid, group.clone());
     // Dropped at the end of this function, which closes every proxied connection (the role is
     // already unknown by then: dropping `membership` publishes it, and the proxies reset theirs).
     let mut serving = tokio::task::JoinSet::new();

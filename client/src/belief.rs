@@ -15,6 +15,9 @@ use crate::role::{
 pub struct Belief {
     /// The pod's name.
     pod: String,
+    /// The UID of this member's pod: given, or the first one it saw. A pod created again under
+    /// the name is another incarnation, and this member never leads for it.
+    uid: Option<String>,
     observation: Observation,
     /// The epoch at which the Lease was last seen asking this pod to renew it: the role's renewal
     /// clock for it has been anchored.
@@ -26,9 +29,16 @@ impl Belief {
     pub fn new(pod: impl Into<String>, group_known: bool) -> Belief {
         Belief {
             pod: pod.into(),
+            uid: None,
             observation: Observation::new(group_known),
             anchored: None,
         }
+    }
+
+    /// A member of the pod incarnation of UID `uid` only (a process given its pod's UID).
+    pub fn of_incarnation(mut self, uid: Option<String>) -> Belief {
+        self.uid = uid;
+        self
     }
 
     /// What the role rule reads.
@@ -41,9 +51,15 @@ impl Belief {
         decide(&self.pod, &self.observation, now)
     }
 
-    /// The pod as confirmed at `at` (`None`: confirmed absent).
+    /// The pod as confirmed at `at` (`None`: confirmed absent). A pod of the name under another
+    /// UID than this member's is not its pod: it is confirmed absent.
     pub fn pod_seen(&mut self, marks: Option<PodMarks>, at: Instant) {
-        self.observation.pod = Some(Confirmed { state: marks, at });
+        if self.uid.is_none() {
+            self.uid = marks.as_ref().and_then(|m| m.uid.clone());
+        }
+        let mine = |m: &PodMarks| self.uid.is_none() || m.uid == self.uid;
+        let state = marks.filter(mine);
+        self.observation.pod = Some(Confirmed { state, at });
     }
 
     /// Reading the pod was refused: nothing about it is confirmed any more.

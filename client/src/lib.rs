@@ -93,7 +93,9 @@ pub mod wire;
 
 pub use epoch::{Epoch, ParseEpochError};
 pub use error::{MembershipError, Request};
-pub use membership::{GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV};
+pub use membership::{
+    GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV,
+};
 pub use role::Role;
 
 // The names this crate reads, under the names it has always exported them by; [`wire`] has

@@ -26,6 +26,10 @@ pub const POD_NAME_ENV: &str = "POD_NAME";
 pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// Optional: the group's name; without it, the pod's `leadergroup.io/group` annotation names it.
 pub const GROUP_ENV: &str = "LEADERGROUP_GROUP";
+/// Optional: the pod's UID (`fieldRef: metadata.uid`). Without it, the member belongs to the
+/// first incarnation of the pod it sees; with it, a process that outlived its pod (run with a
+/// kubeconfig, say) never leads for a pod created again under the name, even at its start.
+pub const POD_UID_ENV: &str = "POD_UID";
 
 /// An environment variable [`Membership::start_from_env`] needs is not set.
 #[derive(Debug, thiserror::Error)]
@@ -65,10 +69,24 @@ impl Membership {
     /// read it from the pod's `leadergroup.io/group` annotation once the operator has set it.
     ///
     /// Must be called within a Tokio runtime: it spawns its tasks there.
+    ///
+    /// The member belongs to the first incarnation of the pod it sees (its UID): a pod created
+    /// again under the name is another member's, and this one reports `Follower` for it.
     pub fn start(
         client: Client,
         namespace: impl Into<String>,
         pod: impl Into<String>,
+        group: Option<String>,
+    ) -> Membership {
+        Membership::start_for_uid(client, namespace, pod, None, group)
+    }
+
+    /// [`Membership::start`] for the pod incarnation of UID `uid` only (when given).
+    pub fn start_for_uid(
+        client: Client,
+        namespace: impl Into<String>,
+        pod: impl Into<String>,
+        uid: Option<String>,
         group: Option<String>,
     ) -> Membership {
         let (role, _) = watch::channel(Role::Unknown);
@@ -78,6 +96,7 @@ impl Membership {
             client,
             namespace.into(),
             pod.into(),
+            uid,
             group,
             Arc::clone(&role),
             errors_tx,
@@ -101,10 +120,11 @@ impl Membership {
         };
         let pod = var(POD_NAME_ENV)?;
         let namespace = var(POD_NAMESPACE_ENV)?;
-        Ok(Membership::start(
+        Ok(Membership::start_for_uid(
             client,
             namespace,
             pod,
+            var(POD_UID_ENV).ok(),
             var(GROUP_ENV).ok(),
         ))
     }
@@ -290,11 +310,12 @@ impl Core {
         client: Client,
         namespace: String,
         pod: String,
+        uid: Option<String>,
         group: Option<String>,
         role: Arc<watch::Sender<Role>>,
         errors: watch::Sender<Option<Arc<MembershipError>>>,
     ) -> (Core, mpsc::Receiver<Update>) {
-        let belief = Belief::new(pod.clone(), group.is_some());
+        let belief = Belief::new(pod.clone(), group.is_some()).of_incarnation(uid);
         let (period, _) = watch::channel(belief.observation().lease_duration / 3);
         let (updates, rx) = mpsc::channel(16);
         (

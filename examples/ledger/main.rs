@@ -53,6 +53,10 @@ struct Args {
     /// The pod's namespace (downward API `metadata.namespace`).
     #[arg(long, env = "POD_NAMESPACE")]
     pod_namespace: String,
+    /// The pod's UID (downward API `metadata.uid`): a pod created again under the name is
+    /// another member's.
+    #[arg(long, env = "POD_UID")]
+    pod_uid: Option<String>,
     /// The LeaderGroup; also the name of its fence row.
     #[arg(long, env = "LEADERGROUP_GROUP")]
     group: String,
@@ -119,10 +123,11 @@ async fn main() {
         Some(dir) => (downward::follow(dir.clone()), None),
         None => {
             let client = kube::Client::try_default().await.expect("kubeconfig");
-            let m = Membership::start(
+            let m = Membership::start_for_uid(
                 client,
                 &args.pod_namespace,
                 &args.pod_name,
+                args.pod_uid.clone(),
                 Some(args.group.clone()),
             );
             (m.subscribe(), Some(m))

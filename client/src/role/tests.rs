@@ -422,3 +422,39 @@ fn a_member_owes_its_acknowledgement_and_renewals_only_once_its_pod_carries_the_
         "its renewals acknowledge"
     );
 }
+
+#[test]
+fn a_member_never_leads_for_a_pod_created_again_under_its_name() {
+    // This process followed its pod (UID old). The pod is deleted and created again under the
+    // name (UID new); the operator elects the new incarnation at epoch 5. A process of the old
+    // one that can still reach the API server must not report `Leader` for it.
+    let t0 = Instant::now();
+    let of = |uid: &str, marks: PodMarks| PodMarks {
+        uid: Some(uid.to_owned()),
+        ..marks
+    };
+    let new_lease = LeaseMarks {
+        holder_uid: Some("new".to_owned()),
+        ..lease(ME, 5)
+    };
+    for mut belief in [
+        crate::belief::Belief::new(ME, true),
+        crate::belief::Belief::new(ME, true).of_incarnation(Some("old".to_owned())),
+    ] {
+        belief.pod_seen(Some(of("old", follower_pod())), t0);
+        belief.pod_seen(Some(of("new", leader_pod(5))), t0);
+        belief.lease_seen(Some(new_lease.clone()), t0);
+        assert_eq!(belief.role(t0), Role::Follower);
+        assert_eq!(belief.observation().acknowledgement_owed(ME), None);
+    }
+    // Given its UID, a process started after the re-creation does not adopt it either.
+    let mut late = crate::belief::Belief::new(ME, true).of_incarnation(Some("old".to_owned()));
+    late.pod_seen(Some(of("new", leader_pod(5))), t0);
+    late.lease_seen(Some(new_lease.clone()), t0);
+    assert_eq!(late.role(t0), Role::Follower);
+    // The new incarnation's own member leads.
+    let mut own = crate::belief::Belief::new(ME, true);
+    own.pod_seen(Some(of("new", leader_pod(5))), t0);
+    own.lease_seen(Some(new_lease), t0);
+    assert_eq!(own.role(t0), Role::Leader { epoch: epoch(5) });
+}
