@@ -121,33 +121,44 @@ impl OperatorReplica {
         Arc::clone(&self.http)
     }
 
-    /// SIGKILL, and waits for the process to end.
-    pub async fn kill(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            let _ = process.kill().await;
-        }
+    /// SIGKILL, and waits for the process to end. No process: nothing to kill, which a fault
+    /// that meant to kill one must not count as done.
+    pub async fn kill(&mut self) -> Result<(), Error> {
+        let mut process = self.running()?;
+        process.kill().await?;
+        Ok(())
     }
 
     /// SIGSTOP or SIGCONT.
-    pub fn signal(&self, signal: &str) {
-        if let Some(process) = &self.process {
-            let _ = process.signal(signal);
-        }
+    pub fn signal(&self, signal: &str) -> Result<(), Error> {
+        let process = self.process.as_ref().ok_or_else(|| self.not_running())?;
+        process.signal(signal)?;
+        Ok(())
     }
 
     /// SIGTERM, and waits for it to exit (SIGKILL after 30 s): a rollout's stop.
-    pub async fn terminate(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            let _ = process.terminate(Duration::from_secs(30)).await;
-        }
+    pub async fn terminate(&mut self) -> Result<(), Error> {
+        let mut process = self.running()?;
+        process.terminate(Duration::from_secs(30)).await?;
+        Ok(())
     }
 
     /// Starts a new process if the current one ended on its own (it crashed: its log says); the
     /// report counts the replicas' processes.
-    pub async fn restart_if_exited(&mut self) {
+    pub async fn restart_if_exited(&mut self) -> Result<(), Error> {
         if self.process.as_mut().is_some_and(OperatorProcess::exited) {
-            let _ = self.spawn().await;
+            self.spawn().await?;
         }
+        Ok(())
+    }
+
+    /// The current process, taken: it is stopped next.
+    fn running(&mut self) -> Result<OperatorProcess, Error> {
+        self.process.take().ok_or_else(|| self.not_running())
+    }
+
+    fn not_running(&self) -> Error {
+        Error::Setup(format!("replica {} runs no process", self.name))
     }
 
     /// How many processes it has had.

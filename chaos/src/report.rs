@@ -89,6 +89,8 @@ pub struct Report {
     /// The wall clock at the first fault: the timeline's offsets become times the replicas' logs
     /// can be matched against.
     pub faults_started_at: Option<jiff::Timestamp>,
+    /// What the run failed to do after counting a fault (its undo, a restart): a void verdict.
+    pub harness_errors: Vec<String>,
 }
 
 impl Report {
@@ -118,6 +120,7 @@ impl Report {
             member_changes: (0, 0),
             overlaps: Vec::new(),
             faults_started_at: None,
+            harness_errors: Vec::new(),
         }
     }
 
@@ -201,6 +204,7 @@ impl Report {
     /// at once.
     pub fn violations(&self) -> Vec<String> {
         let mut all = self.watch_violations.clone();
+        all.extend(self.harness_errors.iter().map(|e| format!("Harness: {e}")));
         for (o, start) in &self.overlaps {
             all.push(format!(
                 "App: {} (epoch {}) and {} (epoch {}) of {} both reported Leader for {} (from {} into the run)",

@@ -42,6 +42,18 @@ struct Shared {
     hold: HeldRequests,
     /// The groups' `leaseDurationSeconds`, which an edit puts back.
     lease_seconds: u32,
+    /// What the run itself failed to do after a fault was counted as injected (its undo, a
+    /// crashed replica's restart): each makes the run's verdict void.
+    harness_errors: std::sync::Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn harness_error(&self, what: String) {
+        self.harness_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(what);
+    }
 }
 
 /// Runs `config`'s plan; the report says what was injected and what was seen.
@@ -99,6 +111,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
         replicas: Mutex::new(replicas),
         hold,
         lease_seconds: config.lease_seconds,
+        harness_errors: std::sync::Mutex::default(),
     });
     shared.world.create_groups(config.lease_seconds).await?;
     let first = shared.world.wait_all_settled(SETTLE).await;
@@ -188,9 +201,20 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     shared.world.members.stop_all().await;
     let mut replicas = shared.replicas.lock().await;
     for r in replicas.iter_mut() {
-        r.signal("-CONT");
-        r.kill().await;
+        // The end of the run: a replica already stopped is what this wants.
+        if let Err(e) = r.signal("-CONT") {
+            eprintln!("chaos: resuming {} at the end: {e}", r.name);
+        }
+        if let Err(e) = r.kill().await {
+            eprintln!("chaos: stopping {} at the end: {e}", r.name);
+        }
     }
+    report.harness_errors = std::mem::take(
+        &mut shared
+            .harness_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     Ok(report)
 }
 
@@ -426,7 +450,9 @@ async fn resolve(shared: &Shared, which: Replica) -> Option<usize> {
         {
             let mut replicas = shared.replicas.lock().await;
             for replica in replicas.iter_mut() {
-                replica.restart_if_exited().await;
+                if let Err(e) = replica.restart_if_exited().await {
+                    shared.harness_error(format!("restarting {}: {e}", replica.name));
+                }
             }
             for (i, r) in replicas.iter().enumerate() {
                 if r.role().await.as_deref() == Some("active") {
@@ -456,8 +482,8 @@ async fn strike_replica(
             return Err(Error::Setup(format!("no replica {r}")));
         };
         match &fault {
-            Fault::KillReplica { .. } => replica.kill().await,
-            Fault::PauseReplica { .. } => replica.signal("-STOP"),
+            Fault::KillReplica { .. } => replica.kill().await?,
+            Fault::PauseReplica { .. } => replica.signal("-STOP")?,
             Fault::HoldReplica { .. } | Fault::CutReplica { .. } => replica.proxy.cut(),
             // The rollout's SIGTERM and wait run in the task: a clean stop takes a while.
             _ => {}
@@ -476,18 +502,27 @@ async fn strike_replica(
         let Some(replica) = replicas.get_mut(r) else {
             return;
         };
-        match &fault {
-            Fault::KillReplica { .. } => {
-                let _ = replica.spawn().await;
-            }
+        let undone = match &fault {
+            Fault::KillReplica { .. } => replica.spawn().await,
             Fault::PauseReplica { .. } => replica.signal("-CONT"),
-            Fault::HoldReplica { .. } => replica.proxy.release(),
-            Fault::CutReplica { .. } => replica.proxy.heal(),
-            Fault::RollReplica { .. } => {
-                replica.terminate().await;
-                let _ = replica.spawn().await;
+            Fault::HoldReplica { .. } => {
+                replica.proxy.release();
+                Ok(())
             }
-            _ => {}
+            Fault::CutReplica { .. } => {
+                replica.proxy.heal();
+                Ok(())
+            }
+            Fault::RollReplica { .. } => match replica.terminate().await {
+                Ok(()) => replica.spawn().await,
+                Err(e) => Err(e),
+            },
+            _ => Ok(()),
+        };
+        if let Err(e) = undone {
+            let name = replica.name.clone();
+            drop(replicas);
+            shared.harness_error(format!("undoing {fault:?} of {name}: {e}"));
         }
     }))
 }
@@ -599,7 +634,9 @@ fn gone(e: &Error) -> bool {
 async fn quiesce(shared: &Shared, from: usize, to: usize) -> Round {
     let started = Instant::now();
     for replica in shared.replicas.lock().await.iter_mut() {
-        replica.restart_if_exited().await;
+        if let Err(e) = replica.restart_if_exited().await {
+            shared.harness_error(format!("restarting {}: {e}", replica.name));
+        }
     }
     for g in 0..shared.world.groups {
         retry(|| shared.world.repair(g)).await;
