@@ -90,6 +90,25 @@ pub enum Fault {
     /// The replica's open connections (its watches among them) stall for good while new ones
     /// flow: only the operator's own bound on a silent watch ends them.
     StallReplica { replica: Replica },
+    /// The leader's `Membership` is cut off for `cut` (it goes on reporting `Leader` until its
+    /// confirmation lapses), and meanwhile someone does `then`.
+    CutLeaderThen {
+        group: usize,
+        cut: Duration,
+        then: WhileCut,
+    },
+}
+
+/// What happens while a leader's `Membership` is cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum WhileCut {
+    /// `leaseDurationSeconds` shortened to 1 s, then `preferredLeader` names a follower: the
+    /// handover must wait as long as the Lease the leader last saw (both undone after the cut).
+    ShortenThenHandOver,
+    /// The Lease deleted by hand: it comes back, and a handover must still wait for the leader.
+    DeleteLease,
+    /// The status patched by hand to name a follower at the leader's epoch: no token twice.
+    PatchStatus,
 }
 
 /// A user's edit of a group's spec.
@@ -133,6 +152,11 @@ impl Fault {
             Fault::CutMember { .. } => "client's node cut off",
             Fault::StallMember { .. } => "client's connections stalled",
             Fault::StallReplica { .. } => "replica's connections stalled",
+            Fault::CutLeaderThen { then, .. } => match then {
+                WhileCut::ShortenThenHandOver => "client cut off, Lease shortened, handover",
+                WhileCut::DeleteLease => "client cut off, Lease deleted",
+                WhileCut::PatchStatus => "client cut off, status patched",
+            },
         }
     }
 
@@ -146,6 +170,7 @@ impl Fault {
             | Fault::EditSpec { group, .. }
             | Fault::RestartMember { group, .. }
             | Fault::CutMember { group, .. }
+            | Fault::CutLeaderThen { group, .. }
             | Fault::StallMember { group, .. } => Some(*group),
             _ => None,
         }
@@ -166,7 +191,7 @@ impl Fault {
 }
 
 /// Every kind, in the report's order.
-pub const KINDS: [&str; 20] = [
+pub const KINDS: [&str; 23] = [
     "pod NotReady flap",
     "pod deleted",
     "foreign Lease write",
@@ -187,6 +212,9 @@ pub const KINDS: [&str; 20] = [
     "client's node cut off",
     "client's connections stalled",
     "replica's connections stalled",
+    "client cut off, Lease shortened, handover",
+    "client cut off, Lease deleted",
+    "client cut off, status patched",
 ];
 
 /// Whether group `g` runs in Heartbeat mode (the odd-numbered ones).
@@ -249,8 +277,9 @@ pub fn plan(seed: u64, faults: usize, groups: usize) -> Vec<Step> {
 
 /// Draws one fault. Weights: the pods' faults (what a cluster does all day) most often, the
 /// replicas' one in 24 (they strike one at a time, so they pace the run), a kube-apiserver
-/// restart (seconds without an API) one in 190, the users' spec edits one in 19, the
-/// applications' own faults (restarts, partitions, stalls) one in 11.
+/// restart (seconds without an API) one in 200, the users' spec edits one in 20, the
+/// applications' own faults (restarts, partitions, stalls) one in 11, a cut-off leader with a
+/// shortened Lease, a deleted Lease or a patched status one in 20.
 fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
     let replica = |rng: &mut fastrand::Rng| {
         if rng.u8(0..4) == 0 {
@@ -275,7 +304,7 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
             2 * rng.usize(0..groups / 2) + 1
         }
     };
-    match rng.u32(0..190) {
+    match rng.u32(0..200) {
         0..84 => Fault::FlapPod {
             group,
             target: target(rng),
@@ -345,6 +374,15 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
             group: heartbeat_group(rng),
             target: target(rng),
             cut: ms(rng, 100, 5000),
+        },
+        190..200 => Fault::CutLeaderThen {
+            group,
+            cut: ms(rng, 1000, 5000),
+            then: match rng.u8(0..3) {
+                0 => WhileCut::ShortenThenHandOver,
+                1 => WhileCut::DeleteLease,
+                _ => WhileCut::PatchStatus,
+            },
         },
         180..188 => Fault::StallMember {
             group,

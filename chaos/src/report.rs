@@ -597,6 +597,7 @@ fn describe_fully(fault: &Fault) -> String {
         | Fault::EditSpec { undo_after: d, .. }
         | Fault::RestartMember { down: d, .. }
         | Fault::CutMember { cut: d, .. }
+        | Fault::CutLeaderThen { cut: d, .. }
         | Fault::KillReplica { down: d, .. }
         | Fault::PauseReplica { paused: d, .. }
         | Fault::HoldReplica { held: d, .. }
@@ -630,6 +631,7 @@ fn describe(fault: &Fault) -> String {
         }
         Fault::DeleteLease { group }
         | Fault::ForgeLease { group, .. }
+        | Fault::CutLeaderThen { group, .. }
         | Fault::EditSpec { group, .. } => {
             format!("{} g{group}", fault.kind())
         }

@@ -17,7 +17,7 @@ use leadergroup_testenv::{
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use crate::plan::{Fault, ForgedEpoch, Forger, Replica, SpecEdit, Step, Target};
+use crate::plan::{Fault, ForgedEpoch, Forger, Replica, SpecEdit, Step, Target, WhileCut};
 use crate::replica::{Launch, OperatorReplica};
 use crate::report::{Injected, Report, Round};
 use crate::world::{POD_LABEL, World};
@@ -347,6 +347,9 @@ async fn inject(
             });
             Ok(Launched::Done)
         }
+        Fault::CutLeaderThen { group, cut, then } => {
+            cut_leader_then(shared, *group, *cut, *then, tasks).await
+        }
         Fault::StallMember { group, target } => {
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
@@ -377,6 +380,66 @@ async fn inject(
             strike_replica(shared, r, fault).await.map(Launched::Task)
         }
     }
+}
+
+/// Cuts group `g`'s leader's `Membership` off, then does `then`; a task heals the cut `cut`
+/// later and puts back what `then` changed.
+async fn cut_leader_then(
+    shared: &Arc<Shared>,
+    g: usize,
+    cut: Duration,
+    then: WhileCut,
+    tasks: &mut JoinSet<()>,
+) -> Result<Launched, Error> {
+    let world = &shared.world;
+    let Some(leader) = world.wait_target(g, true).await? else {
+        return Ok(Launched::Skipped(format!("no Leader in g{g}")));
+    };
+    let Some(follower) = world.wait_target(g, false).await? else {
+        return Ok(Launched::Skipped(format!("no Follower in g{g}")));
+    };
+    if !world.members.cut(&leader).await {
+        return Ok(Launched::Skipped(CUT_OFF.into()));
+    }
+    let undo = match then {
+        WhileCut::ShortenThenHandOver => {
+            world
+                .edit_spec(g, serde_json::json!({ "leaseDurationSeconds": 1 }))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            world
+                .edit_spec(g, serde_json::json!({ "preferredLeader": follower }))
+                .await?;
+            Some(serde_json::json!({
+                "leaseDurationSeconds": shared.lease_seconds,
+                "preferredLeader": null,
+            }))
+        }
+        WhileCut::DeleteLease => {
+            let name = lease_name_for(&World::group(g));
+            match world.leases.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("deleting Lease {name}"))(e)),
+            }
+            None
+        }
+        WhileCut::PatchStatus => {
+            world
+                .patch_status(g, serde_json::json!({ "leader": follower }))
+                .await?;
+            None
+        }
+    };
+    let shared = Arc::clone(shared);
+    tasks.spawn(async move {
+        tokio::time::sleep(cut).await;
+        shared.world.members.heal(&leader).await;
+        if let Some(undo) = undo {
+            retry(|| shared.world.edit_spec(g, undo.clone())).await;
+        }
+    });
+    Ok(Launched::Done)
 }
 
 /// Why a pod fault skipped a pod: its node is cut off, so its kubelet reports nothing.

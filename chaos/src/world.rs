@@ -132,6 +132,23 @@ impl World {
         Ok(())
     }
 
+    /// A hand patch of group `g`'s status (what the `ImplausibleEpoch` runbook does): a JSON merge
+    /// patch of `status`.
+    pub async fn patch_status(&self, g: usize, status: serde_json::Value) -> Result<(), Error> {
+        let name = Self::group(g);
+        self.leader_groups
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": status })),
+            )
+            .await
+            .map_err(Error::kube(format!(
+                "patching the status of LeaderGroup {name}"
+            )))?;
+        Ok(())
+    }
+
     /// Group `g`'s Lease through its members' ServiceAccount.
     pub fn member_leases(&self, g: usize) -> Result<&Api<Lease>, Error> {
         self.member_leases
