@@ -172,7 +172,11 @@ fn records(s: &State) -> String {
         .map(|(r, rep)| {
             let r = u8::try_from(r).unwrap_or(0);
             let active = if s.active == Some(r) { " (active)" } else { "" };
-            let flag = if rep.barrier_up { "up" } else { "down" };
+            let flag = if rep.barrier_up.is_some() {
+                "up"
+            } else {
+                "down"
+            };
             format!("{}{active} barrier {flag}", replica_name(r))
         })
         .collect();
@@ -214,7 +218,7 @@ fn effect(before: &State, action: &Action, after: &State) -> Vec<String> {
             notes.push(format!(
                 "{}'s barrier flag {}",
                 replica_name(r),
-                if a.barrier_up {
+                if a.barrier_up.is_some() {
                     "goes up"
                 } else {
                     "comes down"

@@ -332,7 +332,7 @@ impl LeaderGroupModel {
         };
         let replica = Replica {
             cache: server.clone(),
-            barrier_up: false,
+            barrier_up: None,
             fresh: false,
             pass: None,
         };

@@ -91,7 +91,8 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
     };
     // As converge does: a group taken back from another arbiter is barred again.
     // A released Lease names no arbiter.
-    let barrier_up = r.barrier_up
+    // `Barriers` is keyed by the group's UID: a group created again starts with its flag down.
+    let barrier_up = r.barrier_up == Some(world.group.incarnation)
         && world
             .lease
             .as_ref()
@@ -178,6 +179,7 @@ fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError
         barriers,
         promote,
         raises_barrier: writes.raises_barrier,
+        group_incarnation: world.group.incarnation,
         expected_leaders,
         selector: world.group.spec.clone(),
         every_leader: writes.list_every_leader,
@@ -331,10 +333,11 @@ pub fn answer(state: &mut State, replica: ReplicaId, slot: Slot, reply: Reply) {
                 end(state, replica, End::Conflict);
                 return;
             }
-            if pass.raises_barrier
+            let raised = pass.raises_barrier.then_some(pass.group_incarnation);
+            if let Some(incarnation) = raised
                 && let Some(r) = state.replicas.get_mut(usize::from(replica))
             {
-                r.barrier_up = true;
+                r.barrier_up = Some(incarnation);
             }
             tidy(state, replica);
             return;
@@ -477,7 +480,7 @@ pub fn end(state: &mut State, replica: ReplicaId, how: End) {
         r.pass = None;
         // Whatever the end, the pass may have moved the Lease off a leader whose demotion did
         // not land: the barrier flag goes down (`reconcile` and `converge`).
-        r.barrier_up = false;
+        r.barrier_up = None;
         if how == End::Conflict {
             r.fresh = true;
         }
@@ -490,7 +493,7 @@ pub fn restart(state: &mut State, replica: ReplicaId) {
     end(state, replica, End::Error);
     let world = state.server.clone();
     if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
-        r.barrier_up = false;
+        r.barrier_up = None;
         r.fresh = false;
         r.cache = world;
     }
@@ -501,7 +504,7 @@ pub fn restart(state: &mut State, replica: ReplicaId) {
 pub fn turn_active(state: &mut State, replica: ReplicaId) {
     state.active = Some(replica);
     if let Some(r) = state.replicas.get_mut(usize::from(replica)) {
-        r.barrier_up = false;
+        r.barrier_up = None;
     }
 }
 

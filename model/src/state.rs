@@ -81,6 +81,9 @@ pub struct Pass {
     pub barriers: Vec<Request>,
     pub promote: Option<(PodId, i64)>,
     pub raises_barrier: bool,
+    /// The incarnation of the group it was decided for (its UID): the barrier flag it raises is
+    /// that incarnation's.
+    pub group_incarnation: u8,
     /// Bit `p`: pod `p` may show the leader label in the check without being a stray.
     pub expected_leaders: u8,
     /// The selector the check lists by (the group as observed).
@@ -96,8 +99,8 @@ pub struct Pass {
 pub struct Replica {
     /// Its watch caches: the world as it was at some earlier point.
     pub cache: World,
-    /// `Barriers::is_up` for the group.
-    pub barrier_up: bool,
+    /// `Barriers::is_up`: the incarnation of the group (its UID) whose barrier flag is up.
+    pub barrier_up: Option<u8>,
     /// The last pass ended in a 409: the next decision reads the group and the Lease from the
     /// API server (as `converge` does), the pods still from the cache.
     pub fresh: bool,
