@@ -253,6 +253,7 @@ impl OperatorLease {
             released_by: None,
             lapsed: None,
             acknowledged: false,
+            acknowledged_by: Vec::new(),
             predecessor: None,
         };
         compare_and_swap(&self.api, &self.name, current.as_ref(), &next, None, None).await?;

@@ -9,6 +9,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
+use leadergroup_client::wire::{
+    ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, members,
+};
+
 use crate::crd::{
     ACKNOWLEDGED_ANNOTATION, ARBITER_ANNOTATION, EPOCH_ANNOTATION, HOLDER_UID_ANNOTATION,
     LAPSED_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
@@ -49,6 +53,10 @@ pub struct LeaseRecord {
     /// The holder's member (its agent or client) acknowledged its leadership at this epoch
     /// (annotation `leadergroup.io/acknowledged`): deposed, it is waited for as the predecessor.
     pub acknowledged: bool,
+    /// The holder's members that acknowledged (annotation `leadergroup.io/acknowledged-by`):
+    /// deposed, it has stepped down once each of them said so. Empty: a member that did not
+    /// say its name.
+    pub acknowledged_by: Vec<String>,
     /// The last holder that acknowledged its leadership, once deposed (group Leases): the next
     /// leader is labeled only once it has stepped down.
     pub predecessor: Option<Predecessor>,
@@ -57,6 +65,11 @@ pub struct LeaseRecord {
 /// The predecessor named in a Lease created again after it was deleted with the one it named:
 /// not a pod name (those allow no parentheses), so no member is ever asked to step down for it.
 pub const UNKNOWN_PREDECESSOR: &str = "(unknown)";
+
+/// The members of a predecessor the operator could not read (its Lease deleted or rewritten by
+/// someone else): no member's name, so no member's step-down completes it, only the operator's
+/// own knowledge (its containers stopped, its confirmation lapsed).
+pub const UNKNOWN_MEMBERS: &str = "(unknown)";
 
 /// The previous holder of a group's Lease, and whether it is known to no longer report `Leader`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +83,13 @@ pub struct Predecessor {
     /// The `leaseDurationSeconds` of the Lease it last saw: its member's confirmation holds for two
     /// thirds of it, whatever the group's spec says since.
     pub lease_seconds: i32,
-    /// It no longer reports `Leader` at `epoch` (annotation `leadergroup.io/stepped-down`).
+    /// Its members that acknowledged, each waited for (annotation
+    /// `leadergroup.io/predecessor-members`; empty: one that did not say its name).
+    pub members: Vec<String>,
+    /// Its members that said they stepped down (annotation `leadergroup.io/stepped-down-by`).
+    pub stepped_down_by: Vec<String>,
+    /// It no longer reports `Leader` at `epoch`: annotation `leadergroup.io/stepped-down` at
+    /// `epoch`, and each of `members` said so.
     pub stepped_down: bool,
 }
 
@@ -157,6 +176,10 @@ impl LeaseRecord {
             .and_then(|a| a.get(EPOCH_ANNOTATION))
             .and_then(|v| v.parse::<i64>().ok());
         let transitions = i64::from(spec.lease_transitions.unwrap_or(0));
+        let acknowledged = annotations
+            .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions));
         LeaseRecord {
             holder: spec.holder_identity.filter(|h| !h.is_empty()),
             holder_uid: annotations
@@ -179,10 +202,12 @@ impl LeaseRecord {
             lapsed: annotations
                 .and_then(|a| a.get(LAPSED_ANNOTATION))
                 .and_then(|v| Lapsed::parse(v)),
-            acknowledged: annotations
-                .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
-                .and_then(|v| v.parse::<i64>().ok())
-                .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions)),
+            acknowledged,
+            acknowledged_by: if acknowledged {
+                members(annotations.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)))
+            } else {
+                Vec::new()
+            },
             predecessor: annotations.and_then(predecessor_of),
         }
     }
@@ -209,13 +234,27 @@ impl LeaseRecord {
             })
         };
         match &self.holder {
-            Some(pod) if self.acknowledged && !waited_for_another(pod) => Some(Predecessor {
-                pod: pod.clone(),
-                uid: self.holder_uid.clone(),
-                epoch: self.epoch,
-                lease_seconds: self.longest_seen(),
-                stepped_down: false,
-            }),
+            Some(pod) if self.acknowledged && !waited_for_another(pod) => {
+                // Still waited for as its own predecessor (its Lease was created again, or
+                // rewritten by someone else): the members awaited then are awaited still, with
+                // those that acknowledged since.
+                let earlier = self.predecessor.as_ref().filter(|p| p.pending());
+                let mut members = self.acknowledged_by.clone();
+                members.extend(earlier.iter().flat_map(|p| p.members.iter().cloned()));
+                members.sort();
+                members.dedup();
+                Some(Predecessor {
+                    pod: pod.clone(),
+                    uid: self.holder_uid.clone(),
+                    epoch: self.epoch,
+                    lease_seconds: self
+                        .longest_seen()
+                        .max(earlier.map_or(0, |p| p.lease_seconds)),
+                    members,
+                    stepped_down_by: Vec::new(),
+                    stepped_down: false,
+                })
+            }
             _ => self.predecessor.clone(),
         }
     }
@@ -321,6 +360,13 @@ impl LeaseRecord {
         } else {
             annotations.remove(ACKNOWLEDGED_ANNOTATION);
         }
+        match self.acknowledged_by.is_empty() || !self.acknowledged {
+            true => annotations.remove(ACKNOWLEDGED_BY_ANNOTATION),
+            false => annotations.insert(
+                ACKNOWLEDGED_BY_ANNOTATION.to_string(),
+                self.acknowledged_by.join(","),
+            ),
+        };
         match self.longest_seconds.filter(|l| *l > self.duration_seconds) {
             Some(longest) => annotations.insert(
                 LONGEST_LEASE_SECONDS_ANNOTATION.to_string(),
@@ -348,6 +394,11 @@ fn predecessor_of(annotations: &BTreeMap<String, String>) -> Option<Predecessor>
         .get(PREDECESSOR_EPOCH_ANNOTATION)?
         .parse()
         .ok()?;
+    let awaited = members(annotations.get(PREDECESSOR_MEMBERS_ANNOTATION));
+    let stepped_down_by = members(annotations.get(STEPPED_DOWN_BY_ANNOTATION));
+    let at_epoch = annotations
+        .get(STEPPED_DOWN_ANNOTATION)
+        .is_some_and(|v| v.parse::<i64>().ok() == Some(epoch));
     Some(Predecessor {
         pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
         uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
@@ -356,9 +407,14 @@ fn predecessor_of(annotations: &BTreeMap<String, String>) -> Option<Predecessor>
             .get(PREDECESSOR_LEASE_SECONDS_ANNOTATION)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
-        stepped_down: annotations
-            .get(STEPPED_DOWN_ANNOTATION)
-            .is_some_and(|v| v.parse::<i64>().ok() == Some(epoch)),
+        stepped_down: at_epoch && awaited.iter().all(|m| stepped_down_by.contains(m)),
+        // Names listed at another epoch said so of another predecessor.
+        stepped_down_by: if at_epoch {
+            stepped_down_by
+        } else {
+            Vec::new()
+        },
+        members: awaited,
     })
 }
 
@@ -374,8 +430,26 @@ fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Pred
         PREDECESSOR_LEASE_SECONDS_ANNOTATION,
         p.map(|p| p.lease_seconds.to_string()),
     );
-    // A step-down its member wrote stays as long as it is about this predecessor.
-    let stepped_down = p.filter(|p| p.stepped_down).map(|p| p.epoch.to_string());
+    let listed = |names: &[String]| (!names.is_empty()).then(|| names.join(","));
+    set(
+        PREDECESSOR_MEMBERS_ANNOTATION,
+        p.and_then(|p| listed(&p.members)),
+    );
+    // What its members wrote stays as long as it is about this predecessor; a step-down the
+    // operator knows of without them counts for each of them.
+    let said = p.map(|p| {
+        let mut said = p.stepped_down_by.clone();
+        if p.stepped_down {
+            said.extend(p.members.iter().cloned());
+            said.sort();
+            said.dedup();
+        }
+        said
+    });
+    set(STEPPED_DOWN_BY_ANNOTATION, said.as_deref().and_then(listed));
+    let stepped_down = p
+        .filter(|p| p.stepped_down || !p.stepped_down_by.is_empty())
+        .map(|p| p.epoch.to_string());
     set(STEPPED_DOWN_ANNOTATION, stepped_down);
 }
 
@@ -403,6 +477,7 @@ mod tests {
             released_by: None,
             lapsed: None,
             acknowledged: false,
+            acknowledged_by: Vec::new(),
             predecessor: None,
         }
     }
@@ -499,6 +574,8 @@ mod tests {
             uid: Some("uid-b".into()),
             epoch: 6,
             lease_seconds: 30,
+            members: Vec::new(),
+            stepped_down_by: Vec::new(),
             stepped_down: false,
         };
         let r = LeaseRecord {
@@ -531,6 +608,62 @@ mod tests {
         assert!(
             left.keys()
                 .all(|k| !k.contains("predecessor") && !k.contains("stepped-down"))
+        );
+    }
+
+    #[test]
+    fn a_predecessor_with_two_members_steps_down_once_each_said_so() {
+        let holder = LeaseRecord {
+            acknowledged: true,
+            acknowledged_by: vec!["agent".into(), "app".into()],
+            ..record(6)
+        };
+        let deposed = holder.predecessor_after_holder().expect("it acknowledged");
+        assert_eq!(deposed.members, ["agent", "app"]);
+        let r = LeaseRecord {
+            holder: Some("pod-c".into()),
+            acknowledged: false,
+            acknowledged_by: Vec::new(),
+            predecessor: Some(deposed.clone()),
+            ..record(7)
+        };
+        let mut lease = r.apply_to(None, "l", "ns", None, None);
+        assert_eq!(LeaseRecord::from_lease(&lease), r);
+        let say = |lease: &mut Lease, by: &str| {
+            let a = lease.metadata.annotations.as_mut().unwrap();
+            a.insert(STEPPED_DOWN_ANNOTATION.into(), "6".into());
+            a.insert(STEPPED_DOWN_BY_ANNOTATION.into(), by.into());
+        };
+        say(&mut lease, "agent");
+        let read = LeaseRecord::from_lease(&lease).predecessor.unwrap();
+        assert!(read.pending(), "the application has not said so");
+        // Rewritten by the operator meanwhile: the agent's word stays.
+        let again = LeaseRecord::from_lease(&lease).apply_to(Some(&lease), "l", "ns", None, None);
+        assert_eq!(
+            LeaseRecord::from_lease(&again).predecessor,
+            Some(read.clone())
+        );
+        say(&mut lease, "agent,app");
+        assert!(
+            !LeaseRecord::from_lease(&lease)
+                .predecessor
+                .unwrap()
+                .pending()
+        );
+        // Known by the operator without them (a lapse): it counts for each.
+        let known = LeaseRecord {
+            predecessor: Some(Predecessor {
+                stepped_down: true,
+                ..deposed
+            }),
+            ..r
+        };
+        let written = known.apply_to(None, "l", "ns", None, None);
+        assert!(
+            !LeaseRecord::from_lease(&written)
+                .predecessor
+                .unwrap()
+                .pending()
         );
     }
 

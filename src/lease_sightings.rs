@@ -240,6 +240,7 @@ mod tests {
             released_by: None,
             lapsed: None,
             acknowledged: false,
+            acknowledged_by: Vec::new(),
             predecessor: None,
         }
     }

@@ -15,6 +15,9 @@ use crate::role::{
 pub struct Belief {
     /// The pod's name.
     pod: String,
+    /// This member's name among the pod's members: its acknowledgement and its step-down are
+    /// its own, not another process's of the same pod.
+    member: String,
     /// The UID of this member's pod: given, or the first one it saw. A pod created again under
     /// the name is another incarnation, and this member never leads for it.
     uid: Option<String>,
@@ -25,10 +28,12 @@ pub struct Belief {
 }
 
 impl Belief {
-    /// A member that has confirmed nothing yet (a process that just started).
-    pub fn new(pod: impl Into<String>, group_known: bool) -> Belief {
+    /// A member called `member` of the pod `pod` that has confirmed nothing yet (a process that
+    /// just started).
+    pub fn new(pod: impl Into<String>, member: impl Into<String>, group_known: bool) -> Belief {
         Belief {
             pod: pod.into(),
+            member: member.into(),
             uid: None,
             observation: Observation::new(group_known),
             anchored: None,
@@ -41,6 +46,11 @@ impl Belief {
         self
     }
 
+    /// This member's name.
+    pub fn member(&self) -> &str {
+        &self.member
+    }
+
     /// What the role rule reads.
     pub fn observation(&self) -> &Observation {
         &self.observation
@@ -48,7 +58,7 @@ impl Belief {
 
     /// The role at `now`.
     pub fn role(&self, now: Instant) -> Role {
-        decide(&self.pod, &self.observation, now)
+        decide(&self.pod, &self.member, &self.observation, now)
     }
 
     /// The pod as confirmed at `at` (`None`: confirmed absent). A pod of the name under another

@@ -17,13 +17,17 @@ use tokio::time::timeout;
 
 use crate::Epoch;
 use crate::error::{MembershipError, Request};
-use crate::wire::{ACKNOWLEDGED_ANNOTATION, STEPPED_DOWN_ANNOTATION};
+use crate::wire::{
+    ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    STEPPED_DOWN_BY_ANNOTATION, with_member,
+};
 
 /// Renews `read` (the Lease as last seen, naming this pod at its epoch), bounded by `limit`:
 /// the Lease as written, or why not.
 pub(crate) async fn renew(
     api: Api<Lease>,
     mut read: Lease,
+    member: &str,
     limit: Duration,
     request: Request,
 ) -> Result<Lease, MembershipError> {
@@ -37,10 +41,10 @@ pub(crate) async fn renew(
         .and_then(|a| a.get(crate::EPOCH_ANNOTATION))
         .cloned()
     {
-        read.metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(ACKNOWLEDGED_ANNOTATION.to_string(), epoch);
+        let annotations = read.metadata.annotations.get_or_insert_default();
+        let listed = with_member(acknowledged_at(annotations, &epoch), member);
+        annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), epoch);
+        annotations.insert(ACKNOWLEDGED_BY_ANNOTATION.to_string(), listed);
     }
     replace(api, read, limit, request).await
 }
@@ -54,23 +58,41 @@ pub(crate) enum Note {
     SteppedDown(Epoch),
 }
 
-/// Writes `note` in `read` (the Lease as last seen, which asks for it), bounded by `limit`.
+/// Writes `note` of `member` in `read` (the Lease as last seen, which asks for it), bounded by
+/// `limit`: the epoch, and the member's name added to those that said so.
 pub(crate) async fn write_note(
     api: Api<Lease>,
     mut read: Lease,
     note: Note,
+    member: &str,
     limit: Duration,
     request: Request,
 ) -> Result<Lease, MembershipError> {
-    let (key, epoch) = match note {
-        Note::Acknowledged(epoch) => (ACKNOWLEDGED_ANNOTATION, epoch),
-        Note::SteppedDown(epoch) => (STEPPED_DOWN_ANNOTATION, epoch),
+    let (key, by, epoch) = match note {
+        Note::Acknowledged(epoch) => (ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, epoch),
+        Note::SteppedDown(epoch) => (STEPPED_DOWN_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, epoch),
     };
-    read.metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(key.to_string(), epoch.to_string());
+    let epoch = epoch.to_string();
+    let annotations = read.metadata.annotations.get_or_insert_default();
+    // Names listed at another epoch said so of another tenure.
+    let listed = match annotations.get(key) {
+        Some(at) if *at == epoch => annotations.get(by).cloned(),
+        _ => None,
+    };
+    annotations.insert(key.to_string(), epoch);
+    annotations.insert(by.to_string(), with_member(listed.as_ref(), member));
     replace(api, read, limit, request).await
+}
+
+/// The members listed as acknowledging, if the acknowledgement is at `epoch`.
+fn acknowledged_at<'a>(
+    annotations: &'a std::collections::BTreeMap<String, String>,
+    epoch: &str,
+) -> Option<&'a String> {
+    annotations
+        .get(ACKNOWLEDGED_ANNOTATION)
+        .filter(|at| at.as_str() == epoch)
+        .and_then(|_| annotations.get(ACKNOWLEDGED_BY_ANNOTATION))
 }
 
 async fn replace(

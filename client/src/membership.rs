@@ -315,7 +315,7 @@ impl Core {
         role: Arc<watch::Sender<Role>>,
         errors: watch::Sender<Option<Arc<MembershipError>>>,
     ) -> (Core, mpsc::Receiver<Update>) {
-        let belief = Belief::new(pod.clone(), group.is_some()).of_incarnation(uid);
+        let belief = Belief::new(pod.clone(), member_name(), group.is_some()).of_incarnation(uid);
         let (period, _) = watch::channel(belief.observation().lease_duration / 3);
         let (updates, rx) = mpsc::channel(16);
         (
@@ -491,10 +491,11 @@ impl Core {
             return None;
         };
         let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
-        let note = match observation.acknowledgement_owed(&self.pod) {
+        let member = self.belief.member();
+        let note = match observation.acknowledgement_owed(&self.pod, member) {
             Some(epoch) => Note::Acknowledged(epoch),
             None => {
-                let epoch = lease.step_down_asked_of(&self.pod, uid)?;
+                let epoch = lease.step_down_asked_of(&self.pod, uid, member)?;
                 (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
                 Note::SteppedDown(epoch)
             }
@@ -524,9 +525,10 @@ impl Core {
         let (lease, from_version, api, request) = self.lease_write(lease);
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
-        tracing::info!(pod = %self.pod, ?note, "writing in the Lease");
+        let member = self.belief.member().to_owned();
+        tracing::info!(pod = %self.pod, %member, ?note, "writing in the Lease");
         self.notes.in_flight = Some(Task(tokio::spawn(async move {
-            let result = write_note(api, lease, note, limit, request).await;
+            let result = write_note(api, lease, note, &member, limit, request).await;
             let _ = updates
                 .send(Update::Noted(from_version, Box::new(result)))
                 .await;
@@ -604,8 +606,9 @@ impl Core {
         let limit = *self.period.borrow();
         let updates = self.updates.clone();
         let sent = Instant::now();
+        let member = self.belief.member().to_owned();
         self.renewals.in_flight = Some(Task(tokio::spawn(async move {
-            let result = renew(api, lease, limit, request).await;
+            let result = renew(api, lease, &member, limit, request).await;
             let outcome = RenewalOutcome {
                 epoch,
                 sent,
@@ -722,4 +725,13 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
+}
+
+/// A name of this process among its pod's members, random: two processes of one pod (an agent
+/// and the application's own `Membership`) never share one, so the operator waits for each.
+fn member_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("m{:016x}", hasher.finish())
 }

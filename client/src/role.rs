@@ -7,8 +7,9 @@ use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
 use crate::wire::{
-    ACKNOWLEDGED_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, PREDECESSOR_ANNOTATION,
-    PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
+    PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION,
+    PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, members,
 };
 use crate::{
     EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
@@ -116,6 +117,8 @@ pub struct LeaseMarks {
     /// Annotation `leadergroup.io/acknowledged`: the epoch at which the holder's member
     /// acknowledged its leadership.
     pub acknowledged: Option<Epoch>,
+    /// Annotation `leadergroup.io/acknowledged-by`: the members that acknowledged.
+    pub acknowledged_by: Vec<String>,
     /// The previous holder, while it has not stepped down (annotations
     /// `leadergroup.io/predecessor`, `-uid` and `-epoch`, without `leadergroup.io/stepped-down` at
     /// that epoch): the operator labels the next leader only once it has.
@@ -131,6 +134,10 @@ pub struct Predecessor {
     pub uid: Option<String>,
     /// The epoch it held.
     pub epoch: Epoch,
+    /// Its members that acknowledged, each awaited (empty: one member that did not say its name).
+    pub members: Vec<String>,
+    /// Its members that stepped down already.
+    pub stepped_down_by: Vec<String>,
 }
 
 impl LeaseMarks {
@@ -168,6 +175,7 @@ impl LeaseMarks {
             acknowledged: annotations
                 .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
                 .and_then(|e| e.parse().ok()),
+            acknowledged_by: members(annotations.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION))),
             awaited: annotations.and_then(awaited_predecessor),
         }
     }
@@ -180,21 +188,40 @@ impl LeaseMarks {
             .filter(|_| self.holder.as_deref() == Some(pod_name) && same_incarnation)
     }
 
-    /// The epoch at which this Lease asks the pod `pod_name` of UID `uid` to acknowledge its
-    /// leadership: it holds the Lease, has not acknowledged yet, and the group is in Readiness
-    /// mode (in Heartbeat mode the holder's renewals carry the acknowledgement).
-    pub fn acknowledgement_asked_of(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
-        let epoch = self.held_by(pod_name, uid)?;
-        (!self.heartbeat && self.acknowledged != Some(epoch)).then_some(epoch)
+    /// Whether `member` acknowledged at `epoch`.
+    pub fn acknowledged_by(&self, member: &str, epoch: Epoch) -> bool {
+        self.acknowledged == Some(epoch) && self.acknowledged_by.iter().any(|m| m == member)
     }
 
-    /// The epoch at which this Lease asks the pod `pod_name` of UID `uid` to say it stepped down:
-    /// it is the predecessor the operator waits for (the same incarnation, when the Lease
-    /// recorded one).
-    pub fn step_down_asked_of(&self, pod_name: &str, uid: Option<&str>) -> Option<Epoch> {
+    /// The epoch at which this Lease asks `member` of the pod `pod_name` of UID `uid` to
+    /// acknowledge its leadership: the pod holds the Lease, this member has not acknowledged
+    /// yet, and the group is in Readiness mode (in Heartbeat mode the holder's renewals carry
+    /// the acknowledgement).
+    pub fn acknowledgement_asked_of(
+        &self,
+        pod_name: &str,
+        uid: Option<&str>,
+        member: &str,
+    ) -> Option<Epoch> {
+        let epoch = self.held_by(pod_name, uid)?;
+        (!self.heartbeat && !self.acknowledged_by(member, epoch)).then_some(epoch)
+    }
+
+    /// The epoch at which this Lease asks `member` of the pod `pod_name` of UID `uid` to say it
+    /// stepped down: the pod is the predecessor the operator waits for (the same incarnation,
+    /// when the Lease recorded one), and this member acknowledged (or none said its name) and
+    /// has not said so yet.
+    pub fn step_down_asked_of(
+        &self,
+        pod_name: &str,
+        uid: Option<&str>,
+        member: &str,
+    ) -> Option<Epoch> {
         let awaited = self.awaited.as_ref()?;
         let same_incarnation = awaited.uid.is_none() || awaited.uid.as_deref() == uid;
-        (awaited.pod == pod_name && same_incarnation).then_some(awaited.epoch)
+        let mine = awaited.members.is_empty() || awaited.members.iter().any(|m| m == member);
+        let said = awaited.stepped_down_by.iter().any(|m| m == member);
+        (awaited.pod == pod_name && same_incarnation && mine && !said).then_some(awaited.epoch)
     }
 
     /// The epoch at which this Lease asks `pod_name` to renew it: it holds it and the group is in
@@ -205,7 +232,8 @@ impl LeaseMarks {
     }
 }
 
-/// The predecessor the annotations name, unless it has stepped down.
+/// The predecessor the annotations name, unless it has stepped down: at its epoch, and each of
+/// its members that acknowledged.
 fn awaited_predecessor(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
     let epoch: Epoch = annotations
         .get(PREDECESSOR_EPOCH_ANNOTATION)?
@@ -214,11 +242,16 @@ fn awaited_predecessor(annotations: &BTreeMap<String, String>) -> Option<Predece
     let stepped_down = annotations
         .get(STEPPED_DOWN_ANNOTATION)
         .and_then(|v| v.parse::<Epoch>().ok());
-    (stepped_down != Some(epoch)).then_some(())?;
+    let awaited_members = members(annotations.get(PREDECESSOR_MEMBERS_ANNOTATION));
+    let stepped_down_by = members(annotations.get(STEPPED_DOWN_BY_ANNOTATION));
+    let everyone = awaited_members.iter().all(|m| stepped_down_by.contains(m));
+    (stepped_down != Some(epoch) || !everyone).then_some(())?;
     Some(Predecessor {
         pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
         uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
         epoch,
+        members: awaited_members,
+        stepped_down_by,
     })
 }
 
@@ -245,6 +278,10 @@ pub struct Confirmed<T> {
 
 /// The Lease's side of an [`Observation`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per member, replaced in place; a box would only add an allocation per read"
+)]
 pub enum LeaseObservation {
     /// The group is not known yet (not given, and the pod carries no `leadergroup.io/group`
     /// annotation): there is no Lease to read, and the pod leads nothing.
@@ -315,11 +352,11 @@ impl Observation {
     /// asks it ([`LeaseMarks::acknowledgement_asked_of`]) and the pod carries the leader's marks
     /// at that epoch. Acknowledged any earlier, a holder deposed before its label would take the
     /// place of a predecessor the operator still waits for.
-    pub fn acknowledgement_owed(&self, pod_name: &str) -> Option<Epoch> {
+    pub fn acknowledgement_owed(&self, pod_name: &str, member: &str) -> Option<Epoch> {
         let uid = self.confirmed_pod()?.uid.as_deref();
         let epoch = self
             .confirmed_lease()?
-            .acknowledgement_asked_of(pod_name, uid)?;
+            .acknowledgement_asked_of(pod_name, uid, member)?;
         self.marked_leader_at(epoch)
     }
 
@@ -384,7 +421,7 @@ impl Observation {
 ///   labels the next leader.
 /// - [`Role::Follower`] otherwise (the pod is gone, or not in a group, or the marks disagree: the
 ///   operator is between two steps of a transition, which never makes two leaders).
-pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
+pub fn decide(pod_name: &str, member: &str, observation: &Observation, now: Instant) -> Role {
     let Some(lapses_at) = observation.lapses_at() else {
         return Role::Unknown;
     };
@@ -416,9 +453,10 @@ pub fn decide(pod_name: &str, observation: &Observation, now: Instant) -> Role {
         {
             if lease.heartbeat && !observation.renewed_recently(epoch, now) {
                 Role::Unknown
-            } else if lease.acknowledged != Some(epoch) {
-                // Until its acknowledgement has landed, the operator would not wait for this
-                // member's step-down if it deposed it at once.
+            } else if !lease.acknowledged_by(member, epoch) {
+                // Until its own acknowledgement has landed, the operator would not wait for this
+                // member's step-down if it deposed it at once (another member of the pod may
+                // have acknowledged: that one's step-down says nothing of this one).
                 Role::Unknown
             } else {
                 Role::Leader { epoch }

@@ -51,6 +51,42 @@ pub const LAPSED_ANNOTATION: &str = "leadergroup.io/lapsed";
 /// report `Leader` until it steps down, so the operator waits for its step-down once it deposes
 /// it; a holder without a member never acknowledges, and is not waited for.
 pub const ACKNOWLEDGED_ANNOTATION: &str = "leadergroup.io/acknowledged";
+/// Annotation on the group's Lease: the members (one per process of the holder's pod that follows
+/// its role: an agent, the application's `Membership`) that acknowledged at the epoch
+/// [`ACKNOWLEDGED_ANNOTATION`] says, comma-separated. A member reports `Leader` only once its own
+/// name is here; the operator waits for each of them once it deposes the holder.
+pub const ACKNOWLEDGED_BY_ANNOTATION: &str = "leadergroup.io/acknowledged-by";
+/// Annotation on the group's Lease: the members of the predecessor that acknowledged (from
+/// [`ACKNOWLEDGED_BY_ANNOTATION`], written by the operator when it deposed it): its step-down
+/// counts once each of them has said so in [`STEPPED_DOWN_BY_ANNOTATION`].
+pub const PREDECESSOR_MEMBERS_ANNOTATION: &str = "leadergroup.io/predecessor-members";
+/// Annotation on the group's Lease: the predecessor's members that stepped down, comma-separated.
+pub const STEPPED_DOWN_BY_ANNOTATION: &str = "leadergroup.io/stepped-down-by";
+
+/// The members an annotation lists (comma-separated), sorted and without repeats.
+pub fn members(value: Option<&String>) -> Vec<String> {
+    let mut listed: Vec<String> = value
+        .map(|v| {
+            v.split(',')
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    listed.sort();
+    listed.dedup();
+    listed
+}
+
+/// `listed` with `member` added, as an annotation's value.
+pub fn with_member(listed: Option<&String>, member: &str) -> String {
+    let mut all = members(listed);
+    all.push(member.to_owned());
+    all.sort();
+    all.dedup();
+    all.join(",")
+}
+
 /// Annotations on the group's Lease naming the previous holder (its pod, the pod's UID, its epoch
 /// and the `leaseDurationSeconds` its tenure ran under), written when a holder that acknowledged
 /// its leadership is deposed: until that pod is known to no longer report `Leader`, the next
@@ -113,6 +149,9 @@ mod tests {
             PREDECESSOR_EPOCH_ANNOTATION,
             PREDECESSOR_LEASE_SECONDS_ANNOTATION,
             LONGEST_LEASE_SECONDS_ANNOTATION,
+            ACKNOWLEDGED_BY_ANNOTATION,
+            PREDECESSOR_MEMBERS_ANNOTATION,
+            STEPPED_DOWN_BY_ANNOTATION,
             STEPPED_DOWN_ANNOTATION,
             BARRIER_ANNOTATION,
             FENCED_OBJECT_EPOCH_ANNOTATION,

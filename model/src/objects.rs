@@ -162,6 +162,7 @@ pub fn lease(obj: &LeaseObj) -> Lease {
         released_by: None,
         lapsed: None,
         acknowledged: false,
+        acknowledged_by: Vec::new(),
         predecessor: None,
     };
     lease_of(&record, obj.owner, obj.rv)

@@ -50,6 +50,7 @@ pub(super) fn commit(
         .filter(|_| same_tenure)
         .map(LeaseRecord::longest_seen)
         .filter(|&longest| longest > duration);
+    let acknowledged = same_holder && !token.minted && lease.is_some_and(|l| l.acknowledged);
     let wanted = LeaseRecord {
         holder: leader.clone(),
         holder_uid: holder_uid.clone(),
@@ -62,7 +63,11 @@ pub(super) fn commit(
         heartbeat,
         released_by: None,
         // The member's word holds for this tenure only.
-        acknowledged: same_holder && !token.minted && lease.is_some_and(|l| l.acknowledged),
+        acknowledged,
+        acknowledged_by: lease
+            .filter(|_| acknowledged)
+            .map(|l| l.acknowledged_by.clone())
+            .unwrap_or_default(),
         predecessor,
         lapsed: lapse_record.cloned(),
     };

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 
 use super::Observation;
 use super::commit::until;
-use crate::lease_record::{LeaseRecord, Predecessor, UNKNOWN_PREDECESSOR};
+use crate::lease_record::{LeaseRecord, Predecessor, UNKNOWN_MEMBERS, UNKNOWN_PREDECESSOR};
 use crate::marks;
 
 /// The predecessor the Lease names after a decision that gives it to `leader` (at a new epoch when
@@ -71,6 +71,9 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
         uid,
         epoch: status.epoch,
         lease_seconds: obs.group.spec.lease_duration_seconds,
+        // Which of its members acknowledged went with the Lease.
+        members: vec![UNKNOWN_MEMBERS.to_string()],
+        stepped_down_by: Vec::new(),
         stepped_down: false,
     })
 }
@@ -100,6 +103,9 @@ fn labeled_beside_another_holder(
             .spec
             .lease_duration_seconds
             .max(lease.longest_seen()),
+        // The Lease no longer says which of its members acknowledged.
+        members: vec![UNKNOWN_MEMBERS.to_string()],
+        stepped_down_by: Vec::new(),
         stepped_down: false,
     })
 }

@@ -160,6 +160,7 @@ fn record(holder: Option<&str>, epoch: i64, renewed: i64, arbiter: &str) -> Leas
         released_by: None,
         lapsed: None,
         acknowledged: false,
+        acknowledged_by: Vec::new(),
         predecessor: None,
     }
 }

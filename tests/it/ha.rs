@@ -329,6 +329,7 @@ async fn the_operator_lease_is_timed_on_the_standbys_clock_not_the_holders_renew
                 released_by: None,
                 lapsed: None,
                 acknowledged: false,
+                acknowledged_by: Vec::new(),
                 predecessor: None,
             };
             let current = read(&api, DEFAULT_LEASE_NAME).await.unwrap();

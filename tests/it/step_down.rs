@@ -136,6 +136,8 @@ struct Switchover {
     w: World,
     pods: Vec<String>,
     proxy: Proxy,
+    /// The members' ServiceAccount token, for more members.
+    token: String,
     _members: (Membership, Membership),
     roles: (Roles, Roles),
     invariants: InvariantWatcher,
@@ -172,6 +174,7 @@ impl Switchover {
             w,
             pods,
             proxy,
+            token,
             _members: (m0, m1),
             roles,
             invariants,
@@ -295,5 +298,56 @@ async fn a_lease_deleted_while_the_successor_waits_keeps_it_waiting() {
         lapsed - successor
     );
     never_both(r0, r1);
+    s.invariants.assert_held().await;
+}
+
+/// Two members in the leader's pod (an agent beside the application's own `Membership`), each on
+/// a connection of its own. The second is cut off: the first, which hears the API server, steps
+/// down at once on a switchover, and the successor still starts only once the second's
+/// confirmation has lapsed. Each member acknowledged under its own name, and each is waited for.
+#[tokio::test]
+async fn two_members_of_one_pod_are_each_waited_for() {
+    let s = Switchover::start("step-down-two").await;
+    let cp = control_plane().await.unwrap();
+    let second_proxy = Proxy::start(api_server_addr().await.unwrap())
+        .await
+        .unwrap();
+    let client = cp
+        .client_with_token_via(&s.token, Some(second_proxy.addr))
+        .await
+        .unwrap();
+    let second = Membership::start(client, &s.w.ns.name, &s.pods[0], Some("sd".into()));
+    let r0b = Roles::follow(&second);
+    let started = Instant::now();
+    r0b.reached(leader(1), started, "the pod's second member")
+        .await;
+    second_proxy.cut();
+    let cut = Instant::now();
+    let edited = s.prefer(&s.pods[1]).await;
+    let (r0, r1) = (&s.roles.0, &s.roles.1);
+    let first_down = r0
+        .reached(
+            Role::Follower,
+            edited,
+            "the member that hears the API server",
+        )
+        .await;
+    let successor = r1.reached(leader(2), edited, "the successor").await;
+    let lapsed = r0b.reached(Role::Unknown, cut, "the cut-off member").await;
+    eprintln!(
+        "two members: the connected one stepped down {:?} after the edit, the cut-off one lapsed \
+         {:?} after the cut, the successor led {:?} after the edit",
+        first_down - edited,
+        lapsed - cut,
+        successor - edited
+    );
+    assert!(
+        lapsed <= successor,
+        "the successor led {:?} before the pod's second member stopped",
+        lapsed - successor
+    );
+    never_both(&r0b, r1);
+    never_both(r0, r1);
+    drop(second);
     s.invariants.assert_held().await;
 }

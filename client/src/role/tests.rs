@@ -3,6 +3,8 @@ use std::time::Duration;
 use super::*;
 
 const ME: &str = "app-0";
+/// This member's name.
+const M: &str = "m-me";
 
 fn epoch(n: u32) -> Epoch {
     Epoch::from(n)
@@ -36,6 +38,7 @@ fn lease(holder: &str, n: u32) -> LeaseMarks {
         heartbeat: false,
         renewed_since_acquired: false,
         acknowledged: Some(epoch(n)),
+        acknowledged_by: vec![M.to_owned()],
         awaited: None,
     }
 }
@@ -57,7 +60,7 @@ fn seen(t0: Instant, pod: Option<PodMarks>, lease: Option<LeaseMarks>) -> Observ
 fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
     let t0 = Instant::now();
     let obs = seen(t0, Some(leader_pod(4)), Some(lease(ME, 4)));
-    assert_eq!(decide(ME, &obs, t0), Role::Leader { epoch: epoch(4) });
+    assert_eq!(decide(ME, M, &obs, t0), Role::Leader { epoch: epoch(4) });
 
     // Each disagreement alone makes a follower.
     for (pod, lease, why) in [
@@ -118,7 +121,7 @@ fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
         (None, Some(lease(ME, 4)), "pod gone"),
     ] {
         let obs = seen(t0, pod, lease);
-        assert_eq!(decide(ME, &obs, t0), Role::Follower, "{why}");
+        assert_eq!(decide(ME, M, &obs, t0), Role::Follower, "{why}");
     }
 }
 
@@ -126,18 +129,18 @@ fn leader_needs_both_marks_and_the_lease_at_the_same_epoch() {
 fn unknown_until_both_objects_are_confirmed() {
     let t0 = Instant::now();
     let mut obs = Observation::new(true);
-    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "nothing seen");
+    assert_eq!(decide(ME, M, &obs, t0), Role::Unknown, "nothing seen");
     obs.pod = Some(Confirmed {
         state: Some(leader_pod(4)),
         at: t0,
     });
-    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "Lease unconfirmed");
+    assert_eq!(decide(ME, M, &obs, t0), Role::Unknown, "Lease unconfirmed");
     obs.pod = Some(Confirmed {
         state: Some(follower_pod()),
         at: t0,
     });
     assert_eq!(
-        decide(ME, &obs, t0),
+        decide(ME, M, &obs, t0),
         Role::Unknown,
         "even a follower mark needs the Lease confirmed (403 on the Lease stays Unknown)"
     );
@@ -145,23 +148,23 @@ fn unknown_until_both_objects_are_confirmed() {
         state: Some(lease(ME, 4)),
         at: t0,
     });
-    assert_eq!(decide(ME, &obs, t0), Role::Follower);
+    assert_eq!(decide(ME, M, &obs, t0), Role::Follower);
 }
 
 #[test]
 fn a_pod_in_no_group_is_a_follower_on_the_pod_alone() {
     let t0 = Instant::now();
     let mut obs = Observation::new(false);
-    assert_eq!(decide(ME, &obs, t0), Role::Unknown);
+    assert_eq!(decide(ME, M, &obs, t0), Role::Unknown);
     obs.pod = Some(Confirmed {
         state: Some(PodMarks::default()),
         at: t0,
     });
-    assert_eq!(decide(ME, &obs, t0), Role::Follower);
+    assert_eq!(decide(ME, M, &obs, t0), Role::Follower);
     // It lapses like any other confirmation (default duration 15 s: 10 s).
     assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(10)));
     assert_eq!(
-        decide(ME, &obs, t0 + Duration::from_secs(10)),
+        decide(ME, M, &obs, t0 + Duration::from_secs(10)),
         Role::Unknown
     );
 }
@@ -178,14 +181,20 @@ fn leadership_lapses_exactly_two_thirds_of_the_duration_after_the_older_confirma
     assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(2)));
     let just_before = t0 + Duration::from_secs(2) - Duration::from_nanos(1);
     assert_eq!(
-        decide(ME, &obs, just_before),
+        decide(ME, M, &obs, just_before),
         Role::Leader { epoch: epoch(4) }
     );
-    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+    assert_eq!(
+        decide(ME, M, &obs, t0 + Duration::from_secs(2)),
+        Role::Unknown
+    );
     // A follower lapses the same way.
     let obs = seen(t0, Some(follower_pod()), Some(lease("app-1", 4)));
-    assert_eq!(decide(ME, &obs, just_before), Role::Follower);
-    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+    assert_eq!(decide(ME, M, &obs, just_before), Role::Follower);
+    assert_eq!(
+        decide(ME, M, &obs, t0 + Duration::from_secs(2)),
+        Role::Unknown
+    );
 }
 
 #[test]
@@ -242,6 +251,7 @@ fn marks_are_read_from_the_objects() {
             heartbeat: false,
             renewed_since_acquired: false,
             acknowledged: None,
+            acknowledged_by: Vec::new(),
             awaited: None,
         }
     );
@@ -276,13 +286,17 @@ fn heartbeat_lease(holder: &str, n: u32) -> LeaseMarks {
 fn in_heartbeat_mode_a_leader_needs_a_renewal_within_two_thirds() {
     let t0 = Instant::now();
     let mut obs = seen(t0, Some(leader_pod(4)), Some(heartbeat_lease(ME, 4)));
-    assert_eq!(decide(ME, &obs, t0), Role::Unknown, "nothing to start from");
+    assert_eq!(
+        decide(ME, M, &obs, t0),
+        Role::Unknown,
+        "nothing to start from"
+    );
 
     obs.renewed = Some(Renewed {
         epoch: epoch(4),
         at: t0,
     });
-    assert_eq!(decide(ME, &obs, t0), Role::Leader { epoch: epoch(4) });
+    assert_eq!(decide(ME, M, &obs, t0), Role::Leader { epoch: epoch(4) });
 
     // Pod and Lease confirmed again later, yet no renewal landed: Unknown at two thirds of 3 s.
     let later = t0 + Duration::from_millis(1500);
@@ -296,26 +310,32 @@ fn in_heartbeat_mode_a_leader_needs_a_renewal_within_two_thirds() {
     });
     assert_eq!(obs.lapses_at(), Some(t0 + Duration::from_secs(2)));
     assert_eq!(
-        decide(ME, &obs, t0 + Duration::from_millis(1999)),
+        decide(ME, M, &obs, t0 + Duration::from_millis(1999)),
         Role::Leader { epoch: epoch(4) }
     );
-    assert_eq!(decide(ME, &obs, t0 + Duration::from_secs(2)), Role::Unknown);
+    assert_eq!(
+        decide(ME, M, &obs, t0 + Duration::from_secs(2)),
+        Role::Unknown
+    );
 
     // A renewal at an older epoch counts for nothing.
     obs.renewed = Some(Renewed {
         epoch: epoch(3),
         at: later,
     });
-    assert_eq!(decide(ME, &obs, later), Role::Unknown);
+    assert_eq!(decide(ME, M, &obs, later), Role::Unknown);
 }
 
 #[test]
 fn renewals_matter_only_in_heartbeat_mode_and_only_to_the_leader() {
     let t0 = Instant::now();
     let readiness = seen(t0, Some(leader_pod(4)), Some(lease(ME, 4)));
-    assert_eq!(decide(ME, &readiness, t0), Role::Leader { epoch: epoch(4) });
+    assert_eq!(
+        decide(ME, M, &readiness, t0),
+        Role::Leader { epoch: epoch(4) }
+    );
     let follower = seen(t0, Some(follower_pod()), Some(heartbeat_lease("app-1", 4)));
-    assert_eq!(decide(ME, &follower, t0), Role::Follower);
+    assert_eq!(decide(ME, M, &follower, t0), Role::Follower);
 }
 
 #[test]
@@ -327,13 +347,13 @@ fn a_pod_created_again_under_the_leaders_name_is_not_the_leader() {
     let now = Instant::now();
     let observed = |pod: PodMarks, lease: LeaseMarks| seen(now, Some(pod), Some(lease));
     assert_eq!(
-        decide(ME, &observed(pod.clone(), lease.clone()), now),
+        decide(ME, M, &observed(pod.clone(), lease.clone()), now),
         Role::Follower,
         "another incarnation never reports its predecessor's epoch"
     );
     pod.uid = Some("uid-old".into());
     assert_eq!(
-        decide(ME, &observed(pod, lease), now),
+        decide(ME, M, &observed(pod, lease), now),
         Role::Leader { epoch: epoch(3) }
     );
 }
@@ -352,13 +372,13 @@ fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_it
             ..lease(ME, 4)
         };
         assert_eq!(
-            lease.acknowledgement_asked_of(ME, None),
+            lease.acknowledgement_asked_of(ME, None, M),
             (role == Role::Unknown).then_some(epoch(4)),
             "acknowledged at {acknowledged:?}"
         );
         let obs = seen(t0, Some(marks.clone()), Some(lease));
         assert_eq!(
-            decide(ME, &obs, t0),
+            decide(ME, M, &obs, t0),
             role,
             "acknowledged at {acknowledged:?}"
         );
@@ -369,13 +389,16 @@ fn in_readiness_mode_a_leader_reports_leader_only_once_it_has_acknowledged_at_it
         acknowledged: None,
         ..lease(ME, 4)
     };
-    assert_eq!(unacknowledged.acknowledgement_asked_of("other", None), None);
+    assert_eq!(
+        unacknowledged.acknowledgement_asked_of("other", None, M),
+        None
+    );
     let heartbeat = LeaseMarks {
         heartbeat: true,
         ..unacknowledged
     };
-    assert_eq!(heartbeat.acknowledgement_asked_of(ME, None), None);
-    let mut belief = crate::belief::Belief::new(ME, true);
+    assert_eq!(heartbeat.acknowledgement_asked_of(ME, None, M), None);
+    let mut belief = crate::belief::Belief::new(ME, M, true);
     belief.pod_seen(Some(marks.clone()), t0);
     belief.lease_seen(Some(heartbeat.clone()), t0);
     assert_eq!(belief.role(t0), Role::Unknown, "not renewed yet");
@@ -402,13 +425,13 @@ fn a_member_owes_its_acknowledgement_and_renewals_only_once_its_pod_carries_the_
     // labeled at an older epoch: nothing owed.
     for pod in [follower_pod(), leader_pod(3)] {
         let obs = seen(t0, Some(pod.clone()), Some(readiness.clone()));
-        assert_eq!(obs.acknowledgement_owed(ME), None, "{pod:?}");
+        assert_eq!(obs.acknowledgement_owed(ME, M), None, "{pod:?}");
         let obs = seen(t0, Some(pod.clone()), Some(heartbeat.clone()));
         assert_eq!(obs.renewal_owed(ME), None, "{pod:?}");
     }
     // Labeled at the Lease's epoch: owed.
     let obs = seen(t0, Some(leader_pod(4)), Some(readiness));
-    assert_eq!(obs.acknowledgement_owed(ME), Some(epoch(4)));
+    assert_eq!(obs.acknowledgement_owed(ME, M), Some(epoch(4)));
     assert_eq!(
         obs.renewal_owed(ME),
         None,
@@ -417,7 +440,7 @@ fn a_member_owes_its_acknowledgement_and_renewals_only_once_its_pod_carries_the_
     let obs = seen(t0, Some(leader_pod(4)), Some(heartbeat));
     assert_eq!(obs.renewal_owed(ME), Some(epoch(4)));
     assert_eq!(
-        obs.acknowledgement_owed(ME),
+        obs.acknowledgement_owed(ME, M),
         None,
         "its renewals acknowledge"
     );
@@ -438,23 +461,63 @@ fn a_member_never_leads_for_a_pod_created_again_under_its_name() {
         ..lease(ME, 5)
     };
     for mut belief in [
-        crate::belief::Belief::new(ME, true),
-        crate::belief::Belief::new(ME, true).of_incarnation(Some("old".to_owned())),
+        crate::belief::Belief::new(ME, M, true),
+        crate::belief::Belief::new(ME, M, true).of_incarnation(Some("old".to_owned())),
     ] {
         belief.pod_seen(Some(of("old", follower_pod())), t0);
         belief.pod_seen(Some(of("new", leader_pod(5))), t0);
         belief.lease_seen(Some(new_lease.clone()), t0);
         assert_eq!(belief.role(t0), Role::Follower);
-        assert_eq!(belief.observation().acknowledgement_owed(ME), None);
+        assert_eq!(belief.observation().acknowledgement_owed(ME, M), None);
     }
     // Given its UID, a process started after the re-creation does not adopt it either.
-    let mut late = crate::belief::Belief::new(ME, true).of_incarnation(Some("old".to_owned()));
+    let mut late = crate::belief::Belief::new(ME, M, true).of_incarnation(Some("old".to_owned()));
     late.pod_seen(Some(of("new", leader_pod(5))), t0);
     late.lease_seen(Some(new_lease.clone()), t0);
     assert_eq!(late.role(t0), Role::Follower);
     // The new incarnation's own member leads.
-    let mut own = crate::belief::Belief::new(ME, true);
+    let mut own = crate::belief::Belief::new(ME, M, true);
     own.pod_seen(Some(of("new", leader_pod(5))), t0);
     own.lease_seen(Some(new_lease), t0);
     assert_eq!(own.role(t0), Role::Leader { epoch: epoch(5) });
+}
+
+#[test]
+fn each_member_of_a_pod_acknowledges_and_steps_down_under_its_own_name() {
+    // Two members of one pod, an agent and the application's `Membership`: the agent's
+    // acknowledgement is not the application's.
+    let t0 = Instant::now();
+    let agent_only = LeaseMarks {
+        acknowledged_by: vec!["agent".to_owned()],
+        ..lease(ME, 4)
+    };
+    let obs = seen(t0, Some(leader_pod(4)), Some(agent_only.clone()));
+    assert_eq!(
+        decide(ME, "agent", &obs, t0),
+        Role::Leader { epoch: epoch(4) }
+    );
+    assert_eq!(decide(ME, M, &obs, t0), Role::Unknown, "not its own");
+    assert_eq!(obs.acknowledgement_owed(ME, M), Some(epoch(4)));
+    assert_eq!(obs.acknowledgement_owed(ME, "agent"), None);
+    // Deposed: each of the two is asked to step down until it has said so.
+    let mut lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"annotations": {
+            "leadergroup.io/epoch": "5",
+            "leadergroup.io/predecessor": ME,
+            "leadergroup.io/predecessor-epoch": "4",
+            "leadergroup.io/predecessor-members": format!("agent,{M}"),
+            "leadergroup.io/stepped-down": "4",
+            "leadergroup.io/stepped-down-by": "agent",
+        }},
+        "spec": {"holderIdentity": "app-1", "leaseDurationSeconds": 3}
+    }))
+    .unwrap();
+    let marks = LeaseMarks::of(&lease);
+    assert_eq!(marks.step_down_asked_of(ME, None, M), Some(epoch(4)));
+    assert_eq!(marks.step_down_asked_of(ME, None, "agent"), None, "said so");
+    lease.metadata.annotations.as_mut().unwrap().insert(
+        "leadergroup.io/stepped-down-by".into(),
+        format!("agent,{M}"),
+    );
+    assert_eq!(LeaseMarks::of(&lease).awaited, None, "both said so");
 }

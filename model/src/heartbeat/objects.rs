@@ -8,7 +8,7 @@ use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 use leadergroup_operator::lease_record::{LeaseRecord, Predecessor};
 
 use super::clock;
-use super::state::{HbLease, HbState};
+use super::state::{HbLease, HbState, member_name};
 use crate::api::{GroupObj, PodId, PodObj, Role, Spec};
 use crate::error::ModelError;
 use crate::objects::{self, pod_name};
@@ -45,6 +45,12 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         // the annotation, with the epoch), and a Lease is renewed only by its holder at its epoch.
         // A foreign write keeps the annotation but moves the epoch: it acknowledges no longer.
         acknowledged: lease.renewed.is_some() && !lease.forged,
+        // The model keeps the last renewal only: its process is the one that acknowledged.
+        acknowledged_by: lease
+            .renewed
+            .filter(|_| !lease.forged)
+            .map(|s| vec![member_name(&pod_name(s.pod), s.process)])
+            .unwrap_or_default(),
         predecessor: lease
             .predecessor
             .map(|(pod, epoch, duration, stepped_down)| Predecessor {
@@ -52,6 +58,9 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
                 uid: Some(pod_uid(pod)),
                 epoch,
                 lease_seconds: i32::from(duration),
+                // The model's clients write no step-down: the operator's own knowledge ends it.
+                members: Vec::new(),
+                stepped_down_by: Vec::new(),
                 stepped_down,
             }),
     }

@@ -92,10 +92,15 @@ pub struct Client {
     pub refused_at: Option<Rv>,
 }
 
+/// The member name of process `process` of `pod`'s client (the real client draws one at random).
+pub fn member_name(pod: &str, process: u8) -> String {
+    format!("{pod}/{process}")
+}
+
 impl Client {
     pub fn started(pod: &str, process: u8) -> Client {
         Client {
-            belief: Belief::new(pod, true),
+            belief: Belief::new(pod, member_name(pod, process), true),
             cut: false,
             process,
             lease_rv: None,
@@ -171,7 +176,7 @@ impl HbState {
         for (p, c) in self.clients.iter_mut().enumerate() {
             let pod = pod_name(PodId::try_from(p).unwrap_or(PodId::MAX));
             if c.belief.is_inert(&pod) {
-                c.belief = Belief::new(pod, true);
+                c.belief = Belief::new(pod.clone(), member_name(&pod, c.process), true);
                 c.lease_rv = None;
             }
             if c.last_sent != Some(now) {

@@ -332,6 +332,8 @@ fn pending_z() -> Predecessor {
         uid: None,
         epoch: 3,
         lease_seconds: 15,
+        members: Vec::new(),
+        stepped_down_by: Vec::new(),
         stepped_down: false,
     }
 }
