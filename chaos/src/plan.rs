@@ -377,7 +377,7 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
         },
         190..200 => Fault::CutLeaderThen {
             group,
-            cut: ms(rng, 1000, 5000),
+            cut: ms(rng, 500, 3000),
             then: match rng.u8(0..3) {
                 0 => WhileCut::ShortenThenHandOver,
                 1 => WhileCut::DeleteLease,

