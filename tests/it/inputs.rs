@@ -281,6 +281,57 @@ impl std::ops::AddAssign for Tally {
     }
 }
 
+/// The oracle for the API server's answer: why the schema must refuse the group, from the
+/// rules the generator draws across (a name of 1 to 63 characters, a DNS subdomain; a selector
+/// that selects something, with keys of the pods' own and operators of the right arity; a Lease
+/// of 1 to 3600 s), or `None` when it must accept it.
+fn must_refuse(object: &Value) -> Option<String> {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.is_empty() || name.len() > 63 || !name.split('.').all(label) {
+        return Some(format!("metadata.name {name:?}"));
+    }
+    let spec = &object["spec"];
+    let lease = spec["leaseDurationSeconds"].as_i64().unwrap_or(0);
+    if !(1..=3600).contains(&lease) {
+        return Some(format!("spec.leaseDurationSeconds {lease}"));
+    }
+    let selector = &spec["selector"];
+    let labels = selector["matchLabels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let expressions = selector["matchExpressions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if labels.is_empty() && expressions.is_empty() {
+        return Some("spec.selector selects everything".into());
+    }
+    let bad_key = |k: &str| k.is_empty() || k.starts_with("leadergroup.io/");
+    if let Some(k) = labels.keys().find(|k| bad_key(k)) {
+        return Some(format!("spec.selector.matchLabels key {k:?}"));
+    }
+    for e in &expressions {
+        let key = e["key"].as_str().unwrap_or_default();
+        if bad_key(key) {
+            return Some(format!("spec.selector.matchExpressions key {key:?}"));
+        }
+        let with_values = matches!(e["operator"].as_str(), Some("In" | "NotIn"));
+        let has_values = e["values"].as_array().is_some_and(|v| !v.is_empty());
+        if with_values != has_values {
+            return Some(format!("spec.selector.matchExpressions {e}"));
+        }
+    }
+    None
+}
+
 /// How one case ended.
 #[derive(Debug, PartialEq)]
 enum End {
@@ -485,7 +536,24 @@ async fn run_batch(
     .await;
     for (case, outcome) in applied {
         by_name.insert(case.name.clone(), case);
-        match outcome.map_err(|e| context(format!("{e}\ncase: {}", case.object)))? {
+        let outcome = outcome.map_err(|e| context(format!("{e}\ncase: {}", case.object)))?;
+        // A valid group must be accepted (and then led or explained), an invalid one refused.
+        match (&outcome, must_refuse(&case.object)) {
+            (Some(refused), None) => {
+                return Err(context(format!(
+                    "a valid group was refused: {refused:?}\ncase: {}",
+                    case.object
+                )));
+            }
+            (None, Some(why)) => {
+                return Err(context(format!(
+                    "an invalid group was accepted ({why})\ncase: {}",
+                    case.object
+                )));
+            }
+            _ => {}
+        }
+        match outcome {
             Some(refused) => {
                 ends.insert(case.name.clone(), refused);
             }
@@ -647,4 +715,12 @@ async fn every_generated_group_is_refused_led_or_explained() {
     let fixed = fixed.unwrap_or_else(|e| panic!("{e}"));
     let chosen = chosen.unwrap_or_else(|e| panic!("{e}\n(replay with INPUTS_SEED={random})"));
     println!("inputs: fixed seed {fixed:?}; random seed {chosen:?}");
+    // Each way a case can end occurred: a schema that refused everything, or an operator that
+    // never led, would not pass.
+    let mut all = fixed;
+    all += chosen;
+    assert!(
+        all.refused > 0 && all.led > 0 && all.leaderless > 0,
+        "every outcome must occur among {cases} cases: {all:?}"
+    );
 }
