@@ -23,7 +23,7 @@ use leadergroup_client::{
 };
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::watch,
+    sync::{mpsc, oneshot, watch},
 };
 use tracing::{error, info, warn};
 
@@ -183,7 +183,9 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
 
     let on_change = cli.on_change.map(OnChange::start);
     let uid = cli.pod_uid.filter(|u| !u.is_empty());
-    let membership = Membership::start_for_uid(client, &namespace, &pod, uid, group.clone());
+    // Gated: deposed, it says it stepped down only once its files say so and its command ran.
+    let membership = Membership::start_gated(client, &namespace, &pod, uid, group.clone());
+    let acted = ActedInOrder::start(membership.acted_on());
     // Dropped at the end of this function, which closes every proxied connection (the role is
     // already unknown by then: dropping `membership` publishes it, and the proxies reset theirs).
     let mut serving = tokio::task::JoinSet::new();
@@ -196,7 +198,9 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     let mut roles = membership.subscribe();
     let outcome = loop {
         let role = *roles.borrow_and_update();
-        publish(role, &files, &states, on_change.as_ref()).await;
+        if let Some(done) = publish(role, &files, &states, on_change.as_ref()).await {
+            acted.after(role, done);
+        }
         tokio::select! {
             changed = roles.changed() => {
                 // The sender lives in `membership`, alive until the end of this function.
@@ -240,31 +244,67 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
 }
 
 /// Publishes `role` when it differs from the published one: the files first, then the endpoint's
-/// state (so a long poll that returns finds the files already written), then the command.
+/// state (so a long poll that returns finds the files already written), then the command. When
+/// the files were written: a receiver that hears when the command has run (at once without one);
+/// `None` when they were not, or nothing changed: the role is not known to be acted on.
 async fn publish(
     role: Role,
     files: &RoleFiles,
     states: &watch::Sender<Published>,
     on_change: Option<&OnChange>,
-) {
+) -> Option<oneshot::Receiver<()>> {
     if states.borrow().role == role {
-        return;
+        return None;
     }
     let writer = files.clone();
-    match tokio::task::spawn_blocking(move || writer.write(role)).await {
-        Ok(Ok(())) => {}
+    let written = match tokio::task::spawn_blocking(move || writer.write(role)).await {
+        Ok(Ok(())) => true,
         Ok(Err(e)) => {
-            error!(%role, error = %e, dir = %files.dir().display(), "cannot write the role files")
+            error!(%role, error = %e, dir = %files.dir().display(), "cannot write the role files: a step-down waits until they are written");
+            false
         }
-        Err(e) => error!(%role, error = %e, "the role file writer failed"),
-    }
+        Err(e) => {
+            error!(%role, error = %e, "the role file writer failed: a step-down waits until the files are written");
+            false
+        }
+    };
     let mut version = String::new();
     states.send_modify(|s| {
         s.update(role);
         version = s.version();
     });
     info!(%role, %version, "role changed");
-    if let Some(on_change) = on_change {
-        on_change.changed(role);
+    let ran = match on_change {
+        Some(on_change) => on_change.changed(role),
+        None => {
+            let (done, ran) = oneshot::channel();
+            let _ = done.send(());
+            ran
+        }
+    };
+    written.then_some(ran)
+}
+
+/// Tells the member, in order, each role the agent has acted on: its files written and its
+/// command run.
+struct ActedInOrder(mpsc::UnboundedSender<(Role, oneshot::Receiver<()>)>);
+
+impl ActedInOrder {
+    fn start(acted_on: leadergroup_client::ActedOn) -> ActedInOrder {
+        let (queue, mut roles) = mpsc::unbounded_channel::<(Role, oneshot::Receiver<()>)>();
+        tokio::spawn(async move {
+            while let Some((role, ran)) = roles.recv().await {
+                // A runner gone (shutdown) ran nothing more: the role is not acted on.
+                if ran.await.is_ok() {
+                    acted_on.role(role).await;
+                }
+            }
+        });
+        ActedInOrder(queue)
+    }
+
+    fn after(&self, role: Role, ran: oneshot::Receiver<()>) {
+        // Fails only once the task is gone, at shutdown.
+        let _ = self.0.send((role, ran));
     }
 }

@@ -1,7 +1,11 @@
 //! `--on-change`: a command run on each change of role, one at a time, in order.
 
 use leadergroup_client::Role;
-use tokio::{process::Command, sync::mpsc, task::JoinHandle};
+use tokio::{
+    process::Command,
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
 use tracing::{error, info, warn};
 
 use crate::state::role_name;
@@ -13,7 +17,7 @@ pub const EPOCH_ENV: &str = "LEADERGROUP_EPOCH";
 
 /// The queue of changes waiting for the command.
 pub struct OnChange {
-    queue: mpsc::UnboundedSender<Role>,
+    queue: mpsc::UnboundedSender<(Role, oneshot::Sender<()>)>,
     task: JoinHandle<()>,
 }
 
@@ -28,10 +32,13 @@ impl OnChange {
     }
 
     /// Queues a run for `role`. Runs never overlap: a change that arrives while the command runs
-    /// is run after it, so the last run always saw the role the agent publishes.
-    pub fn changed(&self, role: Role) {
+    /// is run after it, so the last run always saw the role the agent publishes. The receiver
+    /// hears when the run has ended, whatever its outcome (a failed command is only reported).
+    pub fn changed(&self, role: Role) -> oneshot::Receiver<()> {
+        let (done, ended) = oneshot::channel();
         // Fails only once the runner is gone, which happens only at shutdown.
-        let _ = self.queue.send(role);
+        let _ = self.queue.send((role, done));
+        ended
     }
 
     /// Lets the queued runs finish (the caller bounds the wait).
@@ -41,8 +48,8 @@ impl OnChange {
     }
 }
 
-async fn run(command: String, mut changes: mpsc::UnboundedReceiver<Role>) {
-    while let Some(role) = changes.recv().await {
+async fn run(command: String, mut changes: mpsc::UnboundedReceiver<(Role, oneshot::Sender<()>)>) {
+    while let Some((role, done)) = changes.recv().await {
         let epoch = role
             .leader_epoch()
             .map(|e| e.to_string())
@@ -61,5 +68,7 @@ async fn run(command: String, mut changes: mpsc::UnboundedReceiver<Role>) {
             Ok(status) => warn!(%role, %status, command, "on-change command failed"),
             Err(e) => error!(%role, error = %e, command, "on-change command could not start"),
         }
+        // Nobody waits any more at shutdown.
+        let _ = done.send(());
     }
 }

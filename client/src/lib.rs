@@ -94,7 +94,7 @@ pub mod wire;
 pub use epoch::{Epoch, ParseEpochError};
 pub use error::{MembershipError, Request};
 pub use membership::{
-    GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV,
+    ActedOn, GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV,
 };
 pub use role::Role;
 

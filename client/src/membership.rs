@@ -50,6 +50,8 @@ pub struct MissingEnv(pub &'static str);
 /// [`Role::Unknown`].
 pub struct Membership {
     role: Arc<watch::Sender<Role>>,
+    /// Into the core: what the consumer acted on ([`Membership::start_gated`]).
+    updates: mpsc::Sender<Update>,
     errors: watch::Receiver<Option<Arc<MembershipError>>>,
     /// A third of the Lease duration last seen.
     period: watch::Receiver<Duration>,
@@ -89,19 +91,51 @@ impl Membership {
         uid: Option<String>,
         group: Option<String>,
     ) -> Membership {
+        Membership::launch(client, namespace.into(), pod.into(), uid, group, false)
+    }
+
+    /// [`Membership::start_for_uid`] for a member whose consumer acts on each role after it is
+    /// published (the agent: its files, its command): deposed, the member says it stepped down
+    /// only once the consumer has said, with [`ActedOn::role`], that it acted on the role the
+    /// member publishes then. Until then the operator keeps the successor waiting.
+    pub fn start_gated(
+        client: Client,
+        namespace: impl Into<String>,
+        pod: impl Into<String>,
+        uid: Option<String>,
+        group: Option<String>,
+    ) -> Membership {
+        Membership::launch(client, namespace.into(), pod.into(), uid, group, true)
+    }
+
+    /// A handle that tells this member which role its consumer acted on.
+    pub fn acted_on(&self) -> ActedOn {
+        ActedOn(self.updates.clone())
+    }
+
+    fn launch(
+        client: Client,
+        namespace: String,
+        pod: String,
+        uid: Option<String>,
+        group: Option<String>,
+        gated: bool,
+    ) -> Membership {
         let (role, _) = watch::channel(Role::Unknown);
         let role = Arc::new(role);
         let (errors_tx, errors) = watch::channel(None);
-        let (core, updates) = Core::new(
+        let (mut core, updates) = Core::new(
             client,
-            namespace.into(),
-            pod.into(),
+            namespace,
+            pod,
             uid,
             group,
             Arc::clone(&role),
             errors_tx,
         );
+        core.gated = gated;
         Membership {
+            updates: core.updates.clone(),
             role,
             errors,
             period: core.period.subscribe(),
@@ -240,6 +274,22 @@ enum Update {
     /// A note written in the Lease answered: the resourceVersion it was conditional on, and the
     /// Lease as written or why not.
     Noted(Option<String>, Box<Result<Lease, MembershipError>>),
+    /// The consumer acted on this role ([`ActedOn`]).
+    ActedOn(Role),
+}
+
+/// Tells a gated member ([`Membership::start_gated`]) which role its consumer acted on last.
+#[derive(Clone, Debug)]
+pub struct ActedOn(mpsc::Sender<Update>);
+
+impl ActedOn {
+    /// The consumer acted on `role` (its files written, its command run): if that is still the
+    /// role the member publishes and not `Leader` at the epoch it is asked to step down from,
+    /// the member says it stepped down. Call it in the order the roles came.
+    pub async fn role(&self, role: Role) {
+        // Fails only once the member has stopped: nothing is owed then.
+        let _ = self.0.send(Update::ActedOn(role)).await;
+    }
 }
 
 /// How a renewal of the Lease went.
@@ -303,6 +353,10 @@ struct Core {
     renewal_error: Option<Arc<MembershipError>>,
     notes: Notes,
     note_error: Option<Arc<MembershipError>>,
+    /// Step-downs wait for the consumer ([`Membership::start_gated`]).
+    gated: bool,
+    /// The role the consumer acted on last.
+    acted_on: Option<Role>,
 }
 
 impl Core {
@@ -338,6 +392,8 @@ impl Core {
                 renewal_error: None,
                 notes: Notes::default(),
                 note_error: None,
+                gated: false,
+                acted_on: None,
             },
             rx,
         )
@@ -474,6 +530,7 @@ impl Core {
             }
             Update::Renewal(outcome) => self.renewal_answered(*outcome),
             Update::Noted(from_version, result) => self.note_answered(from_version, *result),
+            Update::ActedOn(role) => self.acted_on = Some(role),
         }
     }
 
@@ -497,6 +554,11 @@ impl Core {
             None => {
                 let epoch = lease.step_down_asked_of(&self.pod, uid, member)?;
                 (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
+                // Gated: only once the consumer acted on the role published now.
+                let published = *self.role.borrow();
+                let acted =
+                    self.acted_on == Some(published) && published.leader_epoch() != Some(epoch);
+                (!self.gated || acted).then_some(())?;
                 Note::SteppedDown(epoch)
             }
         };

@@ -10,3 +10,4 @@ mod follow;
 mod proxy;
 mod startup;
 mod stdout;
+mod step_down;
