@@ -27,7 +27,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use self::candidates::Candidates;
-pub use self::candidates::{is_eligible, oldest_first as succession_order};
 use self::heartbeat::Heartbeat;
 use self::lapse::Lapse;
 use self::marking::Marking;
@@ -40,7 +39,6 @@ pub use self::writes::{Barrier, PodWrites};
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::lease_record::LeaseRecord;
 use crate::lease_sightings::LeaseSeen;
-pub use crate::marks::epoch as pod_epoch;
 use crate::marks::is_marked_for;
 
 /// Type of the condition that says whether the group is healthy: a pod leads and the API server

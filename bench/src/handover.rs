@@ -140,7 +140,8 @@ impl Outcome for Measured {
             let kinds = ctx.peers().await?.iter().zip(reps).enumerate();
             let runs = kinds.map(|(i, (kind, reps))| async move {
                 let ns = leadergroup_testenv::namespace(&format!("bench-peer-{i}")).await?;
-                let group = PeerGroup::start(ctx, kind, &ns, 1).await?;
+                let kubeconfig = ctx.light().await?.cp.kubeconfig_path();
+                let group = PeerGroup::start(kubeconfig, &ctx.log_dir, kind, &ns, 1)?;
                 let samples = peer_handovers(light, kind, group, reps).await?;
                 Ok::<_, Error>((kind.peer, samples))
             });

@@ -17,7 +17,6 @@ use crate::candidates::{Candidates, Fault, Leader};
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
-use crate::scenario::Context;
 use crate::timeline::{Beliefs, first_new_leader, parse_peer_line};
 
 /// How a system's candidates run.
@@ -160,10 +159,11 @@ pub struct PeerGroup {
 }
 
 impl PeerGroup {
-    /// Starts three candidates of `kind` in `ns` on the light control plane, each running for
-    /// `groups` Leases `bench-0..`.
-    pub async fn start(
-        ctx: &Context,
+    /// Starts three candidates of `kind` in `ns` on the light control plane (its `kubeconfig`),
+    /// each running for `groups` Leases `bench-0..`, their logs in `log_dir`.
+    pub fn start(
+        kubeconfig: &std::path::Path,
+        log_dir: &std::path::Path,
         kind: &PeerKind,
         ns: &TestNamespace,
         groups: usize,
@@ -171,10 +171,10 @@ impl PeerGroup {
         let mut group = PeerGroup {
             kind: kind.clone(),
             client: ns.client.clone(),
-            kubeconfig: ctx.light().await?.cp.kubeconfig_path().to_path_buf(),
+            kubeconfig: kubeconfig.to_path_buf(),
             namespace: ns.name.clone(),
             groups,
-            log_dir: ctx.log_dir.clone(),
+            log_dir: log_dir.to_path_buf(),
             candidates: HashMap::new(),
             struck: None,
             next: 0,

@@ -301,7 +301,8 @@ async fn peer_at(ctx: &Context, kind: &PeerKind, size: usize, record: &mut Recor
     let baseline = ctx.baseline().await?;
     let ns = leadergroup_testenv::namespace(&format!("bench-peer-scale-{size}")).await?;
     let t0 = SystemTime::now();
-    let group = PeerGroup::start(ctx, kind, &ns, size).await?;
+    let kubeconfig = ctx.light().await?.cp.kubeconfig_path();
+    let group = PeerGroup::start(kubeconfig, &ctx.log_dir, kind, &ns, size)?;
     let led = group
         .wait_all_led(kind.lease() * 4 + Duration::from_secs(60))
         .await?;

@@ -48,7 +48,7 @@ impl<'a> Candidates<'a> {
         let succession = owned
             .iter()
             .copied()
-            .filter(|p| is_eligible(p) && p.metadata.name.as_deref() != lapsed)
+            .filter(|p| is_serving(p) && p.metadata.name.as_deref() != lapsed)
             .collect();
         Candidates {
             matched,
@@ -91,7 +91,7 @@ fn older_groups_selecting<'a>(obs: &Observation<'a>, matched: &[&Pod]) -> Vec<&'
 
 /// Oldest first (creationTimestamp), then by name. For pods it is the succession order; for
 /// groups it says which one keeps a pod both select.
-pub fn oldest_first<K: Resource>(a: &K, b: &K) -> Ordering {
+pub(super) fn oldest_first<K: Resource>(a: &K, b: &K) -> Ordering {
     let (a, b) = (a.meta(), b.meta());
     let created = |m: &kube::core::ObjectMeta| m.creation_timestamp.as_ref().map(|t| t.0);
     created(a)
@@ -99,8 +99,9 @@ pub fn oldest_first<K: Resource>(a: &K, b: &K) -> Ordering {
         .then_with(|| a.name.cmp(&b.name))
 }
 
-/// Running, Ready=True and not terminating. Group membership is checked separately.
-pub fn is_eligible(pod: &Pod) -> bool {
+/// Running, Ready=True and not terminating: what a pod must be to lead any group (whether this
+/// group may hold it is [`Candidates::is_eligible`]'s question).
+pub(super) fn is_serving(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && is_running_ready(pod)
 }
 

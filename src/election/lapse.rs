@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::Observation;
-use super::candidates::{Candidates, is_eligible, is_running_ready};
+use super::candidates::{Candidates, is_running_ready, is_serving};
 use super::heartbeat::Heartbeat;
 use super::records::Records;
 use crate::crd::Liveness;
@@ -87,7 +87,7 @@ impl Lapse {
         members
             .owned
             .iter()
-            .any(|p| p.name_any() == pod && is_eligible(p))
+            .any(|p| p.name_any() == pod && is_serving(p))
             .then(|| pod.to_string())
     }
 }
