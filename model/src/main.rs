@@ -119,6 +119,11 @@ fn main() -> ExitCode {
         println!(
             "Heartbeat, an immediate handover with the old leader cut off: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
         );
+        let (overlap, successor, text) =
+            heartbeat::regressions::replay_lease_deleted_under_a_cut_off_leader();
+        println!(
+            "Heartbeat, the Lease deleted under a cut-off leader: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
+        );
         let (outcome, text) =
             heartbeat::regressions::replay_shorter_duration_then_an_operator_restart();
         println!("Heartbeat, a shorter Lease, then an operator restart: {outcome:?}\n{text}");

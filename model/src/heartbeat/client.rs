@@ -34,11 +34,10 @@ pub fn read_pod(state: &mut HbState, pod: PodId) {
 
 /// The client reads the group's Lease.
 pub fn read_lease(state: &mut HbState, pod: PodId) {
-    let lease = objects::lease(&state.lease);
-    let marks = LeaseMarks::of(&lease);
+    let marks = (!state.lease.deleted).then(|| LeaseMarks::of(&objects::lease(&state.lease)));
     let (rv, at) = (state.lease.rv, clock::client(pod, state.now));
     if let Some(c) = client_mut(state, pod) {
-        c.belief.lease_seen(Some(marks), at);
+        c.belief.lease_seen(marks, at);
         c.lease_rv = Some(rv);
     }
 }
@@ -81,7 +80,7 @@ pub fn renew(state: &mut HbState, pod: PodId) {
 /// The API server applies a renewal (it moves `renewTime` only, if the version still holds),
 /// and answers its client if that process still awaits it and can hear.
 pub fn deliver(state: &mut HbState, renewal: &Renewal) {
-    let landed = state.lease.rv == renewal.expected;
+    let landed = !state.lease.deleted && state.lease.rv == renewal.expected;
     let written = if landed {
         let rv = state.next_rv();
         state.lease.renewed = Some(Stamp {

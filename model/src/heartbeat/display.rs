@@ -40,6 +40,7 @@ impl fmt::Display for HbAction {
             HbAction::Cut(p) => write!(f, "{}'s client is cut off", pod_name(*p)),
             HbAction::Reconnect(p) => write!(f, "{}'s client reconnects", pod_name(*p)),
             HbAction::Restart(p) => write!(f, "{}'s client restarts", pod_name(*p)),
+            HbAction::DeleteLease => write!(f, "user deletes the Lease"),
             HbAction::OperatorRestart => {
                 write!(
                     f,

@@ -27,6 +27,8 @@ pub struct HbConfig {
     pub restarts: u8,
     /// Restarts (or takeovers) of the operator: its sighting of the Lease is lost.
     pub operator_restarts: u8,
+    /// Deletions of the Lease by hand.
+    pub lease_deletions: u8,
     /// Edits of `spec.preferredLeader` (naming a pod): a handover the operator makes at once.
     pub preference_edits: u8,
     /// A pod turning NotReady (or Ready again) while its process runs on: a handover at once too.
@@ -55,6 +57,7 @@ impl HbConfig {
             cuts: 1,
             restarts: 0,
             operator_restarts: 0,
+            lease_deletions: 0,
             preference_edits: 0,
             readiness: 0,
             forgeries: 0,
@@ -144,6 +147,19 @@ impl HbConfig {
         }
     }
 
+    /// The Lease deleted by hand while its leader's client is cut off (it never sees the
+    /// deletion), then a `preferredLeader` edit: the Lease created again must still make the
+    /// handover wait for that leader.
+    pub fn lease_deleted() -> Self {
+        HbConfig {
+            name: "lease-deleted",
+            max_ticks: 4,
+            lease_deletions: 1,
+            readiness: 0,
+            ..HbConfig::immediate_handover()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -152,6 +168,7 @@ impl HbConfig {
             HbConfig::immediate_handover(),
             HbConfig::foreign_write(),
             HbConfig::shortened_handover(),
+            HbConfig::lease_deleted(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -178,6 +195,8 @@ pub enum HbAction {
     Restart(PodId),
     /// The operator restarts, or another replica takes over: what it saw of the Lease is lost.
     OperatorRestart,
+    /// Someone deletes the Lease by hand.
+    DeleteLease,
     /// The user sets `spec.leaseDurationSeconds`.
     EditDuration(u8),
     /// The user sets `spec.preferredLeader` to the pod.
@@ -225,6 +244,7 @@ impl HeartbeatModel {
                 renewed: None,
                 predecessor: None,
                 forged: false,
+                deleted: false,
                 rv: 1,
             },
             marks: (0..pods).map(|p| (p == 0).then_some(1)).collect(),
@@ -308,6 +328,9 @@ impl HeartbeatModel {
         if s.spent.operator_restarts < c.operator_restarts && s.sighting.is_some() {
             actions.push(HbAction::OperatorRestart);
         }
+        if s.spent.lease_deletions < c.lease_deletions && !s.lease.deleted {
+            actions.push(HbAction::DeleteLease);
+        }
         if s.spent.duration_edits < c.duration_edits && s.spec_duration != c.edited_duration {
             actions.push(HbAction::EditDuration(c.edited_duration));
         }
@@ -340,6 +363,11 @@ impl HeartbeatModel {
             HbAction::Restart(p) => {
                 s.spent.restarts += 1;
                 client::restart(&mut s, *p);
+            }
+            HbAction::DeleteLease => {
+                s.spent.lease_deletions += 1;
+                s.lease.deleted = true;
+                s.lease.rv = s.next_rv();
             }
             HbAction::OperatorRestart => {
                 s.spent.operator_restarts += 1;

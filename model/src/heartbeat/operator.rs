@@ -21,18 +21,19 @@ use crate::objects::pod_id;
 /// Observes, decides and applies the plan. `Ok(false)`: nothing changed (not even the sighting).
 pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
     let now = clock::operator(state.now);
-    let lease = objects::lease(&state.lease);
-    let record = LeaseRecord::from_lease(&lease);
+    let lease = (!state.lease.deleted).then(|| objects::lease(&state.lease));
+    let record = lease.as_ref().map(LeaseRecord::from_lease);
     let before = state.sighting.clone();
-    let sighting = match state.sighting.take() {
+    // As `LeaseSightings::observe`: no Lease, no sighting.
+    let sighting = record.as_ref().map(|record| match state.sighting.take() {
         Some(mut s) => {
-            s.update(&record, now.monotonic);
+            s.update(record, now.monotonic);
             s
         }
-        None => Sighting::first(&record, now.monotonic),
-    };
-    let seen = sighting.seen(&now);
-    state.sighting = Some(sighting);
+        None => Sighting::first(record, now.monotonic),
+    });
+    let seen = sighting.as_ref().map(|s| s.seen(&now));
+    state.sighting = sighting;
     let group = objects::group(state)?;
     let pods: Vec<_> = (0..state.marks.len())
         .filter_map(|p| PodId::try_from(p).ok())
@@ -45,8 +46,8 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
         group: &group,
         groups: &groups,
         pods: &concerned,
-        lease: Some(&lease),
-        lease_seen: Some(seen),
+        lease: lease.as_ref(),
+        lease_seen: seen,
         retired: &retired,
         identity: ARBITER,
         now: now.wall,
@@ -70,7 +71,7 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
     };
     let mut changed = state.sighting != before;
     if let Some(commit) = &plan.commit {
-        let next = committed(state, &record, commit)?;
+        let next = committed(state, record.as_ref(), commit)?;
         // Its own watch shows the write at the next reconcile's observation.
         changed |= next != state.lease;
         state.lease = next;
@@ -107,13 +108,15 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
 /// its times, as the operator writes them; a new holder or epoch is acquired now.
 fn committed(
     state: &HbState,
-    was: &LeaseRecord,
+    was: Option<&LeaseRecord>,
     record: &LeaseRecord,
 ) -> Result<HbLease, ModelError> {
     let holder = pod_id(record.holder.as_deref().unwrap_or_default())?;
     let duration = u8::try_from(record.duration_seconds)
         .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
-    let kept = record.acquire_time == was.acquire_time && record.renew_time == was.renew_time;
+    let kept = was.is_some_and(|was| {
+        record.acquire_time == was.acquire_time && record.renew_time == was.renew_time
+    });
     let acquired_now = record.acquire_time == Some(clock::operator_wall(state.now))
         && record.renew_time == record.acquire_time;
     let current = &state.lease;
@@ -150,6 +153,7 @@ fn committed(
         renewed,
         rv: if kept
             && !current.forged
+            && !current.deleted
             && holder == current.holder
             && record.epoch == current.epoch
             && duration == current.duration
@@ -162,5 +166,6 @@ fn committed(
         },
         predecessor,
         forged: false,
+        deleted: false,
     })
 }

@@ -238,6 +238,20 @@ pub fn replay_switchover_after_a_shortened_lease() -> (Vec<Tick>, Option<Tick>, 
     })
 }
 
+/// Round four, finding 3: `p1`'s client renews and believes `Leader@1` (Lease 6 s: until 4 s),
+/// and is cut off; someone deletes the Lease, which the operator creates again; then the user
+/// prefers `p2`. `p1`'s client never saw the deletion: the handover must wait for it.
+pub fn replay_lease_deleted_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>, String) {
+    handover_over_six_seconds(HbConfig::lease_deleted(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::DeleteLease)
+            .operator()
+            .p2_preferred();
+    })
+}
+
 /// Finding 4: the leader's client renews at 0 s, restarts at 3 s, reads its pod and the Lease
 /// (which its predecessor renewed) and is cut off before a renewal of its own lands. The
 /// operator counts the silence from the predecessor's renewal (handover at 6 s): the new process
@@ -380,6 +394,18 @@ mod tests {
     fn a_switchover_after_a_shortened_lease_waits_as_long_as_the_longest() {
         let (overlap, successor, text) = replay_switchover_after_a_shortened_lease();
         println!("{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// Before the fix (the Lease created again under a labeled leader named nobody to wait for),
+    /// both clients believed `Leader`: p2 was labeled in the pass that handed it the Lease.
+    #[test]
+    fn a_lease_deleted_under_a_cut_off_leader_still_waits_for_it() {
+        let (overlap, successor, text) = replay_lease_deleted_under_a_cut_off_leader();
+        println!("{text}");
+        assert!(text.contains("user deletes the Lease"), "{text}");
         assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
         assert!(successor.is_some(), "p2 leads in the end:\n{text}");
         assert!(!text.contains("not possible"), "{text}");

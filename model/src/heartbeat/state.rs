@@ -42,6 +42,9 @@ pub struct HbLease {
     /// higher epoch, and kept the Lease's other fields: `holder` is still the pod it replaced,
     /// whose renewal and acknowledgement the Lease still carries.
     pub forged: bool,
+    /// Deleted by hand: the API server has no Lease (the other fields say what it held), until
+    /// the operator creates it again.
+    pub deleted: bool,
     pub rv: Rv,
 }
 
@@ -117,6 +120,7 @@ pub struct HbSpent {
     pub cuts: u8,
     pub restarts: u8,
     pub operator_restarts: u8,
+    pub lease_deletions: u8,
     pub duration_edits: u8,
     pub preference_edits: u8,
     pub readiness: u8,
