@@ -272,8 +272,8 @@ def readme_with_headline():
 
 
 OPERATOR_INTRO = """`leadergroup-operator` runs the controller; `leadergroup-operator crd` prints the CRD. Every
-flag can also come from the environment variable named beside it (the chart sets them on the
-Deployment). `SIGTERM` and `SIGINT` stop it gracefully: the last reconciles finish, then the
+flag can also come from the environment variable named beside it (the chart passes them as
+arguments, and sets `POD_NAME`, `POD_NAMESPACE` and `RUST_LOG` from the environment). `SIGTERM` and `SIGINT` stop it gracefully: the last reconciles finish, then the
 operator's own Lease is released, naming this replica, so that the next one takes its groups over
 at once ([HA and upgrades](../operations.md))."""
 
