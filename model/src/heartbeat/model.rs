@@ -5,7 +5,7 @@ use leadergroup_client::role::Role;
 use stateright::{Model, Property};
 
 use super::clock::Tick;
-use super::state::{Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal};
+use super::state::{Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal, UNKNOWN_POD};
 use super::{client, operator};
 use crate::api::PodId;
 use crate::objects::pod_name;
@@ -432,9 +432,12 @@ pub fn stale_leaders(s: &HbState) -> Vec<(PodId, i64)> {
 /// believe `Leader` until it steps down or its belief lapses, and its successor is not labeled
 /// until then (the other property, one believer at a time, is what that wait keeps).
 fn awaited(s: &HbState, pod: PodId, epoch: i64) -> bool {
-    s.lease
-        .predecessor
-        .is_some_and(|(p, e, _, stepped_down)| p == pod && e == epoch && !stepped_down)
+    // An unknown predecessor (a Lease created again that could not name it) stands for every
+    // leader up to its epoch: the wait is for whichever of them may still believe.
+    s.lease.predecessor.is_some_and(|(p, e, _, stepped_down)| {
+        let named = (p == pod && e == epoch) || (p == UNKNOWN_POD && epoch <= e);
+        named && !stepped_down
+    })
 }
 
 /// The clients that believe `Leader` now, with their epoch.

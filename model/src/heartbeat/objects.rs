@@ -5,10 +5,10 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
-use leadergroup_operator::lease_record::{LeaseRecord, Predecessor};
+use leadergroup_operator::lease_record::{LeaseRecord, Predecessor, UNKNOWN_PREDECESSOR};
 
 use super::clock;
-use super::state::{HbLease, HbState, member_name};
+use super::state::{HbLease, HbState, UNKNOWN_POD, member_name};
 use crate::api::{GroupObj, PodId, PodObj, Role, Spec};
 use crate::error::ModelError;
 use crate::objects::{self, pod_name};
@@ -54,8 +54,12 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         predecessor: lease
             .predecessor
             .map(|(pod, epoch, duration, stepped_down)| Predecessor {
-                pod: pod_name(pod),
-                uid: Some(pod_uid(pod)),
+                pod: if pod == UNKNOWN_POD {
+                    UNKNOWN_PREDECESSOR.to_string()
+                } else {
+                    pod_name(pod)
+                },
+                uid: (pod != UNKNOWN_POD).then(|| pod_uid(pod)),
                 epoch,
                 lease_seconds: i32::from(duration),
                 // The model's clients write no step-down: the operator's own knowledge ends it.

@@ -8,12 +8,12 @@
 use std::collections::BTreeSet;
 
 use leadergroup_operator::election::{self, Decision, Observation};
-use leadergroup_operator::lease_record::LeaseRecord;
+use leadergroup_operator::lease_record::{LeaseRecord, UNKNOWN_PREDECESSOR};
 use leadergroup_operator::lease_sightings::Sighting;
 
 use super::clock;
 use super::objects::{self, ARBITER};
-use super::state::{HbLease, HbState, INTRUDER};
+use super::state::{HbLease, HbState, INTRUDER, UNKNOWN_POD};
 use crate::api::PodId;
 use crate::error::ModelError;
 use crate::objects::pod_id;
@@ -136,7 +136,11 @@ fn committed(
         .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
     let predecessor = match &record.predecessor {
         Some(p) => Some((
-            pod_id(&p.pod)?,
+            if p.pod == UNKNOWN_PREDECESSOR {
+                UNKNOWN_POD
+            } else {
+                pod_id(&p.pod)?
+            },
             p.epoch,
             u8::try_from(p.lease_seconds)
                 .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?,

@@ -62,6 +62,10 @@ impl HbLease {
 /// The holder a foreign writer puts in the Lease: no pod of the group.
 pub const INTRUDER: &str = "intruder";
 
+/// The predecessor of a Lease created again after a deletion, when the operator cannot name it
+/// (`lease_record::UNKNOWN_PREDECESSOR`): no pod.
+pub const UNKNOWN_POD: PodId = PodId::MAX;
+
 /// How far above the Lease's epoch a foreign writer sets it.
 pub const FORGED_EPOCH_STEP: i64 = 2;
 
