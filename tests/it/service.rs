@@ -7,13 +7,14 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ContainerPort, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use leadergroup_client::Membership;
-use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER};
+use leadergroup_operator::crd::{LeaderGroup, ROLE_LABEL, ROLE_LEADER, lease_name_for};
 use leadergroup_operator::routing::{MANAGED_BY, MANAGED_BY_LABEL, ROUTING, SERVICE_NAME_LABEL};
 use leadergroup_testenv::{MemberRules, control_plane, member_account, wait_for_object};
 use serde_json::json;
@@ -223,9 +224,50 @@ async fn both_modes_create_owned_services_and_the_slice_lists_the_leader_by_its_
             slices.get("eps-front").await.unwrap().resource_version(),
         ]
     };
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // What proves the window passed is two renewals of each group's Lease at 3 s (each one a
+    // reconcile that also converged the route), not a time slept.
+    let leases: Api<Lease> = w.ns.api();
+    let renewed = |g: &'static str| {
+        let leases = leases.clone();
+        async move {
+            let lease = leases.get(&lease_name_for(g)).await.unwrap();
+            let spec = lease.spec.unwrap_or_default();
+            (spec.lease_duration_seconds, spec.renew_time.map(|t| t.0))
+        }
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut last = Vec::new();
+    for g in ["lbl", "eps"] {
+        loop {
+            let (seconds, at) = renewed(g).await;
+            if seconds == Some(3) {
+                last.push(at);
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{g}'s Lease never took 3 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     let before = versions().await;
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    for (g, mut at) in ["lbl", "eps"].into_iter().zip(last) {
+        for _ in 0..2 {
+            loop {
+                let (_, now) = renewed(g).await;
+                if now != at {
+                    at = now;
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{g}'s Lease was not renewed"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
     assert_eq!(
         versions().await,
         before,
