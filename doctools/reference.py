@@ -90,7 +90,8 @@ def values_comments(text):
     comments, path, pending = {}, [], None
     for line in text.split("\n"):
         stripped = line.strip()
-        if stripped.startswith("# --"):
+        # helm-docs' marker is "# -- " with its space: "# --flag" continues a comment.
+        if stripped == "# --" or stripped.startswith("# -- "):
             pending = [stripped[4:].strip()]
         elif stripped.startswith("#") and pending is not None:
             pending.append(stripped[1:].strip())
@@ -118,6 +119,10 @@ def chart_values_page():
         values_text = f.read()
     defaults = yaml.safe_load(values_text)
     comments = values_comments(values_text)
+    # A comment read from the middle of a sentence (the marker mistaken) starts in lower case.
+    broken = [k for k, c in comments.items() if c and not re.match(r"[A-Z`(0-9]", c)]
+    if broken:
+        sys.exit(f"reference.py: values.yaml comments that do not start a sentence: {broken}")
     rows = []
 
     def walk(node, path, default):
