@@ -143,3 +143,51 @@ async fn status_switchover_pause_and_resume() {
         "{text}"
     );
 }
+
+/// kubectl's connection flags: `--kubeconfig` and `--context` are the plugin's too, whatever
+/// `$KUBECONFIG` says; a context the file lacks is refused, naming it.
+#[tokio::test]
+async fn the_plugin_takes_kubectls_kubeconfig_and_context_flags() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("plugin-flags").await;
+    w.ordered_ready_pods("app", 1, "pay").await;
+    let _operator = Operator::start(cp, &w.ns.name, "op-plugin-flags", &[]).await;
+    w.groups
+        .create(&PostParams::default(), &group("pay", "pay"))
+        .await
+        .unwrap();
+    w.wait_settled("pay", "a leader at epoch 1", |s| s.epoch == 1)
+        .await;
+    let path = cp.kubeconfig_path();
+    let context = kube::config::Kubeconfig::read_from(path)
+        .unwrap()
+        .current_context
+        .expect("the light cluster's kubeconfig names its context");
+    let run = |context: String| {
+        let ns = w.ns.name.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-leadergroup"))
+                .args(["-n", &ns, "status", "pay"])
+                .arg("--kubeconfig")
+                .arg(path)
+                .args(["--context", &context])
+                // Only the flags can lead it to the cluster.
+                .env("KUBECONFIG", "/nonexistent/kubeconfig")
+                .output()
+                .await
+                .expect("run kubectl-leadergroup")
+        }
+    };
+    let out = run(context).await;
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("epoch 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run("no-such-context".into()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("no-such-context"),
+        "{stderr}"
+    );
+}

@@ -6,6 +6,8 @@ use std::time::Duration;
 pub enum PluginError {
     #[error("cannot reach the cluster: {0}")]
     Connect(#[source] kube::Error),
+    #[error("cannot use the kubeconfig (--kubeconfig, --context): {0}")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
     #[error("LeaderGroup {group} in namespace {namespace}: {source}")]
     Api {
         group: String,

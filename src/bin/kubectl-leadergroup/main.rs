@@ -19,6 +19,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
@@ -37,6 +38,13 @@ struct Cli {
     /// The namespace (default: the kubeconfig context's, else `default`).
     #[arg(short, long, global = true)]
     namespace: Option<String>,
+    /// The kubeconfig file, as kubectl's `--kubeconfig` (default: `$KUBECONFIG`, else
+    /// `~/.kube/config`, else the pod's in-cluster configuration).
+    #[arg(long, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use, as kubectl's `--context`.
+    #[arg(long, global = true)]
+    context: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -95,10 +103,32 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), PluginError> {
-    let config = Config::infer()
+/// The client configuration, as kubectl finds it: the file and context given, or inferred.
+async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> Result<Config, PluginError> {
+    if kubeconfig.is_none() && context.is_none() {
+        return Config::infer()
+            .await
+            .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)));
+    }
+    let file = match kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    }
+    .map_err(PluginError::Kubeconfig)?;
+    let options = KubeConfigOptions {
+        context,
+        ..KubeConfigOptions::default()
+    };
+    Config::from_custom_kubeconfig(file, &options)
         .await
-        .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
+        .map_err(PluginError::Kubeconfig)
+}
+
+async fn run(cli: Cli) -> Result<(), PluginError> {
+    let config = connect(cli.kubeconfig.as_deref(), cli.context.clone()).await?;
     let namespace = cli
         .namespace
         .unwrap_or_else(|| config.default_namespace.clone());
