@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease, metric};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -201,7 +201,7 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
         .unwrap();
     let pods = w.ordered_ready_pods("app", 2, "pay").await;
     let watch = InvariantWatcher::start(&w.ns.client, &w.ns.name).await;
-    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    let op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
     // A short Lease: the operator looks again once per duration for the foreign Lease to go.
     let mut g = group("pay", "pay");
     g.spec.lease_duration_seconds = 3;
@@ -217,10 +217,23 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
     assert_eq!(status.leader, None);
     w.wait_event("pay", "LeaseNotOwned", &lease_name_for("pay"))
         .await;
-    // Pod events make the operator decide again: still refused, still untouched.
+    // Pod events make the operator decide again: still refused, still untouched. What proves
+    // it decided is its reconcile count (this operator reconciles this group alone), not a time
+    // slept.
+    let reconciles = || async {
+        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
+    };
+    let before = reconciles().await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     w.kubelet.set_ready(&pods[0], true).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while reconciles().await < before + 2.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no decision after the pod events"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let now = leases.get(&lease_name_for("pay")).await.unwrap();
     assert_eq!(
         now.resource_version(),
@@ -311,7 +324,7 @@ async fn refused_for(w: &World, reason: &str) -> LeaderGroupStatus {
 /// deleted, after which the next leader gets the next token.
 #[tokio::test]
 async fn a_forged_lease_epoch_far_above_the_records_is_reported_and_never_adopted() {
-    let (w, _op, watch, pods) = started("lease-forged", 2).await;
+    let (w, op, watch, pods) = started("lease-forged", 2).await;
     forge_lease_epoch(&w, i64::MAX).await;
     let status = refused_for(&w, "ImplausibleEpoch").await;
     assert_eq!(
@@ -328,9 +341,21 @@ async fn a_forged_lease_epoch_far_above_the_records_is_reported_and_never_adopte
         "the Event names the field and both values: {note}"
     );
 
-    // Held: the leader keeps its token, nobody new is elected, the Lease is left as it is.
+    // Held: the leader keeps its token, nobody new is elected, the Lease is left as it is, and
+    // the operator has decided since (its reconcile count; it reconciles this group alone).
+    let reconciles = || async {
+        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
+    };
+    let before = reconciles().await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while reconciles().await < before + 1.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no decision after the pod event"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         w.labeled_leaders("pay").await,
         vec![(pods[0].clone(), Some(1))],
