@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{InvariantWatcher, Operator, Settled, World, group, role};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, metric, role};
 use kube::api::PostParams;
 use leadergroup_operator::crd::{LeaderGroup, PodSelector};
 use leadergroup_operator::election::OVERLAPPING;
@@ -115,7 +115,7 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     use leadergroup_operator::crd::GROUP_ANNOTATION;
 
     let w = World::new("overlap-grow").await;
-    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    let op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
     w.groups
         .create(&PostParams::default(), &group("older", "older"))
         .await
@@ -160,8 +160,23 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     w.patch_spec("older", grown).await;
     let older = w.wait_settled("older", "older takes y-0", |_| true).await;
     assert_eq!(older.leader, pods[0], "the oldest Ready pod it now selects");
-    // Give the younger group every chance to fight back.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Give the younger group every chance to fight back: it has let go (the older group holds
+    // both its pods), and the operator has decided twice more since (its reconcile
+    // count), not a time slept.
+    w.wait_status("younger", "younger lets go of y-0", |s| s.leader.is_none())
+        .await;
+    let reconciles = || async {
+        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
+    };
+    let before = reconciles().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while reconciles().await < before + 2.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the operator stopped deciding"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
     let taken = seen
