@@ -42,8 +42,10 @@ pub(super) fn commit(
     };
     let predecessor =
         super::step_down::predecessor(obs, lease, leader.as_deref(), token.minted, lapsed);
-    let same_tenure =
-        same_holder && !token.minted && lease.is_some_and(|l| l.holder_uid == holder_uid);
+    // A Lease that records no UID yet (written before UIDs were) names the same incarnation.
+    let same_tenure = same_holder
+        && !token.minted
+        && lease.is_some_and(|l| l.holder_uid.is_none() || l.holder_uid == holder_uid);
     // A shortened Lease keeps the longest duration of the tenure: its holder's member may time
     // itself by that one until it is deposed.
     let longest_seconds = lease
