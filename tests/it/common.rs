@@ -445,6 +445,21 @@ impl Operator {
         assert_eq!(code, 200, "{body}");
         body
     }
+
+    /// How many reconciles it has finished (`leadergroup_reconcile_seconds_count`).
+    pub async fn reconciles(&self) -> f64 {
+        metric(&self.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
+    }
+
+    /// Waits until it has finished `more` reconciles beyond `before` ([`Operator::reconciles`]):
+    /// the proof that it decided again, where a test would otherwise sleep.
+    pub async fn wait_reconciles(&self, before: f64, more: f64, what: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.reconciles().await < before + more {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// The repository's root.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease, metric};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, lease};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -220,20 +220,11 @@ async fn lease_not_owned_by_the_group_is_never_overwritten() {
     // Pod events make the operator decide again: still refused, still untouched. What proves
     // it decided is its reconcile count (this operator reconciles this group alone), not a time
     // slept.
-    let reconciles = || async {
-        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
-    };
-    let before = reconciles().await;
+    let before = op.reconciles().await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
     w.kubelet.set_ready(&pods[0], true).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while reconciles().await < before + 2.0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no decision after the pod events"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    op.wait_reconciles(before, 2.0, "no decision after the pod events")
+        .await;
     let now = leases.get(&lease_name_for("pay")).await.unwrap();
     assert_eq!(
         now.resource_version(),
@@ -343,19 +334,10 @@ async fn a_forged_lease_epoch_far_above_the_records_is_reported_and_never_adopte
 
     // Held: the leader keeps its token, nobody new is elected, the Lease is left as it is, and
     // the operator has decided since (its reconcile count; it reconciles this group alone).
-    let reconciles = || async {
-        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
-    };
-    let before = reconciles().await;
+    let before = op.reconciles().await;
     w.kubelet.set_ready(&pods[0], false).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while reconciles().await < before + 1.0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no decision after the pod event"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    op.wait_reconciles(before, 1.0, "no decision after the pod event")
+        .await;
     assert_eq!(
         w.labeled_leaders("pay").await,
         vec![(pods[0].clone(), Some(1))],

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{InvariantWatcher, Operator, Settled, World, group, metric, role};
+use crate::common::{InvariantWatcher, Operator, Settled, World, group, role};
 use kube::api::PostParams;
 use leadergroup_operator::crd::{LeaderGroup, PodSelector};
 use leadergroup_operator::election::OVERLAPPING;
@@ -165,18 +165,9 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     // count), not a time slept.
     w.wait_status("younger", "younger lets go of y-0", |s| s.leader.is_none())
         .await;
-    let reconciles = || async {
-        metric(&op.metrics().await, "leadergroup_reconcile_seconds_count").unwrap_or(0.0)
-    };
-    let before = reconciles().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while reconciles().await < before + 2.0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the operator stopped deciding"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let before = op.reconciles().await;
+    op.wait_reconciles(before, 2.0, "the operator stopped deciding")
+        .await;
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
     let taken = seen
