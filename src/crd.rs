@@ -368,6 +368,11 @@ pub struct LeaderGroupStatus {
     /// Name of the Lease recording the leader, in the group's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_name: Option<String>,
+    /// The longest `leaseDurationSeconds` a member may still time its confirmation by: the
+    /// leader's, over its tenure, or a predecessor's not yet stepped down. The Lease says so too;
+    /// this copy outlives a Lease deleted by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_lease_seconds: Option<i32>,
     /// Number of pods the selector matches.
     #[serde(default)]
     pub candidates: i32,

@@ -288,15 +288,13 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         lapse.record.as_ref(),
     );
     let transition = Transition::between(obs, &members, &records, &leader, token);
-    let status = status::change(
-        obs,
-        &members,
-        &records,
-        &leader,
-        token,
-        transition.as_ref(),
-        &heartbeat,
-    );
+    let chosen = status::Chosen {
+        leader: &leader,
+        epoch: token.epoch,
+        transition: transition.as_ref(),
+        lease: commit.as_ref().or(records.lease.as_ref()),
+    };
+    let status = status::change(obs, &members, &records, &heartbeat, &chosen);
     let Marking {
         demote,
         release,

@@ -11,31 +11,32 @@ use super::eligibility;
 use super::heartbeat::Heartbeat;
 use super::history;
 use super::records::Records;
-use super::token::Token;
 use super::{
     HEARTBEAT, LATE_STEP_DOWN, LEADER_ELECTED, OVERLAPPING, Observation, READY, RECONCILED,
     Transition,
 };
 use crate::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
+use crate::lease_record::LeaseRecord;
+
+/// What this decision chose, as the status records it: the leader, its epoch, the transition to
+/// it, and the Lease the decision leaves.
+pub(super) struct Chosen<'a> {
+    pub leader: &'a Option<String>,
+    pub epoch: i64,
+    pub transition: Option<&'a Transition>,
+    pub lease: Option<&'a LeaseRecord>,
+}
 
 /// The status after this decision, if it differs from the group's: nothing is written for nothing.
 pub(super) fn change(
     obs: &Observation<'_>,
     members: &Candidates<'_>,
     records: &Records,
-    leader: &Option<String>,
-    token: Token,
-    transition: Option<&Transition>,
     heartbeat: &Heartbeat,
+    chosen: &Chosen<'_>,
 ) -> Option<LeaderGroupStatus> {
-    let mut next = next(
-        obs,
-        &records.status,
-        members,
-        leader,
-        token.epoch,
-        transition,
-    );
+    let leader = chosen.leader;
+    let mut next = next(obs, &records.status, members, chosen);
     let generation = obs.group.metadata.generation;
     let at = (generation, obs.now);
     let heartbeat = heartbeat_condition(obs, leader, heartbeat, members.lapsed.as_deref());
@@ -44,6 +45,32 @@ pub(super) fn change(
     set_or_remove(&mut next, LATE_STEP_DOWN, late, at);
     set_ready(&mut next, generation, obs.now);
     (Some(&next) != obs.group.status.as_ref()).then_some(next)
+}
+
+/// The longest Lease duration a member may time itself by after this decision, given the Lease
+/// it leaves (`after`): the spec's, the Lease's longest of its tenure, a pending predecessor's,
+/// and, within the same epoch, what the status already says (the Lease may have been deleted
+/// since). A new epoch whose predecessor stepped down starts afresh.
+fn longest_lease_seconds(
+    obs: &Observation<'_>,
+    current: &LeaderGroupStatus,
+    epoch: i64,
+    after: Option<&LeaseRecord>,
+) -> Option<i32> {
+    if epoch == 0 {
+        return None;
+    }
+    let lease = after.map_or(0, |l| {
+        let predecessor = l.predecessor.as_ref().filter(|p| p.pending());
+        l.longest_seen()
+            .max(predecessor.map_or(0, |p| p.lease_seconds))
+    });
+    let kept = if current.epoch == epoch {
+        current.longest_lease_seconds.unwrap_or(0)
+    } else {
+        0
+    };
+    Some(obs.group.spec.lease_duration_seconds.max(lease).max(kept))
 }
 
 /// In Readiness mode, why a leader cut off from the API server may still believe it leads after
@@ -79,10 +106,14 @@ fn next(
     obs: &Observation<'_>,
     current: &LeaderGroupStatus,
     m: &Candidates<'_>,
-    leader: &Option<String>,
-    epoch: i64,
-    transition: Option<&Transition>,
+    chosen: &Chosen<'_>,
 ) -> LeaderGroupStatus {
+    let Chosen {
+        leader,
+        epoch,
+        transition,
+        lease,
+    } = *chosen;
     let ready = i32::try_from(m.succession.len()).unwrap_or(i32::MAX);
     let candidates = i32::try_from(m.matched.len()).unwrap_or(i32::MAX);
     let mut s = LeaderGroupStatus {
@@ -90,6 +121,7 @@ fn next(
         leader_uid: leader.as_deref().and_then(|l| super::pod_uid(obs.pods, l)),
         epoch: epoch.max(current.epoch),
         lease_name: Some(obs.group.lease_name()),
+        longest_lease_seconds: longest_lease_seconds(obs, current, epoch, lease),
         candidates,
         ready_candidates: ready,
         ready: Some(format!("{ready}/{candidates}")),

@@ -55,8 +55,8 @@ pub(super) fn predecessor(
 /// never deletes one), which took the acknowledgement and the predecessor it named with it.
 /// A last leader that carries its marks at the status's epoch was labeled after every earlier
 /// step-down, but its member may have acknowledged and, cut off, never seen the deletion: it is
-/// named itself, so that a handover away from it waits for its step-down (timed by the group's
-/// duration: the one it last saw went with the Lease). Otherwise, when the group has had a
+/// named itself, so that a handover away from it waits for its step-down (timed by the longest
+/// duration the status kept: the Lease's went with it). Otherwise, when the group has had a
 /// leader (committed and not yet labeled, or nobody leading since), an unknown one is named,
 /// which no member can step down for, so the next leader is labeled once a confirmation has
 /// lapsed, as after a cut-off predecessor.
@@ -70,7 +70,11 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
         pod,
         uid,
         epoch: status.epoch,
-        lease_seconds: obs.group.spec.lease_duration_seconds,
+        lease_seconds: obs
+            .group
+            .spec
+            .lease_duration_seconds
+            .max(status_longest(obs)),
         // Which of its members acknowledged went with the Lease.
         members: vec![UNKNOWN_MEMBERS.to_string()],
         stepped_down_by: Vec::new(),
@@ -102,12 +106,22 @@ fn labeled_beside_another_holder(
             .group
             .spec
             .lease_duration_seconds
-            .max(lease.longest_seen()),
+            .max(lease.longest_seen())
+            .max(status_longest(obs)),
         // The Lease no longer says which of its members acknowledged.
         members: vec![UNKNOWN_MEMBERS.to_string()],
         stepped_down_by: Vec::new(),
         stepped_down: false,
     })
+}
+
+/// The longest Lease duration the status kept for its epoch, 0 when it kept none.
+fn status_longest(obs: &Observation<'_>) -> i32 {
+    obs.group
+        .status
+        .as_ref()
+        .and_then(|s| s.longest_lease_seconds)
+        .unwrap_or(0)
 }
 
 /// The pod the status names as the leader, with the status's epoch, if it carries the group's

@@ -148,12 +148,15 @@ impl HbConfig {
     }
 
     /// The Lease deleted by hand while its leader's client is cut off (it never sees the
-    /// deletion), then a `preferredLeader` edit: the Lease created again must still make the
-    /// handover wait for that leader.
+    /// deletion), before or after a `preferredLeader` edit and a Lease shortened from 6 s to
+    /// 3 s: the Lease created again must still make the handover wait for that leader, as long
+    /// as the longest Lease it may have seen.
     pub fn lease_deleted() -> Self {
         HbConfig {
             name: "lease-deleted",
             max_ticks: 4,
+            edited_duration: 3,
+            duration_edits: 1,
             lease_deletions: 1,
             readiness: 0,
             ..HbConfig::immediate_handover()
@@ -252,6 +255,7 @@ impl HeartbeatModel {
             preferred: None,
             spec_duration: self.config.duration,
             status: (0, 1),
+            status_longest: Some(self.config.duration),
             sighting: None,
             clients: (0..self.config.pods)
                 .map(|p| Client::started(&pod_name(p), 0))

@@ -117,6 +117,7 @@ pub fn group(state: &HbState) -> Result<LeaderGroup, ModelError> {
         leader: Some(pod_name(leader)),
         leader_uid: Some(pod_uid(leader)),
         epoch,
+        longest_lease_seconds: state.status_longest.map(i32::from),
         ..LeaderGroupStatus::default()
     });
     Ok(g)

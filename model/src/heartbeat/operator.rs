@@ -80,8 +80,12 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
         && let Some(leader) = status.leader.as_deref()
     {
         let recorded = (pod_id(leader)?, status.epoch);
-        changed |= state.status != recorded;
+        let longest = status
+            .longest_lease_seconds
+            .and_then(|s| u8::try_from(s).ok());
+        changed |= state.status != recorded || state.status_longest != longest;
         state.status = recorded;
+        state.status_longest = longest;
     }
     for name in plan
         .demote

@@ -145,6 +145,8 @@ pub struct HbState {
     pub spec_duration: u8,
     /// The status's leader and epoch.
     pub status: (PodId, i64),
+    /// The status's longest Lease duration, if it records one.
+    pub status_longest: Option<u8>,
     /// The operator's sighting of the Lease (its own code), on its own clock.
     pub sighting: Option<Sighting>,
     pub clients: Vec<Client>,

@@ -450,6 +450,36 @@ fn a_lease_shortened_before_the_handover_is_waited_for_as_long_as_the_longest_th
 }
 
 #[test]
+fn a_shortened_lease_deleted_during_the_wait_is_created_again_with_the_longest_duration() {
+    // As above (a 30 s Lease shortened to 3 s under a, cut off, then a NotReady and b
+    // committed), then the Lease is deleted by hand while b waits for a: the Lease's longest
+    // duration goes with it, the status's stays, and the Lease created again times a by it.
+    let (mut g, mut pods, _) = acknowledged(4);
+    let long = owned(&LeaseRecord {
+        acknowledged: true,
+        duration_seconds: 30,
+        ..record(Some("a"), 4, 999, ME)
+    });
+    g.spec.lease_duration_seconds = 3;
+    let p = plan(decide_with(&g, &pods, Some(&long)));
+    let shortened = p.commit.expect("the new duration is written");
+    g.status = Some(p.status.expect("the status records the longest"));
+    pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
+    let p = plan(decide_with(&g, &pods, Some(&owned(&shortened))));
+    assert_eq!(p.promote, None, "b waits for a");
+    g.status = Some(p.status.expect("b is recorded"));
+    assert_eq!(g.status.as_ref().and_then(|s| s.longest_lease_seconds), Some(30));
+    let p = plan(decide_with(&g, &pods, None));
+    assert_eq!(p.promote, None, "b still waits for a");
+    let predecessor = p.commit.and_then(|c| c.predecessor).expect("a is named");
+    assert_eq!(
+        (predecessor.pending(), predecessor.validity()),
+        (true, Duration::from_secs(20)),
+        "two thirds of the 30 s Lease a saw, kept by the status"
+    );
+}
+
+#[test]
 fn a_leader_that_the_pod_gc_marked_failed_while_its_containers_run_is_waited_for() {
     // The pod GC sets `Failed` on the pods of a deleted node (or one tainted out-of-service)
     // while their containers may still run there: the phase says nothing of the processes.
