@@ -1,11 +1,12 @@
 //! The applications of the run: every pod runs the client's `Membership` in this process, one per
-//! pod, authenticated as its group's members' ServiceAccount and reaching the API server through a
-//! proxy of its own (its node's network, which the faults cut or stall). A pod's `Membership`
-//! starts when the pod is created and stops when its container stops; a restart fault stops it
-//! and starts a new one in the same pod.
+//! pod (two in some groups' pods, [`crate::plan::members_per_pod`]: an agent beside the
+//! application's own), authenticated as its group's members' ServiceAccount and each reaching the API server
+//! through a proxy of its own (which the faults cut or stall: all of a pod's at once when its node
+//! is cut off, or one member's alone). A pod's `Membership`s start when the pod is created and
+//! stop when its container stops; a restart fault stops them and starts new ones in the same pod.
 //!
 //! Every role change of every `Membership` is recorded on this process's monotonic clock
-//! ([`Claims`]): at no instant may two of a group report `Leader` (the application-level
+//! ([`Claims`]): at no instant may two pods of a group report `Leader` (the application-level
 //! guarantee the client documents).
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,14 +32,17 @@ pub struct Members {
     claims: Arc<Claims>,
 }
 
-/// One pod's application.
+/// One pod's application: its members.
 struct Member {
     group: usize,
-    proxy: Proxy,
+    /// One proxy per `Membership` of the pod.
+    proxies: Vec<Proxy>,
     /// `None` while restarting.
-    running: Option<Running>,
+    running: Option<Vec<Running>>,
     /// Its node is cut off (a [`Members::cut`] not yet healed).
     cut: bool,
+    /// Its last member alone is cut off (a [`Members::cut_one`] not yet healed).
+    one_cut: bool,
 }
 
 /// A `Membership` and the task that records its role changes.
@@ -77,12 +81,16 @@ impl Members {
 
     /// Starts the application of the new pod `pod` of group `g`.
     pub async fn join(&self, g: usize, pod: &str) -> Result<(), Error> {
-        let proxy = Proxy::start(self.upstream).await?;
+        let mut proxies = Vec::new();
+        for _ in 0..crate::plan::members_per_pod(g) {
+            proxies.push(Proxy::start(self.upstream).await?);
+        }
         let mut member = Member {
             group: g,
-            proxy,
+            proxies,
             running: None,
             cut: false,
+            one_cut: false,
         };
         member.running = Some(self.run(&member, pod).await?);
         self.pods.lock().await.insert(pod.to_owned(), member);
@@ -128,20 +136,36 @@ impl Members {
     pub async fn cut(&self, pod: &str) -> bool {
         let mut pods = self.pods.lock().await;
         match pods.get_mut(pod) {
-            Some(member) if !member.cut => {
+            Some(member) if !member.cut && !member.one_cut => {
                 member.cut = true;
-                member.proxy.cut();
+                member.proxies.iter().for_each(Proxy::cut);
                 true
             }
             _ => false,
         }
     }
 
-    /// Ends [`Members::cut`]: the hung connections close, new ones flow.
+    /// Cuts the last of `pod`'s two members off alone (its connection, not its node: the pod's
+    /// other member and its kubelet hear the API server). False for a pod of one member, or one
+    /// cut already (or gone).
+    pub async fn cut_one(&self, pod: &str) -> bool {
+        let mut pods = self.pods.lock().await;
+        match pods.get_mut(pod) {
+            Some(member) if !member.cut && !member.one_cut && member.proxies.len() > 1 => {
+                member.one_cut = true;
+                member.proxies.iter().last().into_iter().for_each(Proxy::cut);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends [`Members::cut`] or [`Members::cut_one`]: the hung connections close, new ones flow.
     pub async fn heal(&self, pod: &str) {
         if let Some(member) = self.pods.lock().await.get_mut(pod) {
             member.cut = false;
-            member.proxy.heal();
+            member.one_cut = false;
+            member.proxies.iter().for_each(Proxy::heal);
         }
     }
 
@@ -154,7 +178,7 @@ impl Members {
     pub async fn stall(&self, pod: &str) -> bool {
         match self.pods.lock().await.get(pod) {
             Some(member) => {
-                member.proxy.stall();
+                member.proxies.iter().for_each(Proxy::stall);
                 true
             }
             None => false,
@@ -169,51 +193,56 @@ impl Members {
         }
     }
 
-    /// A `Membership` for `pod` through its member's proxy, its role changes recorded.
-    async fn run(&self, member: &Member, pod: &str) -> Result<Running, Error> {
+    /// A `Membership` for `pod` through each of its member's proxies, their role changes
+    /// recorded.
+    async fn run(&self, member: &Member, pod: &str) -> Result<Vec<Running>, Error> {
         let token = self
             .tokens
             .get(member.group)
             .ok_or_else(|| Error::Setup(format!("no token for group {}", member.group)))?;
-        let client = self
-            .cluster
-            .client_with_token_via(token, Some(member.proxy.addr))
-            .await?;
-        let group = World::group(member.group);
-        let membership = Membership::start(client, &self.namespace, pod, Some(group.clone()));
-        let mut roles = membership.subscribe();
-        let (claims, pod) = (Arc::clone(&self.claims), pod.to_owned());
-        let recorder = tokio::spawn(async move {
-            loop {
-                let role = *roles.borrow_and_update();
-                claims.record(&group, &pod, role, Instant::now());
-                if roles.changed().await.is_err() {
-                    return;
+        let mut running = Vec::new();
+        for (index, proxy) in member.proxies.iter().enumerate() {
+            let client = self
+                .cluster
+                .client_with_token_via(token, Some(proxy.addr))
+                .await?;
+            let group = World::group(member.group);
+            let membership = Membership::start(client, &self.namespace, pod, Some(group.clone()));
+            let mut roles = membership.subscribe();
+            let (claims, pod) = (Arc::clone(&self.claims), pod.to_owned());
+            let recorder = tokio::spawn(async move {
+                loop {
+                    let role = *roles.borrow_and_update();
+                    claims.record(&group, (&pod, index), role, Instant::now());
+                    if roles.changed().await.is_err() {
+                        return;
+                    }
                 }
-            }
-        });
-        Ok(Running {
-            _membership: membership,
-            recorder,
-        })
+            });
+            running.push(Running {
+                _membership: membership,
+                recorder,
+            });
+        }
+        Ok(running)
     }
 
-    /// Records the stop at this instant (before the `Membership` goes), then stops it.
-    fn stop(&self, member: &Member, pod: &str, running: Option<&Running>) {
-        if let Some(running) = running {
+    /// Records the stops at this instant (before the `Membership`s go), then stops them.
+    fn stop(&self, member: &Member, pod: &str, running: Option<&Vec<Running>>) {
+        for (index, running) in running.into_iter().flatten().enumerate() {
             running.recorder.abort();
             self.claims.record(
                 &World::group(member.group),
-                pod,
+                (pod, index),
                 Role::Unknown,
                 Instant::now(),
             );
         }
-        // Dropping the Membership (the caller's) stops it; the recorder is gone already.
+        // Dropping the Memberships (the caller's) stops them; the recorders are gone already.
     }
 }
 
-/// Two `Membership`s of one group reporting `Leader` at once.
+/// Two `Membership`s of one group, in two pods, reporting `Leader` at once.
 #[derive(Clone, Debug)]
 pub struct Overlap {
     pub group: String,
@@ -232,10 +261,14 @@ pub struct Claims {
     state: Mutex<ClaimState>,
 }
 
+/// A member: its pod, and its index among the pod's members.
+type MemberKey = (String, usize);
+
 #[derive(Default)]
 struct ClaimState {
-    /// Per group, per pod reporting `Leader` now: its epoch, and since when.
-    leading: BTreeMap<String, BTreeMap<String, (i64, Instant)>>,
+    /// Per group, per member (its pod and its index there) reporting `Leader` now: its epoch,
+    /// and since when.
+    leading: BTreeMap<String, BTreeMap<MemberKey, (i64, Instant)>>,
     /// Role changes recorded, and how many of them to `Leader`.
     changes: usize,
     leader_reports: usize,
@@ -243,21 +276,29 @@ struct ClaimState {
 }
 
 impl Claims {
-    /// `pod` of `group` reports `role` from `now` on.
-    pub fn record(&self, group: &str, pod: &str, role: Role, now: Instant) {
+    /// The member `index` of `pod` of `group` reports `role` from `now` on. Two members of one
+    /// pod reporting `Leader` together are no overlap: they are one leader.
+    pub fn record(&self, group: &str, (pod, index): (&str, usize), role: Role, now: Instant) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.changes += 1;
         let leading = state.leading.entry(group.to_owned()).or_default();
-        let before = leading.get(pod).map(|(epoch, _)| *epoch);
+        let key = (pod.to_owned(), index);
+        let before = leading.get(&key).map(|(epoch, _)| *epoch);
         let now_epoch = role.leader_epoch().map(i64::from);
         if before == now_epoch {
             return;
         }
-        leading.remove(pod);
-        let others: Vec<(String, i64)> =
-            leading.iter().map(|(p, (e, _))| (p.clone(), *e)).collect();
+        leading.remove(&key);
+        let others: Vec<(String, i64)> = leading
+            .iter()
+            .filter(|((p, _), _)| p != pod)
+            .map(|((p, _), (e, _))| (p.clone(), *e))
+            .collect();
         if let Some(epoch) = now_epoch {
-            leading.insert(pod.to_owned(), (epoch, now));
+            leading.insert(key, (epoch, now));
+        }
+        let pod_still_leads = leading.keys().any(|(p, _)| p == pod);
+        if let Some(epoch) = now_epoch {
             state.leader_reports += 1;
             for first in others {
                 state.overlaps.push(Overlap {
@@ -269,8 +310,9 @@ impl Claims {
                 });
             }
         }
-        if before.is_some() {
-            // An overlap ends when either side stops reporting Leader (at the epoch it had).
+        // An overlap ends when either side stops reporting Leader (at the epoch it had): when
+        // no member of its pod does any more.
+        if before.is_some() && !pod_still_leads {
             for o in state.overlaps.iter_mut().filter(|o| o.length.is_none()) {
                 if o.group == group && (o.first.0 == pod || o.second.0 == pod) {
                     o.length = Some(now.saturating_duration_since(o.since));
@@ -302,13 +344,13 @@ mod tests {
         let claims = Claims::default();
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        claims.record("g0", "a", leader(1), at(0));
-        claims.record("g0", "a", Role::Unknown, at(10));
-        claims.record("g0", "b", leader(2), at(20));
-        claims.record("g1", "x", leader(1), at(25));
+        claims.record("g0", ("a", 0), leader(1), at(0));
+        claims.record("g0", ("a", 0), Role::Unknown, at(10));
+        claims.record("g0", ("b", 0), leader(2), at(20));
+        claims.record("g1", ("x", 0), leader(1), at(25));
         assert!(claims.report().2.is_empty());
-        claims.record("g0", "a", leader(3), at(30));
-        claims.record("g0", "b", Role::Follower, at(45));
+        claims.record("g0", ("a", 0), leader(3), at(30));
+        claims.record("g0", ("b", 0), Role::Follower, at(45));
         let (changes, leaders, overlaps) = claims.report();
         assert_eq!((changes, leaders), (6, 4));
         assert_eq!(overlaps.len(), 1);
@@ -318,5 +360,24 @@ mod tests {
             (("b".into(), 2), ("a".into(), 3))
         );
         assert_eq!(o.length, Some(Duration::from_millis(15)));
+    }
+
+    #[test]
+    fn two_members_of_one_pod_are_one_leader_and_each_keeps_an_overlap_open() {
+        let claims = Claims::default();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        claims.record("g0", ("a", 0), leader(1), at(0));
+        claims.record("g0", ("a", 1), leader(1), at(1));
+        assert!(claims.report().2.is_empty(), "one pod, one leader");
+        // a's first member steps down; its second, cut off, still reports Leader when b leads.
+        claims.record("g0", ("a", 0), Role::Follower, at(10));
+        claims.record("g0", ("b", 0), leader(2), at(20));
+        claims.record("g0", ("b", 1), leader(2), at(21));
+        claims.record("g0", ("a", 1), Role::Unknown, at(50));
+        let overlaps = claims.report().2;
+        assert_eq!(overlaps.len(), 2, "{overlaps:?}");
+        assert_eq!(overlaps[0].second, ("b".into(), 2));
+        assert_eq!(overlaps[0].length, Some(Duration::from_millis(30)));
     }
 }

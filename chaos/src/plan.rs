@@ -109,6 +109,10 @@ pub enum WhileCut {
     DeleteLease,
     /// The status patched by hand to name a follower at the leader's epoch: no token twice.
     PatchStatus,
+    /// One of the leader pod's two members cut off alone (the other hears and steps down), then
+    /// `preferredLeader` names a follower: the handover must wait for both (undone after the
+    /// cut; a pod of one member skips it).
+    OneMemberThenHandOver,
 }
 
 /// A user's edit of a group's spec.
@@ -156,6 +160,7 @@ impl Fault {
                 WhileCut::ShortenThenHandOver => "client cut off, Lease shortened, handover",
                 WhileCut::DeleteLease => "client cut off, Lease deleted",
                 WhileCut::PatchStatus => "client cut off, status patched",
+                WhileCut::OneMemberThenHandOver => "one of two members cut off, handover",
             },
         }
     }
@@ -191,7 +196,7 @@ impl Fault {
 }
 
 /// Every kind, in the report's order.
-pub const KINDS: [&str; 23] = [
+pub const KINDS: [&str; 24] = [
     "pod NotReady flap",
     "pod deleted",
     "foreign Lease write",
@@ -215,11 +220,18 @@ pub const KINDS: [&str; 23] = [
     "client cut off, Lease shortened, handover",
     "client cut off, Lease deleted",
     "client cut off, status patched",
+    "one of two members cut off, handover",
 ];
 
 /// Whether group `g` runs in Heartbeat mode (the odd-numbered ones).
 pub fn heartbeat(g: usize) -> bool {
     g % 2 == 1
+}
+
+/// How many members (`Membership`s) each pod of group `g` runs: two in g2, g3, g6, g7, ... (one
+/// of each mode in every four groups), one elsewhere.
+pub fn members_per_pod(g: usize) -> usize {
+    if g % 4 >= 2 { 2 } else { 1 }
 }
 
 /// The epoch annotation a foreign Lease write leaves.
@@ -375,15 +387,25 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
             target: target(rng),
             cut: ms(rng, 100, 5000),
         },
-        190..200 => Fault::CutLeaderThen {
-            group,
-            cut: ms(rng, 500, 3000),
-            then: match rng.u8(0..3) {
+        190..200 => {
+            let then = match rng.u8(0..4) {
                 0 => WhileCut::ShortenThenHandOver,
                 1 => WhileCut::DeleteLease,
-                _ => WhileCut::PatchStatus,
-            },
-        },
+                2 => WhileCut::PatchStatus,
+                _ => WhileCut::OneMemberThenHandOver,
+            };
+            // One member cut off alone needs a pod of two.
+            let two = (0..groups).filter(|&g| members_per_pod(g) == 2).collect::<Vec<_>>();
+            let group = match then {
+                WhileCut::OneMemberThenHandOver if !two.is_empty() => two[rng.usize(0..two.len())],
+                _ => group,
+            };
+            Fault::CutLeaderThen {
+                group,
+                cut: ms(rng, 500, 3000),
+                then,
+            }
+        }
         180..188 => Fault::StallMember {
             group,
             target: target(rng),

@@ -398,10 +398,20 @@ async fn cut_leader_then(
     let Some(follower) = world.wait_target(g, false).await? else {
         return Ok(Launched::Skipped(format!("no Follower in g{g}")));
     };
-    if !world.members.cut(&leader).await {
+    if then == WhileCut::OneMemberThenHandOver {
+        if !world.members.cut_one(&leader).await {
+            return Ok(Launched::Skipped("a pod of one member, or cut off".into()));
+        }
+    } else if !world.members.cut(&leader).await {
         return Ok(Launched::Skipped(CUT_OFF.into()));
     }
     let undo = match then {
+        WhileCut::OneMemberThenHandOver => {
+            world
+                .edit_spec(g, serde_json::json!({ "preferredLeader": follower }))
+                .await?;
+            Some(serde_json::json!({ "preferredLeader": null }))
+        }
         WhileCut::ShortenThenHandOver => {
             world
                 .edit_spec(g, serde_json::json!({ "leaseDurationSeconds": 1 }))
