@@ -55,6 +55,16 @@ impl fmt::Display for HbAction {
                 f,
                 "a foreign writer puts holder {INTRUDER} in the Lease, its epoch {FORGED_EPOCH_STEP} higher, the rest kept"
             ),
+            HbAction::PatchStatus(p) => write!(
+                f,
+                "user patches the status: leader {}, the epoch kept, longestLeaseSeconds dropped",
+                pod_name(*p)
+            ),
+            HbAction::PodGc(p) => write!(
+                f,
+                "pod GC: {} Failed, NotReady (its node lost; its process runs on)",
+                pod_name(*p)
+            ),
             HbAction::SetReady(p, ready) => write!(
                 f,
                 "kubelet: {} {} (its process runs on)",

@@ -35,6 +35,11 @@ pub struct HbConfig {
     pub readiness: u8,
     /// Writes of the Lease by a foreign writer (another holder, a higher epoch, the rest kept).
     pub forgeries: u8,
+    /// Patches of the status by hand: `status.leader` names another pod (the epoch kept) and
+    /// `longestLeaseSeconds` is gone.
+    pub status_patches: u8,
+    /// Pods the pod GC sets `phase: Failed` (their node lost) while their processes run on.
+    pub pod_gc: u8,
     /// States whose Lease went past this epoch are not explored further.
     pub max_epoch: i64,
     /// The property this configuration is known to break (an open hole): `--first` stops at its
@@ -61,6 +66,8 @@ impl HbConfig {
             preference_edits: 0,
             readiness: 0,
             forgeries: 0,
+            status_patches: 0,
+            pod_gc: 0,
             max_epoch: 3,
             sought: None,
         }
@@ -163,6 +170,34 @@ impl HbConfig {
         }
     }
 
+    /// The leader's pod set `Failed` by the pod GC while its client, cut off, runs on (a node
+    /// lost, its containers never reported stopped): the handover must still wait for the
+    /// client's belief to lapse.
+    pub fn pod_gc() -> Self {
+        HbConfig {
+            name: "pod-gc",
+            max_ticks: 4,
+            pod_gc: 1,
+            preference_edits: 0,
+            readiness: 0,
+            ..HbConfig::immediate_handover()
+        }
+    }
+
+    /// The status patched by hand (another pod named leader at the leader's epoch, the longest
+    /// Lease duration gone) while the leader's client is cut off, then a `preferredLeader` edit
+    /// and a Lease deletion: no epoch twice, and the handover still waits for the leader.
+    pub fn status_patched() -> Self {
+        HbConfig {
+            name: "status-patched",
+            max_ticks: 4,
+            status_patches: 1,
+            lease_deletions: 1,
+            readiness: 0,
+            ..HbConfig::immediate_handover()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -172,6 +207,8 @@ impl HbConfig {
             HbConfig::foreign_write(),
             HbConfig::shortened_handover(),
             HbConfig::lease_deleted(),
+            HbConfig::pod_gc(),
+            HbConfig::status_patched(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -208,6 +245,11 @@ pub enum HbAction {
     SetReady(PodId, bool),
     /// A foreign writer rewrites the Lease.
     Forge,
+    /// Someone patches the status to name the pod as leader, the epoch kept and the longest
+    /// Lease duration dropped.
+    PatchStatus(PodId),
+    /// The pod GC sets the pod `Failed` (and NotReady); its process runs on.
+    PodGc(PodId),
 }
 
 #[derive(Clone, Debug)]
@@ -252,6 +294,7 @@ impl HeartbeatModel {
             },
             marks: (0..pods).map(|p| (p == 0).then_some(1)).collect(),
             ready: vec![true; pods],
+            failed: vec![false; pods],
             preferred: None,
             spec_duration: self.config.duration,
             status: (0, 1),
@@ -317,6 +360,12 @@ impl HeartbeatModel {
                 && let Some(ready) = s.ready.get(usize::from(p))
             {
                 actions.push(HbAction::SetReady(p, !ready));
+            }
+            if s.spent.status_patches < c.status_patches && s.status.0 != p {
+                actions.push(HbAction::PatchStatus(p));
+            }
+            if s.spent.pod_gc < c.pod_gc && s.failed.get(usize::from(p)) == Some(&false) {
+                actions.push(HbAction::PodGc(p));
             }
         }
         let mut seen: Vec<&Renewal> = Vec::new();
@@ -389,6 +438,20 @@ impl HeartbeatModel {
                 s.spent.readiness += 1;
                 if let Some(r) = s.ready.get_mut(usize::from(*p)) {
                     *r = *ready;
+                }
+            }
+            HbAction::PatchStatus(p) => {
+                s.spent.status_patches += 1;
+                s.status.0 = *p;
+                s.status_longest = None;
+            }
+            HbAction::PodGc(p) => {
+                s.spent.pod_gc += 1;
+                if let Some(f) = s.failed.get_mut(usize::from(*p)) {
+                    *f = true;
+                }
+                if let Some(r) = s.ready.get_mut(usize::from(*p)) {
+                    *r = false;
                 }
             }
             HbAction::Forge => {

@@ -74,10 +74,11 @@ pub fn lease(lease: &HbLease) -> Lease {
     objects::lease_of(&lease_record(lease), Some(0), lease.rv)
 }
 
-/// The pod with the marks the state gives it, as the Readiness model builds its pods.
+/// The pod with the marks the state gives it, as the Readiness model builds its pods; `Failed`
+/// once the pod GC set it (its containers' statuses as last reported: running).
 pub fn pod(state: &HbState, id: PodId) -> Pod {
     let epoch = state.marks.get(usize::from(id)).copied().flatten();
-    objects::pod(
+    let mut pod = objects::pod(
         id,
         &PodObj {
             incarnation: 0,
@@ -92,7 +93,13 @@ pub fn pod(state: &HbState, id: PodId) -> Pod {
             barrier: None,
             rv: 1,
         },
-    )
+    );
+    if state.failed.get(usize::from(id)) == Some(&true)
+        && let Some(status) = pod.status.as_mut()
+    {
+        status.phase = Some("Failed".into());
+    }
+    pod
 }
 
 /// The group in Heartbeat mode, with its spec's Lease duration and its status's leader.

@@ -269,6 +269,37 @@ pub fn replay_shortened_lease_deleted_during_the_wait() -> (Vec<Tick>, Option<Ti
     })
 }
 
+/// Round four, finding 4: `p1`'s client renews and believes `Leader@1` (until 4 s), its node is
+/// lost: the client is cut off and the pod GC sets the pod `Failed` (NotReady) while it runs on.
+/// The phase says nothing of the process: the handover must wait for its belief to lapse.
+pub fn replay_pod_gc_failed_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>, String) {
+    handover_over_six_seconds(HbConfig::pod_gc(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::PodGc(0))
+            .operator()
+            .act(HbAction::ReadPod(1))
+            .act(HbAction::ReadLease(1));
+    })
+}
+
+/// Round four, finding 5 with finding 3: `p1` believes `Leader@1` (until 4 s) and is cut off;
+/// someone patches the status to name `p2` at epoch 1 and drops its longest duration, deletes
+/// the Lease, and prefers `p2`. `p2` must lead at a new epoch, and only after `p1`'s belief
+/// lapsed.
+pub fn replay_status_patched_then_lease_deleted() -> (Vec<Tick>, Option<Tick>, String) {
+    handover_over_six_seconds(HbConfig::status_patched(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .act(HbAction::Cut(0))
+            .act(HbAction::PatchStatus(1))
+            .act(HbAction::DeleteLease)
+            .operator()
+            .p2_preferred();
+    })
+}
+
 /// Finding 4: the leader's client renews at 0 s, restarts at 3 s, reads its pod and the Lease
 /// (which its predecessor renewed) and is cut off before a renewal of its own lands. The
 /// operator counts the silence from the predecessor's renewal (handover at 6 s): the new process
@@ -437,6 +468,31 @@ mod tests {
         assert!(text.contains("user deletes the Lease"), "{text}");
         assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
         assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// With the old rule (`phase: Failed` taken as "runs nothing"), both clients believed
+    /// `Leader` at 1, 2 and 3 s: p2 was labeled at once.
+    #[test]
+    fn a_leader_failed_by_the_pod_gc_is_still_waited_for() {
+        let (overlap, successor, text) = replay_pod_gc_failed_under_a_cut_off_leader();
+        println!("{text}");
+        assert!(text.contains("pod GC: p1 Failed"), "{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// A status patched by hand is no record of a leader: `p2` leads at epoch 2, after `p1`'s
+    /// belief lapsed.
+    #[test]
+    fn a_status_patched_by_hand_hands_out_no_epoch_twice_and_waits_for_the_leader() {
+        let (overlap, successor, text) = replay_status_patched_then_lease_deleted();
+        println!("{text}");
+        assert!(text.contains("user patches the status"), "{text}");
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
+        assert!(text.contains("p2: Leader@2"), "p2 leads at a new epoch:\n{text}");
         assert!(!text.contains("not possible"), "{text}");
     }
 

@@ -129,6 +129,8 @@ pub struct HbSpent {
     pub preference_edits: u8,
     pub readiness: u8,
     pub forgeries: u8,
+    pub status_patches: u8,
+    pub pod_gc: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -139,6 +141,8 @@ pub struct HbState {
     pub marks: Vec<Option<i64>>,
     /// Per pod: Ready (its process runs whatever this says).
     pub ready: Vec<bool>,
+    /// Per pod: `phase: Failed`, set by the pod GC (its node lost) while its process runs on.
+    pub failed: Vec<bool>,
     /// `spec.preferredLeader`.
     pub preferred: Option<PodId>,
     /// `spec.leaseDurationSeconds`.
