@@ -207,6 +207,9 @@ def check_default(objs):
         got = env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         check(got == field, f"env {name} from {got}, want the downward API {field}")
     check(arg(args, "--http-addr") == "0.0.0.0:8080", "--http-addr must be 0.0.0.0:8080 (the probes' port)")
+    check(pod.get("terminationGracePeriodSeconds") == 30,
+          f"terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds')}, want 30")
+    check("topologySpreadConstraints" not in pod, "no topologySpreadConstraints by default")
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
     check(arg(args, "--concurrency") == "64", "--concurrency must follow concurrency (64)")
     check(arg(args, "--per-group-metrics") == "true", "--per-group-metrics must be on by default (metrics.perGroup)")
@@ -375,17 +378,27 @@ def check_custom(objs):
     check(ctr["image"] == "registry.example.com/lgo@sha256:" + "a" * 64, f"image with digest: {ctr['image']}")
     check(ctr["imagePullPolicy"] == "Always", "image.pullPolicy")
     check(dep["spec"]["replicas"] == 3, "replicas")
+    check(pod.get("topologySpreadConstraints", [{}])[0].get("topologyKey") == "topology.kubernetes.io/zone",
+          f"topologySpreadConstraints {pod.get('topologySpreadConstraints')}")
+    check(pod.get("terminationGracePeriodSeconds") == 90, "terminationGracePeriodSeconds")
+    check(arg(args, "--identity") == "$(POD_NAME)" and args[-1] == "--identity=$(POD_NAME)",
+          f"extraArgs after the chart's own: {args}")
+    check(arg(args, "--http-addr") == "0.0.0.0:9443", "metrics.port -> --http-addr")
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    check(ports == {"http": 9443}, f"metrics.port -> container port: {ports}")
     check(arg(args, "--log-format") == "text", "logFormat")
     check(arg(args, "--concurrency") == "128", "concurrency")
     check(arg(args, "--leader-elect-lease-duration") == "30", "leaderElection.leaseDurationSeconds")
     env = {e["name"]: e.get("value") for e in ctr.get("env", [])}
     check(env.get("RUST_LOG") == "debug", "logLevel -> RUST_LOG")
+    check(env.get("TZ") == "UTC" and "POD_NAME" in env, f"extraEnv beside the chart's own: {sorted(env)}")
     sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
     if sa:
         check(sa["metadata"].get("annotations") == {"example.com/role": "x"}, "serviceAccount.annotations")
     svc = one(objs, "Service", namespace=NAMESPACE)
     if svc:
         check(svc["metadata"].get("annotations") == {"example.com/a": "b"}, "service.annotations")
+        check([p["port"] for p in svc["spec"]["ports"]] == [9443], "metrics.port -> the Service's port")
     sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
     if sm and svc:
         check(sm["metadata"]["labels"].get("release") == "prometheus", "serviceMonitor.labels")

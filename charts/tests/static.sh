@@ -123,6 +123,13 @@ affinity:
           topologyKey: kubernetes.io/hostname
           labelSelector: {matchLabels: {app.kubernetes.io/name: leadergroup-operator}}
 priorityClassName: system-cluster-critical
+topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway,
+     labelSelector: {matchLabels: {app.kubernetes.io/name: leadergroup-operator}}}
+terminationGracePeriodSeconds: 90
+extraArgs: ["--identity=$(POD_NAME)"]
+extraEnv: [{name: TZ, value: UTC}]
+metrics: {port: 9443, perGroup: true}
 service: {annotations: {example.com/a: b}}
 serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {release: prometheus}}
 admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
@@ -205,6 +212,8 @@ refuse "a mistyped top-level key" "additional properties 'replica' not allowed" 
 refuse "a mistyped nested key" "additional properties 'tagg' not allowed" --set image.tagg=v1
 refuse "a mistyped securityContext key" "additional properties 'readOnlyRootFileSystem' not allowed" --set securityContext.readOnlyRootFileSystem=true
 refuse "a string for an integer" "/replicas" --set replicas=two
+refuse "an extra argument that is no flag" "/extraArgs/0" --set 'extraArgs={identity}'
+refuse "a privileged metrics port" "/metrics/port" --set metrics.port=80
 refuse "a concurrency of zero" "/concurrency" --set concurrency=0
 refuse "an unknown logFormat" "/logFormat" --set logFormat=yaml
 refuse "a lease duration out of range" "/leaderElection/leaseDurationSeconds" --set leaderElection.leaseDurationSeconds=0

@@ -56,6 +56,7 @@ pub struct HeldRequests {
     client: Client,
     release: watch::Sender<bool>,
     held: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -92,10 +93,12 @@ impl HeldRequests {
             .map_err(Error::io("reading the webhook's address"))?;
         let (release, released) = watch::channel(false);
         let held = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
         let probes = Arc::new(AtomicUsize::new(0));
         let probe = (probe.to_owned(), rule.label.clone(), rule.value.clone());
         let counters = Counters {
             held: Arc::clone(&held),
+            answered: Arc::clone(&answered),
             probes: Arc::clone(&probes),
         };
         let (rule, counter) = (Arc::new(rule), Arc::new(counters));
@@ -139,6 +142,7 @@ impl HeldRequests {
             client: client.clone(),
             release,
             held,
+            answered,
             task,
         };
         let pods: Api<Pod> = Api::namespaced(client, namespace);
@@ -177,6 +181,27 @@ impl HeldRequests {
                     what: "a held request".into(),
                     timeout,
                     last: String::new(),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until every request held so far has been let through (its answer sent to the API
+    /// server, which then writes it or refuses it). Polls every 5 ms.
+    pub async fn all_answered(&self, timeout: std::time::Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.answered.load(Ordering::SeqCst) < self.held() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: "the held requests' answers".into(),
+                    timeout,
+                    last: format!(
+                        "{} of {} answered",
+                        self.answered.load(Ordering::SeqCst),
+                        self.held()
+                    ),
                 });
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -266,6 +291,8 @@ fn configuration(
 struct Counters {
     /// Requests held.
     held: Arc<AtomicUsize>,
+    /// Held requests answered (let through) since.
+    answered: Arc<AtomicUsize>,
     /// Dry-run requests seen (never held).
     probes: Arc<AtomicUsize>,
 }
@@ -292,6 +319,7 @@ async fn review(
     } else if matches {
         counters.held.fetch_add(1, Ordering::SeqCst);
         let _ = released.wait_for(|r| *r).await;
+        counters.answered.fetch_add(1, Ordering::SeqCst);
     }
     let answer = json!({
         "apiVersion": "admission.k8s.io/v1",

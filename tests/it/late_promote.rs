@@ -13,17 +13,25 @@ use kube::api::{Patch, PatchParams, PostParams};
 use crate::common::{InvariantWatcher, Operator, World, group, proxied_admin};
 use leadergroup_testenv::{HeldRequests, control_plane};
 
-/// Lets the held promotions go on, late, and checks that none landed: the group's leader label is
-/// on `leader` alone, at its epoch. `what` names them; `op` is the operator whose log tells.
+/// Lets the held promotions of `promoted` go on, late, and checks that none landed: the group's
+/// leader label is on `leader` alone, at its epoch. Once the webhook has answered them, a write
+/// of the test's own to the pod ends the window: a promotion not yet written by then finds the
+/// pod changed since it was decided on. `what` names them; `op` is the operator whose log tells.
 async fn release_held(
     w: &World,
     hold: &HeldRequests,
+    promoted: &str,
     (leader, epoch): (&str, i64),
     what: &str,
     op: &Operator,
 ) {
     hold.release();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold.all_answered(Duration::from_secs(20)).await.unwrap();
+    let fence = serde_json::json!({"metadata": {"annotations": {"leadergroup-test/fence": "1"}}});
+    w.pods
+        .patch(promoted, &PatchParams::default(), &Patch::Merge(&fence))
+        .await
+        .unwrap();
     assert_eq!(
         w.labeled_leaders("late").await,
         vec![(leader.to_string(), Some(epoch))],
@@ -66,7 +74,7 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
 
     // The held promotion goes on now, late, from its paused sender's open connection.
     let what = "late promote: promotions of app-1 held past the Lease";
-    release_held(&w, &hold, (&pods[2], moved.epoch), what, &second_op).await;
+    release_held(&w, &hold, &pods[1], (&pods[2], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -110,7 +118,7 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
         .await;
 
     let what = "late selector: promotions of app-0 held across a selector edit";
-    release_held(&w, &hold, (&pods[1], moved.epoch), what, &second_op).await;
+    release_held(&w, &hold, &pods[0], (&pods[1], moved.epoch), what, &second_op).await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -158,7 +166,7 @@ async fn a_promotion_of_unknown_outcome_cannot_land_after_a_move() {
 
     // The held promotion goes on now, late.
     let what = "unknown outcome: promotions of app-1 held across a reset and a move";
-    release_held(&w, &hold, (&pods[2], moved.epoch), what, &op).await;
+    release_held(&w, &hold, &pods[1], (&pods[2], moved.epoch), what, &op).await;
     drop(hold);
     watch.assert_held().await;
 }
