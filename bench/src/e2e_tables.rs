@@ -3,7 +3,7 @@
 //! milliseconds per handover, split brains, settings and failures.
 
 use crate::markdown::{Block, Table, met};
-use crate::results::Record;
+use crate::results::{Record, Run};
 use crate::scenario::OURS;
 use leadergroup_testenv::stats::summarize;
 
@@ -109,7 +109,7 @@ pub fn blocks(result: &Record) -> Vec<Block> {
         .then(|| "**A `--quick` smoke run, not figures to publish.**".to_owned());
     let mut blocks = vec![
         Block::tables("e2e-run", [setup, cluster]).notes(quick),
-        Block::tables("e2e-headline", [headline(&scenarios)]),
+        Block::tables("e2e-headline", [headline(&scenarios)]).notes([measured_on(run)]),
     ];
     for sc in &scenarios {
         let name = format!("e2e-{}", sc.key);
@@ -117,6 +117,18 @@ pub fn blocks(result: &Record) -> Vec<Block> {
     }
     blocks.push(Block::tables("e2e-targets", [targets(&scenarios)]));
     blocks
+}
+
+/// Which build of ours the figures are from, and when: the README copies the headline.
+fn measured_on(run: &Run) -> String {
+    let ours = run
+        .versions
+        .get("leadergroup-operator")
+        .map_or("an unrecorded version", String::as_str);
+    format!(
+        "Measured on leadergroup-operator {ours}, {} (`{}`).",
+        run.started_at, run.command
+    )
 }
 
 /// The median of every system in every scenario, and peer / ours.
