@@ -153,7 +153,12 @@ impl Members {
         match pods.get_mut(pod) {
             Some(member) if !member.cut && !member.one_cut && member.proxies.len() > 1 => {
                 member.one_cut = true;
-                member.proxies.iter().last().into_iter().for_each(Proxy::cut);
+                member
+                    .proxies
+                    .iter()
+                    .last()
+                    .into_iter()
+                    .for_each(Proxy::cut);
                 true
             }
             _ => false,

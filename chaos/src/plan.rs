@@ -395,7 +395,9 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
                 _ => WhileCut::OneMemberThenHandOver,
             };
             // One member cut off alone needs a pod of two.
-            let two = (0..groups).filter(|&g| members_per_pod(g) == 2).collect::<Vec<_>>();
+            let two = (0..groups)
+                .filter(|&g| members_per_pod(g) == 2)
+                .collect::<Vec<_>>();
             let group = match then {
                 WhileCut::OneMemberThenHandOver if !two.is_empty() => two[rng.usize(0..two.len())],
                 _ => group,

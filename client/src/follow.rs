@@ -31,9 +31,9 @@ pub(crate) enum Report<K> {
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// Follows object `name` until `reports` closes. `period` is a third of the Lease duration: the
-/// longest wait for a watch event or an answer before confirming by GET (or giving up on a
-/// request that hangs).
+/// Follows object `name` until `reports` closes. `period` is a third of the Lease duration: how
+/// often a GET confirms the state (watch events only tell what changed since), and the longest
+/// wait for an answer before giving up on a request that hangs.
 pub(crate) async fn follow<K>(
     api: Api<K>,
     name: String,
@@ -89,9 +89,12 @@ pub(crate) async fn follow<K>(
         };
         backoff = BACKOFF_MIN;
         let mut stream = std::pin::pin!(stream);
+        // A watch event may arrive any time after the API server wrote it (a watch falling
+        // behind, a slow link): it confirms its state only as of the last GET the stream is known
+        // to be newer than, never as of its arrival.
         let mut confirmed_at = sent;
         loop {
-            // Quiet for a third of the duration since the last confirmation: confirm by GET. The
+            // A third of the duration since the last GET: confirm by GET, events or not. The
             // period shrinks once the Lease's duration is known, so a change restarts the wait.
             let third = *period.borrow_and_update();
             let next = tokio::select! {
@@ -155,7 +158,7 @@ pub(crate) async fn follow<K>(
                     }
                 }
             };
-            let at = Instant::now();
+            let at = confirmed_at;
             let state = match event {
                 WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
                     version = obj.resource_version().unwrap_or_default();
@@ -182,7 +185,6 @@ pub(crate) async fn follow<K>(
                     continue 'get;
                 }
             };
-            confirmed_at = at;
             if !seen(&reports, state, at).await {
                 return;
             }

@@ -266,8 +266,9 @@ pub struct Renewed {
     pub at: Instant,
 }
 
-/// A state the API server showed (`None`: the object does not exist), and when: the instant a
-/// watch event arrived, or the instant the GET that returned it was sent.
+/// A state the API server showed (`None`: the object does not exist), and when: the instant the
+/// GET that returned it was sent, or for a watch event, the instant the last GET its stream is
+/// newer than was sent (an event may arrive long after its writing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Confirmed<T> {
     /// The state; `None` when the object was confirmed absent.

@@ -6,6 +6,7 @@
 //! too kind (the client sees an error at once); a partition leaves them open and silent.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -15,6 +16,7 @@ use tokio::{
     },
     sync::watch,
     task::JoinHandle,
+    time::Instant,
 };
 
 use crate::{Error, Result, control_plane};
@@ -44,6 +46,8 @@ struct Link {
     /// How many times the clients' side was reset: a connection open at a reset is closed
     /// towards its client, while the API server's side stays open and is served to the end.
     resets: u64,
+    /// How late the API server's bytes reach the client (each chunk this long after it came).
+    lag: Duration,
 }
 
 impl Proxy {
@@ -60,6 +64,7 @@ impl Proxy {
             heals: 0,
             stalls: 0,
             resets: 0,
+            lag: Duration::ZERO,
         });
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -95,6 +100,12 @@ impl Proxy {
     /// forwarded.
     pub fn reset_clients(&self) {
         self.link.send_modify(|l| l.resets += 1);
+    }
+
+    /// Delivers every byte from the API server `lag` after it came, on open connections and new
+    /// ones, in order (a lagging watch: each event arrives late, none is lost); zero ends it.
+    pub fn lag(&self, lag: Duration) {
+        self.link.send_modify(|l| l.lag = lag);
     }
 
     /// Delivers what the hung connections held, late, and forwards again.
@@ -140,7 +151,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: watch::Receiver<Li
         };
         let reset = tokio::select! {
             () = requests => false,
-            () = pump(&mut server_read, &mut client_write, link.clone(), stalls) => false,
+            () = pump_late(&mut server_read, &mut client_write, link.clone(), stalls) => false,
             () = client_reset(link.clone(), resets) => true,
         };
         if reset {
@@ -182,6 +193,52 @@ async fn pump(
         if !flowing || to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+/// [`pump`] for the API server's bytes, each delivered the link's lag after it came: a reader
+/// stamps the chunks, a writer holds each until its time.
+async fn pump_late(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut link: watch::Receiver<Link>,
+    stalls: u64,
+) {
+    let (chunks, mut late) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let read = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if chunks.send((Instant::now(), buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((came, chunk)) = late.recv().await {
+            let lag = link.borrow().lag;
+            tokio::time::sleep_until(came + lag).await;
+            let flowing = link
+                .wait_for(|l| !l.cut && l.stalls == stalls)
+                .await
+                .is_ok();
+            if !flowing || to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    // The writer ends once the reader has ended (its sender dropped) and every chunk is out, or
+    // once the client is gone: the reader ends with it.
+    let read = async move {
+        read.await;
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = write => {}
+        () = read => {}
     }
 }
 

@@ -74,7 +74,15 @@ async fn a_promotion_held_past_the_lease_cannot_land() {
 
     // The held promotion goes on now, late, from its paused sender's open connection.
     let what = "late promote: promotions of app-1 held past the Lease";
-    release_held(&w, &hold, &pods[1], (&pods[2], moved.epoch), what, &second_op).await;
+    release_held(
+        &w,
+        &hold,
+        &pods[1],
+        (&pods[2], moved.epoch),
+        what,
+        &second_op,
+    )
+    .await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);
@@ -118,7 +126,15 @@ async fn a_promotion_held_across_a_selector_edit_cannot_land() {
         .await;
 
     let what = "late selector: promotions of app-0 held across a selector edit";
-    release_held(&w, &hold, &pods[0], (&pods[1], moved.epoch), what, &second_op).await;
+    release_held(
+        &w,
+        &hold,
+        &pods[0],
+        (&pods[1], moved.epoch),
+        what,
+        &second_op,
+    )
+    .await;
     first_op.signal("-CONT");
     first_op.kill().await;
     drop(hold);

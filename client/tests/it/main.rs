@@ -4,6 +4,7 @@
 
 mod common;
 mod cut;
+mod lag;
 mod membership;
 mod object_fence;
 mod permission;

@@ -492,7 +492,10 @@ mod tests {
         assert!(text.contains("user patches the status"), "{text}");
         assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
         assert!(successor.is_some(), "p2 leads in the end:\n{text}");
-        assert!(text.contains("p2: Leader@2"), "p2 leads at a new epoch:\n{text}");
+        assert!(
+            text.contains("p2: Leader@2"),
+            "p2 leads at a new epoch:\n{text}"
+        );
         assert!(!text.contains("not possible"), "{text}");
     }
 

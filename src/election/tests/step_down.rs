@@ -468,7 +468,10 @@ fn a_shortened_lease_deleted_during_the_wait_is_created_again_with_the_longest_d
     let p = plan(decide_with(&g, &pods, Some(&owned(&shortened))));
     assert_eq!(p.promote, None, "b waits for a");
     g.status = Some(p.status.expect("b is recorded"));
-    assert_eq!(g.status.as_ref().and_then(|s| s.longest_lease_seconds), Some(30));
+    assert_eq!(
+        g.status.as_ref().and_then(|s| s.longest_lease_seconds),
+        Some(30)
+    );
     let p = plan(decide_with(&g, &pods, None));
     assert_eq!(p.promote, None, "b still waits for a");
     let predecessor = p.commit.and_then(|c| c.predecessor).expect("a is named");
