@@ -163,6 +163,7 @@ docs-gen: docs-binaries
 docs-check: docs-binaries
 	doctools/reference.py check $(DOCS_BINARIES)
 	doctools/links.py
+	doctools/member_role.py
 	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
 	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 

@@ -62,7 +62,7 @@ pub use kubelet::{Kubelet, NODE_NAME};
 /// The names on the wire, from the one place the operator, the client and the agent read them.
 pub use leadergroup_client::wire;
 pub use marks::Marks;
-pub use member::{MemberRules, MemberWorld, member_account};
+pub use member::{MemberRules, MemberWorld, member_account, member_rules};
 pub use namespace::{TestNamespace, namespace, namespace_in};
 pub use operator::{OperatorLaunch, OperatorProcess, free_port};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};

@@ -6,10 +6,14 @@
 //! that a missing permission fails them as it would fail a deployment. The client and the agent
 //! must not depend on the operator crate, so the operator's marks are written by hand ([`Marks`]).
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod, rbac::v1::PolicyRule};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::Pod,
+    rbac::v1::{PolicyRule, Role},
+};
 use kube::Api;
 
-use crate::{Kubelet, Marks, Result, TestNamespace, namespace};
+use crate::{Error, Kubelet, Marks, Result, TestNamespace, namespace};
 
 /// Which of the member Role's two rules to grant (the permission tests leave some out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,31 +52,47 @@ impl MemberRules {
         renew: false,
     };
 
-    fn policy(self, group: &str) -> Vec<PolicyRule> {
-        let mut rules = Vec::new();
-        if self.pods {
-            rules.push(PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["pods".to_owned()]),
-                verbs: vec!["get".to_owned(), "watch".to_owned()],
-                ..PolicyRule::default()
-            });
-        }
-        if self.lease {
-            rules.push(PolicyRule {
-                api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
-                resources: Some(vec!["leases".to_owned()]),
-                resource_names: Some(vec![leadergroup_client::wire::lease_name_for(group)]),
-                verbs: ["get", "watch"]
-                    .into_iter()
-                    .chain(self.renew.then_some("update"))
-                    .map(str::to_owned)
-                    .collect(),
-                ..PolicyRule::default()
-            });
-        }
-        rules
+    /// The documented rules ([`member_rules`]) less what `self` leaves out.
+    fn policy(self, group: &str) -> Result<Vec<PolicyRule>> {
+        let rules = member_rules(group)?
+            .into_iter()
+            .filter_map(|mut rule| {
+                let resources = rule.resources.clone().unwrap_or_default();
+                if resources.iter().any(|r| r == "pods") {
+                    return self.pods.then_some(rule);
+                }
+                if !self.lease {
+                    return None;
+                }
+                if !self.renew {
+                    rule.verbs.retain(|v| v != "update");
+                }
+                Some(rule)
+            })
+            .collect();
+        Ok(rules)
     }
+}
+
+/// The Role a member needs, as the documentation gives it (`docs/reference/member-role.yaml`,
+/// which `make docs-check` checks every page against), for `group`: its rules, the Lease's name
+/// made `group`'s.
+pub fn member_rules(group: &str) -> Result<Vec<PolicyRule>> {
+    const DOCUMENTED: &str = include_str!("../../docs/reference/member-role.yaml");
+    let role: Role = serde_yaml_ng::from_str(DOCUMENTED)
+        .map_err(|e| Error::Unexpected(format!("docs/reference/member-role.yaml: {e}")))?;
+    let lease = leadergroup_client::wire::lease_name_for(group);
+    Ok(role
+        .rules
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut rule| {
+            if rule.resource_names.is_some() {
+                rule.resource_names = Some(vec![lease.clone()]);
+            }
+            rule
+        })
+        .collect())
 }
 
 /// Creates ServiceAccount `name` in `ns`, a Role `name` with `rules` for `group`, and a
@@ -83,7 +103,7 @@ pub async fn member_account(
     group: &str,
     rules: MemberRules,
 ) -> Result<String> {
-    ns.create_account_with_role(name, rules.policy(group)).await
+    ns.create_account_with_role(name, rules.policy(group)?).await
 }
 
 /// What the client's and the agent's tests work in: a fresh namespace, its simulated kubelet,

@@ -51,18 +51,9 @@ pub fn agent_env(group: &str) -> Value {
 /// to it and to `also` (more subjects).
 pub async fn member_account(ns: &TestNamespace, name: &str, group: &str, also: &[Value]) {
     let _: ServiceAccount = create(ns, json!({"metadata": {"name": name}})).await;
-    let _: Role = create(
-        ns,
-        json!({
-            "metadata": {"name": name},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": [lease_name_for(group)], "verbs": ["get", "watch", "update"]},
-            ],
-        }),
-    )
-    .await;
+    // Exactly the documented rules (docs/reference/member-role.yaml).
+    let rules = leadergroup_testenv::member_rules(group).unwrap();
+    let _: Role = create(ns, json!({"metadata": {"name": name}, "rules": rules})).await;
     let mut subjects = vec![json!({"kind": "ServiceAccount", "name": name})];
     subjects.extend_from_slice(also);
     let _: RoleBinding = create(
