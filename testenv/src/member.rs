@@ -103,7 +103,8 @@ pub async fn member_account(
     group: &str,
     rules: MemberRules,
 ) -> Result<String> {
-    ns.create_account_with_role(name, rules.policy(group)?).await
+    ns.create_account_with_role(name, rules.policy(group)?)
+        .await
 }
 
 /// What the client's and the agent's tests work in: a fresh namespace, its simulated kubelet,
