@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
-use leadergroup_operator::crd::{LeaderGroup, lease_name_for};
+use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::TestNamespace;
 use serde_json::{Value, json};
 
