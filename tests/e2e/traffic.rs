@@ -14,9 +14,9 @@
 //! Two clients ask every 5 ms during the fault: one opens a new connection per request, one keeps
 //! its connection open (and opens another only when it fails). Asserted: the new leader answers
 //! new connections, and the keep-alive client through the proxy; once a client has had the new
-//! leader's answer, no other pod answers it, through the proxy (both clients: the keep-alive
-//! client's answers count from the new leader's first answer to either, [`deposed_kept`]) and
-//! through the EndpointSlice mode for new connections ([`deposed_answers`]). A keep-alive
+//! leader's answer, no other pod answers it: new connections on every route
+//! ([`deposed_answers`]), and through the proxy both clients (the keep-alive client's answers
+//! count from the new leader's first answer to either, [`deposed_kept`]). A keep-alive
 //! connection to a deposed leader outside the proxy is kept by conntrack: its answers are
 //! printed, not asserted.
 //! Each test prints the new-connection client's answers from the fault on, pod by pod.
@@ -835,12 +835,12 @@ async fn scenario(route: Route, fault: Fault) {
         kept_answers.len(),
         t.census.timeline(&t.fresh, &t.slices, fault_at, answered.0),
     );
-    if matches!(route, Route::Proxy | Route::EndpointSlice) {
-        assert!(
-            deposed_fresh.is_empty(),
-            "{route:?}: new connections answered by a deposed leader: {deposed_fresh:?}"
-        );
-    }
+    // Every route, `Label` too: its Service's endpoints lose the deposed leader (demoted first)
+    // before they gain the new one (labeled after the step-down).
+    assert!(
+        deposed_fresh.is_empty(),
+        "{route:?}: new connections answered by a deposed leader: {deposed_fresh:?}"
+    );
     if matches!(route, Route::Proxy) {
         assert!(
             deposed_kept.is_empty(),
@@ -965,12 +965,10 @@ async fn timings(route: Route, fault: Fault) {
             deposed_on_kept.len(),
             t.census.timeline(&t.fresh, &t.slices, at, answered),
         );
-        if matches!(route, Route::Proxy | Route::EndpointSlice) {
-            assert!(
-                deposed.is_empty(),
-                "{route:?}: new connections answered by a deposed leader: {deposed:?}"
-            );
-        }
+        assert!(
+            deposed.is_empty(),
+            "{route:?}: new connections answered by a deposed leader: {deposed:?}"
+        );
         if matches!(route, Route::Proxy) {
             assert!(
                 deposed_on_kept.is_empty(),
