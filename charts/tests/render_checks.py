@@ -536,6 +536,30 @@ def check_notes(path):
     check("preferredLeader" in body, "example mentions spec.preferredLeader")
 
 
+def check_readme_names(objs):
+    """Every object name the chart README's "What it installs" table gives is one the chart renders
+    (all optional objects on): `<fullname>` and `<release namespace>` filled in for this render."""
+    readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "leadergroup-operator", "README.md")
+    with open(readme) as f:
+        text = f.read()
+    table = text[text.index("## What it installs"):text.index("<!-- ANCHOR_END: install -->")]
+    fullname = f"{RELEASE}-leadergroup-operator"
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "`" in line.split("|")[1]]
+    check(len(rows) >= 6, f"the README's table of objects has {len(rows)} named rows")
+    for cell in rows:
+        name = re.search(r"`([^`]+)`", cell).group(1)
+        name = name.replace("<fullname>", fullname).replace("<release namespace>", NAMESPACE)
+        kinds = [k.strip() for k in re.split(r"\+", cell[:cell.index("`")])]
+        kinds = [k.split()[0] for k in kinds if k]
+        for kind in kinds:
+            check(any(o["kind"] == kind and o["metadata"]["name"] == name for o in objs),
+                  f"README names {kind} {name!r}, the chart renders no such object")
+    dep, _, _, args = deployment_parts(objs)
+    lease = f"operator-{fullname}"
+    check(f"`operator-<fullname>`" in table and arg(args, "--leader-elect-lease-name") == lease,
+          f"README names the operator's Lease operator-<fullname>; the chart passes {arg(args, '--leader-elect-lease-name')}")
+
+
 def main():
     name, path, *rest = sys.argv[1:]
     if name == "notes":
@@ -549,6 +573,7 @@ def main():
          "single": lambda: check_single(objs),
          "custom": lambda: check_custom(objs),
          "monitoring": lambda: check_monitoring(objs, rest[0]),
+         "readme-names": lambda: check_readme_names(objs),
          "no-guard": lambda: check_no_guard(objs, rest[0]),
          "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()
     for e in errors:

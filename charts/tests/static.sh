@@ -140,6 +140,7 @@ render custom -f "$tmp/custom-values.yaml" && assert custom custom
 # shellcheck disable=SC2086
 render monitoring $monitoring && {
   assert monitoring monitoring "$tmp/rules.yaml"
+  assert readme-names monitoring
   cp "$here/alerts_test.yaml" "$tmp/alerts_test.yaml"
   if "$promtool" check rules "$tmp/rules.yaml" >"$tmp/promtool.out" 2>&1 &&
     "$promtool" test rules "$tmp/alerts_test.yaml" >>"$tmp/promtool.out" 2>&1; then
