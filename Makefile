@@ -14,7 +14,7 @@ OLDEST_TEST_CLUSTER := $(CURDIR)/target/test-cluster-oldest
 
 .PHONY: help demo light-demo controlplane light-cluster-up light-cluster-down demo-stop test fmt fmt-check lint crds crd-check helm-lint chart-static cargo-test
 .PHONY: check unit it clippy shellcheck check-deps docs docs-gen docs-check
-.PHONY: node-deps node-binaries images cluster-up cluster-down e2e
+.PHONY: node-deps node-binaries images cluster-up cluster-down e2e profile-heap
 
 help:
 	@echo "make demo              (root) the real cluster: chart, ledger + agent, handovers by deletion, freeze, rollout, the GC pause refused"
@@ -36,6 +36,7 @@ help:
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
 	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
 	@echo "make bench             (root for the first part) bench-e2e, then bench-api: docs/benchmarks.md, bench/results/*.json, plots"
+	@echo "make profile-heap      the operator's heap at its peak at PROFILE_GROUPS (1000) groups, by allocation site (dhat-rs; the light cluster)"
 	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build), then the traffic timings per kube-proxy setting"
 	@echo "make fmt | lint        rustfmt | clippy -D warnings and shellcheck on every shell script"
 	@echo "make unit              the unit tests (make check runs them): libraries, binaries, doc tests, the ledger example"
@@ -235,6 +236,17 @@ bench-api: bench-venv
 	nice -n 10 bench/peers/client-go/build.sh >/dev/null
 	env -u LEADERGROUP_KUBECONFIG target/release/leadergroup-bench $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python bench/plot.py $(CURDIR)
+
+# The operator's heap at its peak: the scale scenario at PROFILE_GROUPS groups with the operator
+# built with dhat-rs in place of jemalloc (slower: its figures go to target/dhat/repo, not the
+# page), then the allocation sites that held the most at the peak (bench/dhat_top.py).
+PROFILE_GROUPS ?= 1000
+profile-heap:
+	CARGO_TARGET_DIR=$(CURDIR)/target/dhat nice -n 10 cargo build --release --locked --features leadergroup-operator/dhat-heap -p leadergroup-operator -p leadergroup-bench
+	rm -rf target/dhat/repo && mkdir -p target/dhat/repo/bench target/dhat/repo/docs
+	cp -r bench/results target/dhat/repo/bench/ && cp docs/benchmarks.md target/dhat/repo/docs/
+	cd target/dhat/repo && env -u LEADERGROUP_KUBECONFIG $(CURDIR)/target/dhat/release/leadergroup-bench --only scale --scale $(PROFILE_GROUPS) --repo .
+	for f in target/dhat/repo/dhat-heap-*.json; do bench/dhat_top.py "$$f" 15; done
 
 # The end-to-end benchmark: graceful, crash, frozen and node loss, from the fault to the
 # new leader's application acting, ours and the peers with their candidates in pods. The harness

@@ -291,7 +291,11 @@ async fn ours_at(ctx: &Context, size: usize, record: &mut Record) -> Result<()> 
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     let peak = sample(&op, light.ticks).peak_rss_mib;
     record.add(OURS, &case, "peak_rss_mib", peak);
-    drop(op);
+    // Stopped as a rollout stops it (a heap profile is written at the exit).
+    let mut op = op;
+    if let Err(e) = op.terminate(Duration::from_secs(30)).await {
+        tracing::warn!("scale: the operator at {size} groups did not stop on SIGTERM: {e}");
+    }
     Ok(())
 }
 
