@@ -506,11 +506,13 @@ impl Report {
             md,
             "- Every pod runs the client's `Membership` in the run's process, as its application \
              would (its group's member ServiceAccount, through a proxy of its own: its node's \
-             network); it stops when the pod's container stops. A client restart stops it and \
-             starts a new one in the same pod; a cut-off node holds its connections' bytes and \
-             its kubelet's reports (pod faults skip it); a stall leaves its open connections \
-             silent for good while new ones flow. In Heartbeat mode the leader's `Membership` \
-             renews the Lease."
+             network); the pods of g2, g3, g6, g7, ... run two, as an agent beside the \
+             application, each through its own proxy. They stop when the pod's container stops. \
+             A client restart stops them and starts new ones in the same pod; a cut-off node holds \
+             its connections' bytes and its kubelet's reports (pod faults skip it); one member \
+             cut off alone holds only its own; a stall leaves the open connections silent for \
+             good while new ones flow. In Heartbeat mode the leader's `Membership`s renew the \
+             Lease. Two members of one pod reporting `Leader` together are one leader."
         );
         let _ = writeln!(
             md,
