@@ -277,6 +277,7 @@ async fn ours_at(ctx: &Context, size: usize, record: &mut Record) -> Result<()> 
             ALL_LED_BOUND.as_secs()
         );
         record.add(OURS, &case, "note", note);
+        stop(op, size).await;
         return Ok(());
     }
     // Groups spread over the size, each handed over once; deletions between the NotReady ones.
@@ -291,12 +292,16 @@ async fn ours_at(ctx: &Context, size: usize, record: &mut Record) -> Result<()> 
     light.record(|run| run.double_leaders += groups.watch.double_leaders());
     let peak = sample(&op, light.ticks).peak_rss_mib;
     record.add(OURS, &case, "peak_rss_mib", peak);
-    // Stopped as a rollout stops it (a heap profile is written at the exit).
-    let mut op = op;
-    if let Err(e) = op.terminate(Duration::from_secs(30)).await {
+    stop(op, size).await;
+    Ok(())
+}
+
+/// Stops the operator at `size` groups as a rollout stops it: a heap profile
+/// (`make profile-heap`) is written at its exit.
+async fn stop(mut op: OperatorProcess, size: usize) {
+    if let Err(e) = op.terminate(Duration::from_secs(60)).await {
         tracing::warn!("scale: the operator at {size} groups did not stop on SIGTERM: {e}");
     }
-    Ok(())
 }
 
 /// A peer kind at `size` groups, into `record`: three processes of `size` electors each.
