@@ -4,6 +4,7 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::core::Selector;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -149,15 +150,16 @@ pub async fn check(
                     labeled_leaders(api, group, selector).await
                 }
             };
-            let (leaders, target) = futures::try_join!(leaders, read(api, pod))?;
+            let target = async { Ok(api.get_metadata_opt(pod).await?.map(metadata_only)) };
+            let (leaders, target) = futures::try_join!(leaders, target)?;
             let target = target.filter(|p| selector.matches(p.labels()));
             return Ok((leaders, target));
         }
     };
-    let pods = api.list(&ListParams::default().labels(&selected)).await?;
+    let pods = list_metadata(api, &selected).await?;
     let mut target = None;
     let mut leaders = Vec::new();
-    for p in pods.items {
+    for p in pods {
         if p.metadata.name.as_deref() == Some(pod) {
             target = Some(p.clone());
         }
@@ -174,16 +176,32 @@ pub async fn marked(api: &Api<Pod>, group: &str) -> Result<Vec<Pod>> {
 }
 
 /// Pods matching `label_selector` that carry `group`'s annotation (the label alone does not say
-/// which group marked a pod).
+/// which group marked a pod), their metadata alone ([`list_metadata`]).
 async fn list_marked(api: &Api<Pod>, label_selector: &str, group: &str) -> Result<Vec<Pod>> {
-    let pods = api
-        .list(&ListParams::default().labels(label_selector))
-        .await?;
+    let pods = list_metadata(api, label_selector).await?;
     Ok(pods
-        .items
         .into_iter()
         .filter(|p| marks::is_marked_for(p, group))
         .collect())
+}
+
+/// The pods matching `label_selector`, as pods that hold only their metadata: every read of step
+/// 4 and of the cleanup needs names, versions and marks alone, and a metadata-only list is a
+/// fraction of the bytes (the first election of 1,000 groups listed every leader of the
+/// namespace 1,000 times: 1.5 GB of full pods, and the peak of the operator's heap).
+async fn list_metadata(api: &Api<Pod>, label_selector: &str) -> Result<Vec<Pod>> {
+    let list = api
+        .list_metadata(&ListParams::default().labels(label_selector))
+        .await?;
+    Ok(list.items.into_iter().map(metadata_only).collect())
+}
+
+/// A pod of which only the metadata is known.
+fn metadata_only(meta: PartialObjectMeta<Pod>) -> Pod {
+    Pod {
+        metadata: meta.metadata,
+        ..Pod::default()
+    }
 }
 
 /// A merge patch that tolerates the pod being gone (there is nothing left to mark).
