@@ -12,7 +12,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 enum UsageError {
     #[error(
-        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover, foreign-write, shortened-handover, lease-deleted, pod-gc, status-patched)"
+        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover, foreign-write, shortened-handover, lease-deleted, pod-gc, status-patched, two-members)"
     )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]

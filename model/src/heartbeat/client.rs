@@ -9,34 +9,38 @@ use leadergroup_client::role::{LeaseMarks, PodMarks, Role};
 
 use super::clock;
 use super::objects;
-use super::state::{Client, HbState, Renewal, Stamp};
+use super::state::{Client, HbState, Renewal, SECOND_MEMBER, SECOND_PROCESS, Stamp, pod_of};
 use crate::api::PodId;
 use crate::objects::pod_name;
 
-fn client_mut(state: &mut HbState, pod: PodId) -> Option<&mut Client> {
-    state.clients.get_mut(usize::from(pod))
+// Each function takes a member (a pod's id for its first member, [`SECOND_MEMBER`] set for its
+// second); each member's process has a monotonic clock of its own.
+
+fn client_mut(state: &mut HbState, member: u8) -> Option<&mut Client> {
+    let i = state.member_index(member);
+    state.clients.get_mut(i)
 }
 
-/// The client's role now, by the client crate's own rule.
-pub fn role(state: &HbState, pod: PodId) -> Option<Role> {
-    let c = state.clients.get(usize::from(pod))?;
-    Some(c.belief.role(clock::client(pod, state.now)))
+/// The member's role now, by the client crate's own rule.
+pub fn role(state: &HbState, member: u8) -> Option<Role> {
+    let c = state.clients.get(state.member_index(member))?;
+    Some(c.belief.role(clock::client(member, state.now)))
 }
 
-/// The client reads its pod (a watch event or a GET: confirmed now).
-pub fn read_pod(state: &mut HbState, pod: PodId) {
-    let marks = PodMarks::of(&objects::pod(state, pod));
-    let at = clock::client(pod, state.now);
-    if let Some(c) = client_mut(state, pod) {
+/// The member reads its pod (a watch event or a GET: confirmed now).
+pub fn read_pod(state: &mut HbState, member: u8) {
+    let marks = PodMarks::of(&objects::pod(state, pod_of(member)));
+    let at = clock::client(member, state.now);
+    if let Some(c) = client_mut(state, member) {
         c.belief.pod_seen(Some(marks), at);
     }
 }
 
-/// The client reads the group's Lease.
-pub fn read_lease(state: &mut HbState, pod: PodId) {
+/// The member reads the group's Lease.
+pub fn read_lease(state: &mut HbState, member: u8) {
     let marks = (!state.lease.deleted).then(|| LeaseMarks::of(&objects::lease(&state.lease)));
-    let (rv, at) = (state.lease.rv, clock::client(pod, state.now));
-    if let Some(c) = client_mut(state, pod) {
+    let (rv, at) = (state.lease.rv, clock::client(member, state.now));
+    if let Some(c) = client_mut(state, member) {
         c.belief.lease_seen(marks, at);
         c.lease_rv = Some(rv);
     }
@@ -45,21 +49,23 @@ pub fn read_lease(state: &mut HbState, pod: PodId) {
 /// The epoch at which the client owes a renewal by the real client's rule (the Lease as it last
 /// read it asks, and its pod as it last read it carries the leader's marks at that epoch), if it
 /// may send one now (none awaited, none sent this tick, not refused at this version).
-pub fn renewable(state: &HbState, pod: PodId) -> Option<leadergroup_client::Epoch> {
-    let c = state.clients.get(usize::from(pod))?;
+pub fn renewable(state: &HbState, member: u8) -> Option<leadergroup_client::Epoch> {
+    let c = state.clients.get(state.member_index(member))?;
     if c.cut || c.awaiting || c.last_sent == Some(state.now) || c.lease_rv == c.refused_at {
         return None;
     }
-    c.belief.observation().renewal_owed(&pod_name(pod))
+    c.belief
+        .observation()
+        .renewal_owed(&pod_name(pod_of(member)))
 }
 
-/// The client sends a renewal of the Lease it read.
-pub fn renew(state: &mut HbState, pod: PodId) {
-    let Some(epoch) = renewable(state, pod) else {
+/// The member sends a renewal of the Lease it read.
+pub fn renew(state: &mut HbState, member: u8) {
+    let Some(epoch) = renewable(state, member) else {
         return;
     };
     let now = state.now;
-    let Some(c) = client_mut(state, pod) else {
+    let Some(c) = client_mut(state, member) else {
         return;
     };
     let Some(expected) = c.lease_rv else {
@@ -69,7 +75,8 @@ pub fn renew(state: &mut HbState, pod: PodId) {
     c.last_sent = Some(now);
     let process = c.process;
     state.inflight.push(Renewal {
-        pod,
+        member,
+        pod: pod_of(member),
         process,
         expected,
         epoch,
@@ -83,6 +90,11 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
     let landed = !state.lease.deleted && state.lease.rv == renewal.expected;
     let written = if landed {
         let rv = state.next_rv();
+        // The other member of the pod keeps its acknowledgement (the real Lease lists each).
+        state.lease.also_renewed = state
+            .lease
+            .renewed
+            .filter(|r| r.pod == renewal.pod && r.process != renewal.process);
         state.lease.renewed = Some(Stamp {
             pod: renewal.pod,
             process: renewal.process,
@@ -93,7 +105,7 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
     } else {
         None
     };
-    let Some(c) = client_mut(state, renewal.pod) else {
+    let Some(c) = client_mut(state, renewal.member) else {
         return;
     };
     if c.cut || c.process != renewal.process || !c.awaiting {
@@ -103,7 +115,7 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
     match written {
         Some(rv) => {
             c.belief
-                .renewal_landed(renewal.epoch, clock::client(renewal.pod, renewal.sent));
+                .renewal_landed(renewal.epoch, clock::client(renewal.member, renewal.sent));
             // The next renewal is conditional on this write, unless a read showed a newer one.
             if c.lease_rv == Some(renewal.expected) {
                 c.lease_rv = Some(rv);
@@ -115,24 +127,34 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
 
 /// A cut-off client gives up awaiting its renewal (its request deadline); the request may
 /// still land.
-pub fn give_up(state: &mut HbState, pod: PodId) {
-    if let Some(c) = client_mut(state, pod) {
+pub fn give_up(state: &mut HbState, member: u8) {
+    if let Some(c) = client_mut(state, member) {
         c.awaiting = false;
     }
 }
 
-pub fn set_cut(state: &mut HbState, pod: PodId, cut: bool) {
-    if let Some(c) = client_mut(state, pod) {
+pub fn set_cut(state: &mut HbState, member: u8, cut: bool) {
+    if let Some(c) = client_mut(state, member) {
         c.cut = cut;
     }
 }
 
 /// The client's process restarts: it knows nothing; its renewals in flight may still land.
-pub fn restart(state: &mut HbState, pod: PodId) {
-    if let Some(c) = client_mut(state, pod) {
+pub fn restart(state: &mut HbState, member: u8) {
+    if let Some(c) = client_mut(state, member) {
         *c = Client {
             cut: c.cut,
-            ..Client::started(&pod_name(pod), c.process + 1)
+            ..Client::started(&pod_name(pod_of(member)), c.process + 1)
         };
     }
+}
+
+/// The second member of `pod`, started with the first.
+pub fn second_member(pod: PodId) -> Client {
+    Client::started(&pod_name(pod), SECOND_PROCESS)
+}
+
+/// The id of `pod`'s second member.
+pub fn second_of(pod: PodId) -> u8 {
+    pod | SECOND_MEMBER
 }

@@ -6,17 +6,26 @@ use std::fmt;
 use leadergroup_client::role::Role;
 
 use super::model::{HbAction, HeartbeatModel};
-use super::state::{FORGED_EPOCH_STEP, HbLease, HbState, INTRUDER, Renewal};
+use super::state::{FORGED_EPOCH_STEP, HbLease, HbState, INTRUDER, Renewal, SECOND_MEMBER, pod_of};
 use super::{client, clock::Tick};
 use crate::objects::pod_name;
 use crate::run::Explained;
+
+/// A member as a person reads it: `p1's client`, or `p1's second member`.
+fn member(m: u8) -> String {
+    if m & SECOND_MEMBER == 0 {
+        format!("{}'s client", pod_name(m))
+    } else {
+        format!("{}'s second member", pod_name(pod_of(m)))
+    }
+}
 
 impl fmt::Display for Renewal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}'s client (process {})'s PUT Lease (renewTime moved, epoch {}) if rv={}, sent at {}s",
-            pod_name(self.pod),
+            "{} (process {})'s PUT Lease (renewTime moved, epoch {}) if rv={}, sent at {}s",
+            member(self.member),
             self.process,
             self.epoch,
             self.expected,
@@ -30,16 +39,16 @@ impl fmt::Display for HbAction {
         match self {
             HbAction::Tick => write!(f, "a second passes"),
             HbAction::Operator => write!(f, "the operator reads the Lease and decides"),
-            HbAction::ReadPod(p) => write!(f, "{}'s client GETs its pod", pod_name(*p)),
-            HbAction::ReadLease(p) => write!(f, "{}'s client GETs the Lease", pod_name(*p)),
-            HbAction::Renew(p) => write!(f, "{}'s client sends a renewal", pod_name(*p)),
+            HbAction::ReadPod(m) => write!(f, "{} GETs its pod", member(*m)),
+            HbAction::ReadLease(m) => write!(f, "{} GETs the Lease", member(*m)),
+            HbAction::Renew(m) => write!(f, "{} sends a renewal", member(*m)),
             HbAction::Deliver(r) => write!(f, "API server applies {r}"),
-            HbAction::GiveUp(p) => {
-                write!(f, "{}'s client gives up awaiting its renewal", pod_name(*p))
+            HbAction::GiveUp(m) => {
+                write!(f, "{} gives up awaiting its renewal", member(*m))
             }
-            HbAction::Cut(p) => write!(f, "{}'s client is cut off", pod_name(*p)),
-            HbAction::Reconnect(p) => write!(f, "{}'s client reconnects", pod_name(*p)),
-            HbAction::Restart(p) => write!(f, "{}'s client restarts", pod_name(*p)),
+            HbAction::Cut(m) => write!(f, "{} is cut off", member(*m)),
+            HbAction::Reconnect(m) => write!(f, "{} reconnects", member(*m)),
+            HbAction::Restart(m) => write!(f, "{} restarts", member(*m)),
             HbAction::DeleteLease => write!(f, "user deletes the Lease"),
             HbAction::OperatorRestart => {
                 write!(
@@ -93,14 +102,19 @@ fn lease(l: &HbLease) -> String {
 }
 
 fn roles(s: &HbState) -> String {
-    (0..u8::try_from(s.clients.len()).unwrap_or(0))
-        .map(|p| {
-            let role = match client::role(s, p) {
+    s.members()
+        .into_iter()
+        .map(|m| {
+            let role = match client::role(s, m) {
                 Some(Role::Leader { epoch }) => format!("Leader@{epoch}"),
                 Some(r) => r.to_string(),
                 None => "-".to_string(),
             };
-            format!("{}: {role}", pod_name(p))
+            if m & SECOND_MEMBER == 0 {
+                format!("{}: {role}", pod_name(m))
+            } else {
+                format!("{}': {role}", pod_name(pod_of(m)))
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -5,7 +5,9 @@ use leadergroup_client::role::Role;
 use stateright::{Model, Property};
 
 use super::clock::Tick;
-use super::state::{Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal, UNKNOWN_POD};
+use super::state::{
+    Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal, UNKNOWN_POD, pod_of,
+};
 use super::{client, operator};
 use crate::api::PodId;
 use crate::objects::pod_name;
@@ -42,6 +44,9 @@ pub struct HbConfig {
     pub pod_gc: u8,
     /// States whose Lease went past this epoch are not explored further.
     pub max_epoch: i64,
+    /// `p1` runs a second member (an agent beside the application), with a clock and a name of
+    /// its own.
+    pub second_member: bool,
     /// The property this configuration is known to break (an open hole): `--first` stops at its
     /// first counterexample, not at the first of any property.
     pub sought: Option<&'static str>,
@@ -68,6 +73,7 @@ impl HbConfig {
             forgeries: 0,
             status_patches: 0,
             pod_gc: 0,
+            second_member: false,
             max_epoch: 3,
             sought: None,
         }
@@ -198,6 +204,19 @@ impl HbConfig {
         }
     }
 
+    /// `p1` runs two members, one of them cut off (or simply not yet told) while the other
+    /// hears the API server, then a `preferredLeader` edit: the handover must wait until neither
+    /// may still believe `Leader`.
+    pub fn two_members() -> Self {
+        HbConfig {
+            name: "two-members",
+            max_ticks: 4,
+            second_member: true,
+            readiness: 0,
+            ..HbConfig::immediate_handover()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -209,6 +228,7 @@ impl HbConfig {
             HbConfig::lease_deleted(),
             HbConfig::pod_gc(),
             HbConfig::status_patched(),
+            HbConfig::two_members(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -287,6 +307,7 @@ impl HeartbeatModel {
                 longest: None,
                 acquired: 0,
                 renewed: None,
+                also_renewed: None,
                 predecessor: None,
                 forged: false,
                 deleted: false,
@@ -302,6 +323,7 @@ impl HeartbeatModel {
             sighting: None,
             clients: (0..self.config.pods)
                 .map(|p| Client::started(&pod_name(p), 0))
+                .chain(self.config.second_member.then(|| client::second_member(0)))
                 .collect(),
             inflight: Vec::new(),
             spent: HbSpent::default(),
@@ -331,28 +353,31 @@ impl HeartbeatModel {
             actions.push(HbAction::Tick);
         }
         actions.push(HbAction::Operator);
-        for p in self.pods() {
-            let Some(cl) = s.clients.get(usize::from(p)) else {
+        // The members' actions take a member (the pod's id, or its second member's).
+        for m in s.members() {
+            let Some(cl) = s.clients.get(s.member_index(m)) else {
                 continue;
             };
             if cl.cut {
-                actions.push(HbAction::Reconnect(p));
+                actions.push(HbAction::Reconnect(m));
                 if cl.awaiting {
-                    actions.push(HbAction::GiveUp(p));
+                    actions.push(HbAction::GiveUp(m));
                 }
             } else {
-                actions.push(HbAction::ReadPod(p));
-                actions.push(HbAction::ReadLease(p));
-                if client::renewable(s, p).is_some() {
-                    actions.push(HbAction::Renew(p));
+                actions.push(HbAction::ReadPod(m));
+                actions.push(HbAction::ReadLease(m));
+                if client::renewable(s, m).is_some() {
+                    actions.push(HbAction::Renew(m));
                 }
                 if s.spent.cuts < c.cuts {
-                    actions.push(HbAction::Cut(p));
+                    actions.push(HbAction::Cut(m));
                 }
             }
             if s.spent.restarts < c.restarts {
-                actions.push(HbAction::Restart(p));
+                actions.push(HbAction::Restart(m));
             }
+        }
+        for p in self.pods() {
             if s.spent.preference_edits < c.preference_edits && s.preferred != Some(p) {
                 actions.push(HbAction::Prefer(p));
             }
@@ -483,16 +508,22 @@ pub fn stale_leaders(s: &HbState) -> Vec<(PodId, i64)> {
     if s.lease.forged {
         return Vec::new();
     }
-    (0..u8::try_from(s.clients.len()).unwrap_or(0))
-        .filter_map(|p| match client::role(s, p) {
+    let mut stale: Vec<(PodId, i64)> = s
+        .members()
+        .into_iter()
+        .filter_map(|m| match client::role(s, m) {
             Some(Role::Leader { epoch })
-                if i64::from(epoch) != s.lease.epoch && !awaited(s, p, i64::from(epoch)) =>
+                if i64::from(epoch) != s.lease.epoch
+                    && !awaited(s, pod_of(m), i64::from(epoch)) =>
             {
-                Some((p, i64::from(epoch)))
+                Some((pod_of(m), i64::from(epoch)))
             }
             _ => None,
         })
-        .collect()
+        .collect();
+    stale.sort_unstable();
+    stale.dedup();
+    stale
 }
 
 /// Whether the Lease still waits for `pod`'s step-down from `epoch`: deposed at once, it may
@@ -507,14 +538,18 @@ fn awaited(s: &HbState, pod: PodId, epoch: i64) -> bool {
     })
 }
 
-/// The clients that believe `Leader` now, with their epoch.
+/// The pods whose members believe `Leader` now, with the epoch (two members of one pod are one
+/// leader: the first of them that believes).
 pub fn believed_leaders(s: &HbState) -> Vec<(PodId, i64)> {
-    (0..u8::try_from(s.clients.len()).unwrap_or(0))
-        .filter_map(|p| match client::role(s, p) {
-            Some(Role::Leader { epoch }) => Some((p, i64::from(epoch))),
-            _ => None,
-        })
-        .collect()
+    let mut leaders: Vec<(PodId, i64)> = Vec::new();
+    for m in s.members() {
+        if let Some(Role::Leader { epoch }) = client::role(s, m)
+            && !leaders.iter().any(|(p, _)| *p == pod_of(m))
+        {
+            leaders.push((pod_of(m), i64::from(epoch)));
+        }
+    }
+    leaders
 }
 
 fn any_leader(s: &HbState) -> bool {

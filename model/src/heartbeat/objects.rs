@@ -45,12 +45,15 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         // the annotation, with the epoch), and a Lease is renewed only by its holder at its epoch.
         // A foreign write keeps the annotation but moves the epoch: it acknowledges no longer.
         acknowledged: lease.renewed.is_some() && !lease.forged,
-        // The model keeps the last renewal only: its process is the one that acknowledged.
+        // The last renewal's member, and the one before it if another member of the same pod
+        // wrote it at this epoch (two members: each acknowledges under its own name).
         acknowledged_by: lease
-            .renewed
-            .filter(|_| !lease.forged)
-            .map(|s| vec![member_name(&pod_name(s.pod), s.process)])
-            .unwrap_or_default(),
+            .also_renewed
+            .into_iter()
+            .chain(lease.renewed)
+            .filter(|_| !lease.forged && lease.renewed.is_some())
+            .map(|s| member_name(&pod_name(s.pod), s.process))
+            .collect(),
         predecessor: lease
             .predecessor
             .map(|(pod, epoch, duration, stepped_down)| Predecessor {

@@ -124,10 +124,10 @@ fn committed(
     let acquired_now = record.acquire_time == Some(clock::operator_wall(state.now))
         && record.renew_time == record.acquire_time;
     let current = &state.lease;
-    let (acquired, renewed) = if kept {
-        (current.acquired, current.renewed)
+    let (acquired, renewed, also_renewed) = if kept {
+        (current.acquired, current.renewed, current.also_renewed)
     } else if acquired_now {
-        (state.now, None)
+        (state.now, None, None)
     } else {
         return Err(ModelError::UnexpectedDecision(
             "Lease times the model cannot map",
@@ -159,6 +159,7 @@ fn committed(
         longest,
         acquired,
         renewed,
+        also_renewed,
         rv: if kept
             && !current.forged
             && !current.deleted

@@ -127,16 +127,17 @@ impl Replay {
             .renewal_lands(pod)
     }
 
-    /// `pod`'s client sends a renewal of the Lease it read, and the renewal lands.
-    fn renewal_lands(&mut self, pod: PodId) -> &mut Self {
-        self.act(HbAction::Renew(pod));
+    /// `member` (a pod's client, or its second member) sends a renewal of the Lease it read,
+    /// and the renewal lands.
+    fn renewal_lands(&mut self, member: u8) -> &mut Self {
+        self.act(HbAction::Renew(member));
         let renewal = self
             .states
             .last()
-            .and_then(|s| s.inflight.iter().find(|r| r.pod == pod).cloned());
+            .and_then(|s| s.inflight.iter().find(|r| r.member == member).cloned());
         match renewal {
             Some(r) => self.act(HbAction::Deliver(r)),
-            None => self.act(HbAction::Renew(pod)),
+            None => self.act(HbAction::Renew(member)),
         }
     }
 
@@ -297,6 +298,27 @@ pub fn replay_status_patched_then_lease_deleted() -> (Vec<Tick>, Option<Tick>, S
             .act(HbAction::DeleteLease)
             .operator()
             .p2_preferred();
+    })
+}
+
+/// Round four, finding 2 in Heartbeat mode: `p1` runs two members; both renew and believe
+/// `Leader@1` (until 4 s), then the second is cut off while the first hears on; at 1 s the user
+/// prefers `p2`. The first member learns of the handover at once; the second never does, and
+/// the handover must still wait for its belief to lapse.
+pub fn replay_two_members_one_cut_off() -> (Vec<Tick>, Option<Tick>, String) {
+    let second = super::client::second_of(0);
+    handover_over_six_seconds(HbConfig::two_members(), |r| {
+        r.renews(0)
+            .act(HbAction::ReadLease(0))
+            .renews(second)
+            .act(HbAction::ReadLease(second))
+            .act(HbAction::Cut(second))
+            .act(HbAction::Tick)
+            .operator()
+            .act(HbAction::ReadLease(0))
+            .p2_preferred()
+            .act(HbAction::ReadPod(0))
+            .act(HbAction::ReadLease(0));
     })
 }
 
@@ -496,6 +518,23 @@ mod tests {
             text.contains("p2: Leader@2"),
             "p2 leads at a new epoch:\n{text}"
         );
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// The second member of p1, cut off, believes `Leader@1` until 4 s, its own renewal's two
+    /// thirds of the Lease; the first steps down at once. p2 leads only after the second's
+    /// belief lapsed.
+    #[test]
+    fn two_members_of_one_pod_are_each_waited_for() {
+        let (overlap, successor, text) = replay_two_members_one_cut_off();
+        println!("{text}");
+        assert!(text.contains("p1's second member is cut off"), "{text}");
+        assert!(
+            text.contains("p1': Leader@1"),
+            "the second member led:\n{text}"
+        );
+        assert_eq!(overlap, Vec::<Tick>::new(), "{text}");
+        assert!(successor.is_some(), "p2 leads in the end:\n{text}");
         assert!(!text.contains("not possible"), "{text}");
     }
 

@@ -35,6 +35,9 @@ pub struct HbLease {
     pub acquired: Tick,
     /// The holder's last renewal that landed (`renewTime`); `None`: not renewed since acquired.
     pub renewed: Option<Stamp>,
+    /// The renewal before it, when another member of the same pod wrote it at this epoch: each
+    /// member's acknowledgement counts (`acknowledged-by` lists both).
+    pub also_renewed: Option<Stamp>,
     /// The last holder that acknowledged its leadership, once deposed: its pod, its epoch, the
     /// Lease duration it last saw, and whether it is known to have stepped down.
     pub predecessor: Option<(PodId, i64, u8, bool)>,
@@ -66,6 +69,17 @@ pub const INTRUDER: &str = "intruder";
 /// (`lease_record::UNKNOWN_PREDECESSOR`): no pod.
 pub const UNKNOWN_POD: PodId = PodId::MAX;
 
+/// The second member of pod `p1` (configuration `two-members`): a member id is the pod's id for
+/// its first member, and this bit set on the pod's id for its second. The second's processes
+/// count from [`SECOND_PROCESS`], so that its member names differ from the first's.
+pub const SECOND_MEMBER: u8 = 0x80;
+pub const SECOND_PROCESS: u8 = 100;
+
+/// The pod a member runs in.
+pub fn pod_of(member: u8) -> PodId {
+    member & !SECOND_MEMBER
+}
+
 /// How far above the Lease's epoch a foreign writer sets it.
 pub const FORGED_EPOCH_STEP: i64 = 2;
 
@@ -73,6 +87,8 @@ pub const FORGED_EPOCH_STEP: i64 = 2;
 /// It may land at any later point, also after its client was cut off or restarted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Renewal {
+    /// The member that sent it ([`SECOND_MEMBER`]).
+    pub member: u8,
     pub pod: PodId,
     pub process: u8,
     pub expected: Rv,
@@ -162,6 +178,31 @@ pub struct HbState {
 }
 
 impl HbState {
+    /// The index in `clients` of `member`: the pods' first members in pod order, then the second
+    /// members.
+    pub fn member_index(&self, member: u8) -> usize {
+        if member & SECOND_MEMBER != 0 {
+            self.marks.len() + usize::from(pod_of(member))
+        } else {
+            usize::from(member)
+        }
+    }
+
+    /// Every member, first members first.
+    pub fn members(&self) -> Vec<u8> {
+        let pods = self.marks.len();
+        (0..self.clients.len())
+            .filter_map(|i| {
+                let id = if i < pods {
+                    i
+                } else {
+                    (i - pods) | usize::from(SECOND_MEMBER)
+                };
+                u8::try_from(id).ok()
+            })
+            .collect()
+    }
+
     /// The version the next write takes.
     pub fn next_rv(&self) -> Rv {
         let mut max = self.lease.rv;
@@ -187,7 +228,9 @@ impl HbState {
     /// properties see: two states that differ only in these are one.
     pub fn canonical(mut self) -> Self {
         let now = self.now;
-        for (p, c) in self.clients.iter_mut().enumerate() {
+        let pods = self.marks.len();
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            let p = if i < pods { i } else { i - pods };
             let pod = pod_name(PodId::try_from(p).unwrap_or(PodId::MAX));
             if c.belief.is_inert(&pod) {
                 c.belief = Belief::new(pod.clone(), member_name(&pod, c.process), true);
