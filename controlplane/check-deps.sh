@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `make check` needs beyond Rust and the pinned control plane, when missing: the
 # linter `shellcheck` (`make lint` checks every shell script with it) and python3's PyYAML (the
-# chart's static tests read rendered YAML with it, and make docs-check the member Roles).
-# shellcheck from Debian's package; PyYAML with pip first (right for whichever python3 is first
-# on PATH), Debian's python3-yaml when pip cannot.
+# chart's static tests read rendered YAML with it, and make docs-check the member Roles). The
+# linter from Debian's package; PyYAML with pip first (right for whichever python3 is first on
+# PATH), Debian's python3-yaml when pip cannot.
 # As root or with sudo. Idempotent: with both present it changes nothing and says so.
 #
 #   controlplane/check-deps.sh
