@@ -103,13 +103,17 @@ impl Replay {
         self
     }
 
-    /// p1's client renews, believes `Leader@1` and is cut off; the user prefers p2, which the
-    /// operator commits at once; p2's client reads its pod and the Lease.
-    fn switchover_from_a_cut_off_leader(&mut self) -> &mut Self {
+    /// p1's client renews, reads its renewal back (it believes `Leader@1`) and is cut off.
+    fn p1_leads_then_cut_off(&mut self) -> &mut Self {
         self.renews(0)
             .act(HbAction::ReadLease(0))
             .act(HbAction::Cut(0))
-            .p2_preferred()
+    }
+
+    /// p1's client renews, believes `Leader@1` and is cut off; the user prefers p2, which the
+    /// operator commits at once; p2's client reads its pod and the Lease.
+    fn switchover_from_a_cut_off_leader(&mut self) -> &mut Self {
+        self.p1_leads_then_cut_off().p2_preferred()
     }
 
     /// The user prefers p2, the operator decides, and p2's client reads its pod and the Lease.
@@ -229,9 +233,7 @@ pub fn replay_shorter_duration_then_an_operator_restart() -> (HbOutcome, String)
 /// handover waits two thirds of the longest Lease p1 may have seen, not of the 3 s one.
 pub fn replay_switchover_after_a_shortened_lease() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::shortened_handover(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::EditDuration(3))
             .operator()
             .act(HbAction::OperatorRestart)
@@ -244,9 +246,7 @@ pub fn replay_switchover_after_a_shortened_lease() -> (Vec<Tick>, Option<Tick>, 
 /// prefers `p2`. `p1`'s client never saw the deletion: the handover must wait for it.
 pub fn replay_lease_deleted_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::lease_deleted(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::DeleteLease)
             .operator()
             .p2_preferred();
@@ -259,9 +259,7 @@ pub fn replay_lease_deleted_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>
 /// longest duration must outlive the Lease.
 pub fn replay_shortened_lease_deleted_during_the_wait() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::lease_deleted(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::EditDuration(3))
             .operator()
             .p2_preferred()
@@ -275,9 +273,7 @@ pub fn replay_shortened_lease_deleted_during_the_wait() -> (Vec<Tick>, Option<Ti
 /// The phase says nothing of the process: the handover must wait for its belief to lapse.
 pub fn replay_pod_gc_failed_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::pod_gc(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::PodGc(0))
             .operator()
             .act(HbAction::ReadPod(1))
@@ -291,9 +287,7 @@ pub fn replay_pod_gc_failed_under_a_cut_off_leader() -> (Vec<Tick>, Option<Tick>
 /// lapsed.
 pub fn replay_status_patched_then_lease_deleted() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::status_patched(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::PatchStatus(1))
             .act(HbAction::DeleteLease)
             .operator()
@@ -376,9 +370,7 @@ fn handover_over_six_seconds(
 /// Returns what [`replay_immediate_handover_with_the_old_leader_cut_off`] returns.
 pub fn replay_preference_after_a_foreign_write() -> (Vec<Tick>, Option<Tick>, String) {
     handover_over_six_seconds(HbConfig::foreign_write(), |r| {
-        r.renews(0)
-            .act(HbAction::ReadLease(0))
-            .act(HbAction::Cut(0))
+        r.p1_leads_then_cut_off()
             .act(HbAction::Forge)
             .p2_preferred();
     })
