@@ -13,8 +13,8 @@ use kube::{
     Client,
     config::{KubeConfigOptions, Kubeconfig},
 };
-use leadergroup_client::Role;
-use leadergroup_testenv::{MemberRules, MemberWorld, control_plane};
+use leadergroup_client::{Epoch, Membership, Role};
+use leadergroup_testenv::{MemberRules, MemberWorld, Proxy, api_server_addr, control_plane};
 use tokio::{sync::watch, time::Instant};
 
 /// Every test's Lease duration: validity 2 s, a confirming GET after 1 s of quiet.
@@ -108,6 +108,39 @@ impl Recorder {
                 "role {want} not reached within {timeout:?}; seen: {:?}",
                 self.roles()
             ),
+        }
+    }
+}
+
+/// `app-0` (label `app=a`), Ready and leader of group `g` at epoch 5, and its member, reaching the
+/// API server through a proxy the test may cut or slow, once it reports `Leader@5`.
+pub struct ProxiedLeader {
+    pub proxy: Proxy,
+    pub membership: Membership,
+    pub roles: Recorder,
+    pub leader: Role,
+}
+
+impl ProxiedLeader {
+    pub async fn start(w: &World) -> ProxiedLeader {
+        w.ready_leader("app-0", &[("app", "a")], "g", 5)
+            .await
+            .unwrap();
+        let proxy = Proxy::start(api_server_addr().await.unwrap())
+            .await
+            .unwrap();
+        let client = member_client(w, "app", "g", MemberRules::DOCUMENTED, Some(proxy.addr)).await;
+        let membership = Membership::start(client, &w.ns.name, "app-0", None);
+        let roles = Recorder::new(membership.subscribe());
+        let leader = Role::Leader {
+            epoch: Epoch::from(5u32),
+        };
+        roles.wait_for(leader, Duration::from_secs(10)).await;
+        ProxiedLeader {
+            proxy,
+            membership,
+            roles,
+            leader,
         }
     }
 }

@@ -3,29 +3,20 @@
 
 use std::time::Duration;
 
-use leadergroup_client::{Epoch, Membership, Role};
-use leadergroup_testenv::{MemberRules, Proxy, api_server_addr};
+use leadergroup_client::Role;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, member_client, world};
+use crate::common::{ProxiedLeader, VALIDITY, world};
 
 #[tokio::test]
 async fn a_cut_off_leader_turns_unknown_within_two_thirds_of_the_duration() {
     let w = world("client-cut").await;
-    w.ready_leader("app-0", &[("app", "a")], "g", 5)
-        .await
-        .unwrap();
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let client = member_client(&w, "app", "g", MemberRules::DOCUMENTED, Some(proxy.addr)).await;
-
-    let membership = Membership::start(client, &w.ns.name, "app-0", None);
-    let roles = Recorder::new(membership.subscribe());
-    let leader = Role::Leader {
-        epoch: Epoch::from(5u32),
-    };
-    roles.wait_for(leader, Duration::from_secs(10)).await;
+    let ProxiedLeader {
+        proxy,
+        membership,
+        roles,
+        leader,
+    } = ProxiedLeader::start(&w).await;
     // Let a few confirming GETs go through (a third of the duration apart).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(membership.role(), leader);

@@ -8,32 +8,24 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams};
-use leadergroup_client::{Epoch, Membership, Role};
-use leadergroup_testenv::{MemberRules, Proxy, api_server_addr};
+use leadergroup_client::Role;
 use tokio::time::Instant;
 
-use crate::common::{Recorder, VALIDITY, member_client, world};
+use crate::common::{ProxiedLeader, VALIDITY, world};
 
 #[tokio::test]
 async fn a_leader_whose_events_arrive_late_stops_within_two_thirds_of_the_lease_after_a_handover() {
     let w = world("client-lag").await;
-    w.ready_leader("app-0", &[("app", "a")], "g", 5)
-        .await
-        .unwrap();
     w.kubelet
         .create_ready_pod("app-1", &[("app", "a")])
         .await
         .unwrap();
-    let proxy = Proxy::start(api_server_addr().await.unwrap())
-        .await
-        .unwrap();
-    let client = member_client(&w, "app", "g", MemberRules::DOCUMENTED, Some(proxy.addr)).await;
-    let membership = Membership::start(client, &w.ns.name, "app-0", None);
-    let roles = Recorder::new(membership.subscribe());
-    let leader = Role::Leader {
-        epoch: Epoch::from(5u32),
-    };
-    roles.wait_for(leader, Duration::from_secs(10)).await;
+    let ProxiedLeader {
+        proxy,
+        membership,
+        roles,
+        leader,
+    } = ProxiedLeader::start(&w).await;
 
     // The operator renews the Lease every 300 ms, and something annotates the pod as often: a
     // steady stream of watch events on both, so that neither is ever quiet long enough for a
