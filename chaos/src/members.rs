@@ -1,8 +1,8 @@
 //! The applications of the run: every pod runs the client's `Membership` in this process, one per
 //! pod (two in some groups' pods, [`crate::plan::members_per_pod`]: an agent beside the
-//! application's own), authenticated as its group's members' ServiceAccount and each reaching the API server
-//! through a proxy of its own (which the faults cut or stall: all of a pod's at once when its node
-//! is cut off, or one member's alone). A pod's `Membership`s start when the pod is created and
+//! application's own), authenticated as its group's members' ServiceAccount and each reaching the
+//! API server through a proxy of its own (which the faults cut or stall: all of a pod's at once
+//! when its node is cut off, or one member's alone). A pod's `Membership`s start when the pod is created and
 //! stop when its container stops; a restart fault stops them and starts new ones in the same pod.
 //!
 //! Every role change of every `Membership` is recorded on this process's monotonic clock
@@ -101,7 +101,7 @@ impl Members {
     pub async fn leave(&self, pod: &str) {
         let member = self.pods.lock().await.remove(pod);
         if let Some(member) = member {
-            self.stop(&member, pod, member.running.as_ref());
+            self.stop(&member, pod, member.running.as_deref());
         }
     }
 
@@ -114,7 +114,7 @@ impl Members {
         };
         let running = member.running.take();
         let stopped = running.is_some();
-        self.stop(member, pod, running.as_ref());
+        self.stop(member, pod, running.as_deref());
         stopped
     }
 
@@ -153,12 +153,9 @@ impl Members {
         match pods.get_mut(pod) {
             Some(member) if !member.cut && !member.one_cut && member.proxies.len() > 1 => {
                 member.one_cut = true;
-                member
-                    .proxies
-                    .iter()
-                    .last()
-                    .into_iter()
-                    .for_each(Proxy::cut);
+                if let Some(last) = member.proxies.last() {
+                    last.cut();
+                }
                 true
             }
             _ => false,
@@ -194,7 +191,7 @@ impl Members {
     pub async fn stop_all(&self) {
         let pods: Vec<(String, Member)> = self.pods.lock().await.drain().collect();
         for (pod, member) in &pods {
-            self.stop(member, pod, member.running.as_ref());
+            self.stop(member, pod, member.running.as_deref());
         }
     }
 
@@ -233,7 +230,7 @@ impl Members {
     }
 
     /// Records the stops at this instant (before the `Membership`s go), then stops them.
-    fn stop(&self, member: &Member, pod: &str, running: Option<&Vec<Running>>) {
+    fn stop(&self, member: &Member, pod: &str, running: Option<&[Running]>) {
         for (index, running) in running.into_iter().flatten().enumerate() {
             running.recorder.abort();
             self.claims.record(
