@@ -70,11 +70,7 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
         pod,
         uid,
         epoch: status.epoch,
-        lease_seconds: obs
-            .group
-            .spec
-            .lease_duration_seconds
-            .max(status_longest(obs)),
+        lease_seconds: longest_known(obs, None),
         // Which of its members acknowledged went with the Lease.
         members: vec![UNKNOWN_MEMBERS.to_string()],
         stepped_down_by: Vec::new(),
@@ -102,12 +98,7 @@ fn labeled_beside_another_holder(
         pod: labeled,
         uid: pod.metadata.uid.clone(),
         epoch,
-        lease_seconds: obs
-            .group
-            .spec
-            .lease_duration_seconds
-            .max(lease.longest_seen())
-            .max(status_longest(obs)),
+        lease_seconds: longest_known(obs, Some(lease)),
         // The Lease no longer says which of its members acknowledged.
         members: vec![UNKNOWN_MEMBERS.to_string()],
         stepped_down_by: Vec::new(),
@@ -115,13 +106,20 @@ fn labeled_beside_another_holder(
     })
 }
 
-/// The longest Lease duration the status kept for its epoch, 0 when it kept none.
-fn status_longest(obs: &Observation<'_>) -> i32 {
-    obs.group
+/// The longest Lease duration a member of the group may time itself by, as far as the operator
+/// knows: the spec's, the longest of `lease`'s tenure, and the longest the status kept (which
+/// outlives a Lease deleted by hand).
+fn longest_known(obs: &Observation<'_>, lease: Option<&LeaseRecord>) -> i32 {
+    let kept = obs
+        .group
         .status
         .as_ref()
-        .and_then(|s| s.longest_lease_seconds)
-        .unwrap_or(0)
+        .and_then(|s| s.longest_lease_seconds);
+    obs.group
+        .spec
+        .lease_duration_seconds
+        .max(lease.map_or(0, LeaseRecord::longest_seen))
+        .max(kept.unwrap_or(0))
 }
 
 /// The pod the status names as the leader, with the status's epoch, if it carries the group's
