@@ -50,6 +50,9 @@ pub struct HoldRule {
     pub value: String,
 }
 
+/// How often the waits on the held requests look.
+const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The webhook, registered; unregistered and stopped on drop.
 pub struct HeldRequests {
     name: String,
@@ -174,39 +177,22 @@ impl HeldRequests {
     /// Waits until it holds a request (polling every 5 ms: the caller may have to act within
     /// milliseconds of the hold, before the sender gives up on its request).
     pub async fn first_hold(&self, timeout: std::time::Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.held() == 0 {
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: "a held request".into(),
-                    timeout,
-                    last: String::new(),
-                });
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        Ok(())
+        let held = || async { Ok::<_, String>((self.held() > 0).then_some(())) };
+        crate::wait_until_every("a held request", timeout, HOLD_POLL, held).await
     }
 
     /// Waits until every request held so far has been let through (its answer sent to the API
     /// server, which then writes it or refuses it). Polls every 5 ms.
     pub async fn all_answered(&self, timeout: std::time::Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.answered.load(Ordering::SeqCst) < self.held() {
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: "the held requests' answers".into(),
-                    timeout,
-                    last: format!(
-                        "{} of {} answered",
-                        self.answered.load(Ordering::SeqCst),
-                        self.held()
-                    ),
-                });
+        let answered = || async {
+            let (answered, held) = (self.answered.load(Ordering::SeqCst), self.held());
+            if answered >= held {
+                Ok(Some(()))
+            } else {
+                Err(format!("{answered} of {held} answered"))
             }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        Ok(())
+        };
+        crate::wait_until_every("the held requests' answers", timeout, HOLD_POLL, answered).await
     }
 
     /// Lets every held request (and every later one, until [`HeldRequests::hold`]) through.
