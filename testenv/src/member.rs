@@ -57,7 +57,7 @@ impl MemberRules {
         let rules = member_rules(group)?
             .into_iter()
             .filter_map(|mut rule| {
-                let resources = rule.resources.clone().unwrap_or_default();
+                let resources = rule.resources.as_deref().unwrap_or_default();
                 if resources.iter().any(|r| r == "pods") {
                     return self.pods.then_some(rule);
                 }
