@@ -76,7 +76,6 @@ pub fn renew(state: &mut HbState, member: u8) {
     let process = c.process;
     state.inflight.push(Renewal {
         member,
-        pod: pod_of(member),
         process,
         expected,
         epoch,
@@ -94,9 +93,9 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
         state.lease.also_renewed = state
             .lease
             .renewed
-            .filter(|r| r.pod == renewal.pod && r.process != renewal.process);
+            .filter(|r| r.pod == pod_of(renewal.member) && r.process != renewal.process);
         state.lease.renewed = Some(Stamp {
-            pod: renewal.pod,
+            pod: pod_of(renewal.member),
             process: renewal.process,
             tick: renewal.sent,
         });

@@ -141,7 +141,7 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
             HbAction::Deliver(r) => cur
                 .inflight
                 .iter()
-                .find(|x| x.pod == r.pod && x.process == r.process && x.sent == r.sent)
+                .find(|x| x.member == r.member && x.process == r.process && x.sent == r.sent)
                 .cloned()
                 .map_or(action.clone(), HbAction::Deliver),
             a => a.clone(),

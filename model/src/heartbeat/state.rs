@@ -87,9 +87,8 @@ pub const FORGED_EPOCH_STEP: i64 = 2;
 /// It may land at any later point, also after its client was cut off or restarted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Renewal {
-    /// The member that sent it ([`SECOND_MEMBER`]).
+    /// The member that sent it ([`SECOND_MEMBER`]; its pod is [`pod_of`] it).
     pub member: u8,
-    pub pod: PodId,
     pub process: u8,
     pub expected: Rv,
     pub epoch: Epoch,
