@@ -227,10 +227,9 @@ impl HbState {
     /// properties see: two states that differ only in these are one.
     pub fn canonical(mut self) -> Self {
         let now = self.now;
-        let pods = self.marks.len();
-        for (i, c) in self.clients.iter_mut().enumerate() {
-            let p = if i < pods { i } else { i - pods };
-            let pod = pod_name(PodId::try_from(p).unwrap_or(PodId::MAX));
+        let members = self.members();
+        for (m, c) in members.into_iter().zip(self.clients.iter_mut()) {
+            let pod = pod_name(pod_of(m));
             if c.belief.is_inert(&pod) {
                 c.belief = Belief::new(pod.clone(), member_name(&pod, c.process), true);
                 c.lease_rv = None;
