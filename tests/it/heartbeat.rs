@@ -175,13 +175,19 @@ async fn a_silent_leader_hands_over_after_the_lease_and_its_late_renewals_are_re
             s.leader.as_deref() == Some(&pods[1])
         })
         .await;
-    let last_renewal = leases.last_renewal(&pods[0], 1, cut_at);
     let handover = leases
         .entries()
         .iter()
         .find(|(_, r)| r.holder.as_deref() == Some(&pods[1]))
         .map(|(at, _)| *at)
         .expect("the Lease names the successor");
+    // A renewal sent just before the cut may land and be answered after it: the last renewal is
+    // the last before the handover, not before the cut (nothing passes the proxy after it).
+    let last_renewal = leases.last_renewal(&pods[0], 1, handover);
+    assert!(
+        last_renewal >= cut_at - Duration::from_millis(1500),
+        "no renewal seen in the second before the cut"
+    );
     let silent_for = handover - last_renewal;
     eprintln!(
         "heartbeat: last renewal seen → Unknown {:?}, → new holder {:?}, → successor's Role::Leader {:?} (Lease {DURATION:?})",
