@@ -7,12 +7,12 @@
 mod backoff;
 mod cleanup;
 mod converge;
+mod execute;
 mod lease_triggers;
+pub(crate) mod memory;
 mod refused;
-mod routes;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -30,12 +30,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::barrier::Barriers;
+use self::memory::Memory;
 use crate::crd::{FINALIZER, LEASE_GROUP_LABEL, LeaderGroup};
 use crate::error::{ReconcileError, Result};
 use crate::group_index::GroupIndex;
 use crate::ha::Retired;
-use crate::lease_sightings::LeaseSightings;
 use crate::marks;
 use crate::metrics::Metrics;
 use crate::pod_index::PodIndex;
@@ -105,19 +104,14 @@ pub struct Context {
     pod_index: PodIndex,
     /// The group cache by namespace.
     group_index: GroupIndex,
-    /// When this replica saw each group's Lease reach its current state (Heartbeat liveness,
-    /// and how long another replica that arbitrates a group still counts as alive).
-    lease_sightings: Arc<LeaseSightings>,
+    /// What this replica remembers of each group: its barrier, its Lease's sighting (Heartbeat
+    /// liveness, and how long another replica that arbitrates it still counts as alive), its
+    /// handover clock and its run of failures.
+    memory: Arc<Memory>,
     /// Operator replicas known to have stopped on purpose.
     retired: Retired,
     /// The node controller's grace period ([`Settings::node_grace`]).
     node_grace: Duration,
-    /// The groups where no earlier promotion can still land.
-    barriers: Barriers,
-    /// When each group's handover began: started by pod events, read by the group's next reconcile.
-    handover_clocks: HandoverClocks,
-    /// The groups whose reconciles the API server refuses for good, and when to try again.
-    permanent: backoff::PermanentBackoff,
     /// Whether this replica may act (always true without `--leader-elect`).
     active: watch::Receiver<bool>,
     /// Whether every watch has delivered its first list.
@@ -141,29 +135,6 @@ impl Context {
             .filter(|g| g.status.as_ref().is_some_and(|s| s.leader.is_some()))
             .count();
         self.metrics.set_groups(with, groups.len() - with);
-    }
-}
-
-/// The start of each group's handover clock: the first pod event for a group since its last
-/// reconcile. The reconcile that acts on it takes the clock, so that the handover metric runs
-/// from the watch event that made the leader ineligible to the new leader's label.
-#[derive(Default)]
-struct HandoverClocks(Mutex<HashMap<ObjectRef<LeaderGroup>, Instant>>);
-
-impl HandoverClocks {
-    /// Starts the group's clock, unless it is already running.
-    fn start(&self, group: ObjectRef<LeaderGroup>) {
-        if let Ok(mut clocks) = self.0.lock() {
-            clocks.entry(group).or_insert_with(Instant::now);
-        }
-    }
-
-    /// Stops the group's clock and returns when it started, if it was running.
-    fn take(&self, group: &ObjectRef<LeaderGroup>) -> Option<Instant> {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|mut clocks| clocks.remove(group))
     }
 }
 
@@ -233,7 +204,7 @@ pub async fn run(
             .touched_objects()
     };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
-    let lease_sightings = Arc::new(LeaseSightings::default());
+    let memory = Arc::new(Memory::default());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watch_config().labels(LEASE_GROUP_LABEL),
@@ -243,8 +214,8 @@ pub async fn run(
     .backoff(watch_backoff())
     .reflect(leases_writer)
     .inspect_ok({
-        let sightings = lease_sightings.clone();
-        move |event| sightings.watched(event)
+        let memory = memory.clone();
+        move |event| memory.lease_watched(event)
     })
     .try_filter({
         let mut triggers = lease_triggers::LeaseTriggers::default();
@@ -282,12 +253,9 @@ pub async fn run(
         caches: caches.clone(),
         pod_index,
         group_index,
-        handover_clocks: HandoverClocks::default(),
-        permanent: backoff::PermanentBackoff::default(),
-        lease_sightings,
+        memory,
         retired: settings.retired.clone(),
         node_grace: settings.node_grace,
-        barriers: Barriers::default(),
         active: active.clone(),
         synced: synced.subscribe(),
     });
@@ -306,7 +274,7 @@ pub async fn run(
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             let groups = groups_of_pod(&mapper_ctx.groups_in(ns), &pod);
             for group in &groups {
-                mapper_ctx.handover_clocks.start(group.clone());
+                mapper_ctx.memory.start_handover(group);
             }
             groups
         })
@@ -448,7 +416,7 @@ fn activations(
                 if *rx.borrow_and_update() {
                     // Another replica may have acted while this one stood by: no group is known
                     // to be barred against its late promotions.
-                    ctx.barriers.clear();
+                    ctx.memory.every_barrier_down();
                     return Some(((), rx));
                 }
             }
@@ -480,7 +448,7 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
     // A group the API server refuses for good waits out its backoff whatever events arrive,
     // unless its spec changed or it is being deleted.
     if group.metadata.deletion_timestamp.is_none()
-        && let Some(wait) = ctx.permanent.waiting(&group_ref, group.metadata.generation)
+        && let Some(wait) = ctx.memory.waiting(&group_ref, group.metadata.generation)
     {
         debug!(group = %group.name_any(), ?wait, "refused for good before: waiting out the backoff");
         return Ok(Action::requeue(wait));
@@ -512,7 +480,7 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         Ok(result) => result.map_err(ReconcileError::from),
         Err(_) => {
             // An abandoned request may still land, a promotion included.
-            ctx.barriers.remove(&group_ref);
+            ctx.memory.barrier_down(&group_ref);
             Err(ReconcileError::Deadline {
                 group: name.clone(),
                 after: deadline,
@@ -523,17 +491,17 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
         // A pass that failed may have moved the Lease off a leader and not removed its label:
         // the next decision no longer names it, and a lagging pod cache may not show the label
         // (see `converge`).
-        ctx.barriers.remove(&group_ref);
+        ctx.memory.barrier_down(&group_ref);
     }
     match &result {
         Ok(_) => {
-            ctx.permanent.succeeded(&group_ref);
+            ctx.memory.succeeded(&group_ref);
             refused::clear(&api, &cached).await;
         }
         Err(e) => match retry::classify(e) {
             Retry::Permanent(refusal) => refused::report(&ctx, &api, &name, &refusal).await,
             Retry::Transient(retry::TransientKind::Stale) => {
-                if ctx.permanent.missed_deadline(&group_ref) >= backoff::STALE_RUN {
+                if ctx.memory.missed_deadline(&group_ref) >= backoff::STALE_RUN {
                     let lease = cached.spec.lease_duration_seconds;
                     let slow = retry::too_slow(backoff::STALE_RUN, deadline, lease);
                     refused::report(&ctx, &api, &name, &slow).await;
@@ -567,7 +535,7 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
     let cap = match &retry {
         Retry::Permanent(_) => Some(backoff::CAP),
         Retry::Transient(retry::TransientKind::Stale)
-            if ctx.permanent.missed_deadlines(&group_ref) >= backoff::STALE_RUN =>
+            if ctx.memory.missed_deadlines(&group_ref) >= backoff::STALE_RUN =>
         {
             Some(backoff::CAP_SLOW)
         }
@@ -578,7 +546,7 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
         Retry::Transient(_) => (String::new(), String::new()),
     };
     let wait = cap.map(|cap| {
-        ctx.permanent
+        ctx.memory
             .failed(&group_ref, group.metadata.generation, cap)
     });
     warn!(
@@ -590,7 +558,7 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
         object,
         field,
         category = error.category().as_str(),
-        failures = ctx.permanent.failures(&group_ref),
+        failures = ctx.memory.failures(&group_ref),
         backoff_seconds = wait.map(|w| w.as_secs()),
         error = %error,
         "reconcile failed"

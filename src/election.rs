@@ -1,6 +1,8 @@
-//! The election decision: from a group, the pods and groups of its namespace, its Lease and the
-//! time to a [`Plan`] of steps. Pure: no client in reach, so every election rule
-//! (docs/concepts.md, "How it elects") is tested here.
+//! The election decision: from a group, the pods, groups, Services and slices of its namespace,
+//! its Lease, this replica's memory of it and the time to a [`Plan`]: every write of one
+//! reconcile, in protocol order. Pure: no client in reach, so every election rule
+//! (docs/concepts.md, "How it elects") is tested here, and the model checker runs this very
+//! function.
 
 mod candidates;
 mod commit;
@@ -23,7 +25,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
 use self::candidates::Candidates;
@@ -40,6 +43,7 @@ use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::lease_record::LeaseRecord;
 use crate::lease_sightings::LeaseSeen;
 use crate::marks::is_marked_for;
+use crate::routing::Route;
 
 /// Type of the condition that says whether the group is healthy: a pod leads and the API server
 /// accepts the operator's requests for it (what `kubectl wait --for=condition=Ready` reads).
@@ -59,7 +63,8 @@ pub const LATE_STEP_DOWN: &str = "LateStepDown";
 /// for good (False, with the refusal), until a reconcile succeeds again (then it is removed).
 pub const RECONCILED: &str = "Reconciled";
 
-/// Everything the decision looks at, as read from the API server (or its watch cache).
+/// Everything the decision looks at: what the API server (or its watch cache) shows, and what
+/// this replica remembers of the group.
 pub struct Observation<'a> {
     /// The group decided for.
     pub group: &'a LeaderGroup,
@@ -70,9 +75,16 @@ pub struct Observation<'a> {
     pub pods: &'a [&'a Pod],
     /// The group's Lease, if it exists.
     pub lease: Option<&'a Lease>,
+    /// The Services of its namespace labeled with a group: its leader's Service among them.
+    pub services: &'a [&'a Service],
+    /// The EndpointSlices of its namespace this operator writes.
+    pub slices: &'a [&'a EndpointSlice],
     /// When this replica saw the Lease reach its current state, on its own clock (`None`: not
     /// tracked, taken as seen at `now`).
     pub lease_seen: Option<LeaseSeen>,
+    /// This replica raised the group's barrier since it last turned active and abandoned no
+    /// request in the group since: no earlier promotion can still land (the barrier, `election::writes`).
+    pub barrier_up: bool,
     /// Operator replicas known to have stopped on purpose: the groups they arbitrate are taken
     /// over without waiting their Leases out.
     pub retired: &'a BTreeSet<String>,
@@ -95,51 +107,6 @@ impl Observation<'_> {
             not_before: None,
         })
     }
-}
-
-/// What the decision concluded.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
-    /// A Lease of the group's name exists that this group does not own: nothing is written to it.
-    LeaseNotOwned {
-        /// The status to record (condition False, reason LeaseNotOwned).
-        status: LeaderGroupStatus,
-        /// The group's pods that still carry a leader's marks: the status says nobody leads, so
-        /// no Service may route to them.
-        demote: Vec<String>,
-    },
-    /// Another operator replica arbitrates this group and its Lease is still fresh.
-    Deferred {
-        /// That replica.
-        arbiter: String,
-        /// When its Lease runs out and this replica may take over.
-        until: Timestamp,
-    },
-    /// The selector cannot be evaluated (the API server's validation was bypassed).
-    InvalidSelector {
-        /// What is wrong with it.
-        message: String,
-        /// The status to record.
-        status: LeaderGroupStatus,
-    },
-    /// The Lease's epoch is further above the recorded tokens than the operator ever writes it:
-    /// nobody new is elected, nothing is written but the status, until it is resolved.
-    ImplausibleEpoch {
-        /// What the condition says: the Lease field, both values, and the ways out.
-        message: String,
-        /// The status to record.
-        status: LeaderGroupStatus,
-    },
-    /// The leader would change, and no token can be minted for the next one: nobody new is
-    /// elected, nothing is written but the status.
-    TokensExhausted {
-        /// What the condition says.
-        message: String,
-        /// The status to record.
-        status: LeaderGroupStatus,
-    },
-    /// The steps to take, in protocol order.
-    Act(Box<Plan>),
 }
 
 /// The leader's marks to put on a pod.
@@ -188,41 +155,68 @@ pub struct Deposed {
     pub foreign: bool,
 }
 
-/// The steps of one reconcile, in the order of the transition protocol.
+/// Another operator replica arbitrates the group and its Lease is still fresh: nothing is
+/// written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferred {
+    /// That replica.
+    pub arbiter: String,
+    /// When its Lease runs out and this replica may take over.
+    pub until: Timestamp,
+}
+
+/// Why nobody new is elected: the status says so, and step 6 publishes a Warning Event when it
+/// changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The reason: `LeaseNotOwned`, `InvalidSelector`, `ImplausibleEpoch` or `TokensExhausted`.
+    pub reason: &'static str,
+    /// What the condition says.
+    pub message: String,
+}
+
+/// Every write of one reconcile, in the order of the transition protocol (docs/protocol.md),
+/// and when to look again. A refusal and a deferral are plans too.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// Another replica arbitrates the group: the plan writes nothing.
+    pub deferred: Option<Deferred>,
+    /// The group elects nobody new, and why.
+    pub refused: Option<Refused>,
     /// 1. Commit: the Lease content to write with a resourceVersion precondition, if it differs
     ///    from what it holds (a change of holder, a renewal, a re-creation).
     pub commit: Option<LeaseRecord>,
-    /// 2. Record: the status to write, if it differs from the current one.
+    /// 2. Record: the status to write (the `Routing` condition included), if it differs from the
+    ///    current one.
     pub status: Option<LeaderGroupStatus>,
-    /// 3. Demote: pods to label follower and strip of their epoch (old leaders, strays).
-    pub demote: Vec<String>,
-    /// 3. Release: old leaders the group no longer holds (they left the selector, or an older
-    ///    group took them) that still carry its marks, with the resourceVersion they were seen
-    ///    at: they lose all of its marks, only if unchanged since.
-    pub release: Vec<PodVersion>,
-    /// 4 and 5. Check (a fresh list, not the cache) and promote: the leader's marks, if the
-    ///    leader pod does not already carry them.
-    pub promote: Option<Promotion>,
+    /// 3 to 5, and the tidying after 6: the pod writes.
+    pub pods: PodWrites,
+    /// 5 waits for the predecessor's step-down: the leader's route stays as it is, so that the
+    ///    old leader's endpoint is replaced by the new one's in one write at the promotion.
+    pub awaits_step_down: bool,
     /// 6. Tell: the change of leader, if any, for the Event and the metrics.
     pub transition: Option<Transition>,
-    /// 4. Barrier, when an earlier promotion in the group may still be in flight: the pods it
-    ///    could have been for (all but the leader), written once so that it cannot land
-    ///    ([`Plan::writes`] decides whether it is needed).
-    pub barrier_candidates: Vec<String>,
-    /// 3. The named leaders this decision moves away from, barred in any case.
-    pub deposed: Vec<Deposed>,
-    /// Candidates to mark follower (label and group annotation), off the critical path.
-    pub mark_followers: Vec<String>,
-    /// Pods that carry this group's marks but are no longer its candidates, with the
-    /// resourceVersion they were seen at (their marks are removed only if unchanged since).
-    pub unmark: Vec<PodVersion>,
-    /// When to look again even without a watch event (the next renewal).
-    pub requeue_after: Duration,
-    /// 5 waits for the predecessor's step-down: the leader's route stays as it is, so that the
-    /// old leader's endpoint is replaced by the new one's in one write at the promotion.
-    pub awaits_step_down: bool,
+    /// The leader's Service and EndpointSlice (None: left as they are).
+    pub route: Option<Route>,
+    /// When to look again even without a watch event (None: only on one).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Plan {
+    /// A plan that writes nothing.
+    fn nothing(requeue_after: Option<Duration>) -> Plan {
+        Plan {
+            deferred: None,
+            refused: None,
+            commit: None,
+            status: None,
+            pods: PodWrites::default(),
+            awaits_step_down: false,
+            transition: None,
+            route: None,
+            requeue_after,
+        }
+    }
 }
 
 /// Whether the decision for `group` looks at `pod`: the pod is a candidate (the selector
@@ -263,8 +257,9 @@ pub fn named_leaders<'a>(
 }
 
 /// Decides what to do for `obs.group`, in this order: the refusals, who leads, with
-/// which token, then the protocol's steps (commit, record, demote, promote, tell).
-pub fn decide(obs: &Observation<'_>) -> Decision {
+/// which token, then the protocol's steps (commit, record, demote, bar and check, promote, tell,
+/// tidy) and the route.
+pub fn decide(obs: &Observation<'_>) -> Plan {
     let records = Records::read(obs);
     if let Some(refusal) = refusal(obs, &records) {
         return refusal;
@@ -288,50 +283,55 @@ pub fn decide(obs: &Observation<'_>) -> Decision {
         lapse.record.as_ref(),
     );
     let transition = Transition::between(obs, &members, &records, &leader, token);
+    let after = commit.as_ref().or(records.lease.as_ref());
     let chosen = status::Chosen {
         leader: &leader,
         epoch: token.epoch,
         transition: transition.as_ref(),
-        lease: commit.as_ref().or(records.lease.as_ref()),
+        lease: after,
     };
     let status = status::change(obs, &members, &records, &heartbeat, &chosen);
-    let Marking {
-        demote,
-        release,
-        mut promote,
-        mark_followers,
-        unmark,
-        mut barrier_candidates,
-        deposed,
-    } = Marking::plan(obs, &members, &records, &leader, token);
-    let mut requeue_after =
-        commit::requeue_after(obs, commit.as_ref().or(records.lease.as_ref()), &heartbeat);
+    let mut marking = Marking::plan(obs, &members, &records, &leader, token);
+    let mut requeue_after = commit::requeue_after(obs, after, &heartbeat);
     // Step 5 waits for the predecessor's step-down: its member's write wakes the group through
     // the Lease watch, its lapse by this requeue.
-    let after = commit.as_ref().or(records.lease.as_ref());
     let mut awaits_step_down = false;
     if let Some(wait) = step_down::awaited(obs, records.lease.as_ref(), after, leader.as_deref())
-        && promote.is_some()
+        && marking.promote.is_some()
     {
         awaits_step_down = true;
-        promote = None;
-        barrier_candidates.clear();
+        marking.promote = None;
+        marking.barrier_candidates.clear();
         requeue_after = requeue_after.min(wait.max(Duration::from_millis(100)));
     }
-    Decision::Act(Box::new(Plan {
+    // A group taken back from another arbiter may hold its promotions in flight, whatever this
+    // replica remembers from before.
+    let arbiter = records.lease.as_ref().and_then(|l| l.arbiter.as_deref());
+    let barrier_up = obs.barrier_up && arbiter == Some(obs.identity);
+    let (route, status) = routed(obs, status);
+    Plan {
         commit,
         status,
-        demote,
-        release,
-        promote,
-        transition,
-        barrier_candidates,
-        deposed,
-        mark_followers,
-        unmark,
-        requeue_after,
+        pods: marking.writes(barrier_up),
         awaits_step_down,
-    }))
+        transition,
+        route: Some(route),
+        requeue_after: Some(requeue_after),
+        ..Plan::nothing(None)
+    }
+}
+
+/// The route to the leader `status` leaves (the group's current status when None), and the
+/// status to write with its `Routing` condition (None: unchanged).
+fn routed(
+    obs: &Observation<'_>,
+    status: Option<LeaderGroupStatus>,
+) -> (Route, Option<LeaderGroupStatus>) {
+    let current = obs.group.status.clone().unwrap_or_default();
+    let next = status.as_ref().unwrap_or(&current);
+    let route = Route::new(obs.group, next, obs.pods, obs.services, obs.slices);
+    let with_condition = route.status(next, obs.group.metadata.generation, obs.now);
+    (route, with_condition.or(status))
 }
 
 #[cfg(test)]

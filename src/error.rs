@@ -24,7 +24,7 @@ pub enum ReconcileError {
     MissingNamespace(String),
 
     /// A reconcile's requests did not all answer within its deadline (half the group's Lease):
-    /// they were abandoned, and any of them may still land later (see [`crate::barrier`]).
+    /// they were abandoned, and any of them may still land later (see the barrier, `election::writes`).
     #[error("group {group}: no answer within {after:?}; requests abandoned")]
     Deadline {
         /// The group.

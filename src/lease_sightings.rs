@@ -10,15 +10,12 @@
 //! wall clock of the moment: a step of the wall clock (NTP, a VM resumed) between two sightings
 //! moves neither the silence nor the handover.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::Event;
 
 use crate::crd::{LEASE_GROUP_LABEL, LeaderGroup, lease_name_for};
 use crate::lease_record::{LeaseRecord, Written};
@@ -135,65 +132,8 @@ impl Sighting {
     }
 }
 
-/// The sightings of every group's Lease, shared by the reconciles.
-#[derive(Default)]
-pub struct LeaseSightings(Mutex<HashMap<ObjectRef<LeaderGroup>, Sighting>>);
-
-impl LeaseSightings {
-    /// Notes the group's Lease as read at `now` and says when its state was first seen, on the
-    /// wall clock as it reads at `now` (see [`Now`]). `None`
-    /// when there is no Lease (or the lock is poisoned: the decision then treats the Lease as
-    /// seen just now, which only ever waits longer).
-    pub fn observe(
-        &self,
-        group: &ObjectRef<LeaderGroup>,
-        lease: Option<&Lease>,
-        now: Now,
-    ) -> Option<LeaseSeen> {
-        let mut sightings = self.0.lock().ok()?;
-        let Some(lease) = lease else {
-            sightings.remove(group);
-            return None;
-        };
-        let record = LeaseRecord::from_lease(lease);
-        let sighting = sightings
-            .entry(group.clone())
-            .and_modify(|s| s.update(&record, now.monotonic))
-            .or_insert_with(|| Sighting::first(&record, now.monotonic));
-        Some(sighting.seen(&now))
-    }
-
-    /// Notes what the Lease watch shows as it arrives, on every replica, active or standing by:
-    /// a replica that turns active then times another replica's Leases from the renewals it saw
-    /// (Readiness mode: the decision defers to that replica until a duration after the last
-    /// one), not from its first look, which would hold the groups of a crashed replica for one
-    /// more duration.
-    pub fn watched(&self, event: &Event<Lease>) {
-        match event {
-            Event::Apply(lease) | Event::InitApply(lease) => {
-                if let Some(group) = group_of(lease) {
-                    self.observe(&group, Some(lease), Now::read());
-                }
-            }
-            Event::Delete(lease) => {
-                if let Some(group) = group_of(lease) {
-                    self.forget(&group);
-                }
-            }
-            Event::Init | Event::InitDone => {}
-        }
-    }
-
-    /// Drops what was seen of a deleted group's Lease.
-    pub fn forget(&self, group: &ObjectRef<LeaderGroup>) {
-        if let Ok(mut sightings) = self.0.lock() {
-            sightings.remove(group);
-        }
-    }
-}
-
 /// The group whose Lease `lease` is: its label names it, and its name is that group's Lease name.
-fn group_of(lease: &Lease) -> Option<ObjectRef<LeaderGroup>> {
+pub fn group_of(lease: &Lease) -> Option<ObjectRef<LeaderGroup>> {
     let group = lease.labels().get(LEASE_GROUP_LABEL)?;
     let ns = lease.namespace()?;
     (lease.name_any() == lease_name_for(group)).then(|| ObjectRef::new(group).within(&ns))
@@ -207,6 +147,7 @@ mod tests {
     use jiff::SignedDuration;
 
     use super::*;
+    use crate::controller::memory::Memory;
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
@@ -245,30 +186,26 @@ mod tests {
         }
     }
 
-    fn sight(
-        sightings: &LeaseSightings,
-        record: &LeaseRecord,
-        now: i64,
-    ) -> (Timestamp, Option<Timestamp>) {
+    fn sight(sightings: &Memory, record: &LeaseRecord, now: i64) -> (Timestamp, Option<Timestamp>) {
         sight_at(sightings, record, at(now))
     }
 
     fn sight_at(
-        sightings: &LeaseSightings,
+        sightings: &Memory,
         record: &LeaseRecord,
         now: Now,
     ) -> (Timestamp, Option<Timestamp>) {
         let group = ObjectRef::new("pay").within("ns");
         let lease = record.apply_to(None, "leadergroup-pay", "ns", None, None);
         let seen = sightings
-            .observe(&group, Some(&lease), now)
+            .lease_seen(&group, Some(&lease), now)
             .expect("a Lease is seen");
         (seen.written_at, seen.renewed_at)
     }
 
     #[test]
     fn a_step_of_the_wall_clock_moves_no_silence() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         sight(&s, &record("a", 1, 0), 100);
         sight(&s, &record("a", 1, 4), 104);
         // Six seconds later the wall clock has jumped an hour ahead: the renewal seen six
@@ -294,7 +231,7 @@ mod tests {
 
     #[test]
     fn renewals_are_timed_when_seen_whatever_renew_time_says() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         assert_eq!(sight(&s, &record("a", 1, 0), 100), (t(100), None));
         // The holder's clock is an hour behind: its renewal still counts when it arrives.
         assert_eq!(
@@ -314,11 +251,11 @@ mod tests {
 
     #[test]
     fn a_rewrite_of_the_holders_tenure_keeps_its_deadline_until_it_renews() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         let group = ObjectRef::new("pay").within("ns");
         let observe = |record: &LeaseRecord, now: i64| {
             let lease = record.apply_to(None, "leadergroup-pay", "ns", None, None);
-            s.observe(&group, Some(&lease), at(now))
+            s.lease_seen(&group, Some(&lease), at(now))
                 .expect("a Lease is seen")
         };
         observe(&record("a", 1, 0), 100);
@@ -350,7 +287,7 @@ mod tests {
     fn a_replica_that_first_sees_a_shortened_lease_gives_the_holder_the_longest_duration() {
         // Another replica (or this one before a restart) saw the 30 s Lease shortened to 3 s;
         // the Lease says so. The holder may time itself by the 30 s: not silent before 130.
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         let group = ObjectRef::new("pay").within("ns");
         let shortened = LeaseRecord {
             duration_seconds: 3,
@@ -358,7 +295,7 @@ mod tests {
             ..record("a", 1, 0)
         };
         let lease = shortened.apply_to(None, "leadergroup-pay", "ns", None, None);
-        let seen = s.observe(&group, Some(&lease), at(100)).expect("seen");
+        let seen = s.lease_seen(&group, Some(&lease), at(100)).expect("seen");
         assert_eq!(seen.not_before, Some(t(130)));
         // A renewal of the shortened Lease shows the holder read it.
         let renewed = LeaseRecord {
@@ -366,13 +303,13 @@ mod tests {
             ..shortened
         };
         let lease = renewed.apply_to(None, "leadergroup-pay", "ns", None, None);
-        let seen = s.observe(&group, Some(&lease), at(101)).expect("seen");
+        let seen = s.lease_seen(&group, Some(&lease), at(101)).expect("seen");
         assert_eq!(seen.not_before, None);
     }
 
     #[test]
     fn a_new_holder_or_epoch_starts_over() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         sight(&s, &record("a", 1, 0), 100);
         sight(&s, &record("a", 1, 5), 105);
         assert_eq!(sight(&s, &record("b", 2, 0), 120), (t(120), None));
@@ -383,23 +320,23 @@ mod tests {
 
     #[test]
     fn a_first_sighting_believes_the_lease_about_earlier_renewals() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         // renewTime differs from acquireTime: the holder renewed before this replica looked.
         assert_eq!(sight(&s, &record("a", 1, 7), 100), (t(100), Some(t(100))));
         let readiness = LeaseRecord {
             heartbeat: false,
             ..record("a", 1, 7)
         };
-        let other = LeaseSightings::default();
+        let other = Memory::default();
         assert_eq!(sight(&other, &readiness, 100), (t(100), None));
     }
 
     #[test]
     fn a_deleted_lease_or_group_is_forgotten() {
-        let s = LeaseSightings::default();
+        let s = Memory::default();
         let group = ObjectRef::new("pay").within("ns");
         sight(&s, &record("a", 1, 0), 100);
-        assert_eq!(s.observe(&group, None, at(101)), None);
+        assert_eq!(s.lease_seen(&group, None, at(101)), None);
         assert_eq!(sight(&s, &record("a", 1, 0), 102), (t(102), None));
         s.forget(&group);
         assert_eq!(sight(&s, &record("a", 1, 0), 103), (t(103), None));

@@ -2,7 +2,6 @@
 //! with a resourceVersion compare-and-swap, labels it, and fences it with a monotonic epoch.
 
 pub mod actions;
-pub mod barrier;
 pub mod controller;
 pub mod crd;
 pub mod election;

@@ -509,6 +509,90 @@ pub fn leftovers<'a, K: Resource + 'a>(
         .collect()
 }
 
+/// The group's routing as one pass leaves it: what its Service and slice should be, and what they
+/// are as observed, so that the executor writes only what differs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The Service as observed, and what it and its slice should be (None: `spec.service` is
+    /// absent).
+    pub service: Option<(Option<Service>, Routes)>,
+    /// The name of the Service and slice wanted.
+    pub name: Option<String>,
+    /// The slice of that name as observed.
+    pub slice: Option<EndpointSlice>,
+    /// The UID of the pod that leads once the pass is done.
+    pub leader_uid: Option<String>,
+    /// The group's own Services that are no longer wanted.
+    pub stale_services: Vec<String>,
+    /// The group's own slices that are no longer wanted.
+    pub stale_slices: Vec<String>,
+}
+
+impl Route {
+    /// The routing for `group` once `next` (the status the pass leaves) holds, its leader found
+    /// among `pods`; `services` and `slices` are the group's namespace's, as observed.
+    pub fn new(
+        group: &LeaderGroup,
+        next: &LeaderGroupStatus,
+        pods: &[&Pod],
+        services: &[&Service],
+        slices: &[&EndpointSlice],
+    ) -> Route {
+        let leader = next.leader.as_deref().and_then(|name| {
+            pods.iter()
+                .find(|p| p.name_any() == name && p.metadata.uid == next.leader_uid)
+                .copied()
+        });
+        let spec = group.spec.service.as_ref();
+        let name = spec.map(|s| service_name(group, s));
+        let named = |meta: &ObjectMeta, wanted: &str| {
+            meta.name.as_deref() == Some(wanted) && meta.namespace == group.metadata.namespace
+        };
+        let service = spec.map(|spec| {
+            let wanted = service_name(group, spec);
+            let current = services
+                .iter()
+                .find(|s| named(s.meta(), &wanted))
+                .map(|s| (*s).clone());
+            let routes = routes(group, spec, leader, current.as_ref());
+            (current, routes)
+        });
+        let wants_slice = service.as_ref().is_some_and(|(_, r)| r.slice.is_some());
+        let slice_name = name.as_deref().filter(|_| wants_slice);
+        let slice = slice_name.and_then(|wanted| {
+            slices
+                .iter()
+                .find(|s| named(s.meta(), wanted))
+                .map(|s| (*s).clone())
+        });
+        Route {
+            stale_services: leftovers(group, services.iter().copied(), name.as_deref()),
+            stale_slices: leftovers(group, slices.iter().copied(), slice_name),
+            leader_uid: leader.and_then(|p| p.metadata.uid.clone()),
+            service,
+            name,
+            slice,
+        }
+    }
+
+    /// `status` with the `Routing` condition as this pass leaves it; None when unchanged.
+    pub fn status(
+        &self,
+        status: &LeaderGroupStatus,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> Option<LeaderGroupStatus> {
+        let condition = self.service.as_ref().map(|(_, r)| &r.condition);
+        with_condition(status, condition, generation, now)
+    }
+
+    /// The slice wanted, by name.
+    pub fn desired_slice(&self) -> Option<(&str, &EndpointSlice)> {
+        let (_, routes) = self.service.as_ref()?;
+        Some((self.name.as_deref()?, routes.slice.as_ref()?))
+    }
+}
+
 /// `status` with the `Routing` condition set to `condition` (removed when None); None when that
 /// changes nothing.
 pub fn with_condition(

@@ -1,10 +1,10 @@
 //! A model checker of the transition protocol over the operator's own decision code.
 //!
 //! Every decision in the model is the operator's [`leadergroup_operator::election::decide`] on
-//! Kubernetes objects built from the model's state, and every choice of pod writes is its
-//! [`leadergroup_operator::election::Plan::writes`]: the model owns only what is around them (the
-//! API server, requests in flight, the replicas' passes, the user, time), so that a hole the
-//! checker finds is a hole of the operator's code, not of a copy of it.
+//! Kubernetes objects built from the model's state, and a replica's barrier flag: its plan holds
+//! every write of the pass, and the model owns only what is around it (the API server, requests
+//! in flight, the replicas' passes, the user, time), so that a hole the checker finds is a hole
+//! of the operator's code, not of a copy of it.
 
 pub mod api;
 pub mod display;

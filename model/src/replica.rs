@@ -1,18 +1,18 @@
 //! An operator replica's pass over one group, as `controller::converge` runs it: observe (the
-//! watch caches), decide with the operator's own [`election::decide`], choose the pod writes
-//! with the operator's own [`Plan::writes`], then the protocol's steps as a small state machine,
-//! each step sending its requests and waiting for their answers:
+//! watch caches and the replica's barrier flag), decide with the operator's own
+//! [`election::decide`], then send the plan's steps as a small state machine, each step sending
+//! its requests and waiting for their answers:
 //! 1 commit; 2 record, 3 demote and release, 4 barrier then check, together; the strays; 5
 //! promote (only while active, conditional on the version the check read); then the follower
-//! marks and the removals of marks. The barrier flag is `Barriers`: set when a promotion that
-//! raised it lands, removed when a reconcile hits its deadline, cleared when the replica turns
-//! active.
+//! marks and the removals of marks. The barrier flag is the replica's memory of the group: set
+//! when a promotion that raised it lands, removed when a reconcile hits its deadline, cleared
+//! when the replica turns active.
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_operator::election::{self, Barrier, Decision, Observation, Plan, Promotion};
+use leadergroup_operator::election::{self, Barrier, Observation, Plan, Promotion};
 use leadergroup_operator::marks;
 
 use crate::api::{PodId, PodPatch, ReplicaId, Reply, Request, World};
@@ -59,45 +59,32 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
     let identity = objects::replica_name(replica);
     let groups: Vec<&LeaderGroup> = vec![&group];
     let retired = BTreeSet::new();
-    let decision = election::decide(&Observation {
+    let Some(r) = state.replicas.get(usize::from(replica)) else {
+        return Ok(false);
+    };
+    // The memory is keyed by the group's UID: a group created again starts with its flag down.
+    let barrier_up = r.barrier_up == Some(world.group.incarnation);
+    let plan = election::decide(&Observation {
         group: &group,
         groups: &groups,
         pods: &concerned,
         lease: lease.as_ref(),
+        services: &[],
+        slices: &[],
         lease_seen: world.lease.as_ref().map(objects::lease_seen),
+        barrier_up,
         retired: &retired,
         identity: &identity,
         node_grace: objects::NODE_GRACE,
         now: objects::now(),
     });
-    let plan = match decision {
-        Decision::Act(plan) => plan,
-        Decision::Deferred { .. } => return Ok(false),
-        Decision::LeaseNotOwned { .. } => {
-            return Err(ModelError::UnexpectedDecision("LeaseNotOwned"));
-        }
-        Decision::InvalidSelector { .. } => {
-            return Err(ModelError::UnexpectedDecision("InvalidSelector"));
-        }
-        Decision::ImplausibleEpoch { .. } => {
-            return Err(ModelError::UnexpectedDecision("ImplausibleEpoch"));
-        }
-        Decision::TokensExhausted { .. } => {
-            return Err(ModelError::UnexpectedDecision("TokensExhausted"));
-        }
-    };
-    let Some(r) = state.replicas.get(usize::from(replica)) else {
+    if plan.deferred.is_some() {
         return Ok(false);
-    };
-    // As converge does: a group taken back from another arbiter is barred again.
-    // A released Lease names no arbiter.
-    // `Barriers` is keyed by the group's UID: a group created again starts with its flag down.
-    let barrier_up = r.barrier_up == Some(world.group.incarnation)
-        && world
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.owner.is_some() && l.arbiter == replica);
-    let pass = pass(&plan, &world, barrier_up)?;
+    }
+    if let Some(refused) = &plan.refused {
+        return Err(ModelError::UnexpectedDecision(refused.reason));
+    }
+    let pass = pass(&plan, &world)?;
     let commit = match &plan.commit {
         Some(record) => Some(Request::LeaseCas {
             expected: world.lease.as_ref().map(|l| l.rv),
@@ -131,9 +118,9 @@ pub fn reconcile(state: &mut State, replica: ReplicaId, pods: usize) -> Result<b
     Ok(true)
 }
 
-/// The pass's writes, from the operator's own [`Plan::writes`].
-fn pass(plan: &Plan, world: &World, barrier_up: bool) -> Result<Pass, ModelError> {
-    let writes = plan.writes(barrier_up);
+/// The pass's requests, from the plan.
+fn pass(plan: &Plan, world: &World) -> Result<Pass, ModelError> {
+    let writes = &plan.pods;
     let mut fanout = Vec::new();
     if let Some(status) = &plan.status {
         fanout.push(Request::Status {

@@ -19,7 +19,7 @@ use crate::marks;
 
 /// The leader's marks: role=leader, its fencing token, its group; only if the pod is unchanged
 /// since `resource_version` (otherwise [`ReconcileError::Conflict`]), so that a promotion landing
-/// late, after the pod was written again, cannot land at all (see [`crate::barrier`]).
+/// late, after the pod was written again, cannot land at all (see the barrier, `election::writes`).
 pub async fn promote(
     api: &Api<Pod>,
     pod: &str,

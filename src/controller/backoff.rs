@@ -4,13 +4,7 @@
 //! group's spec. Until the wait is over, the group's watch events do not run the failing requests
 //! again: a pod event cannot grant a permission or fix an object.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use kube::runtime::reflector::ObjectRef;
-
-use crate::crd::LeaderGroup;
 
 /// The first wait after a permanent error.
 pub const FIRST: Duration = Duration::from_secs(2);
@@ -29,22 +23,18 @@ pub fn delay(failures: u32, cap: Duration) -> Duration {
 }
 
 /// One group's run of failures.
-struct Failing {
+pub(super) struct Failing {
     /// Consecutive deadline misses.
-    stale: u32,
+    pub stale: u32,
     /// Consecutive failures counted for the backoff.
-    failures: u32,
+    pub failures: u32,
     retry_at: Instant,
     /// The spec generation that failed: a new one is tried at once.
     generation: Option<i64>,
 }
 
-/// The groups in a run of permanent errors.
-#[derive(Default)]
-pub struct PermanentBackoff(Mutex<HashMap<ObjectRef<LeaderGroup>, Failing>>);
-
 impl Failing {
-    fn new(generation: Option<i64>) -> Failing {
+    pub fn new(generation: Option<i64>) -> Failing {
         Failing {
             stale: 0,
             failures: 0,
@@ -52,84 +42,33 @@ impl Failing {
             generation,
         }
     }
-}
 
-impl PermanentBackoff {
-    /// Counts a failure of `group` at `generation` that backs off; returns the wait before the
-    /// next try, at most `cap`.
-    pub fn failed(
-        &self,
-        group: &ObjectRef<LeaderGroup>,
-        generation: Option<i64>,
-        cap: Duration,
-    ) -> Duration {
-        let Ok(mut groups) = self.0.lock() else {
-            return FIRST;
-        };
-        let failing = groups
-            .entry(group.clone())
-            .or_insert_with(|| Failing::new(generation));
-        if failing.generation != generation {
-            failing.failures = 0;
-            failing.generation = generation;
+    /// Counts a failure at `generation` that backs off; returns the wait before the next try, at
+    /// most `cap`.
+    pub fn failed(&mut self, generation: Option<i64>, cap: Duration) -> Duration {
+        if self.generation != generation {
+            self.failures = 0;
+            self.generation = generation;
         }
-        failing.failures = failing.failures.saturating_add(1);
-        let wait = delay(failing.failures, cap);
-        failing.retry_at = Instant::now() + wait;
+        self.failures = self.failures.saturating_add(1);
+        let wait = delay(self.failures, cap);
+        self.retry_at = Instant::now() + wait;
         wait
     }
 
-    /// Counts a missed deadline of `group`; returns how many in a row.
-    pub fn missed_deadline(&self, group: &ObjectRef<LeaderGroup>) -> u32 {
-        let Ok(mut groups) = self.0.lock() else {
-            return 0;
-        };
-        let failing = groups
-            .entry(group.clone())
-            .or_insert_with(|| Failing::new(None));
-        failing.stale = failing.stale.saturating_add(1);
-        failing.stale
+    /// Counts a missed deadline; returns how many in a row.
+    pub fn missed_deadline(&mut self) -> u32 {
+        self.stale = self.stale.saturating_add(1);
+        self.stale
     }
 
-    /// How many deadlines in a row `group` has missed.
-    pub fn missed_deadlines(&self, group: &ObjectRef<LeaderGroup>) -> u32 {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|groups| groups.get(group).map(|f| f.stale))
-            .unwrap_or(0)
-    }
-
-    /// Ends `group`'s run: its reconcile succeeded.
-    pub fn succeeded(&self, group: &ObjectRef<LeaderGroup>) {
-        if let Ok(mut groups) = self.0.lock() {
-            groups.remove(group);
-        }
-    }
-
-    /// How long `group` at `generation` must still wait, if it is in a run of permanent errors
-    /// and its spec has not changed since.
-    pub fn waiting(
-        &self,
-        group: &ObjectRef<LeaderGroup>,
-        generation: Option<i64>,
-    ) -> Option<Duration> {
-        let groups = self.0.lock().ok()?;
-        let failing = groups.get(group)?;
-        if failing.generation != generation {
+    /// How long a try at `generation` must still wait, unless the spec changed since.
+    pub fn waiting(&self, generation: Option<i64>) -> Option<Duration> {
+        if self.generation != generation {
             return None;
         }
-        let left = failing.retry_at.saturating_duration_since(Instant::now());
+        let left = self.retry_at.saturating_duration_since(Instant::now());
         (!left.is_zero()).then_some(left)
-    }
-
-    /// How many consecutive permanent errors `group` has met.
-    pub fn failures(&self, group: &ObjectRef<LeaderGroup>) -> u32 {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|groups| groups.get(group).map(|f| f.failures))
-            .unwrap_or(0)
     }
 }
 
@@ -143,23 +82,5 @@ mod tests {
         assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
         assert_eq!(delay(u32::MAX, CAP), CAP);
         assert_eq!(delay(6, CAP_SLOW), CAP_SLOW);
-    }
-
-    #[test]
-    fn a_success_or_a_new_spec_resets_the_run() {
-        let backoff = PermanentBackoff::default();
-        let g = ObjectRef::new("g").within("ns");
-        assert_eq!(backoff.failed(&g, Some(1), CAP), FIRST);
-        assert_eq!(backoff.failed(&g, Some(1), CAP), FIRST * 2);
-        assert!(backoff.waiting(&g, Some(1)).is_some());
-        // A new generation is tried at once, and starts its own run.
-        assert_eq!(backoff.waiting(&g, Some(2)), None);
-        assert_eq!(backoff.failed(&g, Some(2), CAP), FIRST);
-        assert_eq!(backoff.missed_deadline(&g), 1);
-        assert_eq!(backoff.missed_deadline(&g), 2);
-        backoff.succeeded(&g);
-        assert_eq!(backoff.waiting(&g, Some(2)), None);
-        assert_eq!(backoff.failures(&g), 0);
-        assert_eq!(backoff.missed_deadlines(&g), 0);
     }
 }

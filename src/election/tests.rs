@@ -176,7 +176,7 @@ fn owned(record: &LeaseRecord) -> Lease {
     record.apply_to(None, "leadergroup-pay", "ns", Some("pay"), Some(owner))
 }
 
-fn decide_with(group: &LeaderGroup, pods: &[PodFixture], lease: Option<&Lease>) -> Decision {
+fn decide_with(group: &LeaderGroup, pods: &[PodFixture], lease: Option<&Lease>) -> Plan {
     decide_full(group, &[], pods, lease, ME)
 }
 
@@ -186,7 +186,7 @@ fn decide_full(
     pods: &[PodFixture],
     lease: Option<&Lease>,
     identity: &str,
-) -> Decision {
+) -> Plan {
     decide_seen(group, others, pods, lease, None, identity)
 }
 
@@ -198,7 +198,7 @@ fn decide_seen(
     lease: Option<&Lease>,
     lease_seen: Option<LeaseSeen>,
     identity: &str,
-) -> Decision {
+) -> Plan {
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
     let mut groups: Vec<&LeaderGroup> = others.to_vec();
     groups.push(group);
@@ -207,7 +207,10 @@ fn decide_seen(
         groups: &groups,
         pods: &pod_refs,
         lease,
+        services: &[],
+        slices: &[],
         lease_seen,
+        barrier_up: true,
         retired: &BTreeSet::new(),
         identity,
         node_grace: NODE_GRACE,
@@ -215,11 +218,24 @@ fn decide_seen(
     })
 }
 
-fn plan(d: Decision) -> Plan {
-    match d {
-        Decision::Act(p) => *p,
-        other => panic!("expected a plan, got {other:?}"),
-    }
+/// A plan that elects: neither deferred nor refused.
+fn plan(p: Plan) -> Plan {
+    assert!(
+        p.deferred.is_none() && p.refused.is_none(),
+        "expected a plan that elects, got {p:?}"
+    );
+    p
+}
+
+/// The pods that get the group's follower marks before the promotion, with their barrier or
+/// without: the old leaders and the strays.
+fn demoted(writes: &PodWrites) -> Vec<String> {
+    let barred = writes
+        .deposed
+        .iter()
+        .filter(|b| b.with_follower_marks)
+        .map(|b| b.pod.clone());
+    writes.demote.iter().cloned().chain(barred).collect()
 }
 
 fn three() -> Vec<PodFixture> {
@@ -259,7 +275,7 @@ fn the_oldest_ready_pod_is_elected_first_at_epoch_one() {
     assert_eq!(commit.epoch, 1);
     assert_eq!(commit.arbiter.as_deref(), Some(ME));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
             epoch: 1
@@ -276,8 +292,18 @@ fn the_oldest_ready_pod_is_elected_first_at_epoch_one() {
     assert_eq!(status.ready.as_deref(), Some("3/3"));
     assert_eq!(status.succession, vec!["b".to_string(), "c".to_string()]);
     assert_eq!(status.last_transition_reason.as_deref(), Some("Initial"));
-    assert_eq!(p.mark_followers, vec!["b".to_string(), "c".to_string()]);
-    assert!(p.demote.is_empty());
+    // No Lease names this replica arbiter: an earlier promotion may be in flight, so the
+    // others get their follower marks with the group's barrier, before the check.
+    let barred: Vec<(&str, i64, bool)> = p
+        .pods
+        .barriers
+        .iter()
+        .map(|b| (b.pod.as_str(), b.epoch, b.with_follower_marks))
+        .collect();
+    assert_eq!(barred, [("b", 1, true), ("c", 1, true)]);
+    assert!(p.pods.raises_barrier && p.pods.list_every_leader);
+    assert!(p.pods.mark_followers.is_empty());
+    assert!(demoted(&p.pods).is_empty());
 }
 
 #[test]
@@ -288,7 +314,7 @@ fn succession_orders_by_creation_then_name() {
         PodFixture::new("k", 2),
     ];
     let p = plan(decide_with(&group(), &pods, None));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("k"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("k"));
     assert_eq!(
         p.status.unwrap().succession,
         vec!["m".to_string(), "z".to_string()]
@@ -304,7 +330,7 @@ fn only_running_ready_live_pods_are_eligible() {
         PodFixture::new("ok", 4),
     ];
     let p = plan(decide_with(&group(), &pods, None));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("ok"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("ok"));
     let s = p.status.unwrap();
     assert_eq!((s.candidates, s.ready_candidates), (4, 1));
 }
@@ -316,14 +342,14 @@ fn a_converged_group_writes_nothing() {
     assert_eq!(p.commit, None);
     assert_eq!(p.status, None);
     assert!(
-        p.demote.is_empty()
-            && p.promote.is_none()
-            && p.mark_followers.is_empty()
-            && p.unmark.is_empty()
+        demoted(&p.pods).is_empty()
+            && p.pods.promote.is_none()
+            && p.pods.mark_followers.is_empty()
+            && p.pods.unmark.is_empty()
     );
     assert_eq!(p.transition, None);
     // Renewed 1 s ago, due a third of 15 s after that.
-    assert_eq!(p.requeue_after, Duration::from_secs(4));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(4)));
 }
 
 #[test]
@@ -341,7 +367,7 @@ fn the_lease_is_renewed_every_third_of_its_duration() {
         Some(t(0)),
         "a renewal keeps acquireTime"
     );
-    assert!(p.transition.is_none() && p.promote.is_none());
+    assert!(p.transition.is_none() && p.pods.promote.is_none());
 }
 
 #[test]
@@ -355,7 +381,7 @@ fn an_eligible_leader_stays_when_an_older_pod_comes_back() {
     let g = with_status(group(), Some("b"), 2);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 2, 999, ME))));
     assert_eq!(p.transition, None);
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
     assert_eq!(p.commit, None);
 }
 
@@ -372,9 +398,9 @@ fn preferred_leader_takes_over_when_eligible() {
         p.transition.as_ref().map(|t| t.reason),
         Some(Reason::Preferred)
     );
-    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()]);
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "c".into(),
             epoch: 5
@@ -408,9 +434,9 @@ fn a_deleted_leader_is_replaced_by_the_next_in_succession() {
         (t.from.as_deref(), t.to.as_deref(), t.epoch, t.reason),
         (Some("a"), Some("b"), 5, Reason::LeaderDeleted)
     );
-    assert!(p.demote.is_empty(), "a deleted pod is not demoted");
+    assert!(demoted(&p.pods).is_empty(), "a deleted pod is not demoted");
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 5
@@ -420,12 +446,12 @@ fn a_deleted_leader_is_replaced_by_the_next_in_succession() {
     // flight: the name the records hold is barred all the same (a 404 if it is really gone),
     // its marks removed, seen carrying no other group's.
     assert_eq!(
-        p.deposed,
-        vec![Deposed {
+        p.pods.deposed,
+        vec![Barrier {
             pod: "a".into(),
-            member: false,
             epoch: 5,
-            foreign: false,
+            with_follower_marks: false,
+            clears_marks: true,
         }]
     );
 }
@@ -441,8 +467,8 @@ fn a_terminating_leader_hands_over_before_it_is_gone() {
         p.transition.map(|t| t.reason),
         Some(Reason::LeaderTerminating)
     );
-    assert_eq!(p.demote, vec!["a".to_string()]);
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()]);
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("b"));
 }
 
 #[test]
@@ -475,13 +501,16 @@ fn a_leader_that_leaves_the_selector_hands_over_and_loses_its_marks() {
         p.transition.map(|t| t.reason),
         Some(Reason::LeaderLeftGroup)
     );
-    assert!(p.demote.is_empty(), "not the group's to label follower");
+    assert!(
+        demoted(&p.pods).is_empty(),
+        "not the group's to label follower"
+    );
     assert_eq!(
-        p.release,
+        p.pods.release,
         vec![seen("a")],
         "released before the promotion, only if unchanged"
     );
-    assert!(p.unmark.is_empty(), "released already");
+    assert!(p.pods.unmark.is_empty(), "released already");
     let status = p.status.unwrap();
     assert_eq!(status.candidates, 2);
 }
@@ -499,13 +528,13 @@ fn a_stray_outside_the_selector_is_released_before_the_promotion() {
     ];
     let p = plan(decide_with(&g, &pods, None));
     assert_eq!(
-        p.release,
+        p.pods.release,
         vec![seen("gone")],
         "step 3, before the promotion of step 5"
     );
-    assert!(p.unmark.is_empty());
+    assert!(p.pods.unmark.is_empty());
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
             epoch: 8
@@ -538,9 +567,12 @@ fn a_leader_an_older_group_took_is_never_written() {
         Some(&lease(Some("a"), 4, 999, ME)),
         ME,
     ));
-    assert!(p.demote.is_empty() && p.release.is_empty(), "{p:?}");
+    assert!(
+        demoted(&p.pods).is_empty() && p.pods.release.is_empty(),
+        "{p:?}"
+    );
     assert_eq!(
-        p.unmark,
+        p.pods.unmark,
         vec![seen("b")],
         "only its own marks go, and only if unchanged"
     );
@@ -561,7 +593,7 @@ fn a_pod_that_left_the_group_is_unmarked_only_if_unchanged() {
     ];
     let g = with_status(g, Some("b"), 5);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
-    assert_eq!(p.unmark, vec![seen("a")]);
+    assert_eq!(p.pods.unmark, vec![seen("a")]);
 }
 
 #[test]
@@ -572,8 +604,8 @@ fn no_eligible_pod_means_no_leader_no_holder_and_the_epoch_stays() {
     ]);
     let commit = p.commit.expect("the holder is cleared");
     assert_eq!((commit.holder, commit.epoch), (None, 4));
-    assert_eq!(p.promote, None);
-    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(p.pods.promote, None);
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()]);
     let t = p.transition.unwrap();
     assert_eq!((t.to, t.reason), (None, Reason::NoCandidates));
     let s = p.status.unwrap();
@@ -598,7 +630,7 @@ fn after_no_candidates_the_next_leader_takes_the_next_epoch() {
     let g = with_status(group(), None, 4);
     let p = plan(decide_with(&g, &pods, Some(&lease(None, 4, 999, ME))));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
             epoch: 5
@@ -614,7 +646,7 @@ fn a_lease_deleted_by_hand_is_restored_without_a_new_token() {
     let commit = p.commit.expect("re-created");
     assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("a"), 7));
     assert_eq!(p.transition, None);
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
 }
 
 #[test]
@@ -630,7 +662,7 @@ fn a_lease_deleted_by_hand_never_lowers_the_next_epoch() {
     // a carried the marks: its member may still report `Leader`, so b waits for it.
     let awaited = commit.predecessor.expect("a is named");
     assert_eq!((awaited.pod.as_str(), awaited.pending()), ("a", true));
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
 }
 
 #[test]
@@ -643,7 +675,7 @@ fn the_next_epoch_is_above_every_durable_record() {
     let g = with_status(group(), Some("a"), 3);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("a"), 5, 999, ME))));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 10
@@ -665,9 +697,9 @@ fn a_commit_never_recorded_is_recorded_without_a_new_token() {
         p.status.as_ref().map(|s| (s.leader.as_deref(), s.epoch)),
         Some((Some("b"), 5))
     );
-    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()]);
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 5
@@ -685,7 +717,7 @@ fn a_token_already_carried_by_a_pod_is_never_handed_again() {
     let g = with_status(group(), Some("a"), 4);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 6
@@ -722,8 +754,20 @@ fn a_lease_the_group_does_not_own_is_never_written() {
         PodFixture::new("b", 2).follower(),
         PodFixture::new("c", 3),
     ];
-    match decide_with(&group(), &pods, Some(&foreign)) {
-        Decision::LeaseNotOwned { status, demote } => {
+    let refusal = decide_with(&group(), &pods, Some(&foreign));
+    match (
+        refusal.refused.clone(),
+        refusal.status.clone(),
+        refusal.pods.demote.clone(),
+    ) {
+        (
+            Some(Refused {
+                reason: "LeaseNotOwned",
+                ..
+            }),
+            Some(status),
+            demote,
+        ) => {
             assert_eq!(demote, vec!["a".to_string()], "its leader loses the label");
             let c = status
                 .conditions
@@ -755,7 +799,7 @@ fn a_lease_an_earlier_group_of_the_name_left_is_taken_over_above_its_epoch() {
     for left in [released, orphaned] {
         let p = plan(decide_with(&group(), &pods, Some(&left)));
         assert_eq!(
-            p.promote,
+            p.pods.promote,
             Some(Promotion {
                 pod: "a".into(),
                 epoch: 7
@@ -782,11 +826,11 @@ fn another_replicas_fresh_lease_is_left_alone_until_it_runs_out() {
     let theirs = lease(Some("a"), 4, 995, "op-2");
     // Its last renewal was seen at 995: fresh for a duration from then.
     assert_eq!(
-        decide_seen(&g, &[], &pods, Some(&theirs), seen_at(980, Some(995)), ME),
-        Decision::Deferred {
+        decide_seen(&g, &[], &pods, Some(&theirs), seen_at(980, Some(995)), ME).deferred,
+        Some(Deferred {
             arbiter: "op-2".into(),
             until: t(1010)
-        }
+        })
     );
     let p = plan(decide_seen(
         &g,
@@ -814,11 +858,11 @@ fn another_replicas_lease_is_timed_by_this_replicas_sightings_not_its_renew_time
     // renew a second ago, so op-2 lives and still arbitrates.
     let behind = lease(Some("a"), 4, 1000 - 3600, "op-2");
     assert_eq!(
-        decide_seen(&g, &[], &pods, Some(&behind), seen_at(900, Some(999)), ME),
-        Decision::Deferred {
+        decide_seen(&g, &[], &pods, Some(&behind), seen_at(900, Some(999)), ME).deferred,
+        Some(Deferred {
             arbiter: "op-2".into(),
             until: t(1014)
-        }
+        })
     );
     // op-2's clock runs an hour ahead and it stopped: its renewTime says fresh for an hour, but
     // nothing changed for longer than a duration since this replica first saw it.
@@ -849,7 +893,10 @@ fn a_lease_of_a_replica_that_stopped_on_purpose_is_taken_over_at_once() {
         groups: &[&g],
         pods: &pod_refs,
         lease: Some(&theirs),
+        services: &[],
+        slices: &[],
         lease_seen: None,
+        barrier_up: true,
         retired: &retired,
         identity: ME,
         node_grace: NODE_GRACE,
@@ -878,9 +925,9 @@ fn paused_groups_make_no_transition_and_touch_no_pod() {
     assert_eq!(p.transition, None);
     assert!(
         p.commit.is_none()
-            && p.promote.is_none()
-            && p.demote.is_empty()
-            && p.mark_followers.is_empty()
+            && p.pods.promote.is_none()
+            && demoted(&p.pods).is_empty()
+            && p.pods.mark_followers.is_empty()
     );
     let c = p
         .status
@@ -913,9 +960,9 @@ fn the_older_group_keeps_an_overlapping_pod() {
         PodFixture::new("b", 2),
     ];
     let p = plan(decide_full(&group(), &[&older], &pods, None, ME));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("b"));
     assert!(
-        !p.mark_followers.contains(&"a".to_string()),
+        !p.pods.mark_followers.contains(&"a".to_string()),
         "the older group's pod is not touched"
     );
     let s = p.status.unwrap();
@@ -932,7 +979,7 @@ fn the_older_group_keeps_an_overlapping_pod() {
     );
     // And the older group itself sees no overlap.
     let p_old = plan(decide_full(&older, &[&group()], &pods, None, ME));
-    assert_eq!(p_old.promote.map(|p| p.pod).as_deref(), Some("a"));
+    assert_eq!(p_old.pods.promote.map(|p| p.pod).as_deref(), Some("a"));
     assert!(
         p_old
             .status
@@ -948,7 +995,7 @@ fn a_stray_leader_label_is_demoted() {
     let (g, mut pods, l) = converged(4);
     pods[1] = PodFixture::new("b", 2).leader(3);
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.demote, vec!["b".to_string()]);
+    assert_eq!(demoted(&p.pods), vec!["b".to_string()]);
     assert_eq!(p.transition, None);
 }
 
@@ -968,7 +1015,7 @@ fn match_expressions_select_pods() {
         PodFixture::new("x", 0).label("app", "other"),
     ];
     let p = plan(decide_with(&g, &pods, None));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("a"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("a"));
     assert_eq!(p.status.unwrap().candidates, 1);
 }
 
@@ -999,10 +1046,8 @@ fn selector_operators_follow_kubernetes_semantics() {
 fn an_empty_selector_is_refused_rather_than_selecting_everything() {
     let mut g = group();
     g.spec.selector = PodSelector::default();
-    assert!(matches!(
-        decide_with(&g, &three(), None),
-        Decision::InvalidSelector { .. }
-    ));
+    let p = decide_with(&g, &three(), None);
+    assert_eq!(p.refused.map(|r| r.reason), Some("InvalidSelector"));
 }
 
 #[test]
@@ -1189,8 +1234,20 @@ fn a_forged_epoch_at_the_top_of_the_range_elects_nobody_new() {
         PodFixture::new("a", 1).leader(top).not_ready(),
         PodFixture::new("b", 2).follower(),
     ];
-    match decide_with(&g, &pods, Some(&lease(Some("a"), top, 999, ME))) {
-        Decision::TokensExhausted { message, status } => {
+    let refusal = decide_with(&g, &pods, Some(&lease(Some("a"), top, 999, ME)));
+    match (
+        refusal.refused.clone(),
+        refusal.status.clone(),
+        refusal.pods.demote.clone(),
+    ) {
+        (
+            Some(Refused {
+                reason: "TokensExhausted",
+                message,
+            }),
+            Some(status),
+            _,
+        ) => {
             assert!(message.contains("9223372036854775807"), "{message}");
             assert_eq!(status.leader.as_deref(), Some("a"), "the leader is kept");
             assert_eq!(status.epoch, top);
@@ -1243,7 +1300,7 @@ fn a_leader_created_again_under_its_name_is_a_new_candidate_with_a_new_token() {
         Some("LeaderReplaced")
     );
     assert_eq!(
-        p.promote.map(|p| (p.pod, p.epoch)),
+        p.pods.promote.map(|p| (p.pod, p.epoch)),
         Some(("a".to_string(), 5))
     );
 }
@@ -1260,7 +1317,7 @@ fn the_same_incarnation_keeps_its_token() {
     a.pod.metadata.uid = Some("uid-a-1".into());
     let p = plan(decide_with(&g, &[a], Some(&owned(&same))));
     assert!(p.transition.is_none(), "{p:?}");
-    assert!(p.promote.is_none());
+    assert!(p.pods.promote.is_none());
 }
 
 #[test]
@@ -1270,8 +1327,20 @@ fn a_lease_epoch_far_above_the_records_is_neither_adopted_nor_overwritten() {
         PodFixture::new("a", 1).leader(1).not_ready(),
         PodFixture::new("b", 2).follower(),
     ];
-    match decide_with(&g, &pods, Some(&lease(Some("a"), i64::MAX, 999, ME))) {
-        Decision::ImplausibleEpoch { message, status } => {
+    let refusal = decide_with(&g, &pods, Some(&lease(Some("a"), i64::MAX, 999, ME)));
+    match (
+        refusal.refused.clone(),
+        refusal.status.clone(),
+        refusal.pods.demote.clone(),
+    ) {
+        (
+            Some(Refused {
+                reason: "ImplausibleEpoch",
+                message,
+            }),
+            Some(status),
+            _,
+        ) => {
             for named in [
                 "Lease leadergroup-pay",
                 "metadata.annotations[leadergroup.io/epoch]",
@@ -1304,7 +1373,7 @@ fn a_lease_epoch_within_the_unrecorded_commits_is_adopted() {
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("a"), 3, 999, ME))));
     assert_eq!(p.status.map(|s| s.epoch), Some(3));
     assert_eq!(
-        p.promote.map(|p| (p.pod, p.epoch)),
+        p.pods.promote.map(|p| (p.pod, p.epoch)),
         Some(("a".to_string(), 3))
     );
 }
@@ -1328,9 +1397,9 @@ fn a_lease_epoch_below_the_records_is_written_back_up() {
             "the Lease at {forged} is written back to the recorded token"
         );
         assert!(
-            p.transition.is_none() && p.promote.is_none(),
+            p.transition.is_none() && p.pods.promote.is_none(),
             "{forged}: {:?}",
-            p.promote
+            p.pods.promote
         );
     }
 }
@@ -1348,4 +1417,45 @@ fn a_promotion_is_committed_only_in_a_lease_naming_its_pod_at_its_epoch() {
     let older = lease(Some("pay-1"), 3, 0, "op-a");
     assert!(!promotion.is_committed_in(Some(&older)));
     assert!(!promotion.is_committed_in(None));
+}
+
+#[test]
+fn the_groups_barrier_goes_up_unless_this_replica_remembers_it_up_and_arbitrates() {
+    // `a` leads; the user prefers `c`: its promotion is planned.
+    let (mut g, pods, _) = converged(4);
+    g.spec.preferred_leader = Some("c".into());
+    let retired = BTreeSet::from(["op-2".to_string()]);
+    let decide_for = |arbiter: &str, barrier_up: bool| {
+        let lease = lease(Some("a"), 4, 999, arbiter);
+        let pod_refs: Vec<&Pod> = pods.iter().map(|p| &p.pod).collect();
+        plan(decide(&Observation {
+            group: &g,
+            groups: &[&g],
+            pods: &pod_refs,
+            lease: Some(&lease),
+            services: &[],
+            slices: &[],
+            lease_seen: None,
+            barrier_up,
+            retired: &retired,
+            identity: ME,
+            node_grace: NODE_GRACE,
+            now: now(),
+        }))
+    };
+    let barred =
+        |p: &Plan| -> Vec<String> { p.pods.barriers.iter().map(|b| b.pod.clone()).collect() };
+    let up = decide_for(ME, true);
+    assert_eq!(up.pods.promote.as_ref().map(|p| p.pod.as_str()), Some("c"));
+    assert!(!up.pods.raises_barrier && !up.pods.list_every_leader);
+    assert!(barred(&up).is_empty(), "{up:?}");
+    // Remembered down (a restart, an abandoned request, a failed pass): `b` is barred.
+    let down = decide_for(ME, false);
+    assert!(down.pods.raises_barrier && down.pods.list_every_leader);
+    assert_eq!(barred(&down), ["b"]);
+    // Remembered up, but the Lease names another arbiter (taken back from a retired replica):
+    // its promotions may be in flight, so the barrier goes up again.
+    let taken_back = decide_for("op-2", true);
+    assert!(taken_back.pods.raises_barrier && taken_back.pods.list_every_leader);
+    assert_eq!(barred(&taken_back), ["b"]);
 }

@@ -1,12 +1,28 @@
-//! Which pod gets which write in one pass of the protocol: the plan says what the marks should
-//! become; [`Plan::writes`] says how to get there given whether an earlier promotion in the group
-//! may still be in flight. Pure, so that the controller only sends what it is given, and the
-//! choice is tested (and model-checked) without a cluster.
+//! Which pod gets which write in one pass of the protocol: the marking says what the marks should
+//! become; [`Marking::writes`] says how to get there given whether an earlier promotion in the
+//! group may still be in flight.
+//!
+//! The barrier is the operator's defence against its own promotions landing late. (The
+//! application's fence, which refuses a deposed leader's writes by epoch, is the client crate's
+//! `fence`; the two are distinct.) A request the operator gave up on (its deadline passed, or
+//! its process paused after sending it) may still land, and a promotion that lands after
+//! leadership moved on would label a second leader. Two things make that impossible:
+//! - every promotion is conditional on the resourceVersion of its pod read fresh just before it
+//!   (`actions::pods::promote`): it writes only if nothing wrote the pod since;
+//! - before promoting in a group where a promotion of an earlier decision may still be in flight,
+//!   the operator writes every other pod of the group once (the barrier: annotation
+//!   [`BARRIER_ANNOTATION`](crate::crd::BARRIER_ANNOTATION), the epoch about to be handed out), so
+//!   that such a promotion, conditional on an older resourceVersion, is refused by the API
+//!   server. That is the case after this process started (another incarnation, or another
+//!   replica, may have sent one), after it turned active, after any of its own requests in the
+//!   group was abandoned, and after a pass in the group failed (it may have moved the Lease off
+//!   a pod whose demotion then failed): [`super::Observation::barrier_up`] is false then.
 
-use super::{Plan, PodVersion, Promotion};
+use super::marking::Marking;
+use super::{PodVersion, Promotion};
 
 /// A write that changes a pod's resourceVersion, always, so that a promotion of it decided
-/// earlier, and still in flight, fails its precondition (see [`crate::barrier`]).
+/// earlier, and still in flight, fails its precondition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Barrier {
     /// The pod.
@@ -62,19 +78,19 @@ pub struct PodWrites {
     pub unmark: Vec<PodVersion>,
 }
 
-impl Plan {
-    /// The writes of this plan. `barrier_up`: the group is known to have no earlier promotion in
+impl Marking {
+    /// The writes of this marking. `barrier_up`: the group is known to have no earlier promotion in
     /// flight, so the group's barrier is not needed again.
     ///
     /// A deposed leader (one the status or the Lease names, and leadership moves away from) is
     /// barred in any case: whatever this process remembers, a promotion of it may be in flight,
     /// and it may be outside the selector and unmarked. The group's barrier covers
-    /// [`Plan::barrier_candidates`] but the released pods: a release removes their marks only if
+    /// [`Marking::barrier_candidates`] but the released pods: a release removes their marks only if
     /// they are unchanged, a change of resourceVersion as good as a barrier (racing it, a
     /// barrier would fail the release's precondition). The demoted ones take their follower
     /// marks with the barrier instead: a demotion of a pod that carries no leader label changes
     /// nothing, not even its version.
-    pub fn writes(&self, barrier_up: bool) -> PodWrites {
+    pub(super) fn writes(&self, barrier_up: bool) -> PodWrites {
         let released = |pod: &str| self.release.iter().any(|r| r.name == pod);
         let follower_marks =
             |pod: &String| self.demote.contains(pod) || self.mark_followers.contains(pod);
@@ -139,8 +155,6 @@ impl Plan {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::election::Deposed;
 
@@ -176,23 +190,18 @@ mod tests {
     /// `old` led (the records name it) and is demoted, `gone` left the selector and is
     /// released, `new` is promoted, `c` is a candidate not yet marked, `d` is already a
     /// follower.
-    fn handover() -> Plan {
-        Plan {
-            commit: None,
-            status: None,
+    fn handover() -> Marking {
+        Marking {
             demote: names(&["old"]),
             release: vec![version("gone")],
             promote: Some(Promotion {
                 pod: "new".to_string(),
                 epoch: 7,
             }),
-            transition: None,
             barrier_candidates: names(&["old", "gone", "c", "d"]),
             deposed: vec![deposed("old", true)],
             mark_followers: names(&["c"]),
             unmark: vec![version("left")],
-            requeue_after: Duration::from_secs(5),
-            awaits_step_down: false,
         }
     }
 
@@ -229,7 +238,7 @@ mod tests {
         // The records name `a`, seen unmarked (its promotion had not landed) and no longer
         // selected: neither a candidate nor marked, it is barred only because it is named, and
         // its marks go with the barrier, should the promotion have landed meanwhile.
-        let plan = Plan {
+        let plan = Marking {
             demote: Vec::new(),
             release: Vec::new(),
             barrier_candidates: names(&["c", "d"]),
@@ -249,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_move_to_nobody_still_bars_the_deposed_leader() {
-        let plan = Plan {
+        let plan = Marking {
             promote: None,
             ..handover()
         };
@@ -268,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_released_leader_needs_no_barrier() {
-        let plan = Plan {
+        let plan = Marking {
             deposed: vec![deposed("gone", false)],
             ..handover()
         };

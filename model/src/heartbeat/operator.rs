@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use leadergroup_operator::election::{self, Decision, Observation};
+use leadergroup_operator::election::{self, Observation};
 use leadergroup_operator::lease_record::{LeaseRecord, UNKNOWN_PREDECESSOR};
 use leadergroup_operator::lease_sightings::Sighting;
 
@@ -42,33 +42,28 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
     let concerned: Vec<_> = pods.iter().collect();
     let groups = vec![&group];
     let retired = BTreeSet::new();
-    let decision = election::decide(&Observation {
+    let plan = election::decide(&Observation {
         group: &group,
         groups: &groups,
         pods: &concerned,
         lease: lease.as_ref(),
+        services: &[],
+        slices: &[],
         lease_seen: seen,
+        // One replica that never loses a request: its barrier stays up once raised, and the
+        // Heartbeat model does not explore late promotions (the Readiness model does).
+        barrier_up: true,
         retired: &retired,
         identity: ARBITER,
         now: now.wall,
         node_grace: crate::objects::NODE_GRACE,
     });
-    let plan = match decision {
-        Decision::Act(plan) => plan,
-        Decision::Deferred { .. } => return Err(ModelError::UnexpectedDecision("Deferred")),
-        Decision::LeaseNotOwned { .. } => {
-            return Err(ModelError::UnexpectedDecision("LeaseNotOwned"));
-        }
-        Decision::InvalidSelector { .. } => {
-            return Err(ModelError::UnexpectedDecision("InvalidSelector"));
-        }
-        Decision::ImplausibleEpoch { .. } => {
-            return Err(ModelError::UnexpectedDecision("ImplausibleEpoch"));
-        }
-        Decision::TokensExhausted { .. } => {
-            return Err(ModelError::UnexpectedDecision("TokensExhausted"));
-        }
-    };
+    if plan.deferred.is_some() {
+        return Err(ModelError::UnexpectedDecision("Deferred"));
+    }
+    if let Some(refused) = &plan.refused {
+        return Err(ModelError::UnexpectedDecision(refused.reason));
+    }
     let mut changed = state.sighting != before;
     if let Some(commit) = &plan.commit {
         let next = committed(state, record.as_ref(), commit)?;
@@ -88,9 +83,18 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
         state.status_longest = longest;
     }
     for name in plan
+        .pods
         .demote
         .iter()
-        .chain(plan.deposed.iter().map(|d| &d.pod))
+        .chain(plan.pods.deposed.iter().map(|d| &d.pod))
+        .chain(plan.pods.release.iter().map(|r| &r.name))
+        .chain(
+            plan.pods
+                .barriers
+                .iter()
+                .filter(|b| b.with_follower_marks)
+                .map(|b| &b.pod),
+        )
         // A foreign writer's holder is no pod: the real write finds none (404) and changes nothing.
         .filter(|name| *name != INTRUDER)
     {
@@ -99,7 +103,7 @@ pub fn reconcile(state: &mut HbState) -> Result<bool, ModelError> {
             *m = None;
         }
     }
-    if let Some(promotion) = &plan.promote
+    if let Some(promotion) = &plan.pods.promote
         && let Some(m) = state.marks.get_mut(usize::from(pod_id(&promotion.pod)?))
     {
         changed |= *m != Some(promotion.epoch);

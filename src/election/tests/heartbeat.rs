@@ -64,7 +64,7 @@ fn switching_to_heartbeat_marks_the_lease_and_restarts_the_holders_clock() {
     assert_eq!((commit.holder.as_deref(), commit.epoch), (Some("a"), 4));
     assert_eq!(commit.acquire_time, Some(now()));
     assert_eq!(commit.renew_time, Some(now()));
-    assert!(p.transition.is_none() && p.promote.is_none());
+    assert!(p.transition.is_none() && p.pods.promote.is_none());
     let (status, reason) = heartbeat_condition(&p.status.expect("condition added"));
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -83,7 +83,7 @@ fn the_operator_never_renews_a_heartbeat_lease() {
     assert_eq!(p.status, None);
     assert_eq!(p.transition, None);
     // Looks again when the leader's silence would reach a Lease duration.
-    assert_eq!(p.requeue_after, Duration::from_secs(11));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(11)));
 }
 
 #[test]
@@ -109,9 +109,9 @@ fn a_leader_silent_for_a_lease_duration_hands_over() {
         commit.predecessor.as_ref().is_none_or(|d| !d.pending()),
         "its own rule stopped the silent leader: no step-down to wait for"
     );
-    assert_eq!(p.demote, vec!["a".to_string()]);
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()]);
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 5
@@ -165,7 +165,7 @@ fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
 
     let overdue = seen(985, None);
     let p = plan(decide_seen(&g, &[], &pods(4), Some(&l), overdue, ME));
-    assert!(p.transition.is_none() && p.commit.is_none() && p.promote.is_none());
+    assert!(p.transition.is_none() && p.commit.is_none() && p.pods.promote.is_none());
     let status = p.status.expect("the condition changes");
     let (condition, reason) = heartbeat_condition(&status);
     assert_eq!(
@@ -178,7 +178,7 @@ fn a_leader_that_never_renews_keeps_leading_and_is_reported() {
         "{message}"
     );
     // Nothing left to time: looks again at the usual pace, not in a loop.
-    assert_eq!(p.requeue_after, Duration::from_secs(5));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(5)));
 
     // Readiness still applies to it.
     let mut not_ready = pods(4);
@@ -201,11 +201,11 @@ fn another_replicas_heartbeat_lease_is_left_alone_for_a_duration_from_its_sighti
     let theirs = heartbeat_lease(4, 999, "op-2");
     let g = recorded(&heartbeat_lease(4, 999, ME), seen(990, Some(999)));
     assert_eq!(
-        decide_seen(&g, &[], &pods(4), Some(&theirs), seen(990, Some(999)), ME),
-        Decision::Deferred {
+        decide_seen(&g, &[], &pods(4), Some(&theirs), seen(990, Some(999)), ME).deferred,
+        Some(Deferred {
             arbiter: "op-2".into(),
             until: t(1005)
-        }
+        })
     );
     let p = plan(decide_seen(
         &g,
@@ -237,8 +237,11 @@ fn a_paused_group_keeps_a_silent_leader() {
         seen(900, Some(980)),
         ME,
     ));
-    assert!(p.transition.is_none() && p.promote.is_none());
-    assert!(p.requeue_after >= Duration::from_millis(100));
+    assert!(p.transition.is_none() && p.pods.promote.is_none());
+    assert!(
+        p.requeue_after
+            .is_some_and(|d| d >= Duration::from_millis(100))
+    );
 }
 
 #[test]
@@ -355,7 +358,7 @@ fn a_lapsed_leader_that_still_shows_ready_is_not_elected_again() {
     let p = plan(decide_seen(&g, &[], &alone, Some(&l), s, ME));
     let t = p.transition.expect("the leader goes");
     assert_eq!((t.to, t.reason), (None, Reason::NoCandidates));
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
     let commit = p.commit.expect("released");
     assert_eq!((commit.holder, commit.lapsed), (None, lapsed_a()));
 }
@@ -397,7 +400,7 @@ fn a_lapsed_leader_with_no_successor_keeps_the_lease_and_its_token_until_it_rene
     let silent = seen(900, Some(985));
     let p = plan(decide_seen(&g, &[], &alone, Some(&l), silent, ME));
     assert_eq!(p.transition, None, "no new token for the same incarnation");
-    assert_eq!((p.promote.clone(), p.demote.clone()), (None, vec![]));
+    assert_eq!((p.pods.promote.clone(), demoted(&p.pods)), (None, vec![]));
     let commit = p.commit.expect("the lapse is recorded");
     assert_eq!(
         (
@@ -448,7 +451,7 @@ fn a_lapsed_leader_with_no_successor_keeps_the_lease_and_its_token_until_it_rene
     // It renews: it leads again, at the same epoch.
     let renewed = seen(900, Some(999));
     let p = plan(decide_seen(&g, &[], &alone, Some(&remembered), renewed, ME));
-    assert_eq!((p.transition, p.promote), (None, None));
+    assert_eq!((p.transition, p.pods.promote), (None, None));
     assert_eq!(p.commit.expect("the record goes").lapsed, None);
     let status = p.status.expect("recorded");
     let elected = status.condition(LEADER_ELECTED).expect("LeaderElected");

@@ -35,9 +35,16 @@ fn assert_promoted_after_step_down(
     predecessor: &str,
     (leader, epoch): (&str, i64),
 ) {
-    assert_eq!(first.promote, None, "the promotion waits for {predecessor}");
-    assert!(first.barrier_candidates.is_empty());
-    assert!(first.requeue_after <= Duration::from_secs(10));
+    assert_eq!(
+        first.pods.promote, None,
+        "the promotion waits for {predecessor}"
+    );
+    assert!(first.pods.barriers.is_empty());
+    assert!(
+        first
+            .requeue_after
+            .is_some_and(|d| d <= Duration::from_secs(10))
+    );
     let mut committed = first.commit.clone().expect("the commit");
     assert_eq!(
         (committed.holder.as_deref(), committed.epoch),
@@ -46,12 +53,15 @@ fn assert_promoted_after_step_down(
     let named = committed.predecessor.as_mut().expect("the predecessor");
     assert_eq!((named.pod.as_str(), named.pending()), (predecessor, true));
     let waiting = plan(decide_with(g, pods, Some(&owned(&committed))));
-    assert_eq!(waiting.promote, None, "still waiting for {predecessor}");
+    assert_eq!(
+        waiting.pods.promote, None,
+        "still waiting for {predecessor}"
+    );
     assert_eq!(waiting.commit, None, "nothing to write meanwhile");
     committed.predecessor.as_mut().unwrap().stepped_down = true;
     let next = plan(decide_with(g, pods, Some(&owned(&committed))));
     assert_eq!(
-        next.promote,
+        next.pods.promote,
         Some(Promotion {
             pod: leader.into(),
             epoch
@@ -95,7 +105,7 @@ fn a_not_ready_leader_that_may_still_run_steps_down_before_its_successor_is_labe
         p.transition.as_ref().map(|t| t.reason),
         Some(Reason::LeaderNotReady)
     );
-    assert_eq!(p.demote, vec!["a".to_string()], "demoted at once");
+    assert_eq!(demoted(&p.pods), vec!["a".to_string()], "demoted at once");
     assert_promoted_after_step_down(&g, &pods, &p, "a", ("b", 5));
 }
 
@@ -108,7 +118,7 @@ fn a_leader_whose_containers_all_stopped_is_not_waited_for() {
     );
     let p = plan(decide_with(&g, &pods, Some(&l)));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
             epoch: 5
@@ -126,7 +136,7 @@ fn a_leader_whose_containers_all_stopped_is_not_waited_for() {
         &[false, true],
     );
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
 }
 
 #[test]
@@ -143,8 +153,8 @@ fn once_the_predecessors_confirmation_has_lapsed_the_operator_steps_it_down_itse
         seen_at(991, None),
         ME,
     ));
-    assert_eq!(p.promote, None);
-    assert_eq!(p.requeue_after, Duration::from_secs(1));
+    assert_eq!(p.pods.promote, None);
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
     // Seen 10 s ago: it no longer reports Leader. The Lease says so, then the successor is
     // labeled, in that order (the plan's commit comes first).
     let p = plan(decide_seen(
@@ -157,7 +167,7 @@ fn once_the_predecessors_confirmation_has_lapsed_the_operator_steps_it_down_itse
     ));
     let predecessor = p.commit.and_then(|c| c.predecessor).expect("named");
     assert!(!predecessor.pending());
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("b"));
 }
 
 #[test]
@@ -181,7 +191,7 @@ fn the_validity_is_that_of_the_lease_the_predecessor_saw_not_a_shorter_one_since
         seen_at(995, None),
         ME,
     ));
-    assert_eq!(p.promote, None, "5 s: a's 10 s have not passed");
+    assert_eq!(p.pods.promote, None, "5 s: a's 10 s have not passed");
 }
 
 #[test]
@@ -215,7 +225,7 @@ fn a_predecessor_deposed_for_no_candidate_is_still_waited_for_by_the_next_leader
     ));
     let committed = p.commit.as_ref().expect("b committed");
     assert_eq!(committed.holder.as_deref(), Some("b"));
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
     // Long after the release was seen, a's confirmation has lapsed: b is labeled at once.
     let p = plan(decide_seen(
         &g,
@@ -225,7 +235,7 @@ fn a_predecessor_deposed_for_no_candidate_is_still_waited_for_by_the_next_leader
         seen_at(980, None),
         ME,
     ));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("b"));
 }
 
 #[test]
@@ -242,7 +252,7 @@ fn the_same_pod_elected_again_does_not_wait_for_itself() {
     let back = vec![PodFixture::new("a", 1).follower()];
     let p = plan(decide_with(&g, &back, Some(&released)));
     assert_eq!(
-        p.promote,
+        p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
             epoch: 5
@@ -255,7 +265,7 @@ fn a_first_leader_has_no_predecessor_to_wait_for() {
     let g = group();
     let p = plan(decide_with(&g, &three(), None));
     assert_eq!(p.commit.as_ref().and_then(|c| c.predecessor.clone()), None);
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("a"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("a"));
 }
 
 #[test]
@@ -264,7 +274,7 @@ fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_
     let (g, mut pods, l) = converged(4);
     pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.promote.map(|p| p.pod).as_deref(), Some("b"));
+    assert_eq!(p.pods.promote.map(|p| p.pod).as_deref(), Some("b"));
     assert_eq!(p.commit.and_then(|c| c.predecessor), None);
 
     // An acknowledged predecessor z still to step down, then a holder b without a member deposed
@@ -275,7 +285,7 @@ fn a_leader_without_a_member_is_not_waited_for_and_an_earlier_predecessor_still_
         ..record(Some("a"), 4, 999, ME)
     });
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.promote, None);
+    assert_eq!(p.pods.promote, None);
     assert_eq!(p.commit.and_then(|c| c.predecessor), Some(z));
 }
 
@@ -296,7 +306,7 @@ fn a_holder_that_acknowledged_before_its_label_does_not_replace_a_predecessor_st
         ..record(Some("a"), 4, 999, ME)
     });
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.promote, None, "b waits for z");
+    assert_eq!(p.pods.promote, None, "b waits for z");
     let commit = p.commit.expect("b committed");
     assert_eq!(commit.holder.as_deref(), Some("b"));
     assert_eq!(commit.predecessor, Some(z));
@@ -349,7 +359,7 @@ fn a_lease_deleted_while_a_step_down_is_awaited_is_created_again_still_waiting()
         PodFixture::new("b", 2).follower(),
     ];
     let p = plan(decide_with(&g, &pods, None));
-    assert_eq!(p.promote, None, "b waits");
+    assert_eq!(p.pods.promote, None, "b waits");
     let created = p.commit.expect("the Lease created again");
     let unknown = created.predecessor.clone().expect("a predecessor");
     assert_eq!(
@@ -371,7 +381,7 @@ fn a_lease_deleted_while_a_step_down_is_awaited_is_created_again_still_waiting()
         ME,
     ));
     assert_eq!(
-        later.promote.map(|p| p.pod).as_deref(),
+        later.pods.promote.map(|p| p.pod).as_deref(),
         Some(created_holder(&created))
     );
 }
@@ -386,7 +396,10 @@ fn a_lease_deleted_under_a_labeled_leader_is_created_again_still_naming_it() {
     let p = plan(decide_with(&g, &pods, None));
     let created = p.commit.expect("the Lease created again");
     assert_eq!((created.holder.as_deref(), created.epoch), (Some("a"), 4));
-    assert_eq!(p.promote, None, "a keeps its label, nothing to promote");
+    assert_eq!(
+        p.pods.promote, None,
+        "a keeps its label, nothing to promote"
+    );
     let named = created.predecessor.clone().expect("a is named");
     assert_eq!((named.pod.as_str(), named.pending()), ("a", true));
     // Still a's tenure: it is not asked to wait for itself.
@@ -466,14 +479,14 @@ fn a_shortened_lease_deleted_during_the_wait_is_created_again_with_the_longest_d
     g.status = Some(p.status.expect("the status records the longest"));
     pods[0] = PodFixture::new("a", 1).leader(4).not_ready();
     let p = plan(decide_with(&g, &pods, Some(&owned(&shortened))));
-    assert_eq!(p.promote, None, "b waits for a");
+    assert_eq!(p.pods.promote, None, "b waits for a");
     g.status = Some(p.status.expect("b is recorded"));
     assert_eq!(
         g.status.as_ref().and_then(|s| s.longest_lease_seconds),
         Some(30)
     );
     let p = plan(decide_with(&g, &pods, None));
-    assert_eq!(p.promote, None, "b still waits for a");
+    assert_eq!(p.pods.promote, None, "b still waits for a");
     let predecessor = p.commit.and_then(|c| c.predecessor).expect("a is named");
     assert_eq!(
         (predecessor.pending(), predecessor.validity()),
@@ -495,7 +508,7 @@ fn a_leader_that_the_pod_gc_marked_failed_while_its_containers_run_is_waited_for
         &[true, true],
     );
     let p = plan(decide_with(&g, &pods, Some(&l)));
-    assert_eq!(p.promote, None, "a's member may still report Leader");
+    assert_eq!(p.pods.promote, None, "a's member may still report Leader");
     let predecessor = p.commit.and_then(|c| c.predecessor).expect("named");
     assert_eq!(
         (predecessor.pod.as_str(), predecessor.pending()),
@@ -506,5 +519,5 @@ fn a_leader_that_the_pod_gc_marked_failed_while_its_containers_run_is_waited_for
         .leader(4)
         .not_ready()
         .phase("Failed");
-    assert_eq!(plan(decide_with(&g, &pods, Some(&l))).promote, None);
+    assert_eq!(plan(decide_with(&g, &pods, Some(&l))).pods.promote, None);
 }
