@@ -1,16 +1,15 @@
-//! The executor: sends one [`Plan`] in protocol order (docs/protocol.md), each step a named call,
-//! with no decision in it.
+//! The executor: sends one [`Plan`] in protocol order (docs/protocol.md, the same step numbers),
+//! each step a named call, with no decision in it.
 //!
 //! 1. commit the Lease;
-//! 2. record the status; 3. demote, release and bar the deposed leaders; 4. raise the group's
-//!    barrier, then check a fresh list for stray leaders and read the pod to promote and the
-//!    Lease afresh; and the slice loses the old leader when nobody is promoted (2, 3 and 4 go out
-//!    together once the commit landed: none depends on another);
-//! 5. demote the strays, then promote the new leader, conditional on the version 4 read, and
-//!    route the slice to it;
-//! 6. tell (an Event, metrics, the log of the steps' times);
-//! 7. tidy: follower marks, marks off pods that left, the Service and the objects no longer
-//!    wanted.
+//! 2. record the status; 3. demote, release and bar the deposed leaders (and, with nobody to
+//!    promote, take the old leader out of the slice); 4. raise the group's barrier, then check a
+//!    fresh list for stray leaders and read the pod to promote and the Lease afresh (2, 3 and 4
+//!    go out together once the commit landed: none depends on another);
+//! 4b. demote the strays;
+//! 5. promote the new leader, conditional on the version step 4 read; 5b. route the slice to it;
+//! 6. tell (an Event, metrics, the log of the steps' times), then tidy off the critical path:
+//!    follower marks, marks off pods that left, the Service and the objects no longer wanted.
 //!
 //! A 409 at any step means someone else moved first: the caller observes afresh and decides
 //! again.
@@ -262,7 +261,7 @@ impl<'a> Steps<'a> {
         Ok(())
     }
 
-    /// Step 5, before the promotion: a leader label this plan did not know of is demoted. The
+    /// Step 4b: a leader label this plan did not know of is demoted. The
     /// pods demoted and released above may still show theirs in a list taken before those writes
     /// landed.
     async fn demote_strays(&self, check: &Check, writes: &PodWrites) -> Result<()> {
@@ -307,7 +306,7 @@ impl<'a> Steps<'a> {
         actions::pods::promote(&self.pods, pod, &self.name, epoch, version).await
     }
 
-    /// Steps 3 and 5: the slice loses every endpoint but the next leader's, when nobody is
+    /// Steps 3 and 5b: the slice loses every endpoint but the next leader's, when nobody is
     /// promoted (unless `keep`: a promotion replaces the old endpoint in one write) and when a
     /// promotion failed. Returns the slice as it is after.
     async fn clear_route(&self, keep: bool) -> Result<Option<EndpointSlice>> {
@@ -324,7 +323,7 @@ impl<'a> Steps<'a> {
         .await
     }
 
-    /// After the promotion (or with nothing to promote): the slice as wanted, from `known`, the
+    /// Step 5b, after the promotion (or with nothing to promote): the slice as wanted, from `known`, the
     /// slice as last seen. Returns the slice as it is after.
     async fn route(&self, known: Option<EndpointSlice>) -> Result<Option<EndpointSlice>> {
         let Some((name, desired)) = self.route.and_then(Route::desired_slice) else {
@@ -410,7 +409,7 @@ impl<'a> Steps<'a> {
         .await;
     }
 
-    /// Step 7, off the critical path: followers' marks, and the marks of pods that left (a pod
+    /// Step 6, off the critical path: followers' marks, and the marks of pods that left (a pod
     /// changed since it was seen keeps them until the next pass).
     async fn tidy(&self, writes: &PodWrites) -> Result<()> {
         settle_all(
@@ -434,7 +433,7 @@ impl<'a> Steps<'a> {
         Ok(())
     }
 
-    /// Step 7: the Service as wanted, the slice too (when no promotion wrote it, and unless
+    /// Step 6, off the critical path: the Service as wanted, the slice too (when no promotion wrote it, and unless
     /// `keep_slice`: the next leader, not labeled yet, waits for its predecessor's step-down, and
     /// the slice keeps the predecessor until the promotion), and the group's objects no longer
     /// wanted deleted.
