@@ -56,12 +56,11 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Waits until the three caches hold their first lists: the caches are synced.
+    /// Waits until the caches hold their first lists: the caches are synced.
     ///
-    /// Each wait is retried every 100 ms rather than awaited once: `Store::wait_until_ready`
-    /// (kube-runtime 5) sits on a futures oneshot that keeps one waker only, and the Controller
-    /// waits on the groups store too, so whichever waiter polled first is never woken and
-    /// /readyz would say "not ready" forever. A fresh poll sees the value once it is there.
+    /// Each wait is polled afresh every 100 ms: `Store::wait_until_ready` (kube-runtime 5) keeps
+    /// one waker only, and the Controller waits on the groups store too, so a single wait here
+    /// might never be woken.
     pub async fn wait_synced(&self) {
         async fn listed<K>(store: &Store<K>)
         where
@@ -289,11 +288,9 @@ pub async fn run(
         .await;
 }
 
-/// How each watch backs off after an error: from 100 ms to at most 2 s (1 s, and up to as much
-/// again of jitter), reset after a minute without one. kube's default grows to 30 s (with
-/// jitter, 43 s was seen): after an API server restart, a few failed attempts then 410 Gone for
-/// every watch, the caches stayed stale that long, and every handover waited
-/// (tests/it/restarts.rs). A watch is one request: retrying it every 2 s is no load.
+/// How each watch backs off after an error: from 100 ms to at most 2 s, reset after a minute
+/// without one. kube's default grows to 30 s, for which the caches stay stale after an API
+/// server restart (tests/it/restarts.rs); a watch is one request, so retrying it is no load.
 fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     let exponential = backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -308,10 +305,8 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
 }
 
 /// The Controller's pause of all of its triggers after any one of them errs: none. Each watch
-/// backs off its own retries already ([`watch_backoff`]); a pause of the merged triggers held
-/// every group's events behind whichever watch had failed. After a kube-apiserver restart each
-/// watch's 410 Gone paused them all in turn, each time for as long as the grown backoff, so a
-/// replica that had just turned active reconciled nothing for several of those pauses.
+/// backs off its own retries ([`watch_backoff`]); a pause of the merged triggers would hold every
+/// group's events behind whichever watch failed.
 struct NoTriggerPause;
 
 impl Iterator for NoTriggerPause {
@@ -327,32 +322,23 @@ impl Backoff for NoTriggerPause {
 }
 
 /// Every watch asks the API server to end it after [`WATCH_SECONDS`], so that a healthy watch is
-/// never silent for longer, and a silence longer than that and a margin ([`READ_TIMEOUT`]) means
-/// a dead connection: the watch starts again (from its last resourceVersion: no relist). With
-/// kube's default, 290 s, a watch on a half-open connection (its peer gone without a FIN: a cut
-/// network, a stuck middlebox) stays silent for almost 5 minutes, and every handover waits on the
-/// stale cache (tests/it/stalled_watch.rs). Ending each watch every few seconds costs one request
-/// per watch each time.
+/// never silent for longer, and a longer silence ([`READ_TIMEOUT`]) means a dead connection (a
+/// half-open one stays silent for kube's default 290 s; tests/it/stalled_watch.rs): the watch
+/// starts again from its last resourceVersion, at the cost of one request per watch.
 fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_SECONDS)
 }
 
 /// How long a watch lasts before the API server ends it (see [`watch_config`]). Short, because a
-/// stalled watch goes unnoticed for as long as this and a margin, and a replica that turns active
-/// meanwhile decides on its stale caches: at 10 s (15 s of silence), a replica whose connections
-/// stalled took the operator Lease back on new connections and left a leader that had turned
-/// NotReady labeled, or named a deleted pod in a re-created Lease, for as long.
+/// stalled watch goes unnoticed for as long as this and a margin, while a replica that turns
+/// active meanwhile decides on its stale caches.
 const WATCH_SECONDS: u32 = 2;
 
 /// How long the operator's client waits for the next byte of an answer: the longest a healthy
-/// watch stays silent ([`WATCH_SECONDS`]) and a margin for a loaded API server. kube-runtime's own
-/// bound on an open watch (its timeout and 5 s) is longer, and covers only the stream once open:
-/// the request that opens a watch again (every [`WATCH_SECONDS`]) and the list that starts one
-/// have none, and go out on a connection from the client's pool, which may have gone half-open
-/// while it sat idle there. Without this such a request waited for good, and the caches froze
-/// while new connections got through (a replica deciding on pods long gone;
-/// tests/it/stalled_watch.rs). The timer counts from the request's write, not from when its
-/// connection went idle.
+/// watch stays silent ([`WATCH_SECONDS`]) and a margin. kube-runtime bounds only an open watch;
+/// the request that opens one and its list may go out on a pooled connection gone half-open,
+/// and would wait for good while the caches froze (tests/it/stalled_watch.rs). The timer counts
+/// from the request's write.
 const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS as u64 + 2);
 
 /// Bounds every request of the operator's client by [`READ_TIMEOUT`].
@@ -522,8 +508,8 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
     let group_ref = ObjectRef::from_obj(group.as_ref());
     let retry = retry::classify(error);
     if retry == Retry::Transient(retry::TransientKind::StaleFinalizer) {
-        // Not a failure: the group's next event, or this requeue, sees the finalizer. The
-        // default 2 s made every such group of a start wait (18 of 1000 groups, seen).
+        // Not a failure: the group's next event, or this requeue, sees the finalizer (the
+        // default 2 s would hold such groups of a start).
         debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
         return Action::requeue(Duration::from_millis(100));
     }

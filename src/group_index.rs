@@ -10,6 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use crate::crd::LeaderGroup;
+use crate::relist::{Change, Relist, key};
 
 /// Group names by namespace; cheap to clone (shared).
 #[derive(Clone, Default)]
@@ -20,9 +21,8 @@ pub struct GroupIndex {
 #[derive(Default)]
 struct Index {
     namespaces: HashMap<String, BTreeSet<String>>,
-    /// The groups listed since the watch restarted, while it relists: at the end of the list the
-    /// others are gone.
-    relisted: Option<HashSet<(String, String)>>,
+    /// The watch's relist in progress.
+    relist: Relist,
 }
 
 impl GroupIndex {
@@ -31,25 +31,15 @@ impl GroupIndex {
         let Ok(mut index) = self.inner.write() else {
             return;
         };
-        match event {
-            watcher::Event::Apply(g) => index.file(g),
-            watcher::Event::Delete(g) => {
+        match index.relist.follow(event) {
+            Change::File(g) => index.file(g),
+            Change::Remove(g) => {
                 if let Some((ns, name)) = key(g) {
                     index.remove(&ns, &name);
                 }
             }
-            watcher::Event::Init => index.relisted = Some(HashSet::new()),
-            watcher::Event::InitApply(g) => {
-                if let (Some(k), Some(seen)) = (key(g), index.relisted.as_mut()) {
-                    seen.insert(k);
-                }
-                index.file(g);
-            }
-            watcher::Event::InitDone => {
-                if let Some(seen) = index.relisted.take() {
-                    index.retain(&seen);
-                }
-            }
+            Change::Retain(listed) => index.retain(&listed),
+            Change::Nothing => {}
         }
     }
 
@@ -91,13 +81,6 @@ impl Index {
         }
         self.namespaces.retain(|_, names| !names.is_empty());
     }
-}
-
-fn key(group: &LeaderGroup) -> Option<(String, String)> {
-    Some((
-        group.metadata.namespace.clone()?,
-        group.metadata.name.clone()?,
-    ))
 }
 
 #[cfg(test)]

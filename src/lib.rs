@@ -14,6 +14,7 @@ pub mod lease_sightings;
 pub mod marks;
 pub mod metrics;
 pub mod pod_index;
+pub mod relist;
 pub mod retry;
 pub mod routing;
 

@@ -15,6 +15,7 @@ use kube::runtime::watcher;
 
 use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, SelectorOperator};
 use crate::marks;
+use crate::relist::{Change, Relist, key};
 
 /// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec but
 /// for its node and its containers' names and ports (what the leader's EndpointSlice is made
@@ -65,9 +66,8 @@ pub struct PodIndex {
 #[derive(Default)]
 struct Index {
     namespaces: HashMap<String, Namespace>,
-    /// The pods listed since the watch restarted, while it relists: at the end of the list the
-    /// others are gone.
-    relisted: Option<HashSet<(String, String)>>,
+    /// The watch's relist in progress.
+    relist: Relist,
 }
 
 #[derive(Default)]
@@ -92,25 +92,15 @@ impl PodIndex {
         let Ok(mut index) = self.inner.write() else {
             return;
         };
-        match event {
-            watcher::Event::Apply(pod) => index.file(pod),
-            watcher::Event::Delete(pod) => {
+        match index.relist.follow(event) {
+            Change::File(pod) => index.file(pod),
+            Change::Remove(pod) => {
                 if let Some((ns, name)) = key(pod) {
                     index.remove(&ns, &name);
                 }
             }
-            watcher::Event::Init => index.relisted = Some(HashSet::new()),
-            watcher::Event::InitApply(pod) => {
-                if let (Some(k), Some(seen)) = (key(pod), index.relisted.as_mut()) {
-                    seen.insert(k);
-                }
-                index.file(pod);
-            }
-            watcher::Event::InitDone => {
-                if let Some(seen) = index.relisted.take() {
-                    index.retain(&seen);
-                }
-            }
+            Change::Retain(listed) => index.retain(&listed),
+            Change::Nothing => {}
         }
     }
 
@@ -241,10 +231,6 @@ impl Namespace {
                 .collect(),
         )
     }
-}
-
-fn key(pod: &Pod) -> Option<(String, String)> {
-    Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! The executor: sends one [`Plan`] in protocol order (docs/protocol.md, the same step numbers),
 //! each step a named call, with no decision in it.
 //!
-//! 1. commit the Lease;
-//! 2. record the status; 3. demote, release and bar the deposed leaders (and, with nobody to
-//!    promote, take the old leader out of the slice); 4. raise the group's barrier, then check a
-//!    fresh list for stray leaders and read the pod to promote and the Lease afresh (2, 3 and 4
-//!    go out together once the commit landed: none depends on another);
-//! 4b. demote the strays;
-//! 5. promote the new leader, conditional on the version step 4 read; 5b. route the slice to it;
-//! 6. tell (an Event, metrics, the log of the steps' times), then tidy off the critical path:
-//!    follower marks, marks off pods that left, the Service and the objects no longer wanted.
+//! - 1: commit the Lease;
+//! - 2, 3 and 4 together once the commit landed (none depends on another): record the status;
+//!   demote, release and bar the deposed leaders (and, with nobody to promote, take the old
+//!   leader out of the slice); raise the group's barrier, then check a fresh list for stray
+//!   leaders and read the pod to promote and the Lease afresh;
+//! - 4b: demote the strays;
+//! - 5: promote the new leader, conditional on the version step 4 read; 5b: route the slice to it;
+//! - 6: tell (an Event, metrics, the log of the steps' times), then tidy off the critical path:
+//!   follower marks, marks off pods that left, the Service and the objects no longer wanted.
 //!
 //! A 409 at any step means someone else moved first: the caller observes afresh and decides
 //! again.

@@ -1,62 +1,53 @@
-//! Which events of the Lease watch start a reconcile of their group.
-//!
-//! In Readiness mode the operator renews every group's Lease itself, once a third of its
-//! duration, from a reconcile that has already planned the next one. The event of that renewal
-//! started a second reconcile that found nothing to do: at 10,000 groups with a 60 s Lease, 500
-//! useless reconciles a second, and kube-runtime's queue runs the newest due request first, so
-//! they starved the groups still waiting for their first election (6,064 of 10,000 led after
-//! 600 s). A change of anything else the operator writes ([`Written`]: holder, epoch,
-//! arbiter, mode, duration), a deletion, and in Heartbeat mode every renewal (the holder's, timed by
-//! the operator from when it sees it) still start one.
+//! Which events of the Lease watch start a reconcile of their group: not the operator's own
+//! Readiness-mode renewals (the reconcile that sent one planned the next already, and at scale
+//! these useless reconciles starve the groups awaiting their first election). A change of
+//! anything else the operator writes ([`Written`]), a deletion, and in Heartbeat mode every
+//! renewal (the holder's, timed from when the operator sees it) start one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 
 use crate::lease_record::{LeaseRecord, Written};
+use crate::relist::{Change, Key, Relist, key};
 
 /// What the Lease watch last showed of each Lease's operator-written part, for the Leases it
 /// shows now: an entry goes with its Lease's deletion event, and, for a Lease deleted while the
 /// watch was down (no event ever comes), at the end of the relist that no longer shows it.
 #[derive(Default)]
 pub(super) struct LeaseTriggers {
-    last: HashMap<ObjectRef<Lease>, Written>,
-    /// During a relist (between `Init` and `InitDone`): the Leases it has shown so far.
-    relisted: Option<HashSet<ObjectRef<Lease>>>,
+    last: HashMap<Key, Written>,
+    /// The watch's relist in progress.
+    relist: Relist,
 }
 
 impl LeaseTriggers {
     /// Whether `event` should start a reconcile: everything but a Readiness-mode Lease whose
     /// operator-written part is as the last event showed it (a renewal).
     pub(super) fn wants(&mut self, event: &Event<Lease>) -> bool {
-        match event {
-            Event::Apply(lease) | Event::InitApply(lease) => {
-                let key = ObjectRef::from_obj(lease);
+        match self.relist.follow(event) {
+            Change::File(lease) => {
+                let Some(key) = key(lease) else {
+                    return true;
+                };
                 let record = LeaseRecord::from_lease(lease);
                 let written = record.written();
                 let renewal_only = !record.heartbeat && self.last.get(&key) == Some(&written);
-                if let (Event::InitApply(_), Some(relisted)) = (event, self.relisted.as_mut()) {
-                    relisted.insert(key.clone());
-                }
                 self.last.insert(key, written);
                 !renewal_only
             }
-            Event::Delete(lease) => {
-                self.last.remove(&ObjectRef::from_obj(lease));
-                true
-            }
-            Event::Init => {
-                self.relisted = Some(HashSet::new());
-                true
-            }
-            Event::InitDone => {
-                if let Some(relisted) = self.relisted.take() {
-                    self.last.retain(|key, _| relisted.contains(key));
+            Change::Remove(lease) => {
+                if let Some(key) = key(lease) {
+                    self.last.remove(&key);
                 }
                 true
             }
+            Change::Retain(listed) => {
+                self.last.retain(|key, _| listed.contains(key));
+                true
+            }
+            Change::Nothing => true,
         }
     }
 
