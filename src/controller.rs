@@ -502,16 +502,15 @@ async fn reconcile(group: Arc<LeaderGroup>, ctx: Arc<Context>) -> Result<Action>
 }
 
 fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
-    ctx.metrics.error(error);
+    let retry = retry::classify(error);
+    ctx.metrics.error(&retry);
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
     let group_ref = ObjectRef::from_obj(group.as_ref());
-    let retry = retry::classify(error);
     if retry == Retry::Transient(retry::TransientKind::StaleFinalizer) {
-        // Not a failure: the group's next event, or this requeue, sees the finalizer (the
-        // default 2 s would hold such groups of a start).
+        // Not a failure: the group's next event, or this requeue, sees the finalizer.
         debug!(group = %name, namespace = %namespace, "finalizer added by an earlier pass; the cache is behind");
-        return Action::requeue(Duration::from_millis(100));
+        return Action::requeue(retry.after());
     }
     let api_message = retry::api_status(error)
         .map(|s| s.message.as_str())
@@ -543,19 +542,12 @@ fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Contex
         api_message,
         object,
         field,
-        category = error.category().as_str(),
         failures = ctx.memory.failures(&group_ref),
         backoff_seconds = wait.map(|w| w.as_secs()),
         error = %error,
         "reconcile failed"
     );
-    match (wait, error) {
-        (Some(wait), _) => Action::requeue(wait),
-        (None, ReconcileError::Conflict(_)) => Action::requeue(Duration::from_millis(50)),
-        // Its deadline is the group's own clock: look again soon.
-        (None, ReconcileError::Deadline { .. }) => Action::requeue(Duration::from_millis(200)),
-        (None, _) => Action::requeue(Duration::from_secs(2)),
-    }
+    Action::requeue(wait.unwrap_or_else(|| retry.after()))
 }
 
 #[cfg(test)]

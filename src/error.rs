@@ -41,17 +41,6 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    /// A short, static category for metrics labels and logs.
-    pub fn category(&self) -> Category {
-        match self {
-            ReconcileError::Kube(_) => Category::Api,
-            ReconcileError::Conflict(_) => Category::Conflict,
-            ReconcileError::Finalizer(_) => Category::Finalizer,
-            ReconcileError::MissingNamespace(_) => Category::Invalid,
-            ReconcileError::StaleDecision(_) | ReconcileError::Deadline { .. } => Category::Stale,
-        }
-    }
-
     /// The finalizer could not be added because the group came from a cache behind the server:
     /// kube's patch tests the finalizers it saw, and an earlier pass had already added ours (422).
     /// The cache catches up within milliseconds.
@@ -72,43 +61,6 @@ impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
             kube::runtime::finalizer::Error::ApplyFailed(inner)
             | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner,
             other => ReconcileError::Finalizer(Box::new(other)),
-        }
-    }
-}
-
-/// The category of a [`ReconcileError`]: the `category` label of the reconcile error metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Category {
-    /// [`ReconcileError::Kube`].
-    Api,
-    /// [`ReconcileError::Conflict`].
-    Conflict,
-    /// [`ReconcileError::Finalizer`].
-    Finalizer,
-    /// [`ReconcileError::MissingNamespace`].
-    Invalid,
-    /// [`ReconcileError::StaleDecision`] and [`ReconcileError::Deadline`].
-    Stale,
-}
-
-impl Category {
-    /// Every category, so that the metric's series exist before the first error.
-    pub const ALL: [Category; 5] = [
-        Category::Api,
-        Category::Conflict,
-        Category::Finalizer,
-        Category::Invalid,
-        Category::Stale,
-    ];
-
-    /// The label value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Category::Api => "api",
-            Category::Conflict => "conflict",
-            Category::Finalizer => "finalizer",
-            Category::Invalid => "invalid",
-            Category::Stale => "stale",
         }
     }
 }

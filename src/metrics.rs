@@ -1,4 +1,4 @@
-//! Prometheus metrics. Labels are short and static (a reason, an error category, a state), but
+//! Prometheus metrics. Labels are short and static (a reason, an error's kind, a state), but
 //! for the per-group series' `namespace` and `group`, which a switch turns off for clusters with
 //! very many groups ([`Metrics::new`]).
 
@@ -20,7 +20,8 @@ use kube::runtime::reflector::Store;
 use self::per_group::{GroupGauges, GroupLabels};
 use crate::crd::LeaderGroup;
 use crate::election::Reason;
-use crate::error::{Category, ConflictOn, ReconcileError};
+use crate::error::ConflictOn;
+use crate::retry::{self, Retry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
@@ -35,8 +36,9 @@ struct GroupReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CategoryLabel {
-    category: &'static str,
+struct ErrorLabels {
+    class: &'static str,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -50,7 +52,7 @@ pub struct Metrics {
     transitions: Family<ReasonLabel, Counter>,
     handover_seconds: Histogram,
     reconcile_seconds: Histogram,
-    reconcile_errors: Family<CategoryLabel, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
     conflicts: Family<ObjectLabel, Counter>,
     groups_with_leader: Gauge,
     groups_without_leader: Gauge,
@@ -90,10 +92,10 @@ impl Metrics {
             "Duration of one reconcile of a group",
             reconcile_seconds.clone(),
         );
-        let reconcile_errors = Family::<CategoryLabel, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
-            "Failed reconciles, by error category",
+            "Failed reconciles, by class (transient, permanent) and kind",
             reconcile_errors.clone(),
         );
         let conflicts = Family::<ObjectLabel, Counter>::default();
@@ -142,10 +144,8 @@ impl Metrics {
                 reason: reason.as_str(),
             });
         }
-        for category in Category::ALL {
-            let _ = reconcile_errors.get_or_create(&CategoryLabel {
-                category: category.as_str(),
-            });
+        for (class, kind) in retry::every_kind() {
+            let _ = reconcile_errors.get_or_create(&ErrorLabels { class, kind });
         }
         for object in ConflictOn::ALL {
             let _ = conflicts.get_or_create(&ObjectLabel {
@@ -225,11 +225,12 @@ impl Metrics {
         self.reconcile_seconds.observe(elapsed.as_secs_f64());
     }
 
-    /// Counts a failed reconcile.
-    pub fn error(&self, error: &ReconcileError) {
+    /// Counts a failed reconcile, as [`retry::classify`] sorted it.
+    pub fn error(&self, retry: &Retry) {
         self.reconcile_errors
-            .get_or_create(&CategoryLabel {
-                category: error.category().as_str(),
+            .get_or_create(&ErrorLabels {
+                class: retry.class(),
+                kind: retry.kind(),
             })
             .inc();
     }
@@ -263,6 +264,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ReconcileError;
 
     #[test]
     fn renders_transitions_by_reason() {
@@ -287,8 +289,9 @@ mod tests {
         for sample in [
             r#"leadergroup_transitions_total{reason="Initial"} 0"#,
             r#"leadergroup_transitions_total{reason="NoCandidates"} 0"#,
-            r#"leadergroup_reconcile_errors_total{category="api"} 0"#,
-            r#"leadergroup_reconcile_errors_total{category="stale"} 0"#,
+            r#"leadergroup_reconcile_errors_total{class="transient",kind="ServerError"} 0"#,
+            r#"leadergroup_reconcile_errors_total{class="transient",kind="Stale"} 0"#,
+            r#"leadergroup_reconcile_errors_total{class="permanent",kind="Forbidden"} 0"#,
             r#"leadergroup_conflicts_total{object="Lease"} 0"#,
             r#"leadergroup_conflicts_total{object="LeaderGroup status"} 0"#,
         ] {
@@ -306,13 +309,13 @@ mod tests {
     #[test]
     fn counts_errors_and_conflicts_under_their_labels() {
         let m = Metrics::new(true);
-        m.error(&ReconcileError::StaleDecision("g".into()));
-        m.error(&ReconcileError::Conflict(ConflictOn::Pod));
+        m.error(&retry::classify(&ReconcileError::StaleDecision("g".into())));
+        m.error(&retry::classify(&ReconcileError::Conflict(ConflictOn::Pod)));
         m.conflict(ConflictOn::Status);
         let text = m.render();
         for sample in [
-            r#"leadergroup_reconcile_errors_total{category="stale"} 1"#,
-            r#"leadergroup_reconcile_errors_total{category="conflict"} 1"#,
+            r#"leadergroup_reconcile_errors_total{class="transient",kind="Stale"} 1"#,
+            r#"leadergroup_reconcile_errors_total{class="transient",kind="Conflict"} 1"#,
             r#"leadergroup_conflicts_total{object="LeaderGroup status"} 1"#,
         ] {
             assert!(text.contains(sample), "{sample} missing:\n{text}");

@@ -1,6 +1,10 @@
-//! Whether retrying a failed reconcile can help: every [`ReconcileError`] is either transient
-//! (a conflict, a deadline, a 5xx, a lost connection: retried at once) or permanent (a 4xx that
-//! the same request meets again: reported on the group and retried with a growing backoff).
+//! Whether retrying a failed reconcile can help: [`classify`], the one place that sorts the
+//! operator's errors, answers either transient (a conflict, a deadline, a 5xx, a lost
+//! connection: retried after [`Retry::after`]) or permanent (a 4xx that the same request meets
+//! again: reported on the group and retried with a growing backoff). Its kind is the label of the
+//! reconcile error metric and the reason on the group.
+
+use std::time::Duration;
 
 use kube::core::Status;
 
@@ -25,13 +29,34 @@ impl Retry {
         }
     }
 
-    /// The kind within the class: the `error_kind` field of the logs.
+    /// The kind within the class: the `kind` label of the reconcile error metric, the
+    /// `error_kind` field of the logs.
     pub fn kind(&self) -> &'static str {
         match self {
             Retry::Transient(kind) => kind.as_str(),
             Retry::Permanent(p) => p.kind.as_str(),
         }
     }
+
+    /// How soon to try again, before any backoff of the group's run of failures: a conflict or
+    /// a finalizer the cache has not shown yet at once, a deadline soon (the group's own clock
+    /// runs), anything else after 2 s.
+    pub fn after(&self) -> Duration {
+        match self {
+            Retry::Transient(TransientKind::Conflict) => Duration::from_millis(50),
+            Retry::Transient(TransientKind::StaleFinalizer) => Duration::from_millis(100),
+            Retry::Transient(TransientKind::Stale) => Duration::from_millis(200),
+            _ => Duration::from_secs(2),
+        }
+    }
+}
+
+/// Every class and kind [`classify`] answers, so that the metric's series exist before the first
+/// error.
+pub fn every_kind() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let transient = TransientKind::ALL.map(|k| ("transient", k.as_str()));
+    let permanent = PermanentKind::ALL.map(|k| ("permanent", k.as_str()));
+    transient.into_iter().chain(permanent)
 }
 
 /// Why a transient error is transient.
@@ -54,7 +79,17 @@ pub enum TransientKind {
 }
 
 impl TransientKind {
-    /// The label in logs.
+    const ALL: [TransientKind; 7] = [
+        TransientKind::Conflict,
+        TransientKind::NotFound,
+        TransientKind::Stale,
+        TransientKind::StaleFinalizer,
+        TransientKind::Throttled,
+        TransientKind::Server,
+        TransientKind::Connection,
+    ];
+
+    /// The label in logs and metrics.
     pub const fn as_str(self) -> &'static str {
         match self {
             TransientKind::Conflict => "Conflict",
@@ -90,7 +125,17 @@ pub enum PermanentKind {
 }
 
 impl PermanentKind {
-    /// The condition's and the Event's reason.
+    const ALL: [PermanentKind; 7] = [
+        PermanentKind::Forbidden,
+        PermanentKind::Invalid,
+        PermanentKind::BadRequest,
+        PermanentKind::NamespaceNotFound,
+        PermanentKind::Refused,
+        PermanentKind::MissingNamespace,
+        PermanentKind::TooSlow,
+    ];
+
+    /// The condition's and the Event's reason, the metric's label.
     pub const fn as_str(self) -> &'static str {
         match self {
             PermanentKind::Forbidden => "Forbidden",
@@ -193,7 +238,8 @@ pub fn too_slow(misses: u32, deadline: std::time::Duration, lease_seconds: i32) 
     }
 }
 
-/// Sorts a failed reconcile into transient or permanent: the one place that decides.
+/// Sorts a failed reconcile into transient or permanent, with its kind: the one place that
+/// decides.
 pub fn classify(error: &ReconcileError) -> Retry {
     use kube::runtime::finalizer::Error as Fin;
     match error {

@@ -39,8 +39,8 @@ async fn metrics_count_the_transitions_the_test_caused() {
     // sees the first increment.
     for sample in [
         r#"leadergroup_transitions_total{reason="LeaderDeleted"}"#,
-        r#"leadergroup_reconcile_errors_total{category="api"}"#,
-        r#"leadergroup_reconcile_errors_total{category="conflict"}"#,
+        r#"leadergroup_reconcile_errors_total{class="permanent",kind="Forbidden"}"#,
+        r#"leadergroup_reconcile_errors_total{class="transient",kind="Conflict"}"#,
         r#"leadergroup_conflicts_total{object="Lease"}"#,
     ] {
         assert_eq!(metric(&text, sample), Some(0.0), "{sample}:\n{text}");

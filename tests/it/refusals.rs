@@ -126,7 +126,7 @@ async fn a_forbidden_write_is_a_condition_and_one_event_and_backs_off() {
     let errors = |text: &str| {
         metric(
             text,
-            r#"leadergroup_reconcile_errors_total{category="api"}"#,
+            r#"leadergroup_reconcile_errors_total{class="permanent",kind="Forbidden"}"#,
         )
         .unwrap()
     };
