@@ -10,7 +10,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
 use leadergroup_client::wire::{
-    ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, members,
+    self, ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION,
+    members,
 };
 
 use crate::crd::{
@@ -181,10 +182,8 @@ impl LeaseRecord {
             .and_then(|v| v.parse::<i64>().ok())
             .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions));
         LeaseRecord {
-            holder: spec.holder_identity.filter(|h| !h.is_empty()),
-            holder_uid: annotations
-                .and_then(|a| a.get(HOLDER_UID_ANNOTATION))
-                .cloned(),
+            holder: wire::lease::holder(lease).map(str::to_owned),
+            holder_uid: wire::lease::holder_uid(lease).map(str::to_owned),
             epoch: annotated_epoch.unwrap_or(0).max(transitions),
             duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
             longest_seconds: annotations
@@ -193,9 +192,7 @@ impl LeaseRecord {
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
-            heartbeat: annotations
-                .and_then(|a| a.get(LIVENESS_ANNOTATION))
-                .is_some_and(|v| v == LIVENESS_HEARTBEAT),
+            heartbeat: wire::lease::heartbeat(lease),
             released_by: annotations
                 .and_then(|a| a.get(RELEASED_BY_ANNOTATION))
                 .cloned(),
@@ -204,7 +201,7 @@ impl LeaseRecord {
                 .and_then(|v| Lapsed::parse(v)),
             acknowledged,
             acknowledged_by: if acknowledged {
-                members(annotations.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)))
+                wire::lease::acknowledged_by(lease)
             } else {
                 Vec::new()
             },

@@ -17,7 +17,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::crd::{LEASE_GROUP_LABEL, LeaderGroup, lease_name_for};
+use crate::crd::{LeaderGroup, lease_name_for};
 use crate::lease_record::{LeaseRecord, Written};
 
 /// When this replica saw the group's Lease reach its current state, on its own clock.
@@ -134,7 +134,7 @@ impl Sighting {
 
 /// The group whose Lease `lease` is: its label names it, and its name is that group's Lease name.
 pub fn group_of(lease: &Lease) -> Option<ObjectRef<LeaderGroup>> {
-    let group = lease.labels().get(LEASE_GROUP_LABEL)?;
+    let group = leadergroup_client::wire::lease::group(lease)?;
     let ns = lease.namespace()?;
     (lease.name_any() == lease_name_for(group)).then(|| ObjectRef::new(group).within(&ns))
 }

@@ -1,26 +1,25 @@
 //! The operator's marks on a pod, read side: the role label, the fencing token and the group
-//! that marked it. They are written by [`crate::actions::pods`].
+//! that marked it, as the client crate's `wire::pod` reads them for every reader. They are
+//! written by [`crate::actions::pods`].
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use leadergroup_client::wire;
 
-use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL, ROLE_LEADER};
+use crate::crd::ROLE_LEADER;
 
 /// The pod's role label: `leader`, `follower`, or none.
 pub fn role(pod: &Pod) -> Option<&str> {
-    pod.labels().get(ROLE_LABEL).map(String::as_str)
+    wire::pod::role(&pod.metadata)
 }
 
-/// The fencing token the pod carries, if any (one that does not parse counts as none).
+/// The fencing token the pod carries, if any (one that is not an epoch counts as none).
 pub fn epoch(pod: &Pod) -> Option<i64> {
-    pod.annotations()
-        .get(EPOCH_ANNOTATION)
-        .and_then(|v| v.parse().ok())
+    wire::pod::epoch(&pod.metadata).map(i64::from)
 }
 
-/// The group whose marks the pod carries, if any.
+/// The group whose marks the pod carries, if any (an empty annotation names none).
 pub fn marked_group(pod: &Pod) -> Option<&str> {
-    pod.annotations().get(GROUP_ANNOTATION).map(String::as_str)
+    wire::pod::group(&pod.metadata)
 }
 
 /// Whether the pod carries `group`'s marks. The role label alone does not say which group
@@ -48,6 +47,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, ROLE_LABEL};
 
     fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         let map = |kv: &[(&str, &str)]| {
@@ -100,5 +100,12 @@ mod tests {
     #[test]
     fn an_epoch_that_does_not_parse_is_no_token() {
         assert_eq!(epoch(&pod(&[], &[(EPOCH_ANNOTATION, "twelve")])), None);
+        assert_eq!(epoch(&pod(&[], &[(EPOCH_ANNOTATION, "+12")])), None);
+    }
+
+    #[test]
+    fn an_empty_group_annotation_marks_no_group() {
+        // As a member reads it: a pod carrying it is no other group's, and its marks may go.
+        assert_eq!(marked_group(&pod(&[], &[(GROUP_ANNOTATION, "")])), None);
     }
 }

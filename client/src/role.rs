@@ -7,13 +7,11 @@ use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
 use crate::wire::{
-    ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL,
-    PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION,
-    PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, members,
+    self, ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
+    PREDECESSOR_MEMBERS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+    STEPPED_DOWN_BY_ANNOTATION, members,
 };
-use crate::{
-    EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, HEARTBEAT, LEADER, LIVENESS_ANNOTATION, ROLE_LABEL,
-};
+use crate::{EPOCH_ANNOTATION, Epoch};
 
 /// What this pod may do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,17 +75,10 @@ impl PodMarks {
     /// pod is then not leader.
     pub fn of(pod: &Pod) -> PodMarks {
         let meta = &pod.metadata;
-        let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key));
         PodMarks {
-            leader: meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ROLE_LABEL))
-                .is_some_and(|r| r == LEADER),
-            epoch: annotation(EPOCH_ANNOTATION).and_then(|e| e.parse().ok()),
-            group: annotation(GROUP_ANNOTATION)
-                .filter(|g| !g.is_empty())
-                .cloned(),
+            leader: wire::pod::is_leader(meta),
+            epoch: wire::pod::epoch(meta),
+            group: wire::pod::group(meta).map(str::to_owned),
             uid: meta.uid.clone(),
         }
     }
@@ -146,19 +137,9 @@ impl LeaseMarks {
         let spec = lease.spec.as_ref();
         let annotations = lease.metadata.annotations.as_ref();
         LeaseMarks {
-            group: lease
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LEASE_GROUP_LABEL))
-                .filter(|g| !g.is_empty())
-                .cloned(),
-            holder: spec
-                .and_then(|s| s.holder_identity.clone())
-                .filter(|h| !h.is_empty()),
-            holder_uid: annotations
-                .and_then(|a| a.get(HOLDER_UID_ANNOTATION))
-                .cloned(),
+            group: wire::lease::group(lease).map(str::to_owned),
+            holder: wire::lease::holder(lease).map(str::to_owned),
+            holder_uid: wire::lease::holder_uid(lease).map(str::to_owned),
             epoch: annotations
                 .and_then(|a| a.get(EPOCH_ANNOTATION))
                 .and_then(|e| e.parse().ok()),
@@ -167,15 +148,13 @@ impl LeaseMarks {
                 .and_then(|s| u64::try_from(s).ok())
                 .filter(|s| *s > 0)
                 .map(Duration::from_secs),
-            heartbeat: annotations
-                .and_then(|a| a.get(LIVENESS_ANNOTATION))
-                .is_some_and(|v| v == HEARTBEAT),
+            heartbeat: wire::lease::heartbeat(lease),
             renewed_since_acquired: spec
                 .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time),
             acknowledged: annotations
                 .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
                 .and_then(|e| e.parse().ok()),
-            acknowledged_by: members(annotations.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION))),
+            acknowledged_by: wire::lease::acknowledged_by(lease),
             awaited: annotations.and_then(awaited_predecessor),
         }
     }

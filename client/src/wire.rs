@@ -1,7 +1,13 @@
 //! The names the operator writes and everything else reads: the LeaderGroup resource, the marks
-//! on pods, the annotations on the group's Lease and the Lease's name. The operator, this crate,
-//! the agent and the tests all read them from here, so they cannot drift apart; changing one is
-//! a change of the wire format that running pods, agents and clients see.
+//! on pods, the annotations on the group's Lease and the Lease's name, and the one reading of the
+//! marks ([`pod`], [`lease`]). The operator, this crate, the agent, the model and the tests all
+//! read them from here, so they cannot drift apart; changing one is a change of the wire format
+//! that running pods, agents and clients see.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::Epoch;
 
 /// API group of the LeaderGroup resource and prefix of every label and annotation below.
 pub const API_GROUP: &str = "leadergroup.io";
@@ -128,6 +134,81 @@ pub fn lease_name_for(group: &str) -> String {
     format!("{LEASE_PREFIX}{group}")
 }
 
+/// An annotation's value, if the object carries it.
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The operator's marks on a pod, read the one way every reader reads them.
+pub mod pod {
+    use super::{
+        EPOCH_ANNOTATION, Epoch, GROUP_ANNOTATION, ObjectMeta, ROLE_LABEL, ROLE_LEADER, annotation,
+    };
+
+    /// The pod's role label: `leader`, `follower`, or none.
+    pub fn role(meta: &ObjectMeta) -> Option<&str> {
+        meta.labels.as_ref()?.get(ROLE_LABEL).map(String::as_str)
+    }
+
+    /// Whether the pod is labeled `leadergroup.io/role=leader`.
+    pub fn is_leader(meta: &ObjectMeta) -> bool {
+        role(meta) == Some(ROLE_LEADER)
+    }
+
+    /// The fencing token the pod carries: its epoch annotation, if that is an epoch (decimal
+    /// digits, as the operator writes it; anything else carries no token).
+    pub fn epoch(meta: &ObjectMeta) -> Option<Epoch> {
+        annotation(meta, EPOCH_ANNOTATION)?.parse().ok()
+    }
+
+    /// The group whose marks the pod carries: its group annotation, unless empty (no group has
+    /// an empty name).
+    pub fn group(meta: &ObjectMeta) -> Option<&str> {
+        annotation(meta, GROUP_ANNOTATION).filter(|g| !g.is_empty())
+    }
+}
+
+/// The group's Lease, read the one way every reader reads it. The epoch stays each reader's: the
+/// operator also counts `leaseTransitions` (never reusing a count another elector left), a member
+/// only the annotation.
+pub mod lease {
+    use super::{
+        ACKNOWLEDGED_BY_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
+        LIVENESS_HEARTBEAT, Lease, annotation, members,
+    };
+
+    /// The group the Lease belongs to: its group label, unless empty.
+    pub fn group(lease: &Lease) -> Option<&str> {
+        let labels = lease.metadata.labels.as_ref()?;
+        labels
+            .get(LEASE_GROUP_LABEL)
+            .map(String::as_str)
+            .filter(|g| !g.is_empty())
+    }
+
+    /// `spec.holderIdentity`, unless empty: the holder's pod name.
+    pub fn holder(lease: &Lease) -> Option<&str> {
+        let spec = lease.spec.as_ref()?;
+        spec.holder_identity.as_deref().filter(|h| !h.is_empty())
+    }
+
+    /// The UID of the holder's pod, when the operator recorded it.
+    pub fn holder_uid(lease: &Lease) -> Option<&str> {
+        annotation(&lease.metadata, HOLDER_UID_ANNOTATION)
+    }
+
+    /// Whether the group is in Heartbeat mode: its holder renews the Lease.
+    pub fn heartbeat(lease: &Lease) -> bool {
+        annotation(&lease.metadata, LIVENESS_ANNOTATION) == Some(LIVENESS_HEARTBEAT)
+    }
+
+    /// The members that acknowledged the holder's leadership, sorted.
+    pub fn acknowledged_by(lease: &Lease) -> Vec<String> {
+        let listed = lease.metadata.annotations.as_ref();
+        members(listed.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +240,60 @@ mod tests {
         ] {
             assert_eq!(name.split_once('/').map(|(g, _)| g), Some(API_GROUP));
         }
+    }
+
+    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        ObjectMeta {
+            labels: map(labels),
+            annotations: map(annotations),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_pods_marks_read_back_and_empty_or_malformed_ones_are_none() {
+        let leader = meta(
+            &[(ROLE_LABEL, ROLE_LEADER)],
+            &[(EPOCH_ANNOTATION, "12"), (GROUP_ANNOTATION, "pay")],
+        );
+        assert!(pod::is_leader(&leader));
+        assert_eq!(pod::epoch(&leader), Some(Epoch::from(12u32)));
+        assert_eq!(pod::group(&leader), Some("pay"));
+        let odd = meta(&[], &[(EPOCH_ANNOTATION, "+12"), (GROUP_ANNOTATION, "")]);
+        assert_eq!(
+            (pod::role(&odd), pod::epoch(&odd), pod::group(&odd)),
+            (None, None, None)
+        );
+        let plain = ObjectMeta::default();
+        assert_eq!((pod::epoch(&plain), pod::group(&plain)), (None, None));
+    }
+
+    #[test]
+    fn a_leases_holder_and_group_read_back_and_empty_ones_are_none() {
+        let mut lease = Lease {
+            metadata: meta(
+                &[(LEASE_GROUP_LABEL, "pay")],
+                &[
+                    (LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT),
+                    (ACKNOWLEDGED_BY_ANNOTATION, "b,a,a"),
+                ],
+            ),
+            ..Lease::default()
+        };
+        assert_eq!(lease::group(&lease), Some("pay"));
+        assert!(lease::heartbeat(&lease));
+        assert_eq!(lease::acknowledged_by(&lease), ["a", "b"]);
+        assert_eq!(lease::holder(&lease), None);
+        lease.metadata = meta(&[(LEASE_GROUP_LABEL, "")], &[]);
+        assert_eq!(lease::group(&lease), None);
+        assert!(!lease::heartbeat(&lease));
     }
 
     #[test]
