@@ -309,10 +309,21 @@ pub fn decide(obs: &Observation<'_>) -> Plan {
     let arbiter = records.lease.as_ref().and_then(|l| l.arbiter.as_deref());
     let barrier_up = obs.barrier_up && arbiter == Some(obs.identity);
     let (route, status) = routed(obs, status);
+    let mut pods = marking.writes(barrier_up);
+    if barrier_up && let Some(promotion) = &pods.promote {
+        let commits = commit.as_ref().is_some_and(|c| {
+            c.holder.as_deref() == Some(promotion.pod.as_str()) && c.epoch == promotion.epoch
+        });
+        pods.unchecked_version = obs
+            .pods
+            .iter()
+            .find(|p| commits && p.name_any() == promotion.pod)
+            .and_then(|p| p.resource_version());
+    }
     Plan {
         commit,
         status,
-        pods: marking.writes(barrier_up),
+        pods,
         awaits_step_down,
         transition,
         route: Some(route),

@@ -170,6 +170,11 @@ fn pass(plan: &Plan, world: &World) -> Result<Pass, ModelError> {
         expected_leaders,
         selector: world.group.spec.clone(),
         every_leader: writes.list_every_leader,
+        unchecked: writes
+            .unchecked_version
+            .as_deref()
+            .map(objects::parse_rv)
+            .transpose()?,
         mark_followers: writes
             .mark_followers
             .iter()
@@ -253,7 +258,8 @@ pub fn awaits_check(state: &State, replica: ReplicaId) -> bool {
         })
 }
 
-/// Step 4's fresh reads (`actions::pods::check` and the Lease): the pods the observed selector
+/// Step 4's fresh reads (`actions::pods::check` and the Lease), unless the plan needs none (then
+/// the promotion is conditional on the version the decision observed): the pods the observed selector
 /// matches (every pod labeled leader, with `every_leader`), of them those carrying the group's
 /// leader marks by the operator's own [`marks::leads_for`], the pod to promote, and whether the
 /// Lease names it at the promotion's epoch, by the operator's own
@@ -266,6 +272,16 @@ pub fn check(state: &mut State, replica: ReplicaId) {
     let Some((target, epoch)) = pass.promote else {
         return;
     };
+    if let Some(rv) = pass.unchecked {
+        if let Phase::Fanout { check, .. } = &mut pass.phase {
+            *check = Some(Check {
+                strays: 0,
+                target: Some(rv),
+            });
+        }
+        advance(state, replica);
+        return;
+    }
     let mut strays = 0u8;
     for (id, pod) in server.pods() {
         let listed = pass.every_leader || pass.selector.selects(id);

@@ -90,6 +90,9 @@ pub struct Pass {
     pub selector: Spec,
     /// The check lists every pod labeled leader, selected or not (`PodWrites::list_every_leader`).
     pub every_leader: bool,
+    /// The check reads nothing; the promotion is conditional on this version of the pod as
+    /// observed (`PodWrites::unchecked_version`).
+    pub unchecked: Option<Rv>,
     pub mark_followers: Vec<PodId>,
     pub unmark: Vec<(PodId, Rv)>,
 }
@@ -99,7 +102,7 @@ pub struct Pass {
 pub struct Replica {
     /// Its watch caches: the world as it was at some earlier point.
     pub cache: World,
-    /// `Barriers::is_up`: the incarnation of the group (its UID) whose barrier flag is up.
+    /// The replica's memory of the group: the incarnation (its UID) whose barrier flag is up.
     pub barrier_up: Option<u8>,
     /// The last pass ended in a 409: the next decision reads the group and the Lease from the
     /// API server (as `converge` does), the pods still from the cache.

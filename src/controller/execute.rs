@@ -224,12 +224,20 @@ impl<'a> Steps<'a> {
     /// read afresh (its promotion is conditional on this version), and the Lease read afresh
     /// beside them: a decision on a Lease cache that lags behind the Lease (with nothing to
     /// commit, so no precondition to fail) would hand out a token the Lease no longer holds.
+    /// Nothing is read when the plan says the pass needs no check (`unchecked_version`).
     async fn bar_and_check(&self, writes: &PodWrites) -> Result<Option<Check>> {
         self.time("barrier", self.raise_barriers(&writes.barriers))
             .await?;
         let Some(promotion) = &writes.promote else {
             return Ok(None);
         };
+        if let Some(version) = &writes.unchecked_version {
+            return Ok(Some(Check {
+                leaders: Vec::new(),
+                target_version: Some(version.clone()),
+                committed: true,
+            }));
+        }
         let check = async {
             let lease_name = self.group.lease_name();
             let ((leaders, target), lease) = futures::try_join!(

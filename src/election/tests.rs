@@ -1449,13 +1449,39 @@ fn the_groups_barrier_goes_up_unless_this_replica_remembers_it_up_and_arbitrates
     assert_eq!(up.pods.promote.as_ref().map(|p| p.pod.as_str()), Some("c"));
     assert!(!up.pods.raises_barrier && !up.pods.list_every_leader);
     assert!(barred(&up).is_empty(), "{up:?}");
+    // The pass commits `c` and the barrier is up: step 4 reads nothing, the promotion is
+    // conditional on `c` as observed.
+    assert_eq!(up.pods.unchecked_version.as_deref(), Some("rv-c"));
     // Remembered down (a restart, an abandoned request, a failed pass): `b` is barred.
     let down = decide_for(ME, false);
     assert!(down.pods.raises_barrier && down.pods.list_every_leader);
     assert_eq!(barred(&down), ["b"]);
+    assert_eq!(down.pods.unchecked_version, None, "checked afresh");
     // Remembered up, but the Lease names another arbiter (taken back from a retired replica):
     // its promotions may be in flight, so the barrier goes up again.
     let taken_back = decide_for("op-2", true);
     assert!(taken_back.pods.raises_barrier && taken_back.pods.list_every_leader);
     assert_eq!(barred(&taken_back), ["b"]);
+    assert_eq!(taken_back.pods.unchecked_version, None);
+}
+
+#[test]
+fn a_promotion_this_pass_did_not_commit_is_checked_afresh() {
+    // The Lease names `b` at 5 (committed by an earlier pass, or another replica), `b` carries
+    // no leader marks yet: the promotion goes out without a commit, on records from the cache.
+    let pods = vec![
+        PodFixture::new("a", 1).follower(),
+        PodFixture::new("b", 2).follower(),
+    ];
+    let g = with_status(group(), Some("b"), 5);
+    let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
+    assert_eq!(p.commit.as_ref().map(|c| c.holder.clone()), None::<Option<String>>);
+    assert_eq!(
+        p.pods.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 5
+        })
+    );
+    assert_eq!(p.pods.unchecked_version, None, "the Lease is read afresh");
 }

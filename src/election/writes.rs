@@ -72,6 +72,14 @@ pub struct PodWrites {
     /// label another replica put on a pod the selector has dropped since (the other replica's
     /// release of it still in flight): only a list beyond the selector shows that label.
     pub list_every_leader: bool,
+    /// Step 4 reads nothing afresh, and the promotion is conditional on this resourceVersion of
+    /// the pod as observed: set when this pass commits the promotion (so the Lease and the status
+    /// it records are the API server's, not a cache's) and the group's barrier is up (so every
+    /// leader label the group's pods carry was put by this replica's own completed passes, each
+    /// of which the records name until a later pass deposes and bars it). A cache that lags the
+    /// pod fails the promotion's precondition: the pass decides again, and after as many
+    /// conflicts as it allows, its failure takes the barrier flag down and the next pass checks.
+    pub unchecked_version: Option<String>,
     /// After step 6: follower marks for the other candidates not barred.
     pub mark_followers: Vec<String>,
     /// After step 6: all of the group's marks off pods that left it, only if unchanged.
@@ -145,6 +153,7 @@ impl Marking {
             expected_leaders,
             raises_barrier,
             list_every_leader: !barrier_up,
+            unchecked_version: None,
             mark_followers: unwritten(&self.mark_followers),
             unmark: self.unmark.clone(),
             deposed,
