@@ -8,6 +8,7 @@ mod backoff;
 mod cleanup;
 mod converge;
 mod execute;
+mod leader_lists;
 mod lease_triggers;
 pub(crate) mod memory;
 mod refused;
@@ -107,6 +108,8 @@ pub struct Context {
     /// liveness, and how long another replica that arbitrates it still counts as alive), its
     /// handover clock and its run of failures.
     memory: Arc<Memory>,
+    /// The lists of each namespace's leader labels, shared by the checks that want one at once.
+    leader_lists: leader_lists::LeaderLists,
     /// Operator replicas known to have stopped on purpose.
     retired: Retired,
     /// The node controller's grace period ([`Settings::node_grace`]).
@@ -253,6 +256,7 @@ pub async fn run(
         pod_index,
         group_index,
         memory,
+        leader_lists: leader_lists::LeaderLists::default(),
         retired: settings.retired.clone(),
         node_grace: settings.node_grace,
         active: active.clone(),

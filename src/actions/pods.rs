@@ -127,27 +127,40 @@ pub async fn labeled_leaders(
     list_marked(api, &narrowed, group).await
 }
 
+/// Every pod of the namespace labeled leader, whatever group marked it (a list shared by the
+/// checks that want it at once: `controller::leader_lists`).
+pub async fn leaders_of_namespace(api: &Api<Pod>) -> Result<Vec<Pod>> {
+    list_metadata(api, &format!("{ROLE_LABEL}={ROLE_LEADER}")).await
+}
+
 /// Step 4's fresh reads: the group's pods labeled leader and `pod`, the pod to promote, as the
 /// API server has them now (None: gone, or no longer selected). With `every_leader`, the
 /// leaders are those of the whole namespace (every pod labeled leader that carries the group's
-/// annotation, selected or not), beside a read of `pod`. Otherwise one list of the pods the
-/// selector matches answers both; a selector that cannot be sent (empty) takes the leaders'
-/// list and a read of `pod`.
+/// annotation, selected or not: from `every_leader` itself when given, a list of the namespace's
+/// leaders that started after the caller asked), beside a read of `pod`. Otherwise one list of
+/// the pods the selector matches answers both; a selector that cannot be sent (empty) takes the
+/// leaders' list and a read of `pod`.
 pub async fn check(
     api: &Api<Pod>,
     group: &str,
     selector: &PodSelector,
     pod: &str,
-    every_leader: bool,
+    every_leader: Option<Option<&[Pod]>>,
 ) -> Result<(Vec<Pod>, Option<Pod>)> {
     let selected = match Selector::try_from(selector.to_label_selector()) {
-        Ok(s) if !selector.is_empty() && !every_leader => s.to_string(),
+        Ok(s) if !selector.is_empty() && every_leader.is_none() => s.to_string(),
         _ => {
             let leaders = async {
-                if every_leader {
-                    list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
-                } else {
-                    labeled_leaders(api, group, selector).await
+                match every_leader {
+                    Some(Some(listed)) => Ok(listed
+                        .iter()
+                        .filter(|p| marks::is_marked_for(p, group))
+                        .cloned()
+                        .collect()),
+                    Some(None) => {
+                        list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
+                    }
+                    None => labeled_leaders(api, group, selector).await,
                 }
             };
             let target = async { Ok(api.get_metadata_opt(pod).await?.map(metadata_only)) };

@@ -123,6 +123,7 @@ struct Steps<'a> {
     ctx: &'a Context,
     group: &'a LeaderGroup,
     name: String,
+    ns: String,
     route: Option<&'a Route>,
     pods: Api<Pod>,
     groups: Api<LeaderGroup>,
@@ -142,6 +143,7 @@ impl<'a> Steps<'a> {
             ctx,
             group,
             name: group.name_any(),
+            ns: ns.to_string(),
             route,
             pods: Api::namespaced(ctx.client.clone(), ns),
             groups: Api::namespaced(ctx.client.clone(), ns),
@@ -240,16 +242,29 @@ impl<'a> Steps<'a> {
         }
         let check = async {
             let lease_name = self.group.lease_name();
-            let ((leaders, target), lease) = futures::try_join!(
+            let pods = async {
+                let shared = match writes.list_every_leader {
+                    true => Some(
+                        self.ctx
+                            .leader_lists
+                            .every_leader(&self.pods, &self.ns)
+                            .await,
+                    ),
+                    false => None,
+                };
+                let every_leader = shared.as_ref().map(|l| l.as_deref().map(Vec::as_slice));
+                let selector = &self.group.spec.selector;
                 actions::pods::check(
                     &self.pods,
                     &self.name,
-                    &self.group.spec.selector,
+                    selector,
                     &promotion.pod,
-                    writes.list_every_leader,
-                ),
-                actions::lease::read(&self.leases, &lease_name),
-            )?;
+                    every_leader,
+                )
+                .await
+            };
+            let ((leaders, target), lease) =
+                futures::try_join!(pods, actions::lease::read(&self.leases, &lease_name))?;
             Ok(Some(Check {
                 leaders,
                 target_version: target.and_then(|p| p.resource_version()),

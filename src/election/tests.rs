@@ -1475,7 +1475,10 @@ fn a_promotion_this_pass_did_not_commit_is_checked_afresh() {
     ];
     let g = with_status(group(), Some("b"), 5);
     let p = plan(decide_with(&g, &pods, Some(&lease(Some("b"), 5, 999, ME))));
-    assert_eq!(p.commit.as_ref().map(|c| c.holder.clone()), None::<Option<String>>);
+    assert_eq!(
+        p.commit.as_ref().map(|c| c.holder.clone()),
+        None::<Option<String>>
+    );
     assert_eq!(
         p.pods.promote,
         Some(Promotion {
