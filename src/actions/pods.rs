@@ -67,11 +67,6 @@ pub async fn raise_barrier(api: &Api<Pod>, barrier: &Barrier, group: &str) -> Re
     merge(api, &barrier.pod, patch).await
 }
 
-/// The pod as the API server has it now (not the cache), if it exists.
-pub async fn read(api: &Api<Pod>, pod: &str) -> Result<Option<Pod>> {
-    Ok(api.get_opt(pod).await?)
-}
-
 /// A follower's marks: role=follower, no fencing token. Also how a leader is demoted.
 pub async fn mark_follower(api: &Api<Pod>, pod: &str, group: &str) -> Result<()> {
     let patch = json!({"metadata": {
@@ -134,32 +129,28 @@ pub async fn leaders_of_namespace(api: &Api<Pod>) -> Result<Vec<Pod>> {
 }
 
 /// Step 4's fresh reads: the group's pods labeled leader and `pod`, the pod to promote, as the
-/// API server has them now (None: gone, or no longer selected). With `every_leader`, the
-/// leaders are those of the whole namespace (every pod labeled leader that carries the group's
-/// annotation, selected or not: from `every_leader` itself when given, a list of the namespace's
-/// leaders that started after the caller asked), beside a read of `pod`. Otherwise one list of
-/// the pods the selector matches answers both; a selector that cannot be sent (empty) takes the
-/// leaders' list and a read of `pod`.
+/// API server has them now (None: gone, or no longer selected). With `every_leader` (the
+/// namespace's leaders, from a list that started after the caller asked), the leaders are those
+/// of them that carry the group's annotation, selected or not, beside a read of `pod`. Otherwise
+/// one list of the pods the selector matches answers both; a selector that cannot be sent
+/// (empty) takes the leaders' list and a read of `pod`.
 pub async fn check(
     api: &Api<Pod>,
     group: &str,
     selector: &PodSelector,
     pod: &str,
-    every_leader: Option<Option<&[Pod]>>,
+    every_leader: Option<&[Pod]>,
 ) -> Result<(Vec<Pod>, Option<Pod>)> {
     let selected = match Selector::try_from(selector.to_label_selector()) {
         Ok(s) if !selector.is_empty() && every_leader.is_none() => s.to_string(),
         _ => {
             let leaders = async {
                 match every_leader {
-                    Some(Some(listed)) => Ok(listed
+                    Some(listed) => Ok(listed
                         .iter()
                         .filter(|p| marks::is_marked_for(p, group))
                         .cloned()
                         .collect()),
-                    Some(None) => {
-                        list_marked(api, &format!("{ROLE_LABEL}={ROLE_LEADER}"), group).await
-                    }
                     None => labeled_leaders(api, group, selector).await,
                 }
             };

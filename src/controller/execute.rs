@@ -243,16 +243,12 @@ impl<'a> Steps<'a> {
         let check = async {
             let lease_name = self.group.lease_name();
             let pods = async {
+                let lists = &self.ctx.leader_lists;
                 let shared = match writes.list_every_leader {
-                    true => Some(
-                        self.ctx
-                            .leader_lists
-                            .every_leader(&self.pods, &self.ns)
-                            .await,
-                    ),
+                    true => Some(lists.every_leader(&self.pods, &self.ns).await?),
                     false => None,
                 };
-                let every_leader = shared.as_ref().map(|l| l.as_deref().map(Vec::as_slice));
+                let every_leader = shared.as_deref().map(Vec::as_slice);
                 let selector = &self.group.spec.selector;
                 actions::pods::check(
                     &self.pods,

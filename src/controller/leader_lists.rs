@@ -5,7 +5,8 @@
 //! quadratic in the groups of a namespace, in bytes read and held. Here a check waits for the
 //! next list of its namespace that starts after it asked (so it is as fresh as its own would
 //! be: taken after its commit and its barriers), and every check that asked meanwhile shares
-//! that one list. Lists of a namespace run one after the other.
+//! that one list. Lists of a namespace run one after the other; when one fails, each check that
+//! waited for it reads its own, whose error it reports.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,9 +16,9 @@ use kube::Api;
 use tokio::sync::oneshot;
 
 use crate::actions;
+use crate::error::Result;
 
-/// A namespace's leaders, as one list read them (None: the list failed; the check then reads its
-/// own, which reports the error).
+/// A namespace's leaders, as one list read them (None: that list failed).
 type Leaders = Option<Arc<Vec<Pod>>>;
 
 /// The checks waiting for the next list, and whether one is running, by namespace.
@@ -33,7 +34,7 @@ struct Waiting {
 impl LeaderLists {
     /// Every pod of `api`'s namespace `ns` labeled leader, from a list that started after this
     /// call.
-    pub async fn every_leader(&self, api: &Api<Pod>, ns: &str) -> Leaders {
+    pub async fn every_leader(&self, api: &Api<Pod>, ns: &str) -> Result<Arc<Vec<Pod>>> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut all = self
@@ -47,7 +48,10 @@ impl LeaderLists {
         if start {
             tokio::spawn(drive(self.0.clone(), api.clone(), ns.to_string()));
         }
-        rx.await.ok().flatten()
+        match rx.await.ok().flatten() {
+            Some(leaders) => Ok(leaders),
+            None => Ok(Arc::new(actions::pods::leaders_of_namespace(api).await?)),
+        }
     }
 }
 
