@@ -123,9 +123,14 @@ impl Promotion {
     /// decision taken on a Lease cache older than the Lease hands out a token the Lease no
     /// longer holds, unless a commit in the same pass made it so.
     pub fn is_committed_in(&self, lease: Option<&Lease>) -> bool {
-        lease.map(LeaseRecord::from_lease).is_some_and(|record| {
-            record.holder.as_deref() == Some(self.pod.as_str()) && record.epoch == self.epoch
-        })
+        lease
+            .map(LeaseRecord::from_lease)
+            .is_some_and(|record| self.is_recorded_in(&record))
+    }
+
+    /// Whether `record` names this pod holder at this epoch.
+    fn is_recorded_in(&self, record: &LeaseRecord) -> bool {
+        record.holder.as_deref() == Some(self.pod.as_str()) && record.epoch == self.epoch
     }
 }
 
@@ -310,14 +315,14 @@ pub fn decide(obs: &Observation<'_>) -> Plan {
     let barrier_up = obs.barrier_up && arbiter == Some(obs.identity);
     let (route, status) = routed(obs, status);
     let mut pods = marking.writes(barrier_up);
-    if barrier_up && let Some(promotion) = &pods.promote {
-        let commits = commit.as_ref().is_some_and(|c| {
-            c.holder.as_deref() == Some(promotion.pod.as_str()) && c.epoch == promotion.epoch
-        });
+    if barrier_up
+        && let Some(promotion) = &pods.promote
+        && commit.as_ref().is_some_and(|c| promotion.is_recorded_in(c))
+    {
         pods.unchecked_version = obs
             .pods
             .iter()
-            .find(|p| commits && p.name_any() == promotion.pod)
+            .find(|p| p.name_any() == promotion.pod)
             .and_then(|p| p.resource_version());
     }
     Plan {
