@@ -326,45 +326,33 @@ pub fn run(config: &Config, seed: u64) -> Result<Report, Violation> {
                 if r.pending.contains_key(&bucket) {
                     continue;
                 }
-                match r.held.get(&bucket).copied() {
+                // The epoch at which it claims the bucket now, if it does: its own, to renew; the
+                // next, to take a free one.
+                let claim = match r.held.get(&bucket).copied() {
                     // Its own acting deadline passed (a pause): it is no longer the holder.
                     Some((_, renewed)) if now >= renewed + config.acting => {
                         r.held.remove(&bucket);
+                        None
                     }
-                    Some((epoch, renewed))
-                        if now >= renewed + d / 3 && lease.holder == Some(id) =>
-                    {
-                        r.pending.insert(bucket, now);
-                        send(
-                            &mut rng,
-                            Request::Bucket {
-                                bucket,
-                                from: id,
-                                expected: version,
-                                holder: Some(id),
-                                epoch,
-                                sent: now,
-                            },
-                        );
+                    Some((epoch, renewed)) => {
+                        (now >= renewed + d / 3 && lease.holder == Some(id)).then_some(epoch)
                     }
-                    Some(_) => {}
                     None => {
                         let free = lease.holder.is_none() || now >= since + d;
-                        if free && r.held.len() < share {
-                            r.pending.insert(bucket, now);
-                            send(
-                                &mut rng,
-                                Request::Bucket {
-                                    bucket,
-                                    from: id,
-                                    expected: version,
-                                    holder: Some(id),
-                                    epoch: lease.epoch + 1,
-                                    sent: now,
-                                },
-                            );
-                        }
+                        (free && r.held.len() < share).then_some(lease.epoch + 1)
                     }
+                };
+                if let Some(epoch) = claim {
+                    r.pending.insert(bucket, now);
+                    let request = Request::Bucket {
+                        bucket,
+                        from: id,
+                        expected: version,
+                        holder: Some(id),
+                        epoch,
+                        sent: now,
+                    };
+                    send(&mut rng, request);
                 }
             }
             // Act: write one group of each held bucket, with the bucket's epoch.
