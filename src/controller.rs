@@ -142,6 +142,8 @@ impl Context {
 
 /// Where to watch and how much to do at once.
 pub struct Settings {
+    /// This replica's identity, written to the Leases it arbitrates.
+    pub identity: String,
     /// One namespace, or all when None.
     pub namespace: Option<String>,
     /// How many groups may be reconciled at the same time: bounds the writes that a start or a
@@ -169,19 +171,20 @@ impl Settings {
     }
 }
 
-/// Builds the controller and runs it until `shutdown` resolves. `active` says whether this replica
+/// Builds the controller and runs it until `shutdown` resolves, its cache of the groups written by
+/// `groups_writer` (whose reader the caller keeps). `active` says whether this replica
 /// may act; `synced` is set once every watch has delivered its first list (what /readyz reports,
 /// and what every reconcile waits for).
 pub async fn run(
     client: Client,
     settings: Settings,
-    identity: String,
     metrics: Arc<Metrics>,
+    groups_writer: reflector::store::Writer<LeaderGroup>,
     active: watch::Receiver<bool>,
     synced: watch::Sender<bool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (groups, groups_writer) = reflector::store();
+    let groups = groups_writer.as_reader();
     let (pods, pods_writer) = reflector::store();
     let (leases, leases_writer) = reflector::store();
     let (services, services_writer) = reflector::store();
@@ -246,11 +249,11 @@ pub async fn run(
             client.clone(),
             Reporter {
                 controller: "leadergroup-operator".into(),
-                instance: Some(identity.clone()),
+                instance: Some(settings.identity.clone()),
             },
         ),
         client,
-        identity,
+        identity: settings.identity.clone(),
         metrics,
         caches: caches.clone(),
         pod_index,

@@ -18,11 +18,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::actions::lease::{compare_and_swap, read};
-use crate::crd::lease_name_for;
+use crate::crd::{LeaderGroup, lease_name_for};
 use crate::error::Result;
 use crate::lease_record::{LeaseRecord, renew_interval};
 
@@ -41,6 +42,24 @@ pub fn parse_lease_name(name: &str) -> std::result::Result<String, String> {
         ));
     }
     Ok(name.to_string())
+}
+
+/// The shortest the operator Lease lasts, whatever the groups' Leases: a renewal must then land
+/// within 2 s, which a busy API server still does; shorter, the active replica would stand by
+/// over a slow answer.
+pub const SHORTEST_SECONDS: i32 = 3;
+
+/// How long a standby waits between two reads of another replica's Lease: it sights a renewal at
+/// most this late, so it takes over at most this long after the Lease has run out.
+const STANDBY_POLL: Duration = Duration::from_secs(1);
+
+/// The operator Lease's duration: that of the shortest group Lease, between [`SHORTEST_SECONDS`]
+/// and `longest` (the flag), so that losing the active replica with a leader costs no more than
+/// losing the leader alone. Without groups, `longest`.
+pub fn duration_for(longest: i32, groups: impl Iterator<Item = i32>) -> i32 {
+    groups.min().map_or(longest, |shortest| {
+        shortest.max(SHORTEST_SECONDS).min(longest)
+    })
 }
 
 /// The operator replicas known to have stopped acting: this replica took the operator Lease over
@@ -78,8 +97,10 @@ pub struct OperatorLease {
     pub name: String,
     /// This replica.
     pub identity: String,
-    /// Its duration.
-    pub duration_seconds: i32,
+    /// The longest it lasts (see [`duration_for`]).
+    pub longest_seconds: i32,
+    /// The groups, whose shortest Lease sets its duration.
+    pub groups: Store<LeaderGroup>,
     /// Filled in when this replica takes the Lease over from one that released it.
     pub retired: Retired,
 }
@@ -89,9 +110,10 @@ pub struct OperatorLease {
 /// minutes off this one (or step): compared with the local time, a holder whose clock runs behind
 /// looks expired while it still acts, and one whose clock runs ahead holds a crashed replica's
 /// Lease for as long. So the Lease runs out a duration after this replica saw its last change
-/// (any write moves its resourceVersion): late, never early. A standby reads the Lease every third
-/// of the duration, so it sights each renewal and a crash failover waits one duration after
-/// the last renewal it saw, not one more from its first look.
+/// (any write moves its resourceVersion): late, never early, and by the duration written in the
+/// version it saw (a holder that shortens it stops acting by the shorter window at once). A standby
+/// reads the Lease every [`STANDBY_POLL`], so a crash failover waits one duration after the last
+/// renewal and at most that much more, not one more duration from its first look.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct HolderSighting {
     /// The Lease's resourceVersion when last seen to change, and when that was.
@@ -122,18 +144,20 @@ impl OperatorLease {
     /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
     pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
         let mut sighting = HolderSighting::default();
-        let third = renew_interval(self.duration_seconds);
-        // While holding, each renewal must land within two thirds of the duration after the last
-        // successful one began: a request that hangs (API server unreachable, connection stuck)
-        // would otherwise keep this replica active long after a standby may have taken over the
-        // Lease. The last third is margin for clock and scheduling skew.
-        let renew_window = third * 2;
         let mut renew_by: Option<tokio::time::Instant> = None;
         loop {
             let started = tokio::time::Instant::now();
-            // Not holding, a round may take up to the Lease's duration: no request waits longer.
-            let deadline = renew_by.unwrap_or(started + third * 3);
-            let round = tokio::time::timeout_at(deadline, self.try_hold(&mut sighting))
+            let duration = self.duration_seconds();
+            let third = renew_interval(duration);
+            // While holding, each renewal must land within two thirds of the duration after the
+            // last successful one began: a request that hangs (API server unreachable, connection
+            // stuck) would otherwise keep this replica active long after a standby may have taken
+            // over the Lease. The last third is margin for clock and scheduling skew. A round that
+            // shortens the Lease is bound by the new window at once: a standby times the Lease
+            // from the write, whenever its answer comes back.
+            let renew_window = third * 2;
+            let deadline = round_deadline(renew_by, started, duration);
+            let round = tokio::time::timeout_at(deadline, self.try_hold(&mut sighting, duration))
                 .await
                 .ok();
             let wait = match round {
@@ -152,11 +176,11 @@ impl OperatorLease {
                 }
                 Some(Ok((holds, wait))) => {
                     if holds != *active.borrow() {
-                        info!(identity = %self.identity, active = holds, "operator leadership changed");
+                        info!(identity = %self.identity, active = holds, duration_s = duration, "operator leadership changed");
                     }
                     renew_by = holds.then_some(started + renew_window);
                     let _ = active.send(holds);
-                    wait.min(third)
+                    if holds { wait } else { wait.min(STANDBY_POLL) }
                 }
                 Some(Err(e)) => {
                     // Not renewed: stop acting now rather than act on a Lease that may be lost.
@@ -185,6 +209,7 @@ impl OperatorLease {
             }
         }
         let _ = active.send(false);
+        let third = renew_interval(self.longest_seconds);
         match tokio::time::timeout(third, self.release()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -196,9 +221,23 @@ impl OperatorLease {
         }
     }
 
+    /// The duration this replica writes now: the shortest group Lease it knows (see
+    /// [`duration_for`]).
+    fn duration_seconds(&self) -> i32 {
+        let groups = self.groups.state();
+        duration_for(
+            self.longest_seconds,
+            groups.iter().map(|g| g.spec.lease_duration_seconds),
+        )
+    }
+
     /// One round: renew or acquire if possible. Returns whether this replica holds the Lease and
     /// how long until the next round should run.
-    async fn try_hold(&self, sighting: &mut HolderSighting) -> Result<(bool, Duration)> {
+    async fn try_hold(
+        &self,
+        sighting: &mut HolderSighting,
+        duration_seconds: i32,
+    ) -> Result<(bool, Duration)> {
         let now = Timestamp::now();
         let current = read(&self.api, &self.name).await?;
         let answered = tokio::time::Instant::now();
@@ -240,7 +279,7 @@ impl OperatorLease {
             holder: Some(self.identity.clone()),
             holder_uid: None,
             epoch: previous.as_ref().map_or(0, |r| r.epoch) + i64::from(!mine),
-            duration_seconds: self.duration_seconds,
+            duration_seconds,
             longest_seconds: None,
             acquire_time: if mine {
                 previous.and_then(|r| r.acquire_time)
@@ -265,7 +304,7 @@ impl OperatorLease {
             info!(%replica, "took over from a replica whose hold ran out: its groups are taken over at once");
             self.retired.insert(replica);
         }
-        Ok((true, renew_interval(self.duration_seconds)))
+        Ok((true, renew_interval(duration_seconds)))
     }
 
     /// Gives the Lease up if this replica holds it.
@@ -288,6 +327,21 @@ impl OperatorLease {
         compare_and_swap(&self.api, &self.name, Some(&current), &released, None, None).await?;
         info!(identity = %self.identity, "operator Lease released");
         Ok(())
+    }
+}
+
+/// When a round that began at `started` and writes `duration_seconds` must have its answer: by the
+/// holder's window, shortened at once to two thirds of the new duration when that is shorter (a
+/// standby may take over a new duration after the write lands). Not holding, within a duration.
+fn round_deadline(
+    renew_by: Option<tokio::time::Instant>,
+    started: tokio::time::Instant,
+    duration_seconds: i32,
+) -> tokio::time::Instant {
+    let third = renew_interval(duration_seconds);
+    match renew_by {
+        Some(by) => by.min(started + third * 2),
+        None => started + third * 3,
     }
 }
 
@@ -336,6 +390,36 @@ mod tests {
         // A renewal seen at 10: a duration from then.
         assert_eq!(sighting.expires_at("9", at(10), duration), at(25));
         assert_eq!(sighting.expires_at("9", at(24), duration), at(25));
+    }
+
+    #[test]
+    fn the_operator_lease_lasts_the_shortest_group_lease_within_its_bounds() {
+        assert_eq!(duration_for(15, [30, 5, 15].into_iter()), 5);
+        assert_eq!(duration_for(15, [1, 30].into_iter()), SHORTEST_SECONDS);
+        assert_eq!(duration_for(15, [60].into_iter()), 15);
+        assert_eq!(duration_for(15, std::iter::empty()), 15);
+        // A flag under the floor is taken as given.
+        assert_eq!(duration_for(2, [1].into_iter()), 2);
+    }
+
+    #[test]
+    fn a_renewal_that_shortens_the_lease_is_bound_by_the_shorter_window_at_once() {
+        let start = tokio::time::Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        // Holding a 15 s Lease renewed at 0 (window until 10 s), the round at 5 s writes 3 s: a
+        // standby may take over 3 s after that write lands, so the answer must come by 7 s.
+        let renew_by = Some(start + ms(10_000));
+        assert_eq!(
+            round_deadline(renew_by, start + ms(5_000), 3),
+            start + ms(7_000)
+        );
+        // Lengthened, the old window still bounds the round.
+        assert_eq!(
+            round_deadline(Some(start + ms(2_000)), start + ms(1_000), 15),
+            start + ms(2_000)
+        );
+        // Not holding: within a duration.
+        assert_eq!(round_deadline(None, start, 6), start + ms(6_000));
     }
 
     #[test]

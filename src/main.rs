@@ -5,6 +5,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector;
 use kube::{Api, Client, Config, CustomResourceExt};
 use tokio::sync::watch;
 use tracing::{error, info};
@@ -67,7 +68,8 @@ struct Cli {
         value_parser = ha::parse_lease_name
     )]
     leader_elect_lease_name: String,
-    /// Duration of the operator's own Lease, in seconds; renewed every third of it.
+    /// The longest the operator's own Lease lasts, in seconds: it lasts as long as the shortest
+    /// group Lease, never under 3 s nor over this, and is renewed every third of it.
     #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(i32).range(1..=3600))]
     leader_elect_lease_duration: i32,
     /// Export the per-group series (labeled with each group's namespace and name); false for
@@ -171,6 +173,8 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     });
 
     let retired = Retired::default();
+    // The controller's cache of the groups, which the operator Lease takes its duration from.
+    let (groups, groups_writer) = reflector::store();
     // The operator Lease is released only once the controller has finished its last reconcile:
     // a standby that took over earlier would act on groups this replica is still writing to.
     let (ha_stop_tx, ha_stop_rx) = watch::channel(false);
@@ -179,7 +183,8 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
             api: Api::<Lease>::namespaced(client.clone(), &cli.leader_elect_namespace),
             name: cli.leader_elect_lease_name.clone(),
             identity: identity.clone(),
-            duration_seconds: cli.leader_elect_lease_duration,
+            longest_seconds: cli.leader_elect_lease_duration,
+            groups: groups.clone(),
             retired: retired.clone(),
         };
         tokio::spawn(lease.run(active_tx, ha_stop_rx))
@@ -189,13 +194,14 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     let controller = tokio::spawn(controller::run(
         client,
         Settings {
+            identity,
             namespace: cli.namespace.clone(),
             concurrency: cli.concurrency,
             retired,
             node_grace: std::time::Duration::from_secs(cli.node_monitor_grace_period),
         },
-        identity,
         metrics,
+        groups_writer,
         active_rx,
         synced_tx,
         async move {

@@ -182,6 +182,24 @@ impl Fault {
     }
 
     /// The replica it strikes, for the replica faults (which strike one at a time).
+    /// How long it lasts before it is undone: zero for one that is over when it strikes (a
+    /// SIGTERM, a deletion), and for a stall, which its replica's own bound ends.
+    pub fn length(&self) -> Duration {
+        match self {
+            Fault::KillReplica { down: d, .. }
+            | Fault::PauseReplica { paused: d, .. }
+            | Fault::HoldReplica { held: d, .. }
+            | Fault::CutReplica { cut: d, .. }
+            | Fault::FlapPod { not_ready: d, .. }
+            | Fault::HoldPromotions { held: d }
+            | Fault::EditSpec { undo_after: d, .. }
+            | Fault::RestartMember { down: d, .. }
+            | Fault::CutMember { cut: d, .. }
+            | Fault::CutLeaderThen { cut: d, .. } => *d,
+            _ => Duration::ZERO,
+        }
+    }
+
     pub fn replica(&self) -> Option<Replica> {
         match self {
             Fault::KillReplica { replica, .. }

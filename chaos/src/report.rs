@@ -8,7 +8,7 @@ use leadergroup_testenv::{ActiveMonitor, InvariantWatcher};
 
 use crate::Config;
 use crate::members::{Claims, Overlap};
-use crate::plan::{Fault, KINDS, SpecEdit};
+use crate::plan::{Fault, KINDS, Replica, SpecEdit};
 use crate::replica::OperatorReplica;
 
 /// One fault as the run injected it (or skipped it).
@@ -127,6 +127,17 @@ impl Report {
     /// A kube-apiserver restart from `from` to `to` (since the first fault).
     pub fn api_down(&mut self, from: Duration, to: Duration) {
         self.api_down.push((from, to));
+    }
+
+    /// Whether `gap` opened while a fault struck the active replica: from its injection until its
+    /// undo and one operator Lease after (the longest a standby waits to take over).
+    pub fn active_replica_fault_within(&self, gap: &GapSeen) -> bool {
+        let lease = Duration::from_secs(u64::from(self.operator_lease_seconds));
+        self.injected
+            .iter()
+            .filter(|i| i.skipped.is_none())
+            .filter(|i| i.fault.replica() == Some(Replica::Active))
+            .any(|i| i.at <= gap.start && gap.start <= i.at + i.fault.length() + lease)
     }
 
     /// How much of `gap` the API server was down (restarting): no operator can act then.
@@ -391,15 +402,36 @@ impl Report {
              terminating) and no eligible pod labeled leader, and closes when it sees one again: the \
              time an application had no leader to serve it, on the watch's clock.\n"
         );
+        let (of_active, others): (Vec<&GapSeen>, Vec<&GapSeen>) = self
+            .gaps
+            .iter()
+            .filter(|g| g.length.is_some())
+            .partition(|g| self.active_replica_fault_within(g));
         let _ = writeln!(
             md,
-            "| gaps | median | p90 | p99 | worst |\n|---|---|---|---|---|\n| {} | {} | {} | {} | {} |\n",
-            lengths.len(),
-            quantile(&lengths, 0.5),
-            quantile(&lengths, 0.9),
-            quantile(&lengths, 0.99),
-            quantile(&lengths, 1.0),
+            "| gaps | count | median | p90 | p99 | worst |\n|---|---|---|---|---|---|"
         );
+        let rows = [
+            ("all", self.gaps.iter().collect::<Vec<_>>()),
+            (
+                "opened while a fault struck the active replica (from the fault until its undo and one operator Lease after)",
+                of_active,
+            ),
+            ("every other", others),
+        ];
+        for (what, gaps) in rows {
+            let lengths: Vec<Duration> = gaps.iter().filter_map(|g| g.length).collect();
+            let _ = writeln!(
+                md,
+                "| {what} | {} | {} | {} | {} | {} |",
+                lengths.len(),
+                quantile(&lengths, 0.5),
+                quantile(&lengths, 0.9),
+                quantile(&lengths, 0.99),
+                quantile(&lengths, 1.0),
+            );
+        }
+        let _ = writeln!(md);
         let mut worst: Vec<&GapSeen> = self.gaps.iter().collect();
         worst.sort_by_key(|g| std::cmp::Reverse(g.length.unwrap_or(Duration::MAX)));
         let _ = writeln!(
@@ -661,5 +693,42 @@ pub fn secs(d: Duration) -> String {
         format!("{:.2} s", d.as_secs_f64())
     } else {
         format!("{} ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_counts_as_the_active_replicas_from_its_fault_until_one_operator_lease_after_the_undo()
+    {
+        let config = Config::new(1, 10, "op".into(), "work".into());
+        let mut report = Report::new(&config, "ns", Duration::ZERO);
+        let s = Duration::from_secs;
+        let paused = Fault::PauseReplica {
+            replica: Replica::Active,
+            paused: s(2),
+        };
+        let standby = Fault::KillReplica {
+            replica: Replica::Standby,
+            down: s(2),
+        };
+        report.injected = vec![
+            Injected::new(0, s(10), &paused, None),
+            Injected::new(1, s(100), &standby, None),
+        ];
+        let gap = |start| GapSeen {
+            group: "g".into(),
+            start,
+            length: Some(s(1)),
+        };
+        let lease = s(u64::from(config.operator_lease_seconds));
+        assert!(!report.active_replica_fault_within(&gap(s(9))));
+        assert!(report.active_replica_fault_within(&gap(s(10))));
+        assert!(report.active_replica_fault_within(&gap(s(12) + lease)));
+        assert!(!report.active_replica_fault_within(&gap(s(13) + lease)));
+        // The standby's fault is not the active one's.
+        assert!(!report.active_replica_fault_within(&gap(s(101))));
     }
 }

@@ -135,13 +135,26 @@ async fn handover_under(p: &Pair, identity: &str) {
 }
 
 #[tokio::test]
-async fn sigkill_of_the_active_replica_the_standby_takes_over_within_the_lease() {
-    let mut p = pair("ha-kill", "3").await;
+async fn sigkill_of_the_active_replica_the_standby_takes_over_within_the_groups_lease() {
+    // The flag allows 15 s; the operator Lease lasts as long as the group's (3 s), so that the
+    // active replica's loss costs no more than the leader's.
+    let mut p = pair("ha-kill", "15").await;
+    // From its next renewal (a third of 15 s) on.
+    wait_until(
+        "the operator Lease at the group's 3 s",
+        CONVERGE,
+        || async {
+            let held = operator_lease(&p.w).await;
+            Ok::<_, String>((held.duration_seconds == GROUP_LEASE_SECONDS).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
     p.a.kill().await;
     let took = wait_active(&p.b, CONVERGE).await;
     assert!(
         took <= Duration::from_secs(3) + SLACK,
-        "standby took {took:?} to take over a 3 s operator Lease\n{}",
+        "standby took {took:?} to take over an operator Lease of the group's 3 s\n{}",
         p.b.logs()
     );
     assert_eq!(operator_lease(&p.w).await.holder.as_deref(), Some("op-b"));
@@ -195,6 +208,15 @@ async fn sigterm_of_the_active_replica_releases_the_lease_and_the_standby_takes_
     // A long operator Lease: only the release can explain a takeover well before it runs out.
     let lease_seconds: i64 = 20;
     let mut p = pair("ha-term", &lease_seconds.to_string()).await;
+    // And a longer group Lease, or the operator Lease would be as short as the group's.
+    p.w.patch_spec("g", json!({"leaseDurationSeconds": 60}))
+        .await;
+    wait_until("the operator Lease at 20 s", CONVERGE, || async {
+        let held = operator_lease(&p.w).await;
+        Ok::<_, String>((i64::from(held.duration_seconds) == lease_seconds).then_some(()))
+    })
+    .await
+    .unwrap();
     let held = operator_lease(&p.w).await;
     let would_expire = held.renew_time.unwrap() + jiff::SignedDuration::from_secs(lease_seconds);
     assert!(p.a.terminate().await, "SIGTERM: clean exit\n{}", p.a.logs());
