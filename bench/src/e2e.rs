@@ -65,6 +65,8 @@ struct Bench<'a> {
     /// `--node-monitor-grace-period` of the cluster, seconds.
     grace: u32,
     cluster: &'a RealCluster,
+    /// The repository (its chart).
+    repo: &'a Path,
     /// The image references `images/build.sh` wrote, by image name.
     images: BTreeMap<&'static str, String>,
     client: Client,
@@ -135,6 +137,33 @@ const SCENARIOS: [Scenario; 4] = [
         fault: None,
     },
 ];
+
+/// The operator's own failure, after the others, with the chart's defaults (two replicas, one per
+/// node, the operator Lease as long as the shortest group Lease: 5 s here).
+const OPERATOR_SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        key: "node-loss-operator",
+        title: "Node lost with the active operator replica on it",
+        clock_start: "as for the node lost, with the chart's defaults (two operator replicas, one per node) and the active replica moved to node 1 before each cut (its pod deleted until the replica on node 1 is active): the node takes the leaders and the active replica together. The peers have no operator: their figures are another sample of the node lost",
+        fault: None,
+    },
+    Scenario {
+        key: "operator-kill",
+        title: "The active operator replica killed (SIGKILL) while the leaders crash",
+        clock_start: "just before SIGKILL to the active operator replica's container (`ctr task kill`; the kubelet restarts it) and, at once, to each of ours' leaders' web app containers (as in the container crash). Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s)",
+        fault: None,
+    },
+    Scenario {
+        key: "operator-stop",
+        title: "The active operator replica frozen (SIGSTOP) while the leaders crash",
+        clock_start: "just before the active operator replica's container is frozen (cgroup freezer, as SIGSTOP; thawed 1 s after every new leader acted) and, at once, each of ours' leaders' web app containers is killed. Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s)",
+        fault: None,
+    },
+];
+
+/// The operator's pods (the chart's release) and its Lease.
+const OPERATOR_SELECTOR: &str = "app.kubernetes.io/instance=leadergroup-operator";
+const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
 
 impl Scenario {
     /// Adds the samples of `system` in it to `record`: its handovers and split brains.
@@ -415,6 +444,83 @@ async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
 }
 
 impl World<'_> {
+    /// ours' leaders crash (their web app containers killed) as the active operator replica is
+    /// killed, or frozen when `freeze` (thawed 1 s after every new leader acted); adds each
+    /// system's milliseconds to its entry of `results`.
+    async fn operator_fault(&self, freeze: bool, results: &mut [Handovers]) -> Result<()> {
+        let mut leaders = Vec::new();
+        for s in &OURS {
+            let leader = self.wait_at_rest(s, CANDIDATES).await?;
+            let pod = self.pods.get(&leader.pod).await?;
+            let (Some(node), Some(id)) = (node_of(&pod).map(str::to_owned), container_id(&pod))
+            else {
+                return Err(Error::Other(format!(
+                    "{}: no started container",
+                    leader.pod
+                )));
+            };
+            leaders.push((leader, node, id));
+        }
+        let operator = self.bench.active_replica().await?;
+        let (Some(op_node), Some(op_id)) = (
+            node_of(&operator).map(str::to_owned),
+            container_id(&operator),
+        ) else {
+            return Err(Error::Other(format!(
+                "{}: no started container",
+                operator.name_any()
+            )));
+        };
+        let frozen = if freeze {
+            Some(Frozen::locate(&op_node, &op_id)?)
+        } else {
+            None
+        };
+        let cluster = self.bench.cluster;
+        let from = SystemTime::now();
+        let t0 = SystemTime::now();
+        match &frozen {
+            Some(f) => f.freeze()?,
+            None => kill_container(&cluster.containerd_socket(&op_node)?, &op_id).await?,
+        }
+        for (leader, node, id) in &leaders {
+            self.tracker.beliefs.exclude(&leader.identity, t0);
+            kill_container(&cluster.containerd_socket(node)?, id).await?;
+        }
+        let waits = OURS
+            .iter()
+            .zip(&leaders)
+            .map(|(s, (leader, _, _))| self.wait_new_leader(s, &leader.identity, t0, bound(s)));
+        let moved = futures::future::join_all(waits).await;
+        if let Some(f) = frozen {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            f.thaw()?;
+        }
+        for ((s, (leader, node, _)), (at, result)) in OURS
+            .iter()
+            .zip(&leaders)
+            .zip(moved.into_iter().zip(results.iter_mut()))
+        {
+            result.add(
+                &format!(
+                    "e2e: operator {}: {}",
+                    if freeze { "frozen" } else { "killed" },
+                    s.name
+                ),
+                at.map(|at| ms_between(t0, at)),
+            );
+            self.pods
+                .delete(&leader.pod, &DeleteParams::default())
+                .await?;
+            self.add_pods(s, node, 1).await?;
+        }
+        for (s, result) in OURS.iter().zip(results.iter_mut()) {
+            self.wait_at_rest(s, CANDIDATES).await?;
+            result.split_brains += self.split_brains(s, from);
+        }
+        Ok(())
+    }
+
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
     /// that scenario's); per scenario with a fault, and its split brains.
     async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
@@ -494,6 +600,7 @@ async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
             node_losses,
             grace,
             cluster: &cluster,
+            repo,
             images,
             client,
         };
@@ -565,7 +672,7 @@ impl Bench<'_> {
             self.reps, self.node_losses
         ));
         record.add("", "", "clock_stop", CLOCK_STOP);
-        for scenario in &SCENARIOS {
+        for scenario in SCENARIOS.iter().chain(&OPERATOR_SCENARIOS) {
             record.add("", scenario.key, "title", scenario.title);
             record.add("", scenario.key, "clock_start", scenario.clock_start);
         }
@@ -582,10 +689,111 @@ impl Bench<'_> {
             tracing::info!("e2e: node loss {} of {}", i + 1, self.node_losses);
             self.node_loss(&losses, &mut results).await?;
         }
-        for (system, result) in losses.into_iter().zip(results) {
+        for (system, result) in losses.iter().zip(results) {
             SCENARIOS[3].add(&mut record, system, result);
         }
+        self.operator_runs(&losses, &mut record).await?;
         Ok(record)
+    }
+
+    /// The operator's own failure: the chart's defaults back (two replicas, one per node), then
+    /// the node losses with the active replica on the cut node, then SIGKILL and SIGSTOP of the
+    /// active replica while ours' leaders crash.
+    async fn operator_runs(&self, losses: &[&System], record: &mut Record) -> Result<()> {
+        let cp = leadergroup_testenv::attach(self.cluster.dir().join("kubeconfig")).await?;
+        let mut helm = cp.helm();
+        helm.args(["upgrade", leadergroup_testenv::OPERATOR_RELEASE])
+            .arg(self.repo.join("charts/leadergroup-operator"))
+            .args(["--namespace", leadergroup_testenv::OPERATOR_NAMESPACE])
+            .args(["--reset-values", "--wait", "--timeout", "180s"]);
+        crate::run_command(helm).await?;
+        tracing::info!("e2e: operator back to the chart's defaults (two replicas)");
+        let mut results = vec![Handovers::default(); losses.len()];
+        for i in 0..self.node_losses {
+            tracing::info!(
+                "e2e: node loss with the active operator replica {} of {}",
+                i + 1,
+                self.node_losses
+            );
+            self.active_on(CUT_NODE).await?;
+            self.node_loss(losses, &mut results).await?;
+        }
+        for (system, result) in losses.iter().zip(results) {
+            OPERATOR_SCENARIOS[0].add(record, system, result);
+        }
+        for (scenario, freeze) in OPERATOR_SCENARIOS[1..].iter().zip([false, true]) {
+            let mut results = vec![Handovers::default(); OURS.len()];
+            let world = World::create(self, "e2e-operator", true).await?;
+            for s in &OURS {
+                world.add_pods(s, CUT_NODE, 1).await?;
+                world.add_pods(s, OTHER_NODE, CANDIDATES - 1).await?;
+            }
+            for i in 0..self.node_losses {
+                tracing::info!("e2e: {} {} of {}", scenario.key, i + 1, self.node_losses);
+                self.active_on(CUT_NODE).await?;
+                world.operator_fault(freeze, &mut results).await?;
+            }
+            world.delete().await;
+            for (system, result) in OURS.iter().zip(results) {
+                scenario.add(record, system, result);
+            }
+        }
+        Ok(())
+    }
+
+    /// The active operator replica's pod, once one is active, Ready and not terminating.
+    async fn active_replica(&self) -> Result<Pod> {
+        let pods: Api<Pod> =
+            Api::namespaced(self.client.clone(), leadergroup_testenv::OPERATOR_NAMESPACE);
+        let leases: Api<Lease> =
+            Api::namespaced(self.client.clone(), leadergroup_testenv::OPERATOR_NAMESPACE);
+        wait_until_every(
+            "an active operator replica, both Ready",
+            AT_REST,
+            Duration::from_millis(200),
+            || async {
+                let holder = leases
+                    .get_opt(OPERATOR_LEASE)
+                    .await?
+                    .and_then(|l| l.spec?.holder_identity)
+                    .unwrap_or_default();
+                let listed = pods
+                    .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                    .await?
+                    .items;
+                let both = listed.len() == 2 && listed.iter().all(eligible);
+                Ok::<_, Error>(listed.into_iter().find(|p| both && p.name_any() == holder))
+            },
+        )
+        .await
+        .map_err(Error::from)
+    }
+
+    /// Makes the replica on `node` the active one: the active replica elsewhere is deleted (it
+    /// releases the operator Lease on SIGTERM) until the one on `node` holds it, both Ready.
+    async fn active_on(&self, node: &str) -> Result<Pod> {
+        let pods: Api<Pod> =
+            Api::namespaced(self.client.clone(), leadergroup_testenv::OPERATOR_NAMESPACE);
+        for _ in 0..5 {
+            let active = self.active_replica().await?;
+            if node_of(&active) == Some(node) {
+                return Ok(active);
+            }
+            pods.delete(&active.name_any(), &DeleteParams::default())
+                .await?;
+            wait_until("the deleted operator replica gone", AT_REST, || async {
+                Ok::<_, Error>(
+                    pods.get_opt(&active.name_any())
+                        .await?
+                        .is_none()
+                        .then_some(()),
+                )
+            })
+            .await?;
+        }
+        Err(Error::Other(format!(
+            "no operator replica on {node} became active"
+        )))
     }
 
     /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
