@@ -199,17 +199,21 @@ pub async fn run(
         slices,
     };
 
+    let memory = Arc::new(Memory::default());
     let group_stream = {
         let index = group_index.clone();
+        let memory = memory.clone();
         watcher(settings.api::<LeaderGroup>(&client), watch_config())
             .modify(|g| g.metadata.managed_fields = None)
             .backoff(watch_backoff())
             .reflect(groups_writer)
-            .inspect_ok(move |event| index.apply(event))
+            .inspect_ok(move |event| {
+                index.apply(event);
+                memory.group_watched(event);
+            })
             .touched_objects()
     };
     let pod_stream = pod_stream(settings.api::<Pod>(&client), pods_writer, pod_index.clone());
-    let memory = Arc::new(Memory::default());
     let lease_stream = watcher(
         settings.api::<Lease>(&client),
         watch_config().labels(LEASE_GROUP_LABEL),

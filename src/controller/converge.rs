@@ -47,12 +47,15 @@ pub(super) async fn converge(
     let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     let lease_name = group.lease_name();
 
-    let mut group: LeaderGroup = (*group).clone();
-    let mut lease = ctx
+    // The cache may not show this replica's own last writes yet: deciding on it would meet a 409.
+    let group_ref = ObjectRef::from_obj(group.as_ref());
+    let mut group = ctx.memory.fresher_group((*group).clone());
+    let cached = ctx
         .caches
         .leases
         .get(&ObjectRef::new(&lease_name).within(ns))
         .map(|l| (*l).clone());
+    let mut lease = ctx.memory.fresher_lease(&group_ref, cached);
     let mut attempt = 1;
     loop {
         let seen = observe(ctx, ns, group, lease);

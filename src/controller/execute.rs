@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -180,7 +181,7 @@ impl<'a> Steps<'a> {
         };
         let owner = self.group.controller_owner_ref(&());
         let lease_name = self.group.lease_name();
-        actions::lease::compare_and_swap(
+        let written = actions::lease::compare_and_swap(
             &self.leases,
             &lease_name,
             lease,
@@ -189,13 +190,19 @@ impl<'a> Steps<'a> {
             owner,
         )
         .await?;
+        let over = lease.and_then(|l| l.metadata.resource_version.clone());
+        self.ctx
+            .memory
+            .lease_written(&ObjectRef::from_obj(self.group), over, written);
         Ok(())
     }
 
     /// Step 2: the status, if it changes.
     async fn record(&self, status: Option<&LeaderGroupStatus>) -> Result<()> {
         if let Some(status) = status {
-            actions::status::record(&self.groups, self.group, status).await?;
+            let written = actions::status::record(&self.groups, self.group, status).await?;
+            let over = self.group.metadata.resource_version.clone();
+            self.ctx.memory.status_written(over, written);
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! What this replica remembers of each group between reconciles, in one [`GroupMemory`] per
-//! group: whether its barrier is up, its Lease's sighting, its handover clock and its run of
-//! failures. A group deleted is forgotten whole, in [`Memory::forget`].
+//! group: whether its barrier is up, its Lease's sighting, its handover clock, its run of
+//! failures, and its own last writes until the watches show them. A group deleted is forgotten
+//! whole, in [`Memory::forget`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,6 +30,10 @@ struct GroupMemory {
     handover_started: Option<Instant>,
     /// Its run of refusals or missed deadlines.
     failing: Option<Failing>,
+    /// This replica's last write of the group's Lease, until the Lease watch shows a change.
+    lease_written: Option<Written<Lease>>,
+    /// This replica's last write of the group's status, until the group watch shows a change.
+    status_written: Option<Written<LeaderGroup>>,
 }
 
 impl GroupMemory {
@@ -37,6 +42,30 @@ impl GroupMemory {
             && self.sighting.is_none()
             && self.handover_started.is_none()
             && self.failing.is_none()
+            && self.lease_written.is_none()
+            && self.status_written.is_none()
+    }
+}
+
+/// An object as this replica wrote it, and the resourceVersion it was written over (None: created).
+/// While the cache still shows that version, the written object is the newer: deciding on the
+/// cache would send a write sure to meet a 409, then read both afresh (three requests for none).
+struct Written<K> {
+    over: Option<String>,
+    object: K,
+}
+
+impl<K: kube::Resource + Clone> Written<K> {
+    /// The written object if `cached` is the version it was written over; else None, and the
+    /// cache has moved on (`keep` false).
+    fn fresher(&self, cached: Option<&K>) -> Option<K> {
+        (!self.passed_by(cached)).then(|| self.object.clone())
+    }
+
+    /// Whether `seen` (in the cache, or from the watch) is another version than the one written
+    /// over: the cache has caught up with the write, or moved past it.
+    fn passed_by(&self, seen: Option<&K>) -> bool {
+        seen.and_then(|c| c.meta().resource_version.as_deref()) != self.over.as_deref()
     }
 }
 
@@ -146,14 +175,106 @@ impl Memory {
             Event::Apply(lease) | Event::InitApply(lease) => {
                 if let Some(group) = group_of(lease) {
                     self.lease_seen(&group, Some(lease), Now::read());
+                    self.forget_written(&group, |m| {
+                        m.lease_written.take_if(|w| w.passed_by(Some(lease)));
+                    });
                 }
             }
             Event::Delete(lease) => {
                 if let Some(group) = group_of(lease) {
-                    self.change(&group, |m| m.sighting = None);
+                    self.forget_written(&group, |m| {
+                        m.sighting = None;
+                        m.lease_written = None;
+                    });
                 }
             }
             Event::Init | Event::InitDone => {}
+        }
+    }
+
+    /// Notes this replica's write of `group`'s Lease: `written` as the API server answered, over
+    /// the version `over` (None: created).
+    pub fn lease_written(
+        &self,
+        group: &ObjectRef<LeaderGroup>,
+        over: Option<String>,
+        written: Lease,
+    ) {
+        self.change(group, |m| {
+            m.lease_written = Some(Written {
+                over,
+                object: written,
+            })
+        });
+    }
+
+    /// Notes this replica's write of `group`'s status, `written` over version `over`.
+    pub fn status_written(&self, over: Option<String>, written: LeaderGroup) {
+        self.change(&ObjectRef::from_obj(&written), |m| {
+            m.status_written = Some(Written {
+                over,
+                object: written,
+            })
+        });
+    }
+
+    /// The group's Lease as this replica last wrote it while the cache still shows it as it was
+    /// before that write; else `cached`.
+    pub fn fresher_lease(
+        &self,
+        group: &ObjectRef<LeaderGroup>,
+        cached: Option<Lease>,
+    ) -> Option<Lease> {
+        let written = self.change(group, |m| {
+            let fresher = m.lease_written.as_ref()?.fresher(cached.as_ref());
+            if fresher.is_none() {
+                m.lease_written = None;
+            }
+            fresher
+        });
+        written.flatten().or(cached)
+    }
+
+    /// The group as this replica last wrote its status while the cache still shows it as it was
+    /// before that write; else `cached`.
+    pub fn fresher_group(&self, cached: LeaderGroup) -> LeaderGroup {
+        let written = self.change(&ObjectRef::from_obj(&cached), |m| {
+            let fresher = m.status_written.as_ref()?.fresher(Some(&cached));
+            if fresher.is_none() {
+                m.status_written = None;
+            }
+            fresher
+        });
+        written.flatten().unwrap_or(cached)
+    }
+
+    /// The group watch showed a change of `group`: the cache has caught up with any write.
+    pub fn group_watched(&self, event: &Event<LeaderGroup>) {
+        match event {
+            Event::Apply(g) => self.forget_written(&ObjectRef::from_obj(g), |m| {
+                m.status_written.take_if(|w| w.passed_by(Some(g)));
+            }),
+            Event::Delete(g) => self.forget_written(&ObjectRef::from_obj(g), |m| {
+                m.status_written = None;
+            }),
+            _ => {}
+        }
+    }
+
+    /// Changes `group`'s memory only if there is one (a watch event of a group never written
+    /// does not allocate one).
+    fn forget_written(
+        &self,
+        group: &ObjectRef<LeaderGroup>,
+        change: impl FnOnce(&mut GroupMemory),
+    ) {
+        if let Ok(mut groups) = self.0.lock()
+            && let Some(memory) = groups.get_mut(group)
+        {
+            change(memory);
+            if memory.is_empty() {
+                groups.remove(group);
+            }
         }
     }
 
@@ -264,6 +385,49 @@ mod tests {
         assert_eq!(memory.failures(&r), 0);
         assert_eq!(memory.waiting(&r, Some(1)), None);
         assert!(memory.0.lock().unwrap().is_empty(), "nothing left behind");
+    }
+
+    fn at_version<K: kube::Resource>(mut object: K, version: &str) -> K {
+        object.meta_mut().resource_version = Some(version.into());
+        object
+    }
+
+    #[test]
+    fn its_own_write_stands_in_for_the_cache_until_the_cache_shows_another_version() {
+        let memory = Memory::default();
+        let cached = at_version(group("uid-1"), "10");
+        let written = at_version(group("uid-1"), "11");
+        memory.status_written(Some("10".into()), written);
+        let fresher = |g: &LeaderGroup| memory.fresher_group(g.clone()).metadata.resource_version;
+        assert_eq!(fresher(&cached).as_deref(), Some("11"), "the cache lags");
+        // The watch brings the version written over, late: still lagging.
+        memory.group_watched(&Event::Apply(cached.clone()));
+        assert_eq!(fresher(&cached).as_deref(), Some("11"));
+        // The cache caught up (or someone else wrote since): the cache, and nothing kept.
+        let edited = at_version(group("uid-1"), "12");
+        memory.group_watched(&Event::Apply(edited.clone()));
+        assert_eq!(fresher(&cached).as_deref(), Some("10"));
+        assert!(memory.0.lock().unwrap().is_empty(), "nothing left behind");
+
+        // The Lease, created (written over nothing): while the cache has none, the written one.
+        let r = ObjectRef::from_obj(&cached);
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "leadergroup-g", "namespace": "ns", "resourceVersion": "13"},
+        }))
+        .unwrap();
+        memory.lease_written(&r, None, lease.clone());
+        let seen = memory.fresher_lease(&r, None);
+        assert_eq!(
+            seen.and_then(|l| l.metadata.resource_version).as_deref(),
+            Some("13")
+        );
+        memory.lease_watched(&Event::Apply(lease.clone()));
+        let cached_lease = at_version(lease, "14");
+        let seen = memory.fresher_lease(&r, Some(cached_lease));
+        assert_eq!(
+            seen.and_then(|l| l.metadata.resource_version).as_deref(),
+            Some("14")
+        );
     }
 
     #[test]
