@@ -141,8 +141,20 @@ impl HolderSighting {
 }
 
 impl OperatorLease {
-    /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds it.
-    pub async fn run(self, active: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+    /// Tries to hold the Lease until `stop` turns true, telling `active` whether this replica holds
+    /// it, from when `synced` turns true: a replica whose caches are still listing could not act
+    /// on the Lease, and would keep a warm standby from taking over (a container the kubelet
+    /// restarts comes back under its pod's name, the holder's identity).
+    pub async fn run(
+        self,
+        active: watch::Sender<bool>,
+        mut synced: watch::Receiver<bool>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        tokio::select! {
+            _ = synced.wait_for(|s| *s) => {}
+            _ = stop.changed() => return,
+        }
         let mut sighting = HolderSighting::default();
         let mut renew_by: Option<tokio::time::Instant> = None;
         loop {

@@ -160,7 +160,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
 
     let health = Health {
         metrics: metrics.clone(),
-        synced: synced_rx,
+        synced: synced_rx.clone(),
         active: cli.leader_elect.then(|| active_rx.clone()),
     };
     let http_addr = cli.http_addr.clone();
@@ -187,7 +187,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
             groups: groups.clone(),
             retired: retired.clone(),
         };
-        tokio::spawn(lease.run(active_tx, ha_stop_rx))
+        tokio::spawn(lease.run(active_tx, synced_rx.clone(), ha_stop_rx))
     });
 
     let mut controller_stop = stop_rx.clone();

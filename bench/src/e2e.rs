@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
 };
 use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups};
@@ -149,14 +150,14 @@ const OPERATOR_SCENARIOS: [Scenario; 3] = [
     },
     Scenario {
         key: "operator-kill",
-        title: "The active operator replica killed (SIGKILL) while the leaders crash",
-        clock_start: "just before SIGKILL to the active operator replica's container (`ctr task kill`; the kubelet restarts it) and, at once, to each of ours' leaders' web app containers (as in the container crash). Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s)",
+        title: "The active operator replica killed (SIGKILL) while the leaders fail",
+        clock_start: "just before SIGKILL to the active operator replica's container (`ctr task kill`; the kubelet restarts it, and the process comes back under the pod's name) and, at once, the freeze of each of ours' leaders' web app containers (as in the frozen process; a killed one would be restarted before any operator acts). Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s); the active replica on node 1, the standby on node 2",
         fault: None,
     },
     Scenario {
         key: "operator-stop",
-        title: "The active operator replica frozen (SIGSTOP) while the leaders crash",
-        clock_start: "just before the active operator replica's container is frozen (cgroup freezer, as SIGSTOP; thawed 1 s after every new leader acted) and, at once, each of ours' leaders' web app containers is killed. Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s)",
+        title: "The active operator replica frozen (SIGSTOP) while the leaders fail",
+        clock_start: "just before the active operator replica's container is frozen (cgroup freezer, as SIGSTOP) and, at once, each of ours' leaders' web app containers (as in the frozen process); all thawed 1 s after every new leader acted. Both of ours' groups in one namespace (Readiness 15 s, Heartbeat 5 s: the operator Lease lasts 5 s); the active replica on node 1, the standby on node 2",
         fault: None,
     },
 ];
@@ -444,9 +445,9 @@ async fn create_rbac(client: &Client, ns: &str) -> Result<()> {
 }
 
 impl World<'_> {
-    /// ours' leaders crash (their web app containers killed) as the active operator replica is
-    /// killed, or frozen when `freeze` (thawed 1 s after every new leader acted); adds each
-    /// system's milliseconds to its entry of `results`.
+    /// ours' leaders freeze (their web app containers, as in the frozen process) as the active
+    /// operator replica is killed, or frozen when `freeze`; everything thawed 1 s after every new
+    /// leader acted. Adds each system's milliseconds to its entry of `results`.
     async fn operator_fault(&self, freeze: bool, results: &mut [Handovers]) -> Result<()> {
         let mut leaders = Vec::new();
         for s in &OURS {
@@ -483,18 +484,29 @@ impl World<'_> {
             Some(f) => f.freeze()?,
             None => kill_container(&cluster.containerd_socket(&op_node)?, &op_id).await?,
         }
+        // The leaders frozen, not killed: the kubelet restarts a killed container within a
+        // second, often before any operator acts, and the old leader leads on.
+        let mut leaders_frozen = Vec::new();
         for (leader, node, id) in &leaders {
             self.tracker.beliefs.exclude(&leader.identity, t0);
-            kill_container(&cluster.containerd_socket(node)?, id).await?;
+            leaders_frozen.push(Frozen::freeze_now(node, id)?);
         }
         let waits = OURS
             .iter()
             .zip(&leaders)
             .map(|(s, (leader, _, _))| self.wait_new_leader(s, &leader.identity, t0, bound(s)));
         let moved = futures::future::join_all(waits).await;
-        if let Some(f) = frozen {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The kubelet may have restarted the frozen replica (its liveness probe): no cgroup left.
+        if let Some(Err(e)) = frozen.map(|f| f.thaw()) {
+            tracing::info!("e2e: the frozen operator replica: {e}");
+        }
+        for f in leaders_frozen {
             f.thaw()?;
+        }
+        let thawed = SystemTime::now();
+        for (leader, _, _) in &leaders {
+            self.tracker.beliefs.end_exclusion(&leader.identity, thawed);
         }
         for ((s, (leader, node, _)), (at, result)) in OURS
             .iter()
@@ -769,31 +781,60 @@ impl Bench<'_> {
         .map_err(Error::from)
     }
 
-    /// Makes the replica on `node` the active one: the active replica elsewhere is deleted (it
-    /// releases the operator Lease on SIGTERM) until the one on `node` holds it, both Ready.
+    /// Makes the replica on `node` the active one, with the other replica on another node: the
+    /// active replica elsewhere is deleted (it releases the operator Lease on SIGTERM), and a
+    /// replica replaced is rescheduled with the node it must avoid cordoned.
     async fn active_on(&self, node: &str) -> Result<Pod> {
         let pods: Api<Pod> =
             Api::namespaced(self.client.clone(), leadergroup_testenv::OPERATOR_NAMESPACE);
-        for _ in 0..5 {
+        for _ in 0..6 {
             let active = self.active_replica().await?;
-            if node_of(&active) == Some(node) {
-                return Ok(active);
-            }
-            pods.delete(&active.name_any(), &DeleteParams::default())
+            let listed = pods
+                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                .await?
+                .items;
+            let other = listed.iter().find(|p| p.name_any() != active.name_any());
+            let (active_node, other_node) = (node_of(&active), other.and_then(node_of));
+            let (replace, avoid) = match (active_node == Some(node), other_node == Some(node)) {
+                (true, false) => return Ok(active),
+                // Both on `node`: the standby moves away.
+                (true, true) => (other.map(ResourceExt::name_any), node),
+                // The standby on `node`: the active one goes, and comes back elsewhere.
+                (false, true) => (Some(active.name_any()), node),
+                // Neither: the standby moves onto `node`.
+                (false, false) => (
+                    other.map(ResourceExt::name_any),
+                    other_node.unwrap_or(OTHER_NODE),
+                ),
+            };
+            let Some(replace) = replace else { continue };
+            self.schedulable(avoid, false).await?;
+            let replaced = async {
+                pods.delete(&replace, &DeleteParams::default()).await?;
+                wait_until("the replaced operator replica gone", AT_REST, || async {
+                    Ok::<_, Error>(pods.get_opt(&replace).await?.is_none().then_some(()))
+                })
                 .await?;
-            wait_until("the deleted operator replica gone", AT_REST, || async {
-                Ok::<_, Error>(
-                    pods.get_opt(&active.name_any())
-                        .await?
-                        .is_none()
-                        .then_some(()),
-                )
-            })
-            .await?;
+                // Its replacement scheduled (and Ready) before the node is uncordoned.
+                self.active_replica().await
+            }
+            .await;
+            self.schedulable(avoid, true).await?;
+            replaced?;
         }
         Err(Error::Other(format!(
-            "no operator replica on {node} became active"
+            "no operator replica on {node} became active with a standby elsewhere"
         )))
+    }
+
+    /// Uncordons `node`, or cordons it.
+    async fn schedulable(&self, node: &str, schedulable: bool) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"unschedulable": !schedulable}});
+        nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
     }
 
     /// Graceful, crash and frozen on every system but Heartbeat, in a namespace of their own
