@@ -30,6 +30,7 @@ LABEL org.opencontainers.image.title="leadergroup-operator" \
 COPY --from=builder /out/leadergroup-operator /usr/local/bin/leadergroup-operator
 # Numeric, so runAsNonRoot can verify it without reading /etc/passwd.
 USER 65532:65532
-# /healthz, /readyz and /metrics (--http-addr, default 0.0.0.0:8080).
-EXPOSE 8080
+# /healthz, /readyz and /metrics (--http-addr, default 0.0.0.0:8080); the chart moves /metrics
+# to TLS on 8443 (--metrics-secure-addr).
+EXPOSE 8080 8443
 ENTRYPOINT ["/usr/local/bin/leadergroup-operator"]

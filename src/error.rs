@@ -138,9 +138,30 @@ pub enum StartupError {
     #[error("health and metrics server task: {0}")]
     HttpTask(#[source] tokio::task::JoinError),
 
+    /// The secure metrics server's certificate could not be read, generated or used.
+    #[error("metrics TLS: {0}")]
+    MetricsTls(String),
+
     /// The SIGTERM and SIGINT handlers could not be installed.
     #[error("installing the signal handlers failed: {0}")]
     Signal(#[source] std::io::Error),
+}
+
+/// Why a request to the secure `/metrics` got no verdict (it is answered 500, and asked again
+/// next time): the API server could not review it.
+#[derive(thiserror::Error, Debug)]
+pub enum AccessReviewError {
+    /// The TokenReview failed.
+    #[error("TokenReview failed: {0}")]
+    TokenReview(#[source] kube::Error),
+
+    /// The SubjectAccessReview failed.
+    #[error("SubjectAccessReview failed: {0}")]
+    SubjectAccessReview(#[source] kube::Error),
+
+    /// The reviews took too long.
+    #[error("the reviews took longer than {0:?}")]
+    Timeout(std::time::Duration),
 }
 
 /// The result of a reconcile or an action.

@@ -51,9 +51,19 @@ struct Cli {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Address serving /healthz, /readyz and /metrics.
+    /// Address serving /healthz, /readyz and /metrics (/metrics not, with --metrics-secure-addr).
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: String,
+    /// Address serving /metrics over TLS, to the bearer of a token allowed to get the
+    /// non-resource URL /metrics (checked with a TokenReview and a SubjectAccessReview); off when
+    /// empty, and /metrics stays on --http-addr.
+    #[arg(long, env = "METRICS_SECURE_ADDR")]
+    metrics_secure_addr: Option<String>,
+    /// Directory holding tls.crt and tls.key (a mounted kubernetes.io/tls Secret) for
+    /// --metrics-secure-addr, read again when they change; without it, a self-signed
+    /// certificate generated at start.
+    #[arg(long, env = "METRICS_CERT_DIR", requires = "metrics_secure_addr")]
+    metrics_cert_dir: Option<std::path::PathBuf>,
     /// Run as one of several replicas, of which one is active (through a Lease of its own).
     #[arg(long, env = "LEADER_ELECT")]
     leader_elect: bool,
@@ -163,10 +173,20 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
         synced: synced_rx.clone(),
         active: cli.leader_elect.then(|| active_rx.clone()),
     };
+    // Both addresses are bound, and the certificate read, before anything answers: a start
+    // that cannot serve fails before its probes pass.
+    let secure = match cli.metrics_secure_addr.as_deref().filter(|a| !a.is_empty()) {
+        Some(addr) => Some(
+            http::SecureMetrics::bind(addr, cli.metrics_cert_dir.as_deref(), client.clone())
+                .await?,
+        ),
+        None => None,
+    };
+    let plain = http::bind(&cli.http_addr).await?;
     let http_addr = cli.http_addr.clone();
     let mut http_stop = stop_rx.clone();
     let http = tokio::spawn(async move {
-        http::serve(&http_addr, health, async move {
+        http::serve(plain, &http_addr, secure, health, async move {
             let _ = http_stop.wait_for(|s| *s).await;
         })
         .await

@@ -25,7 +25,7 @@ GUARDED = {("", "pods"), ("", "pods/status"), ("", "pods/binding"), ("", "replic
 KNOWN_FLAGS = {"--kubeconfig", "--namespace", "--log-format", "--http-addr", "--concurrency", "--leader-elect",
                "--leader-elect-namespace", "--leader-elect-lease-name",
                "--leader-elect-lease-duration", "--identity", "--per-group-metrics",
-               "--node-monitor-grace-period"}
+               "--node-monitor-grace-period", "--metrics-secure-addr", "--metrics-cert-dir"}
 # Exactly what the operator may do on watched namespaces, as (apiGroup, resource, verb).
 OPERATOR_RULES = {
     *(("leadergroup.io", "leadergroups", v) for v in ["get", "list", "watch", "update", "patch"]),
@@ -41,6 +41,14 @@ OPERATOR_RULES = {
     *(("discovery.k8s.io", "endpointslices", v)
       for v in ["get", "list", "watch", "create", "update", "delete"]),
 }
+# The secure /metrics (metrics.secure): what the operator asks the API server about a scraper's
+# token, cluster-wide in every RBAC mode (a Role cannot grant these cluster-scoped reviews).
+METRICS_AUTH_RULES = {("authentication.k8s.io", "tokenreviews", "create", ()),
+                      ("authorization.k8s.io", "subjectaccessreviews", "create", ())}
+FULLNAME = f"{RELEASE}-leadergroup-operator"
+METRICS_AUTH, METRICS_READER = f"{FULLNAME}-metrics-auth.{NAMESPACE}", f"{FULLNAME}-metrics-reader.{NAMESPACE}"
+# The ClusterRoles of the secure /metrics, beside the operator's own.
+METRICS_ROLES = {METRICS_AUTH, METRICS_READER}
 
 errors = []
 
@@ -113,7 +121,12 @@ def check_common(objs):
                 for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
                     check("*" not in r.get(field, []), f"{o['kind']}/{md['name']}: wildcard in {field}")
                 check("secrets" not in r.get("resources", []), f"{o['kind']}/{md['name']}: grants secrets")
-                check("nonResourceURLs" not in r, f"{o['kind']}/{md['name']}: grants nonResourceURLs")
+                # Only the scrapers' role grants a URL: get on /metrics, nothing else.
+                if md["name"] == METRICS_READER and o["kind"] == "ClusterRole":
+                    check(r == {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                          f"{o['kind']}/{md['name']}: rule {r}, want get on /metrics alone")
+                else:
+                    check("nonResourceURLs" not in r, f"{o['kind']}/{md['name']}: grants nonResourceURLs")
 
 
 def deployment_parts(objs):
@@ -159,13 +172,14 @@ def check_default(objs):
     check_common(objs)
     kinds = sorted(o["kind"] for o in objs)
     want = sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", *GUARD_KINDS, *GUARD_KINDS])
+                   "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", *GUARD_KINDS, *GUARD_KINDS,
+                   "ClusterRole", "ClusterRoleBinding", "ClusterRole"])
     check(kinds == want, f"objects {kinds}, want {want}")
     sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
     sa_name = sa["metadata"]["name"] if sa else None
 
     # RBAC: cluster-wide, exactly the operator's rules.
-    cr = one(objs, "ClusterRole")
+    cr = one(objs, "ClusterRole", name=FULLNAME)
     if cr:
         got = {(g, r, v) for g, r, v, names in flatten(cr["rules"])}
         check(all(not names for *_, names in flatten(cr["rules"])), "ClusterRole rules must not be limited by name")
@@ -196,7 +210,7 @@ def check_default(objs):
     meta = chart_meta()
     check(ctr["image"] == f"leadergroup-operator:{meta['appVersion']}", f"image {ctr['image']}, want tag = appVersion")
     ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
-    check(ports == {"http": 8080}, f"container ports {ports}, want http: 8080")
+    check(ports == {"http": 8080, "https-metrics": 8443}, f"container ports {ports}, want http: 8080, https-metrics: 8443")
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = ctr.get(probe, {}).get("httpGet", {})
         check(get.get("path") == path and get.get("port") in ("http", 8080), f"{probe} {get}, want {path} on http")
@@ -233,13 +247,76 @@ def check_default(objs):
     svc = one(objs, "Service", namespace=NAMESPACE)
     if svc:
         check(svc["spec"]["selector"] == sel, "metrics Service selector must be the Deployment's")
-        check([(p["name"], p["port"], p.get("targetPort")) for p in svc["spec"]["ports"]] == [("http-metrics", 8080, "http")],
-              f"metrics Service ports {svc['spec']['ports']}")
+    check_secure_metrics(objs, sa_name, 8443)
     crd = one(objs, "CustomResourceDefinition")
     if crd:
         check(crd["metadata"]["name"] == "leadergroups.leadergroup.io", "CRD name")
         check((crd["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") == "keep",
               "CRD must carry helm.sh/resource-policy: keep by default (crds.keep)")
+
+
+def check_secure_metrics(objs, sa_name, port, cert_secret=None, readers=None):
+    """metrics.secure (the default): /metrics over TLS on `port` (--metrics-secure-addr, the
+    container's https-metrics, the Service's only port), the probes on http; the operator may
+    create TokenReviews and SubjectAccessReviews (a ClusterRole of its own, bound to it); the
+    scrapers' ClusterRole may get /metrics alone, bound to `readers` only when some are given."""
+    dep, pod, ctr, args = deployment_parts(objs)
+    check(arg(args, "--metrics-secure-addr") == f"0.0.0.0:{port}", f"--metrics-secure-addr must be 0.0.0.0:{port}: {args}")
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    check(ports.get("https-metrics") == port, f"container ports {ports}, want https-metrics: {port}")
+    for probe in ("livenessProbe", "readinessProbe"):
+        check(ctr.get(probe, {}).get("httpGet", {}).get("port") == "http", f"{probe} must stay on the plain port")
+    svc = one(objs, "Service", namespace=NAMESPACE)
+    if svc:
+        check([(p["name"], p["port"], p.get("targetPort")) for p in svc["spec"]["ports"]] == [("https-metrics", port, "https-metrics")],
+              f"metrics Service ports {svc['spec']['ports']}, want https-metrics {port} alone")
+    auth = one(objs, "ClusterRole", name=METRICS_AUTH)
+    if auth:
+        got = flatten(auth["rules"])
+        check(got == METRICS_AUTH_RULES, f"{METRICS_AUTH}: extra {sorted(got - METRICS_AUTH_RULES)}, missing {sorted(METRICS_AUTH_RULES - got)}")
+        check_binding(objs, "ClusterRoleBinding", METRICS_AUTH, None, "ClusterRole", METRICS_AUTH, sa_name)
+    reader = one(objs, "ClusterRole", name=METRICS_READER)
+    if reader:
+        check(reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], f"{METRICS_READER}: rules {reader['rules']}")
+    bindings = find(objs, "ClusterRoleBinding", name=METRICS_READER)
+    if readers:
+        if check(len(bindings) == 1, f"metrics.readers: one ClusterRoleBinding {METRICS_READER}"):
+            check(bindings[0]["roleRef"]["name"] == METRICS_READER, f"roleRef {bindings[0]['roleRef']}")
+            check(bindings[0]["subjects"] == readers, f"subjects {bindings[0]['subjects']}, want {readers}")
+    else:
+        check(not bindings, "no metrics.readers: the chart binds nobody to the reader role")
+    mounts = {m["name"]: m for m in ctr.get("volumeMounts", [])}
+    if cert_secret:
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        check(volumes.get("metrics-tls", {}).get("secret", {}).get("secretName") == cert_secret,
+              f"metrics.certSecret -> volume metrics-tls of Secret {cert_secret}: {volumes}")
+        mount = mounts.get("metrics-tls", {})
+        check(mount.get("readOnly") is True and "subPath" not in mount, f"metrics-tls mount {mount}: read-only, whole (updates reach it)")
+        check(arg(args, "--metrics-cert-dir") == mount.get("mountPath"), f"--metrics-cert-dir must be the mount's path: {args}")
+    else:
+        check(arg(args, "--metrics-cert-dir") is None and "metrics-tls" not in mounts,
+              "no metrics.certSecret: no --metrics-cert-dir, no mount (a self-signed certificate)")
+
+
+def check_plain_metrics(objs):
+    """metrics.secure=false: today's plain /metrics on http (8080), no TLS port, no reviews."""
+    check_common(objs)
+    _, _, ctr, args = deployment_parts(objs)
+    check(arg(args, "--metrics-secure-addr") is None, f"metrics.secure=false still passes --metrics-secure-addr: {args}")
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    check(ports == {"http": 8080}, f"container ports {ports}, want http: 8080")
+    svc = one(objs, "Service", namespace=NAMESPACE)
+    if svc:
+        check([(p["name"], p["port"], p.get("targetPort")) for p in svc["spec"]["ports"]] == [("http-metrics", 8080, "http")],
+              f"metrics Service ports {svc['spec']['ports']}")
+    check(not [o for o in objs if o["metadata"]["name"] in METRICS_ROLES],
+          "metrics.secure=false still renders the metrics ClusterRoles or bindings")
+    sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
+    if sm:
+        ep = sm["spec"]["endpoints"]
+        check([(e["port"], e["path"], e.get("scheme"), "bearerTokenFile" in e, "tlsConfig" in e) for e in ep]
+              == [("http-metrics", "/metrics", None, False, False)], f"plain ServiceMonitor endpoints {ep}")
+        check(all(e.get("honorLabels") is True for e in ep), "ServiceMonitor must keep honorLabels")
 
 
 def denying_policy(objs, name):
@@ -331,10 +408,14 @@ def check_no_guard(objs, default_path):
 
 def check_watch_namespace(objs, watched):
     check_common(objs)
-    check(not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding"),
-          "watchNamespaces must not create a ClusterRole or ClusterRoleBinding")
+    # Cluster-wide only the secure /metrics' reviews (a Role cannot grant them) and the
+    # scrapers' role; nothing on the groups' objects.
+    cluster = {o["metadata"]["name"] for o in find(objs, "ClusterRole") + find(objs, "ClusterRoleBinding")}
+    check(cluster == METRICS_ROLES,
+          f"watchNamespace: cluster-wide RBAC {sorted(cluster)}, want only {sorted(METRICS_ROLES)}")
     sa = one(objs, "ServiceAccount", namespace=NAMESPACE)
     sa_name = sa["metadata"]["name"] if sa else None
+    check_secure_metrics(objs, sa_name, 8443)
     roles = [r for r in find(objs, "Role", namespace=watched) if not r["metadata"]["name"].endswith("-leader-election")]
     if check(len(roles) == 1, f"expected one operator Role in {watched}, found {len(roles)}"):
         got = {(g, r, v) for g, r, v, _ in flatten(roles[0]["rules"])}
@@ -383,9 +464,9 @@ def check_custom(objs):
     check(pod.get("terminationGracePeriodSeconds") == 90, "terminationGracePeriodSeconds")
     check(arg(args, "--identity") == "$(POD_NAME)" and args[-1] == "--identity=$(POD_NAME)",
           f"extraArgs after the chart's own: {args}")
-    check(arg(args, "--http-addr") == "0.0.0.0:9443", "metrics.port -> --http-addr")
+    check(arg(args, "--http-addr") == "0.0.0.0:9090", "metrics.port -> --http-addr")
     ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
-    check(ports == {"http": 9443}, f"metrics.port -> container port: {ports}")
+    check(ports == {"http": 9090, "https-metrics": 9443}, f"metrics.port, metrics.securePort -> container ports: {ports}")
     check(arg(args, "--log-format") == "text", "logFormat")
     check(arg(args, "--concurrency") == "128", "concurrency")
     check(arg(args, "--leader-elect-lease-duration") == "30", "leaderElection.leaseDurationSeconds")
@@ -398,17 +479,27 @@ def check_custom(objs):
     svc = one(objs, "Service", namespace=NAMESPACE)
     if svc:
         check(svc["metadata"].get("annotations") == {"example.com/a": "b"}, "service.annotations")
-        check([p["port"] for p in svc["spec"]["ports"]] == [9443], "metrics.port -> the Service's port")
+        check([p["port"] for p in svc["spec"]["ports"]] == [9443], "metrics.securePort -> the Service's port")
     sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
     if sm and svc:
         check(sm["metadata"]["labels"].get("release") == "prometheus", "serviceMonitor.labels")
         check(sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(),
               "ServiceMonitor selector must select the metrics Service")
         ep = sm["spec"]["endpoints"]
-        check([(e["port"], e["path"], e["interval"]) for e in ep] == [("http-metrics", "/metrics", "15s")],
+        check([(e["port"], e["path"], e["interval"]) for e in ep] == [("https-metrics", "/metrics", "15s")],
               f"ServiceMonitor endpoints {ep}")
+        check([e.get("tlsConfig") for e in ep] == [CUSTOM_TLS_CONFIG],
+              f"serviceMonitor.tlsConfig replaces insecureSkipVerify: {[e.get('tlsConfig') for e in ep]}")
+    check_secure_metrics(objs, sa["metadata"]["name"] if sa else None, 9443, cert_secret="metrics-tls",
+                         readers=[{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+                                  {"kind": "Group", "name": "scrapers", "apiGroup": "rbac.authorization.k8s.io"}])
     check(not find(objs, "CustomResourceDefinition"), "crds.enabled=false must not render the CRD")
     check_guard(objs, sa["metadata"]["name"] if sa else None, {"matchLabels": {"team": "platform"}})
+
+
+# serviceMonitor.tlsConfig of static.sh's custom values.
+CUSTOM_TLS_CONFIG = {"ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}},
+                     "serverName": f"{FULLNAME}-metrics.{NAMESPACE}.svc"}
 
 
 def runbook_anchors():
@@ -445,8 +536,21 @@ def check_monitoring(objs, rules_out):
                   f"{r['alert']}: runbook_url {url} names no section of docs/runbooks.md ({sorted(anchors)})")
     sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
     if sm:
-        check(all(e.get("honorLabels") is True for e in sm["spec"]["endpoints"]),
+        ep = sm["spec"]["endpoints"]
+        check(all(e.get("honorLabels") is True for e in ep),
               "ServiceMonitor must keep the scraped namespace label (honorLabels: true)")
+        # The secure /metrics by default: https with Prometheus' own token, the self-signed
+        # certificate not verified.
+        check([(e["port"], e.get("scheme"), e.get("bearerTokenFile"), e.get("tlsConfig")) for e in ep]
+              == [("https-metrics", "https", "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                   {"insecureSkipVerify": True})], f"secure ServiceMonitor endpoints {ep}")
+        svc = one(objs, "Service", namespace=NAMESPACE)
+        # The rules' job label is the Service's name (prometheus-operator's default job).
+        check(svc is not None and svc["metadata"]["name"] == f"{FULLNAME}-metrics", "the rules' job: <fullname>-metrics")
+        if rule:
+            exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+            check(all(f'job="{FULLNAME}-metrics"' in e for e in exprs),
+                  f"every alert selects the ServiceMonitor's job {FULLNAME}-metrics: {exprs}")
     cm = one(objs, "ConfigMap", namespace=NAMESPACE)
     if cm:
         check(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard ConfigMap lacks grafana_dashboard: \"1\"")
@@ -573,6 +677,7 @@ def main():
          "single": lambda: check_single(objs),
          "custom": lambda: check_custom(objs),
          "monitoring": lambda: check_monitoring(objs, rest[0]),
+         "plain-metrics": lambda: check_plain_metrics(objs),
          "readme-names": lambda: check_readme_names(objs),
          "no-guard": lambda: check_no_guard(objs, rest[0]),
          "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()

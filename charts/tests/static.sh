@@ -62,7 +62,8 @@ refuse() {
 
 # 1. Lint, strict (warnings fail), for both RBAC modes and without the admission guard.
 monitoring="--set prometheusRule.enabled=true --set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true --set metrics.perGroup=false"
-for args in "" "--set watchNamespace=team-a" "--set admissionGuard.enabled=false" "$monitoring"; do
+plain="--set metrics.secure=false --set serviceMonitor.enabled=true"
+for args in "" "--set watchNamespace=team-a" "--set admissionGuard.enabled=false" "$monitoring" "$plain"; do
   # shellcheck disable=SC2086
   if "$helm" lint --strict "$chart" --namespace ops $args >"$tmp/lint.out" 2>&1; then
     ok "helm lint --strict $args"
@@ -129,9 +130,22 @@ topologySpreadConstraints:
 terminationGracePeriodSeconds: 90
 extraArgs: ["--identity=$(POD_NAME)"]
 extraEnv: [{name: TZ, value: UTC}]
-metrics: {port: 9443, perGroup: true}
+metrics:
+  port: 9090
+  secure: true
+  securePort: 9443
+  certSecret: metrics-tls
+  readers:
+    - {kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}
+    - {kind: Group, name: scrapers}
+  perGroup: true
 service: {annotations: {example.com/a: b}}
-serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 5s, labels: {release: prometheus}}
+serviceMonitor:
+  enabled: true
+  interval: 15s
+  scrapeTimeout: 5s
+  labels: {release: prometheus}
+  tlsConfig: {ca: {secret: {name: metrics-tls, key: ca.crt}}, serverName: lg-leadergroup-operator-metrics.ops.svc}
 admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
@@ -150,6 +164,10 @@ render monitoring $monitoring && {
   fi
 }
 
+# metrics.secure=false: today's plain /metrics, scraped in plain HTTP.
+# shellcheck disable=SC2086
+render plain $plain && assert plain-metrics plain
+
 # NOTES.txt, as `helm install` prints it.
 if "$helm" install lg "$chart" --namespace ops --dry-run=client >"$tmp/notes.yaml" 2>&1; then
   assert notes notes
@@ -167,7 +185,7 @@ declare -A value_sets=(
   [default]="" [watch]="--set watchNamespace=team-a" [no-guard]="--set admissionGuard.enabled=false"
   [single]="--set replicas=1 --set leaderElection.enabled=false" [monitoring]="$monitoring"
   [existing-sa]="--set serviceAccount.create=false --set serviceAccount.name=platform-operator"
-  [custom]="-f $tmp/custom-values.yaml"
+  [custom]="-f $tmp/custom-values.yaml" [plain]="$plain"
 )
 mkdir -p "$tmp/crd-schemas"
 python3 "$here/json_schemas.py" crd "$crd_source" "$tmp/crd-schemas" 2>"$tmp/crd-schemas.err" ||
@@ -215,6 +233,11 @@ refuse "a mistyped securityContext key" "additional properties 'readOnlyRootFile
 refuse "a string for an integer" "/replicas" --set replicas=two
 refuse "an extra argument that is no flag" "/extraArgs/0" --set 'extraArgs={identity}'
 refuse "a privileged metrics port" "/metrics/port" --set metrics.port=80
+refuse "a privileged secure metrics port" "/metrics/securePort" --set metrics.securePort=443
+refuse "a string for metrics.secure" "/metrics/secure" --set metrics.secure=maybe
+refuse "an unknown key of the scrape's tlsConfig" "additional properties 'insecure' not allowed" --set serviceMonitor.tlsConfig.insecure=true
+refuse "a metrics reader of an unknown kind" "/metrics/readers/0/kind" --set 'metrics.readers[0].kind=Pod' --set 'metrics.readers[0].name=x'
+refuse "a ServiceAccount reader without its namespace" "a ServiceAccount needs its namespace" --set 'metrics.readers[0].kind=ServiceAccount' --set 'metrics.readers[0].name=prom'
 refuse "a concurrency of zero" "/concurrency" --set concurrency=0
 refuse "an unknown logFormat" "/logFormat" --set logFormat=yaml
 refuse "a lease duration out of range" "/leaderElection/leaseDurationSeconds" --set leaderElection.leaseDurationSeconds=0

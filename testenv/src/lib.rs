@@ -28,6 +28,7 @@ mod files;
 #[cfg(feature = "gc-pause")]
 pub mod gc_pause;
 mod held;
+mod https;
 pub mod invariants;
 mod kubelet;
 mod marks;
@@ -57,6 +58,7 @@ pub use crd::install_crd;
 pub use error::Error;
 pub use files::{FileHistory, Version};
 pub use held::{HeldRequests, HoldRule};
+pub use https::{Trust, https_get};
 pub use invariants::{Gap, InvariantWatcher};
 pub use kubelet::{Kubelet, NODE_NAME};
 /// The names on the wire, from the one place the operator, the client and the agent read them.

@@ -1,10 +1,10 @@
 //! The operator binary run as a child process, as a user runs it: the one way every test, the
 //! chaos run and the demo start it.
 //!
-//! Its HTTP port (/healthz, /readyz, /metrics) is chosen free just before the start, but another
-//! process of the parallel tests (an operator, an agent, a PostgreSQL) may bind it before the
-//! operator does: the operator then exits at once with "Address already in use", and it is
-//! started again on another port.
+//! Its HTTP port (/healthz, /readyz, /metrics), and its secure metrics port when asked for, are
+//! chosen free just before the start, but another process of the parallel tests (an operator, an
+//! agent, a PostgreSQL) may bind one before the operator does: the operator then exits at once
+//! with "Address already in use", and it is started again on other ports.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,8 @@ pub struct OperatorLaunch {
     pub identity: String,
     /// Further arguments, after the ones above and `--http-addr`.
     pub args: Vec<String>,
+    /// Serve `/metrics` over TLS on a port of its own (`--metrics-secure-addr`).
+    pub secure_metrics: bool,
     /// Its log (stdout, where tracing writes, and stderr, with a fatal error): appended to, so
     /// that the processes of one replica can share one file.
     pub log: PathBuf,
@@ -60,6 +62,7 @@ impl OperatorLaunch {
             namespace: namespace.map(str::to_owned),
             identity: identity.to_owned(),
             args: Vec::new(),
+            secure_metrics: false,
             log: log.into(),
             rust_log: "info,kube=warn".to_owned(),
             keep_running: false,
@@ -70,6 +73,13 @@ impl OperatorLaunch {
     pub fn args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> OperatorLaunch {
         self.args
             .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// `/metrics` served over TLS on a free port ([`OperatorProcess::metrics_secure`]), no longer
+    /// on the HTTP port.
+    pub fn secure_metrics(mut self) -> OperatorLaunch {
+        self.secure_metrics = true;
         self
     }
 
@@ -93,6 +103,8 @@ pub struct OperatorProcess {
     pub identity: String,
     /// Where it serves /healthz, /readyz and /metrics.
     pub http: SocketAddr,
+    /// Where it serves /metrics over TLS, when launched with [`OperatorLaunch::secure_metrics`].
+    pub metrics_secure: Option<SocketAddr>,
     /// When this process was spawned (the start that kept its port).
     pub started: Instant,
     log: PathBuf,
@@ -111,7 +123,7 @@ impl OperatorProcess {
             }
         }
         Err(Error::Unexpected(format!(
-            "{} found its HTTP port taken {PORT_ATTEMPTS} times in a row (log: {})",
+            "{} found a port taken {PORT_ATTEMPTS} times in a row (log: {})",
             launch.binary.display(),
             launch.log.display()
         )))
@@ -119,6 +131,7 @@ impl OperatorProcess {
 
     fn spawn(launch: &OperatorLaunch) -> Result<OperatorProcess> {
         let http = free_port()?;
+        let metrics_secure = launch.secure_metrics.then(free_port).transpose()?;
         if let Some(dir) = launch.log.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(Error::io(format!("creating {}", dir.display())))?;
@@ -136,6 +149,9 @@ impl OperatorProcess {
         if let Some(namespace) = &launch.namespace {
             command.args(["--namespace", namespace]);
         }
+        if let Some(secure) = metrics_secure {
+            command.args(["--metrics-secure-addr", &secure.to_string()]);
+        }
         let child = command
             .args(["--identity", &launch.identity])
             .args(["--http-addr", &http.to_string()])
@@ -151,6 +167,7 @@ impl OperatorProcess {
             child,
             identity: launch.identity.clone(),
             http,
+            metrics_secure,
             started,
             log: launch.log.clone(),
         })

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long [`http_get`] waits for a whole answer.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs a command-line tool to completion: (success, stdout, stderr).
 #[allow(
@@ -47,24 +47,29 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
-        let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-        let chunked = head.lines().any(|l| {
-            l.split_once(':').is_some_and(|(name, value)| {
-                name.eq_ignore_ascii_case("transfer-encoding")
-                    && value.trim().eq_ignore_ascii_case("chunked")
-            })
-        });
-        let body = if chunked {
-            dechunk(body)?
-        } else {
-            body.to_string()
-        };
-        Some((code, body))
+        parse_response(&response)
     })
     .await
     .ok()
     .flatten()
+}
+
+/// An HTTP/1.1 answer's status code and body (de-chunked); None when it is cut short.
+pub(crate) fn parse_response(response: &str) -> Option<(u16, String)> {
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(name, value)| {
+            name.eq_ignore_ascii_case("transfer-encoding")
+                && value.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
+    Some((code, body))
 }
 
 /// The body of a `Transfer-Encoding: chunked` answer (Go's servers chunk any answer they don't

@@ -1,6 +1,8 @@
 //! The chart's alerts in a real Prometheus: the server (built from its pinned Go module by
 //! `charts/tests/prometheus-build.sh prometheus`) runs on the host, finds both operator pods
-//! through its Kubernetes service discovery, scrapes them every second, and evaluates the
+//! through its Kubernetes service discovery, scrapes their secure /metrics every second (https,
+//! the self-signed certificate not verified, with the token of a ServiceAccount bound to the
+//! chart's metrics-reader ClusterRole, as the chart's ServiceMonitor does), and evaluates the
 //! PrometheusRule the chart renders. The group loses every candidate (its Deployment scaled to 0):
 //! `LeaderGroupNoLeader` fires; a candidate comes back: it resolves.
 //!
@@ -14,7 +16,10 @@ use kube::api::{Patch, PatchParams};
 use leadergroup_testenv::{free_port, http_get, run_ok};
 use serde_json::json;
 
-use crate::cluster::{APP, App, CONVERGE, Cluster, OPERATOR_POD_SELECTOR, RELEASE, RELEASE_NS};
+use crate::cluster::{
+    APP, App, CONVERGE, Cluster, METRICS_PORT_NAME, MetricsReader, OPERATOR_POD_SELECTOR, RELEASE,
+    RELEASE_NS,
+};
 
 /// The environment variable that names the Prometheus server binary.
 const PROMETHEUS_ENV: &str = "LEADERGROUP_PROMETHEUS";
@@ -32,8 +37,9 @@ struct Prometheus {
 
 impl Prometheus {
     /// Starts the server with `rules` (a rule file's YAML) and a scrape job named as the chart's
-    /// metrics Service, so that the rules' `job` selector matches, over the operator's pods.
-    async fn start(c: &Cluster, rules: &str) -> Prometheus {
+    /// metrics Service, so that the rules' `job` selector matches, over the operator's pods'
+    /// secure port, presenting `token`.
+    async fn start(c: &Cluster, rules: &str, token: &str) -> Prometheus {
         let binary = std::env::var(PROMETHEUS_ENV).unwrap_or_else(|_| {
             panic!("{PROMETHEUS_ENV} is not set: run through `make e2e`, or set it to the output of charts/tests/prometheus-build.sh prometheus")
         });
@@ -42,6 +48,7 @@ impl Prometheus {
             .join(format!("e2e-prometheus-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
         std::fs::write(dir.join("rules.yaml"), rules).unwrap();
+        std::fs::write(dir.join("token"), token).unwrap();
         let (instance_label, instance) = OPERATOR_POD_SELECTOR.split_once('=').unwrap();
         let config = json!({
             "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
@@ -49,6 +56,9 @@ impl Prometheus {
             "scrape_configs": [{
                 "job_name": format!("{RELEASE}-metrics"),
                 "honor_labels": true,
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": true},
+                "authorization": {"type": "Bearer", "credentials_file": dir.join("token")},
                 "kubernetes_sd_configs": [{
                     "role": "pod",
                     "kubeconfig_file": c.cp.kubeconfig_path(),
@@ -61,8 +71,8 @@ impl Prometheus {
                         "action": "keep",
                     },
                     {
-                        "source_labels": ["__meta_kubernetes_pod_container_port_number"],
-                        "regex": "8080",
+                        "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                        "regex": METRICS_PORT_NAME,
                         "action": "keep",
                     },
                     {
@@ -145,13 +155,25 @@ impl Prometheus {
             .collect()
     }
 
-    /// The operator pods the server scrapes and finds up.
-    async fn targets_up(&self) -> usize {
+    /// The operator pods the server scrapes and finds up, or what it says of those it does not
+    /// (the scrape's last error: a 401 or 403 names the token's rights).
+    async fn targets_up(&self) -> Result<usize, String> {
         let answer = self.api("/api/v1/targets?state=active").await;
-        answer["data"]["activeTargets"]
+        let targets = answer["data"]["activeTargets"]
             .as_array()
-            .map(|t| t.iter().filter(|t| t["health"] == "up").count())
-            .unwrap_or(0)
+            .cloned()
+            .unwrap_or_default();
+        let up = targets.iter().filter(|t| t["health"] == "up").count();
+        let down: Vec<String> = targets
+            .iter()
+            .filter(|t| t["health"] != "up")
+            .map(|t| format!("{}: {}", t["scrapeUrl"], t["lastError"]))
+            .collect();
+        if down.is_empty() {
+            Ok(up)
+        } else {
+            Err(format!("{up} up; not up: {}", down.join("; ")))
+        }
     }
 }
 
@@ -239,9 +261,10 @@ async fn the_no_leader_alert_fires_when_a_group_loses_every_candidate_and_resolv
     let app = App::start(&c, "alerts", 1, 0).await;
     app.wait_settled("a leader", CONVERGE, |_| true).await;
 
-    let server = Prometheus::start(&c, &rendered_rules(&c).await).await;
+    let reader = MetricsReader::create(&app.ns, "prometheus").await;
+    let server = Prometheus::start(&c, &rendered_rules(&c).await, &reader.token).await;
     leadergroup_testenv::wait_until("both operator pods scraped", CONVERGE, || async {
-        Ok::<_, String>((server.targets_up().await == 2).then_some(()))
+        Ok::<_, String>((server.targets_up().await? == 2).then_some(()))
     })
     .await
     .unwrap();
@@ -297,5 +320,6 @@ async fn the_no_leader_alert_fires_when_a_group_loses_every_candidate_and_resolv
     );
     app.wait_settled("a leader again", CONVERGE, |_| true).await;
     drop(server);
+    reader.remove().await;
     app.delete().await;
 }

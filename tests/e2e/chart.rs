@@ -1,16 +1,18 @@
 //! `helm install` of the chart with its default values on the real cluster: both operator replicas
 //! run as containers, one is active, their probes pass, the metrics Service answers through its
-//! ClusterIP; `helm upgrade` rolls the Deployment; `helm uninstall` removes it.
+//! ClusterIP over TLS to a token bound to the chart's metrics-reader ClusterRole (and 401 without
+//! one); `helm upgrade` rolls the Deployment; `helm uninstall` removes it.
 
 use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::{Api, ResourceExt};
-use leadergroup_testenv::{http_get, run_ok, run_tool, wait_until};
+use leadergroup_testenv::{Trust, http_get, https_get, run_ok, run_tool, wait_until};
 
 use crate::cluster::{
-    CONVERGE, Cluster, PODS, RELEASE, RELEASE_NS, container_running, is_ready, repo_root,
+    CONVERGE, Cluster, MetricsReader, PODS, RELEASE, RELEASE_NS, container_running, is_ready,
+    repo_root,
 };
 
 const DEPLOYMENT: &str = "leadergroup-operator";
@@ -66,25 +68,34 @@ async fn helm_install_runs_two_replicas_one_active_then_upgrade_rolls_and_uninst
         "the active replica holds the Lease: {roles:?}"
     );
 
-    // The metrics Service, from the host, through its ClusterIP (kube-proxy).
+    // The metrics Service, from the host, through its ClusterIP (kube-proxy): the secure
+    // /metrics, over TLS (the self-signed certificate not verified, as the ServiceMonitor) to the
+    // token of a ServiceAccount bound to the chart's reader ClusterRole.
     let svc = Api::<Service>::namespaced(c.client.clone(), RELEASE_NS)
         .get("leadergroup-operator-metrics")
         .await
         .unwrap();
     let ip = svc.spec.and_then(|s| s.cluster_ip).unwrap();
+    let scraper_ns = leadergroup_testenv::namespace_in(c.client.clone(), "e2e-scraper")
+        .await
+        .unwrap();
+    let reader = MetricsReader::create(&scraper_ns, "scraper").await;
     // kube-proxy programs the Service shortly after its endpoints turn Ready: wait for it.
-    let metrics = format!("{ip}:8080").parse().unwrap();
+    let metrics = format!("{ip}:8443").parse().unwrap();
     let body = wait_until("the metrics Service answers", CONVERGE, || async {
-        Ok::<_, String>(
-            http_get(metrics, "/metrics")
-                .await
-                .filter(|(code, _)| *code == 200)
-                .map(|(_, body)| body),
-        )
+        let (code, body) = https_get(metrics, "/metrics", Some(&reader.token), Trust::Any)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((code == 200).then_some(body))
     })
     .await
     .unwrap();
     assert!(body.contains("leadergroup_"), "{body}");
+    let (code, body) = https_get(metrics, "/metrics", None, Trust::Any)
+        .await
+        .unwrap();
+    assert_eq!(code, 401, "no token: {body}");
+    reader.remove().await;
 
     // helm upgrade with a changed value rolls the Deployment: new pods with the new flag.
     let deployments: Api<Deployment> = Api::namespaced(c.client.clone(), RELEASE_NS);

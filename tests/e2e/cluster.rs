@@ -818,3 +818,49 @@ pub async fn wait_pods_ready_where(
     .await
     .unwrap();
 }
+
+/// A scraper of the operator's secure /metrics: ServiceAccount `name` of `ns` bound (a
+/// ClusterRoleBinding named `<ns>-<name>`) to the chart's reader ClusterRole, as a user binds a
+/// Prometheus, and a TokenRequest token of it. [`MetricsReader::remove`] deletes the binding.
+pub struct MetricsReader {
+    /// The token, for `Authorization: Bearer`.
+    pub token: String,
+    client: Client,
+    binding: String,
+}
+
+/// The chart's ClusterRole that may get /metrics (`<fullname>-metrics-reader.<release ns>`).
+pub const METRICS_READER_ROLE: &str = "leadergroup-operator-metrics-reader.leadergroup-system";
+/// The operator pods' secure /metrics port (the chart's metrics.securePort), by its name.
+pub const METRICS_PORT_NAME: &str = "https-metrics";
+
+impl MetricsReader {
+    pub async fn create(ns: &TestNamespace, name: &str) -> MetricsReader {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        ns.create_service_account(name).await.unwrap();
+        let binding = format!("{}-{name}", ns.name);
+        let object: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns.name}],
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(ns.client.clone())
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+        MetricsReader {
+            token: ns.service_account_token(name).await.unwrap(),
+            client: ns.client.clone(),
+            binding,
+        }
+    }
+
+    /// Deletes the binding (the ServiceAccount goes with its namespace).
+    pub async fn remove(self) {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        let _ = Api::<ClusterRoleBinding>::all(self.client)
+            .delete(&self.binding, &DeleteParams::default())
+            .await;
+    }
+}

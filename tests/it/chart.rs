@@ -83,9 +83,9 @@ async fn deployment_args(client: &Client, namespace: &str, name: &str) -> Vec<St
 }
 
 /// The operator binary run as release `fullname` in namespace `rel` runs it, watching `watched`:
-/// the Deployment's own arguments (the harness sets --namespace and --http-addr itself, so the
-/// chart's are dropped), authenticated with a TokenRequest token of the chart's ServiceAccount.
-/// Returns the operator and that token.
+/// the Deployment's own arguments (the harness sets --namespace, --http-addr and
+/// --metrics-secure-addr itself, so the chart's are dropped), authenticated with a TokenRequest
+/// token of the chart's ServiceAccount. Returns the operator and that token.
 async fn release_operator(
     cp: &ControlPlane,
     rel: &TestNamespace,
@@ -94,18 +94,65 @@ async fn release_operator(
     identity: &str,
 ) -> (Operator, String) {
     let args = deployment_args(&rel.client, &rel.name, fullname).await;
-    let chart_args: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with("--namespace=") && !a.starts_with("--http-addr="))
-        .collect();
     let token = rel.service_account_token(fullname).await.unwrap();
     let kubeconfig =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-sa.kubeconfig", rel.name));
     std::fs::write(&kubeconfig, cp.token_kubeconfig(&token)).unwrap();
-    let operator =
-        Operator::start_with_kubeconfig(&kubeconfig, watched, identity, &chart_args).await;
+    let operator = start_as_deployed(&kubeconfig, &args, watched, identity).await;
     (operator, token)
+}
+
+/// The operator binary with the Deployment's arguments `args`, watching `watched`: the chart's
+/// --namespace, --http-addr and --metrics-secure-addr give way to the harness' (free ports on
+/// loopback; the secure /metrics kept when the chart asks for it).
+async fn start_as_deployed(
+    kubeconfig: &Path,
+    args: &[String],
+    watched: &str,
+    identity: &str,
+) -> Operator {
+    let own = ["--namespace=", "--http-addr=", "--metrics-secure-addr="];
+    let chart_args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !own.iter().any(|flag| a.starts_with(flag)))
+        .collect();
+    if args.iter().any(|a| a.starts_with("--metrics-secure-addr=")) {
+        Operator::start_secure(kubeconfig, watched, identity, &chart_args).await
+    } else {
+        Operator::start_with_kubeconfig(kubeconfig, watched, identity, &chart_args).await
+    }
+}
+
+/// The release's secure /metrics as a scraper meets it, on `operator` started as deployed: a
+/// ServiceAccount that `metrics.readers` bound to the chart's reader ClusterRole reads it (which
+/// needs the operator's own right to review tokens, from the chart), and `other`, a token of a
+/// ServiceAccount not bound, is refused.
+async fn scrape_as_reader(operator: &Operator, reader: &str, other: &str) {
+    let body = wait_until(
+        "the chart's metrics reader scrapes /metrics",
+        crate::common::CONVERGE,
+        || async {
+            let (code, body) = operator
+                .scrape(Some(reader), leadergroup_testenv::Trust::Any)
+                .await;
+            // 500: the operator could not review (the chart's metrics-auth ClusterRole missing).
+            assert_ne!(code, 500, "{body}\n{}", operator.logs());
+            Ok::<_, String>((code == 200).then_some(body))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", operator.logs()));
+    assert!(body.contains("leadergroup_active"), "{body}");
+    let (code, body) = operator
+        .scrape(Some(other), leadergroup_testenv::Trust::Any)
+        .await;
+    assert_eq!(code, 403, "a ServiceAccount the chart did not bind: {body}");
+    assert_eq!(
+        operator.get("/metrics").await.map(|(c, _)| c),
+        Some(404),
+        "no plain /metrics with metrics.secure"
+    );
 }
 
 #[tokio::test]
@@ -117,10 +164,21 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
     let admin = w.ns.client.clone();
     let fullname = "lgo-leadergroup-operator";
 
-    run_ok(install_watching(cp, &rel.name, &w.ns.name)).await;
+    // A scraper bound to the secure /metrics' reader role by the chart (metrics.readers).
+    let mut install = install_watching(cp, &rel.name, &w.ns.name);
+    install.args([
+        "--set",
+        "metrics.readers[0].kind=ServiceAccount",
+        "--set",
+        "metrics.readers[0].name=scraper",
+        "--set",
+        &format!("metrics.readers[0].namespace={}", rel.name),
+    ]);
+    run_ok(install).await;
 
     // The objects: ServiceAccount and leader-election Role in the release namespace, the
-    // operator's Role in the watched namespace only, and nothing cluster-wide.
+    // operator's Role in the watched namespace only, and nothing cluster-wide but the secure
+    // /metrics' ClusterRoles (the reviews, which a Role cannot grant, and the scrapers' right).
     Api::<ServiceAccount>::namespaced(admin.clone(), &rel.name)
         .get(fullname)
         .await
@@ -167,6 +225,18 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
             .await,
         "no ClusterRoleBinding with watchNamespace",
     );
+    let metrics_auth = format!("{fullname}-metrics-auth.{}", rel.name);
+    let metrics_reader = format!("{fullname}-metrics-reader.{}", rel.name);
+    for name in [&metrics_auth, &metrics_reader] {
+        Api::<ClusterRole>::all(admin.clone())
+            .get(name)
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .get(name)
+            .await
+            .unwrap();
+    }
 
     // The binary with exactly the chart's flags, authenticated as the chart's ServiceAccount.
     let args = deployment_args(&admin, &rel.name, fullname).await;
@@ -223,6 +293,11 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
         !logs.to_lowercase().contains("forbidden"),
         "the chart's RBAC misses a permission:\n{logs}"
     );
+    // The secure /metrics: the operator, as the chart's ServiceAccount, reviews the tokens; the
+    // bound scraper reads, the operator's own ServiceAccount (not a reader) is refused.
+    rel.create_service_account("scraper").await.unwrap();
+    let scraper = rel.service_account_token("scraper").await.unwrap();
+    scrape_as_reader(&operator, &scraper, &token).await;
 
     // The same token, outside what the chart grants: 403.
     let sa = cp.client_with_token(&token).await.unwrap();
@@ -334,6 +409,12 @@ async fn release_for_one_namespace_runs_the_operator_as_its_service_account_and_
             .await,
         "ServiceAccount after uninstall",
     );
+    for name in [&metrics_auth, &metrics_reader] {
+        not_found(
+            Api::<ClusterRole>::all(admin.clone()).get(name).await,
+            "the secure /metrics' ClusterRole after uninstall",
+        );
+    }
     w.groups.get("g").await.unwrap();
     Api::<CustomResourceDefinition>::all(admin)
         .get(CRD_NAME)
@@ -424,13 +505,22 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
     );
     let uid = live.uid();
 
-    // Default values: cluster-wide RBAC and the leader-election Role.
+    // Default values: cluster-wide RBAC (the secure /metrics' too) and the leader-election Role.
+    for name in [
+        release.to_owned(),
+        format!("{release}-metrics-auth.leadergroup-system"),
+    ] {
+        Api::<ClusterRole>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+    }
     Api::<ClusterRole>::all(client.clone())
-        .get(release)
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .get(release)
+        .get(&format!("{release}-metrics-reader.leadergroup-system"))
         .await
         .unwrap();
     Api::<ServiceAccount>::namespaced(client.clone(), "leadergroup-system")
@@ -517,13 +607,11 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
             .unwrap();
     }
     let args = deployment_args(&client, "leadergroup-system", release).await;
-    let chart_args: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with("--http-addr="))
-        .collect();
-    let mut operator =
-        Operator::start_with_kubeconfig(&kubeconfig, "app", "default-op", &chart_args).await;
+    assert!(
+        args.contains(&"--metrics-secure-addr=0.0.0.0:8443".to_string()),
+        "the secure /metrics by default: {args:?}"
+    );
+    let mut operator = start_as_deployed(&kubeconfig, &args, "app", "default-op").await;
     operator.wait_role("active").await;
     let own = Api::<Lease>::namespaced(client.clone(), "leadergroup-system")
         .get(&format!("operator-{release}"))
@@ -560,6 +648,22 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         !logs.to_lowercase().contains("forbidden"),
         "the chart's ClusterRole misses a permission:\n{logs}"
     );
+    // The secure /metrics, with a scraper bound by a binding of its own (as a user binds a
+    // Prometheus) to the chart's reader ClusterRole.
+    let reader_role = format!("{release}-metrics-reader.leadergroup-system");
+    app.create_service_account("prometheus").await.unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "prometheus-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader_role},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "app"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let prometheus = app.service_account_token("prometheus").await.unwrap();
+    scrape_as_reader(&operator, &prometheus, &token).await;
     operator.kill().await;
 
     let mut upgrade = cluster.tool("helm");
@@ -586,10 +690,12 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         format!("{out}{err}").contains(CRD_NAME),
         "helm names the kept CRD: {out}{err}"
     );
-    not_found(
-        Api::<ClusterRole>::all(client.clone()).get(release).await,
-        "ClusterRole after uninstall",
-    );
+    for name in [release.to_owned(), reader_role.clone()] {
+        not_found(
+            Api::<ClusterRole>::all(client.clone()).get(&name).await,
+            "ClusterRole after uninstall",
+        );
+    }
     not_found(
         Api::<Deployment>::namespaced(client.clone(), "leadergroup-system")
             .get(release)

@@ -49,6 +49,8 @@ pub struct Operator {
     pub identity: String,
     /// Where it serves /healthz, /readyz and /metrics.
     pub http: SocketAddr,
+    /// Where it serves /metrics over TLS, when started with [`Operator::start_secure`].
+    pub metrics_secure: Option<SocketAddr>,
 }
 
 impl Operator {
@@ -69,6 +71,27 @@ impl Operator {
         identity: &str,
         extra: &[&str],
     ) -> Operator {
+        Self::launch(kubeconfig, namespace, identity, extra, false).await
+    }
+
+    /// Starts the operator with `/metrics` over TLS on a port of its own
+    /// ([`Operator::metrics_secure`], `--metrics-secure-addr`), as the chart runs it.
+    pub async fn start_secure(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Operator {
+        Self::launch(kubeconfig, namespace, identity, extra, true).await
+    }
+
+    async fn launch(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+        secure_metrics: bool,
+    ) -> Operator {
         let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join("operator-logs")
             .join(format!("{namespace}-{identity}.log"));
@@ -81,12 +104,18 @@ impl Operator {
         )
         .args(extra)
         .rust_log("info,leadergroup_operator=debug,kube=warn");
+        let launch = if secure_metrics {
+            launch.secure_metrics()
+        } else {
+            launch
+        };
         let process = OperatorProcess::start(&launch)
             .await
             .unwrap_or_else(|e| panic!("starting leadergroup-operator: {e}"));
         Operator {
             identity: process.identity.clone(),
             http: process.http,
+            metrics_secure: process.metrics_secure,
             process,
         }
     }
@@ -444,6 +473,27 @@ impl Operator {
         let (code, body) = self.get("/metrics").await.expect("/metrics answers");
         assert_eq!(code, 200, "{body}");
         body
+    }
+
+    /// GETs /metrics on its secure port with `token` (none: no Authorization header), trusting
+    /// its certificate as `trust` says: (status code, body).
+    pub async fn scrape(
+        &self,
+        token: Option<&str>,
+        trust: leadergroup_testenv::Trust<'_>,
+    ) -> (u16, String) {
+        let addr = self
+            .metrics_secure
+            .expect("started with Operator::start_secure");
+        leadergroup_testenv::https_get(addr, "/metrics", token, trust)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "scraping {addr}: {e}
+{}",
+                    self.logs()
+                )
+            })
     }
 
     /// How many reconciles it has finished (`leadergroup_reconcile_seconds_count`).

@@ -27,6 +27,7 @@ mod recreation;
 mod refusals;
 mod restarts;
 mod rollout;
+mod secure_metrics;
 mod service;
 mod stalled_watch;
 mod status;

@@ -50,6 +50,11 @@ helm.sh/chart: {{ include "leadergroup-operator.chart" . }}
 {{- end -}}
 {{- end -}}
 
+{{/* Where metrics.certSecret is mounted: the operator's --metrics-cert-dir. */}}
+{{- define "leadergroup-operator.metricsCertDir" -}}
+/etc/leadergroup-operator/metrics-tls
+{{- end -}}
+
 {{/*
 Name of the operator's own HA Lease, in the release namespace. One per release. Never of the form
 leadergroup-<name>: that is the Lease of a LeaderGroup (the operator refuses such a name).
@@ -144,6 +149,18 @@ never map to one name.
 {{/* Name of the guard of the groups' Leases (lease-guard.yaml): as the marks' guard, per release. */}}
 {{- define "leadergroup-operator.leaseGuardName" -}}
 {{- printf "%s-leases.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+Names of the secure /metrics' ClusterRoles (and their bindings): the operator's reviews
+(metrics-auth) and the scrapers' right (metrics-reader). Cluster-scoped in every RBAC mode: per
+release namespace, as the guard's.
+*/}}
+{{- define "leadergroup-operator.metricsAuthName" -}}
+{{- printf "%s-metrics-auth.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+{{- define "leadergroup-operator.metricsReaderName" -}}
+{{- printf "%s-metrics-reader.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
 {{/* The name of every group's Lease starts with this (LEASE_PREFIX in client/src/wire.rs). */}}
