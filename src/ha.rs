@@ -51,7 +51,7 @@ pub const SHORTEST_SECONDS: i32 = 3;
 
 /// How long a standby waits between two reads of another replica's Lease: it sights a renewal at
 /// most this late, so it takes over at most this long after the Lease has run out.
-const STANDBY_POLL: Duration = Duration::from_secs(1);
+const STANDBY_POLL: Duration = Duration::from_millis(500);
 
 /// The operator Lease's duration: that of the shortest group Lease, between [`SHORTEST_SECONDS`]
 /// and `longest` (the flag), so that losing the active replica with a leader costs no more than

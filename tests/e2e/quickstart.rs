@@ -6,7 +6,10 @@
 //! columns of `kubectl get lg`, the Service answering with the leader's name).
 //!
 //! One substitution, because the cluster has no route out: the page's `busybox:1.36` becomes the
-//! busybox image the real cluster's nodes carry (`images/build.sh busybox`).
+//! busybox image the real cluster's nodes carry (`images/build.sh busybox`). The agent's image is
+//! the page's as `images/build.sh agent` names it. Beyond the commands' success, the test checks
+//! the agent's files (one leader) and the fenced write (the leader's landed at its token, the
+//! deposed one's was refused).
 
 use std::time::Instant;
 
@@ -177,4 +180,30 @@ async fn the_quickstart_runs_as_written() {
         answer.lines().any(|l| l.starts_with("web-")),
         "the leader Service answered {answer:?}"
     );
+    // The agent's files: one leader, the others followers.
+    let (_, roles) = answers
+        .iter()
+        .find(|(s, _)| s.contains("examples/quickstart/agent.yaml"))
+        .expect("the page adds the agent");
+    let count = |role: &str| {
+        roles
+            .lines()
+            .filter(|l| l.ends_with(&format!(": {role}")))
+            .count()
+    };
+    assert_eq!(count("leader"), 1, "{roles}");
+    assert!(count("follower") >= 2, "{roles}");
+    // The fenced write: the leader's landed with its token, the deposed one's was refused.
+    let (_, fenced) = answers
+        .iter()
+        .find(|(s, _)| s.contains("fenced-write.sh"))
+        .expect("the page fences a write");
+    assert!(
+        fenced.contains("the deposed leader's write was refused"),
+        "{fenced}"
+    );
+    let last = fenced.lines().last().unwrap_or_default();
+    let (owner, epoch) = last.split_once(" at ").unwrap_or_default();
+    assert!(owner.starts_with("web-"), "{fenced}");
+    assert!(epoch.parse::<u64>().is_ok_and(|e| e >= 2), "{fenced}");
 }
