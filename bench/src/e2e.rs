@@ -787,6 +787,7 @@ impl Bench<'_> {
     async fn active_on(&self, node: &str) -> Result<Pod> {
         let pods: Api<Pod> =
             Api::namespaced(self.client.clone(), leadergroup_testenv::OPERATOR_NAMESPACE);
+        self.keep_operator_logs(&pods).await;
         for _ in 0..6 {
             let active = self.active_replica().await?;
             let listed = pods
@@ -825,6 +826,25 @@ impl Bench<'_> {
         Err(Error::Other(format!(
             "no operator replica on {node} became active with a standby elsewhere"
         )))
+    }
+
+    /// Appends each operator replica's log to `target/bench-logs/e2e-operator/<pod>.log` before a
+    /// replica may be replaced: what an outlier of the operator's scenarios needs explaining.
+    async fn keep_operator_logs(&self, pods: &Api<Pod>) {
+        let dir = self.repo.join("target/bench-logs/e2e-operator");
+        let Ok(listed) = pods
+            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .await
+        else {
+            return;
+        };
+        let _ = std::fs::create_dir_all(&dir);
+        for pod in listed.items {
+            let name = pod.name_any();
+            if let Ok(log) = pods.logs(&name, &Default::default()).await {
+                let _ = std::fs::write(dir.join(format!("{name}.log")), log);
+            }
+        }
     }
 
     /// Uncordons `node`, or cordons it.

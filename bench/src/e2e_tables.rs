@@ -49,8 +49,8 @@ impl<'a> Scenario<'a> {
             "frozen" => "frozen process (SIGSTOP)",
             "node-loss" => "node lost",
             "node-loss-operator" => "node lost with the active operator replica",
-            "operator-kill" => "active operator replica killed as the leader crashes",
-            "operator-stop" => "active operator replica frozen as the leader crashes",
+            "operator-kill" => "active operator replica killed as the leader freezes",
+            "operator-stop" => "active operator replica frozen as the leader freezes",
             _ => "?",
         }
     }

@@ -141,52 +141,6 @@ impl Cluster {
             .await
     }
 
-    /// Makes the operator replica on node `node` the active one, with a standby Ready on another
-    /// node, and returns the active one: a test that then loses `node` loses the active replica
-    /// with its leaders. The active replica elsewhere is deleted (it releases the operator Lease,
-    /// and the scheduler spreads its replacement away from the replica left).
-    pub async fn operator_on(&self, node: &str) -> String {
-        let pods = Api::<Pod>::namespaced(self.client.clone(), RELEASE_NS);
-        for _ in 0..5 {
-            let active = self.wait_operator_active(None).await;
-            let all = self.operator_pods().await;
-            let ready_elsewhere = |p: &&Pod| {
-                node_of(p) != node && is_ready(p) && p.metadata.deletion_timestamp.is_none()
-            };
-            let on_node = all
-                .iter()
-                .any(|p| p.name_any() == active && node_of(p) == node);
-            if on_node && all.iter().any(|p| ready_elsewhere(&p)) {
-                return active;
-            }
-            if !on_node {
-                pods.delete(&active, &DeleteParams::default())
-                    .await
-                    .unwrap();
-            }
-            // Until the replaced replica is gone and its successor Ready.
-            let settled = wait_until("two operator replicas Ready", PODS, || async {
-                let all = self.operator_pods().await;
-                let ready = all.len() == 2
-                    && all
-                        .iter()
-                        .all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none());
-                Ok::<_, String>(ready.then_some(()))
-            })
-            .await;
-            if let Err(e) = settled {
-                panic!(
-                    "{e}\noperator pods: {:#?}",
-                    pod_summary(&self.operator_pods().await)
-                );
-            }
-        }
-        panic!(
-            "no operator replica on {node} became active with a standby elsewhere: {:#?}",
-            pod_summary(&self.operator_pods().await)
-        )
-    }
-
     /// Waits until the operator's Lease is held by a Ready operator pod that `which` accepts, and
     /// returns that pod's name.
     async fn wait_operator_active_where(&self, which: impl Fn(&Pod) -> bool) -> String {

@@ -20,10 +20,9 @@
 //! oldest first, and the first client-go candidate takes the free Lease. Every time is taken from
 //! the wall clock of the cut (printed by `cut-node`), on the one clock of this machine: to the
 //! watch event that shows the new leader's label (a, b), to the Lease naming the node-2 candidate
-//! (c), and to the `role` files' mtimes (b). The active operator replica is moved onto node 1
-//! first, its standby on node 2: the node takes the active replica with the leaders, and the
-//! Heartbeat bound (5 + 1 s) holds all the same (the operator Lease lasts as long as the shortest
-//! group Lease, 5 s, and the standby is warm).
+//! (c), and to the `role` files' mtimes (b). The active operator replica is moved off node 1 first:
+//! what is measured is the groups' failover; the benchmark's end-to-end run measures losing the
+//! node with the active replica on it (`docs/benchmarks.md`).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -205,7 +204,7 @@ async fn create_node_pods(
 async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     let c = Cluster::get().await;
     c.ensure_operator().await;
-    let operator = c.operator_on(CUT).await;
+    let operator = c.operator_off(CUT).await;
     let grace = c.node_monitor_grace_period();
     let ns = leadergroup_testenv::namespace_in(c.client.clone(), "e2e-node-loss")
         .await
@@ -495,7 +494,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
 
     println!(
         "node loss: {CUT} cut (kubelet, containerd, its pods' packets); each leader on {CUT}, its peer on {PEER}; \
-         active operator {operator} on {CUT} too, the standby on {PEER}; node-monitor-grace-period {} s",
+         active operator {operator} on {PEER}; node-monitor-grace-period {} s",
         grace.as_secs()
     );
     println!(
