@@ -80,3 +80,87 @@ async fn drive(all: Arc<Mutex<HashMap<String, Waiting>>>, api: Api<Pod>, ns: Str
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use axum::http::{Request, Response};
+    use kube::Client;
+    use kube::ResourceExt;
+    use kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+
+    /// An API server whose lists of pods answer after 50 ms with one leader, the first `failing`
+    /// of them with a 500; it counts the lists.
+    fn api(lists: Arc<AtomicUsize>, failing: usize) -> Api<Pod> {
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let lists = lists.clone();
+            async move {
+                assert!(request.uri().path().ends_with("/pods"), "{}", request.uri());
+                let n = lists.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let (status, body) = if n < failing {
+                    let failure = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "code": 500, "reason": "InternalError", "message": "etcd is slow"});
+                    (500, failure)
+                } else {
+                    let leader = json!({"kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": {"name": "web-0", "namespace": "ns",
+                                     "labels": {"leadergroup.io/role": "leader"}}});
+                    let list = json!({"kind": "PartialObjectMetadataList",
+                        "apiVersion": "meta.k8s.io/v1", "metadata": {}, "items": [leader]});
+                    (200, list)
+                };
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(&body)?))
+                    .map_err(Box::<dyn std::error::Error + Send + Sync>::from)
+            }
+        });
+        Api::namespaced(Client::new(service, "ns"), "ns")
+    }
+
+    fn names(leaders: &[Pod]) -> Vec<String> {
+        leaders.iter().map(ResourceExt::name_any).collect()
+    }
+
+    #[tokio::test]
+    async fn the_checks_that_ask_together_share_one_list_and_nothing_stays_behind() {
+        let lists = Arc::new(AtomicUsize::new(0));
+        let api = api(lists.clone(), 0);
+        let shared = LeaderLists::default();
+        let answers =
+            futures::future::join_all((0..10).map(|_| shared.every_leader(&api, "ns"))).await;
+        assert_eq!(lists.load(Ordering::SeqCst), 1, "one list for ten checks");
+        for answer in &answers {
+            assert_eq!(names(answer.as_ref().unwrap()), ["web-0"]);
+        }
+        // A check that asks afterwards gets a list of its own, started after it asked.
+        shared.every_leader(&api, "ns").await.unwrap();
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(shared.0.lock().unwrap().is_empty(), "no namespace kept");
+    }
+
+    #[tokio::test]
+    async fn when_the_shared_list_fails_each_check_reads_its_own() {
+        let lists = Arc::new(AtomicUsize::new(0));
+        let api = api(lists.clone(), 1);
+        let shared = LeaderLists::default();
+        let answers =
+            futures::future::join_all((0..3).map(|_| shared.every_leader(&api, "ns"))).await;
+        assert_eq!(
+            lists.load(Ordering::SeqCst),
+            1 + 3,
+            "the failed one, then one each"
+        );
+        for answer in &answers {
+            assert_eq!(names(answer.as_ref().unwrap()), ["web-0"]);
+        }
+    }
+}
