@@ -48,6 +48,22 @@ impl GroupMemory {
     }
 }
 
+/// The object in `written` while `cached` is the version it was written over; once the cache
+/// shows another, None, and `written` is emptied.
+fn fresher<K: kube::Resource + Clone>(
+    written: &mut Option<Box<Written<K>>>,
+    cached: Option<&K>,
+) -> Option<K> {
+    let object = written
+        .as_ref()
+        .filter(|w| !w.passed_by(cached))
+        .map(|w| w.object.clone());
+    if object.is_none() {
+        *written = None;
+    }
+    object
+}
+
 /// An object as this replica wrote it, and the resourceVersion it was written over (None: created).
 /// While the cache still shows that version, the written object is the newer: deciding on the
 /// cache would send a write sure to meet a 409, then read both afresh (three requests for none).
@@ -57,12 +73,6 @@ struct Written<K> {
 }
 
 impl<K: kube::Resource + Clone> Written<K> {
-    /// The written object if `cached` is the version it was written over; else None, and the
-    /// cache has moved on (`keep` false).
-    fn fresher(&self, cached: Option<&K>) -> Option<K> {
-        (!self.passed_by(cached)).then(|| self.object.clone())
-    }
-
     /// Whether `seen` (in the cache, or from the watch) is another version than the one written
     /// over: the cache has caught up with the write, or moved past it.
     fn passed_by(&self, seen: Option<&K>) -> bool {
@@ -176,14 +186,14 @@ impl Memory {
             Event::Apply(lease) | Event::InitApply(lease) => {
                 if let Some(group) = group_of(lease) {
                     self.lease_seen(&group, Some(lease), Now::read());
-                    self.forget_written(&group, |m| {
+                    self.change_existing(&group, |m| {
                         m.lease_written.take_if(|w| w.passed_by(Some(lease)));
                     });
                 }
             }
             Event::Delete(lease) => {
                 if let Some(group) = group_of(lease) {
-                    self.forget_written(&group, |m| {
+                    self.change_existing(&group, |m| {
                         m.sighting = None;
                         m.lease_written = None;
                     });
@@ -226,57 +236,49 @@ impl Memory {
         group: &ObjectRef<LeaderGroup>,
         cached: Option<Lease>,
     ) -> Option<Lease> {
-        let written = self.change(group, |m| {
-            let fresher = m.lease_written.as_ref()?.fresher(cached.as_ref());
-            if fresher.is_none() {
-                m.lease_written = None;
-            }
-            fresher
-        });
+        let written =
+            self.change_existing(group, |m| fresher(&mut m.lease_written, cached.as_ref()));
         written.flatten().or(cached)
     }
 
     /// The group as this replica last wrote its status while the cache still shows it as it was
     /// before that write; else `cached`.
     pub fn fresher_group(&self, cached: LeaderGroup) -> LeaderGroup {
-        let written = self.change(&ObjectRef::from_obj(&cached), |m| {
-            let fresher = m.status_written.as_ref()?.fresher(Some(&cached));
-            if fresher.is_none() {
-                m.status_written = None;
-            }
-            fresher
-        });
+        let group = ObjectRef::from_obj(&cached);
+        let written =
+            self.change_existing(&group, |m| fresher(&mut m.status_written, Some(&cached)));
         written.flatten().unwrap_or(cached)
     }
 
     /// The group watch showed a change of `group`: the cache has caught up with any write.
     pub fn group_watched(&self, event: &Event<LeaderGroup>) {
         match event {
-            Event::Apply(g) => self.forget_written(&ObjectRef::from_obj(g), |m| {
-                m.status_written.take_if(|w| w.passed_by(Some(g)));
-            }),
-            Event::Delete(g) => self.forget_written(&ObjectRef::from_obj(g), |m| {
-                m.status_written = None;
-            }),
+            Event::Apply(g) => {
+                self.change_existing(&ObjectRef::from_obj(g), |m| {
+                    m.status_written.take_if(|w| w.passed_by(Some(g)));
+                });
+            }
+            Event::Delete(g) => {
+                self.change_existing(&ObjectRef::from_obj(g), |m| m.status_written = None);
+            }
             _ => {}
         }
     }
 
-    /// Changes `group`'s memory only if there is one (a watch event of a group never written
-    /// does not allocate one).
-    fn forget_written(
+    /// Runs `change` on `group`'s memory only if there is one, dropping it if nothing is left:
+    /// a watch event, or a reconcile's look for its own writes, allocates no memory for a group.
+    fn change_existing<T>(
         &self,
         group: &ObjectRef<LeaderGroup>,
-        change: impl FnOnce(&mut GroupMemory),
-    ) {
-        if let Ok(mut groups) = self.0.lock()
-            && let Some(memory) = groups.get_mut(group)
-        {
-            change(memory);
-            if memory.is_empty() {
-                groups.remove(group);
-            }
+        change: impl FnOnce(&mut GroupMemory) -> T,
+    ) -> Option<T> {
+        let mut groups = self.0.lock().ok()?;
+        let memory = groups.get_mut(group)?;
+        let out = change(memory);
+        if memory.is_empty() {
+            groups.remove(group);
         }
+        Some(out)
     }
 
     /// Starts the group's handover clock, unless it is already running.
