@@ -182,9 +182,9 @@ impl Fault {
     }
 
     /// The replica it strikes, for the replica faults (which strike one at a time).
-    /// How long it lasts before it is undone: zero for one that is over when it strikes (a
+    /// How long it lasts before it is undone; None for one that is over when it strikes (a
     /// SIGTERM, a deletion), and for a stall, which its replica's own bound ends.
-    pub fn length(&self) -> Duration {
+    pub fn length(&self) -> Option<Duration> {
         match self {
             Fault::KillReplica { down: d, .. }
             | Fault::PauseReplica { paused: d, .. }
@@ -195,8 +195,8 @@ impl Fault {
             | Fault::EditSpec { undo_after: d, .. }
             | Fault::RestartMember { down: d, .. }
             | Fault::CutMember { cut: d, .. }
-            | Fault::CutLeaderThen { cut: d, .. } => *d,
-            _ => Duration::ZERO,
+            | Fault::CutLeaderThen { cut: d, .. } => Some(*d),
+            _ => None,
         }
     }
 

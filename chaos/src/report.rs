@@ -137,7 +137,10 @@ impl Report {
             .iter()
             .filter(|i| i.skipped.is_none())
             .filter(|i| i.fault.replica() == Some(Replica::Active))
-            .any(|i| i.at <= gap.start && gap.start <= i.at + i.fault.length() + lease)
+            .any(|i| {
+                let undone = i.at + i.fault.length().unwrap_or_default();
+                i.at <= gap.start && gap.start <= undone + lease
+            })
     }
 
     /// How much of `gap` the API server was down (restarting): no operator can act then.
@@ -626,19 +629,9 @@ impl Report {
 
 /// A fault with its target and lengths (the overlaps' sequences).
 fn describe_fully(fault: &Fault) -> String {
-    let length = match fault {
-        Fault::FlapPod { not_ready: d, .. }
-        | Fault::EditSpec { undo_after: d, .. }
-        | Fault::RestartMember { down: d, .. }
-        | Fault::CutMember { cut: d, .. }
-        | Fault::CutLeaderThen { cut: d, .. }
-        | Fault::KillReplica { down: d, .. }
-        | Fault::PauseReplica { paused: d, .. }
-        | Fault::HoldReplica { held: d, .. }
-        | Fault::CutReplica { cut: d, .. }
-        | Fault::HoldPromotions { held: d } => format!(" for {}", secs(*d)),
-        _ => String::new(),
-    };
+    let length = fault
+        .length()
+        .map_or_else(String::new, |d| format!(" for {}", secs(d)));
     let detail = match fault {
         Fault::EditSpec {
             edit: SpecEdit::LeaseDuration(s),
