@@ -34,7 +34,8 @@ use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups};
 use leadergroup_testenv::pods::{container_id, eligible, node_of, terminating};
 use leadergroup_testenv::{
-    Frozen, RealCluster, kill_container, node_ready, settled, wait_until, wait_until_every,
+    Frozen, OPERATOR_LEASE, OPERATOR_POD_SELECTOR, RealCluster, kill_container, node_ready,
+    settled, wait_until, wait_until_every,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -161,10 +162,6 @@ const OPERATOR_SCENARIOS: [Scenario; 3] = [
         fault: None,
     },
 ];
-
-/// The operator's pods (the chart's release) and its Lease.
-const OPERATOR_SELECTOR: &str = "app.kubernetes.io/instance=leadergroup-operator";
-const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
 
 impl Scenario {
     /// Adds the samples of `system` in it to `record`: its handovers and split brains.
@@ -478,7 +475,6 @@ impl World<'_> {
             None
         };
         let cluster = self.bench.cluster;
-        let from = SystemTime::now();
         let t0 = SystemTime::now();
         match &frozen {
             Some(f) => f.freeze()?,
@@ -528,7 +524,7 @@ impl World<'_> {
         }
         for (s, result) in OURS.iter().zip(results.iter_mut()) {
             self.wait_at_rest(s, CANDIDATES).await?;
-            result.split_brains += self.split_brains(s, from);
+            result.split_brains += self.split_brains(s, t0);
         }
         Ok(())
     }
@@ -710,7 +706,7 @@ impl Bench<'_> {
 
     /// The operator's own failure: the chart's defaults back (two replicas, one per node), then
     /// the node losses with the active replica on the cut node, then SIGKILL and SIGSTOP of the
-    /// active replica while ours' leaders crash.
+    /// active replica while ours' leaders freeze.
     async fn operator_runs(&self, losses: &[&System], record: &mut Record) -> Result<()> {
         let cp = leadergroup_testenv::attach(self.cluster.dir().join("kubeconfig")).await?;
         let mut helm = cp.helm();
@@ -770,7 +766,7 @@ impl Bench<'_> {
                     .and_then(|l| l.spec?.holder_identity)
                     .unwrap_or_default();
                 let listed = pods
-                    .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                    .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
                     .await?
                     .items;
                 let both = listed.len() == 2 && listed.iter().all(eligible);
@@ -791,7 +787,7 @@ impl Bench<'_> {
         for _ in 0..6 {
             let active = self.active_replica().await?;
             let listed = pods
-                .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+                .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
                 .await?
                 .items;
             let other = listed.iter().find(|p| p.name_any() != active.name_any());
@@ -828,12 +824,12 @@ impl Bench<'_> {
         )))
     }
 
-    /// Appends each operator replica's log to `target/bench-logs/e2e-operator/<pod>.log` before a
+    /// Writes each operator replica's log to `target/bench-logs/e2e-operator/<pod>.log` before a
     /// replica may be replaced: what an outlier of the operator's scenarios needs explaining.
     async fn keep_operator_logs(&self, pods: &Api<Pod>) {
         let dir = self.repo.join("target/bench-logs/e2e-operator");
         let Ok(listed) = pods
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+            .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
             .await
         else {
             return;

@@ -70,7 +70,10 @@ pub use operator::{OperatorLaunch, OperatorProcess, free_port};
 pub use postgres::{POSTGRES_BIN_ENV, Postgres};
 pub use private::PrivateCluster;
 pub use proxy::{Proxy, api_server_addr};
-pub use realcluster::{OPERATOR_NAMESPACE, OPERATOR_RELEASE, RealCluster, Undo, node_ready};
+pub use realcluster::{
+    OPERATOR_LEASE, OPERATOR_NAMESPACE, OPERATOR_POD_SELECTOR, OPERATOR_RELEASE, RealCluster, Undo,
+    node_ready,
+};
 pub use settled::{Settled, judge_settled, settled, wait_settled};
 pub use tools::{http_get, run_ok, run_tool};
 pub use wait::{wait_for_object, wait_until, wait_until_every};

@@ -18,6 +18,10 @@ const NODE_PREFIX: &str = "lg-node-";
 pub const OPERATOR_RELEASE: &str = "leadergroup-operator";
 /// The namespace it is installed in.
 pub const OPERATOR_NAMESPACE: &str = "leadergroup-system";
+/// The operator's own Lease (`operator-<fullname>`; the fullname is the release name here).
+pub const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
+/// The chart's selector label on the operator's pods.
+pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/instance=leadergroup-operator";
 
 /// A real cluster in its folder (`realcluster.sh --dir`).
 #[derive(Debug)]

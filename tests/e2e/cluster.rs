@@ -34,11 +34,10 @@ pub const CONVERGE: Duration = Duration::from_secs(60);
 pub const PODS: Duration = Duration::from_secs(120);
 
 /// The chart's release, as a user installs it with the default values.
-pub use leadergroup_testenv::{OPERATOR_NAMESPACE as RELEASE_NS, OPERATOR_RELEASE as RELEASE};
-/// The operator's own Lease (`operator-<fullname>`; the fullname is the release name here).
-pub const OPERATOR_LEASE: &str = "operator-leadergroup-operator";
-/// The chart's selector label on the operator's pods.
-pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/instance=leadergroup-operator";
+pub use leadergroup_testenv::{
+    OPERATOR_LEASE, OPERATOR_NAMESPACE as RELEASE_NS, OPERATOR_POD_SELECTOR,
+    OPERATOR_RELEASE as RELEASE,
+};
 
 /// The web application built by `images/build.sh webapp`.
 pub const WEBAPP_IMAGE: &str = "localhost/leadergroup/webapp:1";
