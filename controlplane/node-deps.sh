@@ -2,7 +2,9 @@
 # Installs from Debian what a real node on this machine needs, when missing: containerd, runc, the
 # CNI plugins (/usr/lib/cni), iptables (nf_tables backend, for kube-proxy's iptables mode and the
 # cluster's own FORWARD rules), nftables, conntrack (kube-proxy flushes stale UDP entries with it),
-# and busybox-static (the pause image and the test images are built from it). As root.
+# busybox-static (the pause image and the test images are built from it), and skopeo and
+# docker-registry (the install page's image pushed to a registry on loopback that the nodes pull
+# from, tests/e2e/install.rs). As root.
 # Packaged services are kept from starting: every node runs a containerd of its own, with its own
 # config, root, state and socket (controlplane/realcluster.sh).
 # Idempotent: with everything present it changes nothing and says so.
@@ -11,7 +13,7 @@ prefix=node-deps
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-packages=(containerd runc containernetworking-plugins iptables nftables conntrack busybox-static)
+packages=(containerd runc containernetworking-plugins iptables nftables conntrack busybox-static skopeo docker-registry)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -51,6 +53,13 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$
 for pid in $(pgrep -x containerd || true); do
   if ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--config'; then
     say "stopping the packaged containerd (pid $pid) that the install started"
+    kill -TERM "$pid" || true
+  fi
+done
+
+for pid in $(pgrep -x docker-registry || true); do
+  if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q /etc/docker/registry/; then
+    say "stopping the packaged docker-registry (pid $pid) that the install started"
     kill -TERM "$pid" || true
   fi
 done

@@ -649,6 +649,9 @@ EOF
   # The kubelet on this host: cgroup v1 (failCgroupV1: false), cgroupfs, a cgroup root, root dir,
   # ports and addresses of its own. No image garbage collection (nothing can be pulled again) and
   # eviction thresholds low enough for a shared disk. resolvConf "": no DNS server outside.
+  # imagePullCredentialsVerificationPolicy NeverVerify: no image here needs credentials, and one
+  # the kubelet pulled from a registry (tests/e2e/install.rs) would otherwise stop counting as
+  # preloaded under its imported name (docker.io/library/...), which the kubelet would then pull.
   cat >"$nd/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -674,6 +677,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 serializeImagePulls: false
+imagePullCredentialsVerificationPolicy: NeverVerify
 hairpinMode: hairpin-veth
 $kubelet_lease
 EOF

@@ -1,9 +1,7 @@
-//! The quickstart (`docs/quickstart.md`) as a user runs it: its commands are read out of the
-//! Markdown as written (every `sh` block whole, and every `$ ` line of a `console` block) and run
-//! in order with bash on the real cluster, from the repository's root, with the pinned kubectl and
-//! helm first on the PATH. When the page drifts from what works, this test fails and names the
-//! command. The outputs the page shows are checked where they do not depend on the run (the
-//! columns of `kubectl get lg`, the Service answering with the leader's name).
+//! The quickstart (`docs/quickstart.md`) as a user runs it (`page.rs`: every `sh` block whole,
+//! every `$ ` line of a `console` block, in order, on the real cluster). The outputs the page
+//! shows are checked where they do not depend on the run (the columns of `kubectl get lg`, the
+//! Service answering with the leader's name).
 //!
 //! One substitution, because the cluster has no route out: the page's `busybox:1.36` becomes the
 //! busybox image the real cluster's nodes carry (`images/build.sh busybox`). The agent's image is
@@ -16,6 +14,7 @@ use std::time::Instant;
 use leadergroup_testenv::{run_ok, run_tool};
 
 use crate::cluster::{Cluster, RELEASE, RELEASE_NS, repo_root};
+use crate::page::{Runner, commands};
 
 /// The page, from the repository's root.
 const PAGE: &str = "docs/quickstart.md";
@@ -24,103 +23,6 @@ const PAGE_BUSYBOX: &str = "busybox:1.36";
 const LOCAL_BUSYBOX: &str = "localhost/leadergroup/busybox:1.35";
 /// The namespace the page creates.
 const DEMO_NS: &str = "demo";
-
-/// One command of the page: the shell text to run, and where it stands (for failure messages).
-#[derive(Debug, PartialEq)]
-struct Command {
-    line: usize,
-    script: String,
-}
-
-/// The page's commands in order: each `sh` block whole, each `$ ` line of a `console` block.
-fn commands(markdown: &str) -> Vec<Command> {
-    let mut out = Vec::new();
-    let mut block: Option<(&str, usize, String)> = None;
-    for (i, line) in markdown.lines().enumerate() {
-        let number = i + 1;
-        match (&mut block, line.strip_prefix("```")) {
-            (None, Some(lang)) => block = Some((lang.trim(), number, String::new())),
-            (Some((lang, start, text)), Some(_)) => {
-                if *lang == "sh" {
-                    out.push(Command {
-                        line: *start,
-                        script: std::mem::take(text),
-                    });
-                }
-                block = None;
-            }
-            (Some(("console", _, _)), None) => {
-                if let Some(command) = line.strip_prefix("$ ") {
-                    out.push(Command {
-                        line: number,
-                        script: command.to_string(),
-                    });
-                }
-            }
-            (Some((_, _, text)), None) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    out
-}
-
-/// Runs one command of the page with bash; returns its stdout, or fails the test naming it.
-async fn run(c: &Cluster, command: &Command) -> String {
-    let path = format!(
-        "{}:{}",
-        c.cp.bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let script = command.script.replace(PAGE_BUSYBOX, LOCAL_BUSYBOX);
-    let mut bash = std::process::Command::new("bash");
-    bash.args(["-euo", "pipefail", "-c", &script])
-        .current_dir(repo_root())
-        .env("KUBECONFIG", c.cp.kubeconfig_path())
-        .env("PATH", path);
-    let started = Instant::now();
-    let (ok, stdout, stderr) = run_tool(bash).await;
-    println!(
-        "{PAGE}:{} ({:.1} s)\n{}{stdout}",
-        command.line,
-        started.elapsed().as_secs_f64(),
-        script
-            .lines()
-            .map(|l| format!("$ {l}\n"))
-            .collect::<String>()
-    );
-    assert!(
-        ok,
-        "{PAGE}:{}: the command failed:\n{script}\nstderr:\n{stderr}\nstdout:\n{stdout}",
-        command.line
-    );
-    stdout
-}
-
-#[test]
-fn the_page_yields_its_commands_in_order() {
-    let page =
-        "# t\n```sh\na \\\n  b\nc\n```\ntext\n```console\n$ d\nout\n$ e\n```\n```yaml\nf: 1\n```\n";
-    assert_eq!(
-        commands(page),
-        [
-            Command {
-                line: 2,
-                script: "a \\\n  b\nc\n".into()
-            },
-            Command {
-                line: 9,
-                script: "d".into()
-            },
-            Command {
-                line: 11,
-                script: "e".into()
-            },
-        ]
-    );
-}
 
 #[tokio::test]
 async fn the_quickstart_runs_as_written() {
@@ -141,10 +43,15 @@ async fn the_quickstart_runs_as_written() {
         commands.len() >= 5,
         "{PAGE}: too few commands found: {commands:?}"
     );
+    let runner = Runner {
+        page: PAGE,
+        replace: vec![(PAGE_BUSYBOX.into(), LOCAL_BUSYBOX.into())],
+        env: Vec::new(),
+    };
     let started = Instant::now();
     let mut answers = Vec::new();
     for command in &commands {
-        let stdout = run(&c, command).await;
+        let stdout = runner.run(&c, command).await;
         answers.push((command.script.clone(), stdout));
     }
     println!(

@@ -1,0 +1,357 @@
+//! The install page (the chart README's install section, which `docs/install.md` includes) as a
+//! user runs it (`page.rs`: every `sh` block whole, every `$ ` line of a `console` block, in
+//! order, on the real cluster): the images built with `images/build.sh`, loaded into each node's
+//! containerd with `ctr` and pushed with `skopeo` into a registry, the chart installed from that
+//! registry, a LeaderGroup applied and read, the admission guard's refusals compared with the
+//! page's text (`...` where they vary), and then the alternative, one release per namespace,
+//! instead of the cluster-wide one.
+//!
+//! What the page leaves to the user and the test provides: a registry (Debian's docker-registry,
+//! on loopback without TLS, which the nodes' containerd pulls from over HTTP as it does for any
+//! loopback registry; skopeo gets `--dest-tls-verify=false`, as the page says for such a
+//! registry) in place of `registry.example.com`; each node's containerd socket for `ctr`
+//! (`CONTAINERD_ADDRESS`); and the application the group selects, a StatefulSet `my-app` of two
+//! pods in `default`.
+
+use std::process::Stdio;
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::{Undo, free_port, run_ok, run_tool, wait_until};
+use serde_json::json;
+
+use crate::cluster::{
+    CONVERGE, Cluster, OPERATOR_POD_SELECTOR, PODS, RELEASE, RELEASE_NS, repo_root,
+};
+use crate::page::{Command, Runner, commands, shows};
+
+/// The page, from the repository's root.
+const PAGE: &str = "charts/leadergroup-operator/README.md";
+/// Where the book's install page starts and ends in it.
+const START: &str = "<!-- ANCHOR: install";
+const END: &str = "<!-- ANCHOR_END: install";
+/// The section that installs instead of the cluster-wide release, run after it is gone.
+const PER_NAMESPACE: &str = "### Only one namespace";
+/// The registry the page names, and the namespaces its per-namespace releases use.
+const PAGE_REGISTRY: &str = "registry.example.com";
+const TEAMS: [&str; 2] = ["team-a", "team-b"];
+/// The application the page's group selects, and its namespace.
+const APP: &str = "my-app";
+const APP_NS: &str = "default";
+const LOCAL_BUSYBOX: &str = "localhost/leadergroup/busybox:1.35";
+
+/// A registry on loopback (Debian's docker-registry, distribution 2.8), stopped by its PID and
+/// its folder removed when dropped.
+struct Registry {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    addr: std::net::SocketAddr,
+}
+
+impl Registry {
+    async fn start() -> Registry {
+        let dir = repo_root()
+            .join("target")
+            .join(format!("e2e-registry-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let addr = free_port().unwrap();
+        // JSON is YAML: the registry reads this file as its configuration.
+        let config = json!({
+            "version": 0.1,
+            // info: the access log, which shows the nodes' pulls.
+            "log": {"level": "info"},
+            "storage": {"filesystem": {"rootdirectory": dir.join("data")}},
+            "http": {"addr": addr.to_string()},
+        });
+        std::fs::write(dir.join("config.yml"), config.to_string()).unwrap();
+        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+        let child = std::process::Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting docker-registry (controlplane/node-deps.sh installs it): {e}")
+            });
+        let registry = Registry { child, dir, addr };
+        let up = wait_until("the registry answering /v2/", CONVERGE, || async {
+            Ok::<_, String>(
+                leadergroup_testenv::http_get(registry.addr, "/v2/")
+                    .await
+                    .filter(|(code, _)| *code == 200)
+                    .map(|_| ()),
+            )
+        })
+        .await;
+        if let Err(e) = up {
+            panic!("{e}\n{}", registry.log());
+        }
+        registry
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The 1-based line of the first line of `text` that starts with `prefix`.
+fn line_of(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("{PAGE}: no line starts with {prefix:?}"))
+        + 1
+}
+
+/// `helm uninstall` of a release the test or the page installed, waiting for its objects to go.
+fn uninstall(c: &Cluster, release: &str, ns: &str) -> std::process::Command {
+    let mut helm = c.cp.helm();
+    helm.args([
+        "uninstall",
+        release,
+        "--namespace",
+        ns,
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    helm
+}
+
+/// `kubectl delete` of `what` in `ns` when dropped, not waiting, gone already or not.
+fn delete(c: &Cluster, ns: &str, what: &str) -> Undo {
+    let mut kubectl = c.cp.kubectl();
+    kubectl.args([
+        "delete",
+        "-n",
+        ns,
+        "--ignore-not-found",
+        "--wait=false",
+        what,
+    ]);
+    Undo::new(kubectl)
+}
+
+/// The user's application: a StatefulSet of two busybox pods labeled `app: my-app`.
+async fn start_app(c: &Cluster) {
+    let set: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": APP, "namespace": APP_NS},
+        "spec": {
+            "replicas": 2,
+            "serviceName": APP,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "app",
+                        "image": LOCAL_BUSYBOX,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                    }],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    Api::<StatefulSet>::namespaced(c.client.clone(), APP_NS)
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+}
+
+/// Runs a command of the page: a `$ ` line that shows an error must fail with that error (its
+/// stderr, `...` where it varies); every other command must succeed. The loading block runs once
+/// for each node's containerd, as the page says.
+async fn run(c: &Cluster, runner: &Runner, command: &Command, nodes: &[String]) {
+    if command.script.contains("ctr -n k8s.io") {
+        for node in nodes {
+            let socket = c.containerd_socket(node);
+            let on_node = Runner {
+                page: runner.page,
+                replace: runner.replace.clone(),
+                env: [
+                    runner.env.clone(),
+                    vec![("CONTAINERD_ADDRESS".into(), socket.display().to_string())],
+                ]
+                .concat(),
+            };
+            on_node.run(c, command).await;
+        }
+        return;
+    }
+    match command.shown.as_deref().map(str::trim) {
+        Some(shown) if !shown.is_empty() => {
+            let (ok, stdout, stderr) = runner.attempt(c, command).await;
+            assert!(
+                !ok && shows(shown, &stderr),
+                "{PAGE}:{}: the page shows\n{shown}\nbut the command {}:\n{stderr}{stdout}",
+                command.line,
+                if ok { "succeeded" } else { "said" }
+            );
+        }
+        _ => {
+            runner.run(c, command).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_install_page_runs_as_written() {
+    let c = Cluster::get().await;
+    // The page installs the chart itself: start from a cluster without it, as a user does.
+    let mut status = c.cp.helm();
+    status.args(["status", RELEASE, "--namespace", RELEASE_NS]);
+    if run_tool(status).await.0 {
+        run_ok(uninstall(&c, RELEASE, RELEASE_NS)).await;
+    }
+    // Undone in reverse: the group and the app go while their operator still runs, then the
+    // releases, then the teams' namespaces.
+    let _teams: Vec<Undo> = TEAMS
+        .iter()
+        .map(|ns| delete(&c, "default", &format!("namespace/{ns}")))
+        .collect();
+    let _team_releases: Vec<Undo> = TEAMS
+        .iter()
+        .map(|ns| Undo::new(uninstall(&c, &format!("lgo-{ns}"), ns)))
+        .collect();
+    let _release = Undo::new(uninstall(&c, RELEASE, RELEASE_NS));
+    let _app = delete(&c, APP_NS, &format!("statefulset/{APP}"));
+    let _group = delete(&c, APP_NS, &format!("leadergroups.leadergroup.io/{APP}"));
+    let registry = Registry::start().await;
+    start_app(&c).await;
+
+    let readme = std::fs::read_to_string(repo_root().join(PAGE)).unwrap();
+    let (start, end) = (line_of(&readme, START), line_of(&readme, END));
+    let per_namespace = line_of(&readme, PER_NAMESPACE);
+    let next_section = readme
+        .lines()
+        .enumerate()
+        .skip(per_namespace)
+        .find(|(_, l)| l.starts_with("## ") || l.starts_with("### "))
+        .map_or(end, |(i, _)| i + 1);
+    let (alternative, main): (Vec<Command>, Vec<Command>) = commands(&readme)
+        .into_iter()
+        .filter(|cmd| (start..end).contains(&cmd.line))
+        .partition(|cmd| (per_namespace..next_section).contains(&cmd.line));
+    assert!(main.len() >= 7, "{PAGE}: too few commands found: {main:?}");
+    assert!(!alternative.is_empty(), "{PAGE}: no per-namespace commands");
+    // The page's registry has TLS; this one does not, which skopeo is told as the page says.
+    let runner = Runner {
+        page: PAGE,
+        replace: vec![
+            (
+                format!("docker://{PAGE_REGISTRY}"),
+                format!("--dest-tls-verify=false docker://{}", registry.addr),
+            ),
+            (PAGE_REGISTRY.into(), registry.addr.to_string()),
+        ],
+        env: Vec::new(),
+    };
+    let nodes: Vec<String> = Api::<Node>::all(c.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+
+    let started = Instant::now();
+    for command in &main {
+        run(&c, &runner, command, &nodes).await;
+    }
+    println!(
+        "the install page's {} commands: {:.1} s",
+        main.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // The operator runs the image named in the registry, which the nodes' containerd asked the
+    // registry for (its access log: a runtime reports a pod's image by any name the image has).
+    // Pods of an earlier release may still be terminating.
+    let pulled = format!("{}/leadergroup-operator:", registry.addr);
+    let operators: Vec<Pod> = Api::<Pod>::namespaced(c.client.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert!(!operators.is_empty());
+    for pod in &operators {
+        let images: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .filter_map(|c| c.image.as_deref())
+            .collect();
+        assert!(
+            images.iter().any(|i| i.starts_with(&pulled)),
+            "{:?} runs {images:?}, not {pulled}*",
+            pod.metadata.name
+        );
+    }
+    let log = registry.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("/v2/leadergroup-operator/manifests/")
+                && l.contains("useragent=\"containerd/")),
+        "no node's containerd asked the registry for the image:\n{log}"
+    );
+    let groups = Api::<LeaderGroup>::namespaced(c.client.clone(), APP_NS);
+    let leader = wait_until("the page's group led", CONVERGE, || async {
+        Ok::<_, kube::Error>(
+            groups
+                .get(APP)
+                .await?
+                .status
+                .and_then(|s| s.leader)
+                .filter(|l| l.starts_with(APP)),
+        )
+    })
+    .await
+    .unwrap();
+    println!("{APP} led by {leader}");
+
+    // The alternative: one release per namespace, instead of the cluster-wide one.
+    let mut delete = c.cp.kubectl();
+    delete.args([
+        "delete",
+        "-n",
+        APP_NS,
+        "--ignore-not-found",
+        &format!("leadergroup/{APP}"),
+        &format!("statefulset/{APP}"),
+    ]);
+    run_ok(delete).await;
+    run_ok(uninstall(&c, RELEASE, RELEASE_NS)).await;
+    for command in &alternative {
+        run(&c, &runner, command, &nodes).await;
+    }
+    let mut rollout = c.cp.kubectl();
+    rollout.args([
+        "rollout",
+        "status",
+        "-n",
+        TEAMS[0],
+        &format!("deployment/lgo-{}-leadergroup-operator", TEAMS[0]),
+        &format!("--timeout={}s", PODS.as_secs()),
+    ]);
+    run_ok(rollout).await;
+}
