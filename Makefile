@@ -151,7 +151,8 @@ docs:
 # The generated pages (doctools/reference.py): the LeaderGroup fields from the CRD, the chart's
 # values from its schema, both binaries' flags from their --help, the README's headline table
 # from docs/benchmarks.md. docs-gen rewrites them; docs-check fails naming each one that differs,
-# checks every link and anchor of the Markdown (doctools/links.py, no network) and builds the book.
+# checks every link and anchor of the Markdown (doctools/links.py, no network), that the status
+# page lists every condition type and reason (doctools/conditions.py), and builds the book.
 .PHONY: docs-binaries
 DOCS_BINARIES := --operator target/debug/leadergroup-operator --agent target/debug/leadergroup-agent
 docs-binaries:
@@ -165,6 +166,7 @@ docs-check: docs-binaries
 	doctools/reference.py check $(DOCS_BINARIES)
 	doctools/links.py
 	doctools/member_role.py
+	doctools/conditions.py
 	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
 	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 
