@@ -397,6 +397,39 @@ def check_lease_guard(objs, sa_name, namespace_selector):
           "lease guard: the renewal's refusal must name spec.renewTime and the pod name it lacks")
     check(bspec.get("matchResources", {}).get("namespaceSelector") == namespace_selector,
           f"lease guard namespaceSelector {bspec.get('matchResources', {}).get('namespaceSelector')}")
+    check_lease_keys(texts)
+
+
+# Where each leadergroup.io/ key of client/src/wire.rs lives when not in a group Lease's
+# annotations, and the keys a member writes there (the guard binds them to the pod concerned).
+KEYS_ELSEWHERE = {"role": "pod label", "group": "pod annotation and Lease label", "released-by": "operator Lease",
+                  "fence": "pod annotation (the barrier)", "fence-epoch": "application object", "cleanup": "finalizer"}
+MEMBER_KEYS = {"acknowledged", "acknowledged-by", "stepped-down", "stepped-down-by"}
+
+
+def check_lease_keys(texts):
+    """Every key the wire format defines is accounted for: a group Lease annotation only the
+    operator may write has the guard's validation, a member's has its own, and the chart README
+    lists the operator's ones as the guard does and names the members' ones."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "client", "src", "wire.rs")) as f:
+        keys = set(re.findall(r'pub const \w+: &str = "leadergroup\.io/([a-z-]+)";', f.read()))
+    check(len(keys) >= 20, f"client/src/wire.rs: found only {len(keys)} leadergroup.io/ keys")
+    operator_only = set(re.findall(r"may add, change or remove annotation leadergroup\.io/([a-z-]+) of", " ".join(texts)))
+    unaccounted = keys - operator_only - MEMBER_KEYS - set(KEYS_ELSEWHERE)
+    check(not unaccounted, f"client/src/wire.rs defines {sorted(unaccounted)}: guard them in lease-guard.yaml "
+                           "(operator-only), or list them in render_checks.py as a member's or as living elsewhere")
+    for key in MEMBER_KEYS:
+        check(any(f"annotation leadergroup.io/{key} of" in t for t in texts), f"lease guard: no validation for the member's {key}")
+    with open(os.path.join(root, "charts", "leadergroup-operator", "README.md")) as f:
+        readme = " ".join(f.read().split())
+    start = readme.index("the label `leadergroup.io/group` or the annotations `leadergroup.io/epoch`")
+    start = readme.index("the annotations", start)
+    listed = set(re.findall(r"`(?:leadergroup\.io/)?([a-z-]+)`", readme[start:readme.index("(all under", start)]))
+    check(listed == operator_only, f"the chart README lists the Lease annotations {sorted(listed)}, the guard keeps "
+                                   f"{sorted(operator_only)} to the operator")
+    for key in MEMBER_KEYS:
+        check(f"`leadergroup.io/{key}`" in readme, f"the chart README does not name the member's leadergroup.io/{key}")
 
 
 def check_no_guard(objs, default_path):
@@ -660,6 +693,20 @@ def check_readme_names(objs):
                   f"README names {kind} {name!r}, the chart renders no such object")
     dep, _, _, args = deployment_parts(objs)
     lease = f"operator-{fullname}"
+    # The other pages name the chart's objects by the same pattern, and only objects it renders.
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    pages = [os.path.join(root, "README.md")] + sorted(
+        os.path.join(root, "docs", p) for p in os.listdir(os.path.join(root, "docs")) if p.endswith(".md"))
+    rendered = {o["metadata"]["name"] for o in objs} | {fullname, lease}
+    for page in pages:
+        with open(page) as f:
+            for name in re.findall(r"`([^`\n]*<(?:fullname|release)>[^`\n]*)`", f.read()):
+                where = os.path.relpath(page, root)
+                if not check("<release>-" not in name,
+                             f"{where}: `{name}`: write <fullname> (a release named like leadergroup-operator is the whole name)"):
+                    continue
+                filled = name.replace("<fullname>", fullname).replace("<release namespace>", NAMESPACE)
+                check(filled in rendered, f"{where} names `{name}`, the chart renders no object {filled!r}")
     check(f"`operator-<fullname>`" in table and arg(args, "--leader-elect-lease-name") == lease,
           f"README names the operator's Lease operator-<fullname>; the chart passes {arg(args, '--leader-elect-lease-name')}")
 
