@@ -104,3 +104,57 @@ pub use wire::{
     EPOCH_ANNOTATION, GROUP_ANNOTATION, LEASE_PREFIX, LIVENESS_ANNOTATION,
     LIVENESS_HEARTBEAT as HEARTBEAT, ROLE_LABEL, ROLE_LEADER as LEADER,
 };
+
+#[cfg(test)]
+mod manifest_tests {
+    /// A library leaves the Kubernetes version to the application that depends on it
+    /// (k8s-openapi's rule for library crates): the crate's normal dependency on k8s-openapi
+    /// enables no version feature, as `cargo metadata` reads the manifest.
+    #[test]
+    fn the_crate_picks_no_kubernetes_version_for_its_users() {
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let out = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .args(["--manifest-path", manifest])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let client = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == env!("CARGO_PKG_NAME"))
+            .unwrap();
+        let openapi: Vec<&serde_json::Value> = client["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["name"] == "k8s-openapi" && d["kind"].is_null())
+            .collect();
+        assert_eq!(openapi.len(), 1, "{openapi:?}");
+        let features: Vec<&str> = openapi[0]["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.as_str())
+            .collect();
+        assert!(
+            !features
+                .iter()
+                .any(|f| f.starts_with("v1_") || *f == "latest" || *f == "earliest"),
+            "leadergroup-client enables k8s-openapi's {features:?} for every application"
+        );
+        assert_eq!(openapi[0]["uses_default_features"], false, "{openapi:?}");
+    }
+}
