@@ -10,6 +10,7 @@ mod chart;
 mod cleanup;
 mod common;
 mod crash;
+mod docs_examples;
 mod election;
 mod gc_pause;
 mod ha;
