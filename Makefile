@@ -34,7 +34,7 @@ help:
 	@echo "make dist              a release in target/dist/: chart, CRD, images (OCI archives), kubectl plugin, checksums"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
 	@echo "make light-cluster-up  etcd + kube-apiserver in .cluster/, no nodes (make light-cluster-down; also stops the demo's operator)"
-	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger); imports them when .realcluster/ runs"
+	@echo "make images            build the OCI images (pause, busybox, webapp, operator, agent, ledger, client-go, agent-clients); imports them when .realcluster/ runs"
 	@echo "make bench             (root for the first part) bench-e2e, then bench-api: docs/benchmarks.md, bench/results/*.json, plots"
 	@echo "make profile-heap      the operator's heap at its peak at PROFILE_GROUPS (1000) groups, by allocation site (dhat-rs; the light cluster)"
 	@echo "make bench-e2e         (root) end-to-end benchmarks on a real cluster it starts and always stops (~8 min plus the release build), then the traffic timings per kube-proxy setting"
@@ -152,7 +152,8 @@ docs:
 # values from its schema, both binaries' flags from their --help, the README's headline table
 # from docs/benchmarks.md. docs-gen rewrites them; docs-check fails naming each one that differs,
 # checks every link and anchor of the Markdown (doctools/links.py, no network), that the status
-# page lists every condition type and reason (doctools/conditions.py), and builds the book.
+# page lists every condition type and reason (doctools/conditions.py), that every page gives the
+# tested Kubernetes range (doctools/versions.py), and builds the book.
 .PHONY: docs-binaries
 DOCS_BINARIES := --operator target/debug/leadergroup-operator --agent target/debug/leadergroup-agent
 docs-binaries:
@@ -167,6 +168,7 @@ docs-check: docs-binaries
 	doctools/links.py
 	doctools/member_role.py
 	doctools/conditions.py
+	doctools/versions.py
 	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
 	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 

@@ -423,13 +423,27 @@ def check_lease_keys(texts):
         check(any(f"annotation leadergroup.io/{key} of" in t for t in texts), f"lease guard: no validation for the member's {key}")
     with open(os.path.join(root, "charts", "leadergroup-operator", "README.md")) as f:
         readme = " ".join(f.read().split())
-    start = readme.index("the label `leadergroup.io/group` or the annotations `leadergroup.io/epoch`")
-    start = readme.index("the annotations", start)
-    listed = set(re.findall(r"`(?:leadergroup\.io/)?([a-z-]+)`", readme[start:readme.index("(all under", start)]))
-    check(listed == operator_only, f"the chart README lists the Lease annotations {sorted(listed)}, the guard keeps "
-                                   f"{sorted(operator_only)} to the operator")
     for key in MEMBER_KEYS:
         check(f"`leadergroup.io/{key}`" in readme, f"the chart README does not name the member's leadergroup.io/{key}")
+    # Wherever a page lists the Lease annotations kept to the operator (a list that starts with
+    # `leadergroup.io/epoch`, `arbiter`), it lists the guard's; and no page says a member may
+    # change spec.renewTime alone (it acknowledges and steps down too).
+    pages = [os.path.join(root, p) for p in ("README.md", "charts/leadergroup-operator/README.md")] + sorted(
+        os.path.join(root, "docs", p) for p in os.listdir(os.path.join(root, "docs")) if p.endswith(".md"))
+    lists = 0
+    for page in pages:
+        with open(page) as f:
+            text = " ".join(f.read().split())
+        where = os.path.relpath(page, root)
+        for tail in re.findall(r"`leadergroup\.io/epoch`((?:,? (?:and )?`[a-z-]+`)+)", text):
+            listed = {"epoch"} | set(re.findall(r"`([a-z-]+)`", tail))
+            if "arbiter" not in listed:
+                continue
+            lists += 1
+            check(listed == operator_only, f"{where} lists the Lease annotations {sorted(listed)}, the guard keeps "
+                                           f"{sorted(operator_only)} to the operator")
+        check("renewTime` alone" not in text, f"{where}: a member changes more than spec.renewTime (acknowledged, stepped-down)")
+    check(lists >= 1, "no page lists the Lease annotations kept to the operator")
 
 
 def check_no_guard(objs, default_path):
