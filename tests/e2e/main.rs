@@ -9,7 +9,8 @@
 //! (`agent_clients.rs`); an upgrade from the previous release and a rollback with live groups
 //! (`upgrade.rs`, its agent groups from `agents.rs`); the chart's no-leader alert firing and
 //! resolving in a real Prometheus (`alerts.rs`); the kubectl plugin's status, switchover and
-//! history (`plugin.rs`); the quickstart page run as written (`quickstart.rs`).
+//! history (`plugin.rs`); the quickstart and the install page run as written (`quickstart.rs`,
+//! `install.rs`, both through `page.rs`).
 //!
 //! Run with `make e2e` (as root): it builds the node binaries and the images, starts the cluster
 //! (`controlplane/realcluster.sh up --node-monitor-grace-period 10`), runs `cargo test --test e2e`
