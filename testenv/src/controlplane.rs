@@ -318,18 +318,28 @@ pub(crate) fn repo_root() -> PathBuf {
 }
 
 /// Cargo's target folder: `CARGO_TARGET_DIR` when set, else the ancestor of the test binary that
-/// holds `CACHEDIR.TAG` (cargo writes it at the target root), else `<repo>/target`.
+/// holds `CACHEDIR.TAG` (cargo writes it at the target root, but only when it creates that
+/// folder: not when a script made it first), else the folder above the binary's profile
+/// (`<target>/<profile>/deps/<binary>`), else `<repo>/target`.
 pub(crate) fn target_dir(repo: &Path) -> PathBuf {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| {
-            exe.ancestors()
-                .find(|d| d.join("CACHEDIR.TAG").is_file())
-                .map(Path::to_path_buf)
-        })
+    let exe = std::env::current_exe().ok();
+    let tagged = exe.as_deref().and_then(|exe| {
+        exe.ancestors()
+            .find(|d| d.join("CACHEDIR.TAG").is_file())
+            .map(Path::to_path_buf)
+    });
+    let above_profile = || {
+        exe.as_deref()?
+            .ancestors()
+            .find(|d| d.file_name().is_some_and(|n| n == "deps"))
+            .and_then(|deps| deps.ancestors().nth(2))
+            .map(Path::to_path_buf)
+    };
+    tagged
+        .or_else(above_profile)
         .unwrap_or_else(|| repo.join("target"))
 }
 
@@ -428,6 +438,13 @@ mod tests {
     #[test]
     fn target_dir_is_the_cargo_target_root() {
         let dir = target_dir(&repo_root());
-        assert!(dir.join("CACHEDIR.TAG").is_file(), "{}", dir.display());
+        let exe = std::env::current_exe().unwrap();
+        // This test binary is `<target>/<profile>/deps/<name>`.
+        assert_eq!(
+            exe.ancestors().nth(3),
+            Some(dir.as_path()),
+            "{}",
+            exe.display()
+        );
     }
 }

@@ -18,8 +18,9 @@ use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use leadergroup_operator::crd::LeaderGroup;
 use leadergroup_testenv::{Undo, free_port, run_ok, run_tool, wait_until};
 use serde_json::json;
@@ -43,6 +44,8 @@ const TEAMS: [&str; 2] = ["team-a", "team-b"];
 const APP: &str = "my-app";
 const APP_NS: &str = "default";
 const LOCAL_BUSYBOX: &str = "localhost/leadergroup/busybox:1.35";
+/// The LeaderGroup CRD, which the per-namespace block applies with kubectl.
+const CRD: &str = "leadergroups.leadergroup.io";
 
 /// A registry on loopback (Debian's docker-registry, distribution 2.8), stopped by its PID and
 /// its folder removed when dropped.
@@ -141,6 +144,30 @@ fn delete(c: &Cluster, ns: &str, what: &str) -> Undo {
         what,
     ]);
     Undo::new(kubectl)
+}
+
+/// Drops kubectl's server-side apply of the CRD from its managed fields. A user who applies the
+/// CRD so keeps `crds.enabled=false` in every release; the next tests install releases that
+/// manage it (the previous release's older CRD among them), which would conflict with kubectl.
+async fn hand_the_crd_back_to_helm(c: &Cluster) {
+    let crds = Api::<CustomResourceDefinition>::all(c.client.clone());
+    let crd = crds.get(CRD).await.unwrap();
+    let kept: Vec<_> = crd
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| {
+            !(f.manager.as_deref() == Some("kubectl") && f.operation.as_deref() == Some("Apply"))
+        })
+        .collect();
+    crds.patch(
+        CRD,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"managedFields": kept}})),
+    )
+    .await
+    .unwrap();
 }
 
 /// The user's application: a StatefulSet of two busybox pods labeled `app: my-app`.
@@ -344,6 +371,7 @@ async fn the_install_page_runs_as_written() {
     for command in &alternative {
         run(&c, &runner, command, &nodes).await;
     }
+    hand_the_crd_back_to_helm(&c).await;
     let mut rollout = c.cp.kubectl();
     rollout.args([
         "rollout",
