@@ -22,12 +22,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use leadergroup_operator::crd::LeaderGroup;
-use leadergroup_testenv::{Undo, free_port, run_ok, run_tool, wait_until};
+use leadergroup_testenv::{Undo, free_port, run_ok, wait_until};
 use serde_json::json;
 
-use crate::cluster::{
-    CONVERGE, Cluster, OPERATOR_POD_SELECTOR, PODS, RELEASE, RELEASE_NS, repo_root,
-};
+use crate::cluster::{CONVERGE, Cluster, PODS, RELEASE, RELEASE_NS, repo_root};
 use crate::page::{Command, Runner, commands, shows};
 
 /// The page, from the repository's root.
@@ -241,11 +239,7 @@ async fn run(c: &Cluster, runner: &Runner, command: &Command, nodes: &[String]) 
 async fn the_install_page_runs_as_written() {
     let c = Cluster::get().await;
     // The page installs the chart itself: start from a cluster without it, as a user does.
-    let mut status = c.cp.helm();
-    status.args(["status", RELEASE, "--namespace", RELEASE_NS]);
-    if run_tool(status).await.0 {
-        run_ok(uninstall(&c, RELEASE, RELEASE_NS)).await;
-    }
+    run_ok(uninstall(&c, RELEASE, RELEASE_NS)).await;
     // Undone in reverse: the group and the app go while their operator still runs, then the
     // releases, then the teams' namespaces.
     let _teams: Vec<Undo> = TEAMS
@@ -312,11 +306,9 @@ async fn the_install_page_runs_as_written() {
     // registry for (its access log: a runtime reports a pod's image by any name the image has).
     // Pods of an earlier release may still be terminating.
     let pulled = format!("{}/leadergroup-operator:", registry.addr);
-    let operators: Vec<Pod> = Api::<Pod>::namespaced(c.client.clone(), RELEASE_NS)
-        .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+    let operators: Vec<Pod> = c
+        .operator_pods()
         .await
-        .unwrap()
-        .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
