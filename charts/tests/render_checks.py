@@ -407,6 +407,12 @@ KEYS_ELSEWHERE = {"role": "pod label", "group": "pod annotation and Lease label"
 MEMBER_KEYS = {"acknowledged", "acknowledged-by", "stepped-down", "stepped-down-by"}
 
 
+def doc_pages(root):
+    """The pages a user reads: the README, the chart's README and the book's pages."""
+    return [os.path.join(root, p) for p in ("README.md", "charts/leadergroup-operator/README.md")] + sorted(
+        os.path.join(root, "docs", p) for p in os.listdir(os.path.join(root, "docs")) if p.endswith(".md"))
+
+
 def check_lease_keys(texts):
     """Every key the wire format defines is accounted for: a group Lease annotation only the
     operator may write has the guard's validation, a member's has its own, and the chart README
@@ -428,8 +434,7 @@ def check_lease_keys(texts):
     # Wherever a page lists the Lease annotations kept to the operator (a list that starts with
     # `leadergroup.io/epoch`, `arbiter`), it lists the guard's; and no page says a member may
     # change spec.renewTime alone (it acknowledges and steps down too).
-    pages = [os.path.join(root, p) for p in ("README.md", "charts/leadergroup-operator/README.md")] + sorted(
-        os.path.join(root, "docs", p) for p in os.listdir(os.path.join(root, "docs")) if p.endswith(".md"))
+    pages = doc_pages(root)
     lists = 0
     for page in pages:
         with open(page) as f:
@@ -709,8 +714,8 @@ def check_readme_names(objs):
     lease = f"operator-{fullname}"
     # The other pages name the chart's objects by the same pattern, and only objects it renders.
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    pages = [os.path.join(root, "README.md")] + sorted(
-        os.path.join(root, "docs", p) for p in os.listdir(os.path.join(root, "docs")) if p.endswith(".md"))
+    # The chart README defines <fullname> itself, and its table is checked above.
+    pages = [p for p in doc_pages(root) if not p.endswith(os.path.join("charts", "leadergroup-operator", "README.md"))]
     rendered = {o["metadata"]["name"] for o in objs} | {fullname, lease}
     for page in pages:
         with open(page) as f:
