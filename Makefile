@@ -153,7 +153,8 @@ docs:
 # from docs/benchmarks.md. docs-gen rewrites them; docs-check fails naming each one that differs,
 # checks every link and anchor of the Markdown (doctools/links.py, no network), that the status
 # page lists every condition type and reason (doctools/conditions.py), that every page gives the
-# tested Kubernetes range (doctools/versions.py), and builds the book.
+# tested Kubernetes range (doctools/versions.py), that every published figure is what the JSON
+# its marker names gives (doctools/figures.py: bench/results), and builds the book.
 .PHONY: docs-binaries
 DOCS_BINARIES := --operator target/debug/leadergroup-operator --agent target/debug/leadergroup-agent
 docs-binaries:
@@ -169,6 +170,7 @@ docs-check: docs-binaries
 	doctools/member_role.py
 	doctools/conditions.py
 	doctools/versions.py
+	doctools/figures.py
 	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
 	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 
