@@ -10,7 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodSpec, PodStatus,
+};
 use kube::runtime::watcher;
 
 use crate::crd::{EPOCH_ANNOTATION, GROUP_ANNOTATION, PodSelector, SelectorOperator};
@@ -20,7 +23,8 @@ use crate::relist::{Change, Relist, key};
 /// Drops from a pod what no decision reads, before the pod enters the watch cache: the spec but
 /// for its node and its containers' names and ports (what the leader's EndpointSlice is made
 /// of), managedFields, owner references, every annotation but ours (a last-applied-configuration
-/// alone can be kilobytes) and the status but for its phase, Ready condition and addresses.
+/// alone can be kilobytes) and the status but for its phase, Ready condition, addresses and each
+/// container's state without its details (the step-down rule reads whether any still runs).
 /// Thousands of pods are held in memory, most of them of no group at all.
 pub fn trim_pod(pod: &mut Pod) {
     pod.spec = pod.spec.take().map(|spec| PodSpec {
@@ -52,9 +56,31 @@ pub fn trim_pod(pod: &mut Pod) {
                 .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
             pod_ip: status.pod_ip,
             pod_ips: status.pod_ips,
+            container_statuses: status.container_statuses.map(bare_states),
+            init_container_statuses: status.init_container_statuses.map(bare_states),
             ..PodStatus::default()
         });
     }
+}
+
+/// Each container's name and state, bounded: which of running, waiting or terminated (with its
+/// exit code), without messages, reasons, times or images, which can be kilobytes.
+fn bare_states(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    statuses
+        .into_iter()
+        .map(|c| ContainerStatus {
+            name: c.name,
+            state: c.state.map(|s| ContainerState {
+                running: s.running.map(|_| ContainerStateRunning::default()),
+                waiting: s.waiting.map(|_| ContainerStateWaiting::default()),
+                terminated: s.terminated.map(|t| ContainerStateTerminated {
+                    exit_code: t.exit_code,
+                    ..ContainerStateTerminated::default()
+                }),
+            }),
+            ..ContainerStatus::default()
+        })
+        .collect()
 }
 
 /// Pod names by namespace, label and group mark; cheap to clone (shared).

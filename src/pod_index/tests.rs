@@ -211,3 +211,98 @@ fn candidates_always_hold_every_match_and_every_marked_pod() {
         }
     }
 }
+
+/// The step-down rule reads whether each container runs; the cache keeps that state of each
+/// container and nothing more of it: no messages, images, IDs or last states, which can be long.
+#[test]
+fn a_trimmed_pod_keeps_each_containers_state_and_nothing_else_of_it() {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    let long = "x".repeat(4096);
+    let at = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    let status = |name: &str, state: ContainerState| ContainerStatus {
+        name: name.into(),
+        image: format!("registry.example/{long}"),
+        image_id: long.clone(),
+        container_id: Some(long.clone()),
+        ready: true,
+        restart_count: 3,
+        last_state: Some(state.clone()),
+        state: Some(state),
+        ..ContainerStatus::default()
+    };
+    let running = ContainerState {
+        running: Some(ContainerStateRunning {
+            started_at: at.clone(),
+        }),
+        ..ContainerState::default()
+    };
+    let waiting = ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some("CrashLoopBackOff".into()),
+            message: Some(long.clone()),
+        }),
+        ..ContainerState::default()
+    };
+    let terminated = ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 137,
+            message: Some(long.clone()),
+            reason: Some("OOMKilled".into()),
+            container_id: Some(long.clone()),
+            started_at: at.clone(),
+            finished_at: at.clone(),
+            signal: Some(9),
+        }),
+        ..ContainerState::default()
+    };
+    let mut p = pod("ns", "a", &[], None);
+    p.status = Some(PodStatus {
+        container_statuses: Some(vec![
+            status("app", running.clone()),
+            status("agent", waiting),
+        ]),
+        init_container_statuses: Some(vec![status("init", terminated)]),
+        ephemeral_container_statuses: Some(vec![status("debug", running)]),
+        message: Some(long.clone()),
+        ..PodStatus::default()
+    });
+    trim_pod(&mut p);
+    let kept = p.status.expect("the status is kept");
+    let bare = |name: &str, state: ContainerState| ContainerStatus {
+        name: name.into(),
+        state: Some(state),
+        ..ContainerStatus::default()
+    };
+    let only = |running: bool, waiting: bool| ContainerState {
+        running: running.then(ContainerStateRunning::default),
+        waiting: waiting.then(ContainerStateWaiting::default),
+        terminated: None,
+    };
+    assert_eq!(
+        kept.container_statuses,
+        Some(vec![
+            bare("app", only(true, false)),
+            bare("agent", only(false, true)),
+        ])
+    );
+    assert_eq!(
+        kept.init_container_statuses,
+        Some(vec![bare(
+            "init",
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }
+        )])
+    );
+    assert_eq!(kept.ephemeral_container_statuses, None);
+    assert_eq!(kept.message, None);
+}

@@ -139,6 +139,31 @@ fn a_leader_whose_containers_all_stopped_is_not_waited_for() {
     assert_eq!(p.pods.promote, None);
 }
 
+/// The rule reads the pods as the watch cache holds them, trimmed ([`trim_pod`]): what it reads
+/// of the containers must survive the trim, or a stopped leader is waited for all the same.
+#[test]
+fn a_leader_whose_containers_all_stopped_is_not_waited_for_as_the_pod_cache_holds_it() {
+    let (g, mut pods, l) = not_ready_leader();
+    let cached = |running: &[bool]| {
+        let mut fixture = containers(PodFixture::new("a", 1).leader(4).not_ready(), running);
+        trim_pod(&mut fixture.pod);
+        fixture
+    };
+    pods[0] = cached(&[false, false]);
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(
+        p.pods.promote,
+        Some(Promotion {
+            pod: "b".into(),
+            epoch: 5
+        }),
+        "a stopped leader, trimmed, is not waited for"
+    );
+    pods[0] = cached(&[false, true]);
+    let p = plan(decide_with(&g, &pods, Some(&l)));
+    assert_eq!(p.pods.promote, None, "one container still runs");
+}
+
 #[test]
 fn once_the_predecessors_confirmation_has_lapsed_the_operator_steps_it_down_itself() {
     let (g, pods, l) = not_ready_leader();
