@@ -14,6 +14,10 @@ use crate::state::role_name;
 pub const ROLE_FILE: &str = "role";
 /// File holding the epoch in decimal while leader, empty otherwise (no newline).
 pub const EPOCH_FILE: &str = "epoch";
+/// File holding, while leader, the Unix time in milliseconds from which the role no longer holds
+/// unless the file is rewritten; empty otherwise (no newline). A reader acts as leader only while
+/// `role` says `leader` and this time is ahead: a paused agent rewrites nothing.
+pub const VALID_UNTIL_FILE: &str = "valid-until";
 
 /// Writes `contents` to `dir/name` so that a reader sees the old contents or the new, never a
 /// part: a temporary file in the same folder (same filesystem, so the rename is atomic), synced,
@@ -46,22 +50,38 @@ impl RoleFiles {
         &self.dir
     }
 
-    /// Publishes `role`. The order makes a reader that reads `role` and then `epoch` never pair
-    /// `leader` with an epoch this pod did not hold: on gaining leadership the epoch is written
-    /// before the role, on losing it the role before the epoch is emptied.
-    pub fn write(&self, role: Role) -> io::Result<()> {
+    /// Publishes `role`, valid until `valid_until_ms` (Unix milliseconds) while leader. The order
+    /// makes a reader that reads `role` and then `epoch` or `valid-until` never pair `leader`
+    /// with an epoch or a validity this pod did not hold: on gaining leadership those are written
+    /// before the role, on losing it the role before they are emptied.
+    pub fn write(&self, role: Role, valid_until_ms: Option<u64>) -> io::Result<()> {
         let epoch = role
             .leader_epoch()
             .map(|e| e.to_string())
             .unwrap_or_default();
+        let until = valid_until_ms
+            .filter(|_| role.is_leader())
+            .map(|ms| ms.to_string())
+            .unwrap_or_default();
         let name = role_name(role);
         if role.is_leader() {
+            write_atomically(&self.dir, VALID_UNTIL_FILE, until.as_bytes())?;
             write_atomically(&self.dir, EPOCH_FILE, epoch.as_bytes())?;
             write_atomically(&self.dir, ROLE_FILE, name.as_bytes())
         } else {
             write_atomically(&self.dir, ROLE_FILE, name.as_bytes())?;
-            write_atomically(&self.dir, EPOCH_FILE, epoch.as_bytes())
+            write_atomically(&self.dir, EPOCH_FILE, epoch.as_bytes())?;
+            write_atomically(&self.dir, VALID_UNTIL_FILE, until.as_bytes())
         }
+    }
+
+    /// Moves the validity of the role the files hold (a leader's, confirmed again).
+    pub fn extend(&self, valid_until_ms: u64) -> io::Result<()> {
+        write_atomically(
+            &self.dir,
+            VALID_UNTIL_FILE,
+            valid_until_ms.to_string().as_bytes(),
+        )
     }
 }
 
@@ -90,25 +110,33 @@ mod tests {
     fn the_files_follow_the_role_and_leave_no_temporary_behind() {
         let dir = scratch("follow");
         let files = RoleFiles::create(dir.join("nested")).unwrap();
-        files.write(Role::Unknown).unwrap();
+        files.write(Role::Unknown, None).unwrap();
         assert_eq!(read(files.dir(), ROLE_FILE), "unknown");
         assert_eq!(read(files.dir(), EPOCH_FILE), "");
+        assert_eq!(read(files.dir(), VALID_UNTIL_FILE), "");
         files
-            .write(Role::Leader {
-                epoch: Epoch::from(42),
-            })
+            .write(
+                Role::Leader {
+                    epoch: Epoch::from(42),
+                },
+                Some(1_765_000_000_000),
+            )
             .unwrap();
         assert_eq!(read(files.dir(), ROLE_FILE), "leader");
         assert_eq!(read(files.dir(), EPOCH_FILE), "42");
-        files.write(Role::Follower).unwrap();
+        assert_eq!(read(files.dir(), VALID_UNTIL_FILE), "1765000000000");
+        files.extend(1_765_000_005_000).unwrap();
+        assert_eq!(read(files.dir(), VALID_UNTIL_FILE), "1765000005000");
+        files.write(Role::Follower, Some(1)).unwrap();
         assert_eq!(read(files.dir(), ROLE_FILE), "follower");
         assert_eq!(read(files.dir(), EPOCH_FILE), "");
+        assert_eq!(read(files.dir(), VALID_UNTIL_FILE), "");
         let mut names: Vec<String> = fs::read_dir(files.dir())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, ["epoch", "role"]);
+        assert_eq!(names, ["epoch", "role", "valid-until"]);
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -173,7 +173,7 @@ mod tests {
     async fn a_poll_with_an_old_version_returns_at_once() {
         let mut state = Published::initial(1);
         let seen = state.version();
-        state.update(leader(3));
+        state.update(leader(3), None);
         let (_tx, rx) = watch::channel(state.clone());
         let started = Instant::now();
         let got = wait_change(rx, &seen, Duration::from_secs(30)).await;
@@ -190,7 +190,7 @@ mod tests {
             tokio::spawn(async move { wait_change(rx, &seen, Duration::from_secs(30)).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!poll.is_finished(), "returned before any change");
-        state.update(leader(4));
+        state.update(leader(4), None);
         let changed = Instant::now();
         tx.send_replace(state.clone());
         let got = poll.await.unwrap();

@@ -19,7 +19,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use leadergroup_client::{
-    GROUP_ENV, Membership, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV, Role,
+    GROUP_ENV, Membership, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV, Publication, Role,
 };
 use tokio::{
     signal::unix::{SignalKind, signal},
@@ -65,7 +65,8 @@ struct Cli {
     #[arg(long, env = "LEADERGROUP_HTTP_ADDR", default_value = "127.0.0.1:8686")]
     http_addr: String,
     /// Shell command run (by /bin/sh -c) on each change of role, one at a time, in order, with
-    /// LEADERGROUP_ROLE and LEADERGROUP_EPOCH in its environment; a failure is only logged.
+    /// LEADERGROUP_ROLE, LEADERGROUP_EPOCH and LEADERGROUP_VALID_UNTIL in its environment; a
+    /// failure is only logged.
     #[arg(long, env = "LEADERGROUP_ON_CHANGE")]
     on_change: Option<String>,
     /// A TCP proxy to the application that serves only while this pod leads, LISTEN=TARGET
@@ -146,7 +147,7 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     };
     // Unknown is on disk before anything else: a file left by a previous run must not stand.
     let files = RoleFiles::create(cli.dir.clone()).map_err(dir_error)?;
-    files.write(Role::Unknown).map_err(dir_error)?;
+    files.write(Role::Unknown, None).map_err(dir_error)?;
 
     let http_error = |source| StartupError::Http {
         addr: cli.http_addr.clone(),
@@ -195,14 +196,20 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     }
     info!(%pod, %namespace, group = group.as_deref().unwrap_or("(from the pod's annotation)"), dir = %files.dir().display(), "started");
 
-    let mut roles = membership.subscribe();
+    let mut publisher = Publisher {
+        files,
+        on_disk: Some((Role::Unknown, None)),
+        states,
+        on_change,
+    };
+    let mut publications = membership.publications();
     let outcome = loop {
-        let role = *roles.borrow_and_update();
-        if let Some(done) = publish(role, &files, &states, on_change.as_ref()).await {
-            acted.after(role, done);
+        let publication = *publications.borrow_and_update();
+        if let Some(done) = publisher.publish(publication).await {
+            acted.after(publication.seq, done);
         }
         tokio::select! {
-            changed = roles.changed() => {
+            changed = publications.changed() => {
                 // The sender lives in `membership`, alive until the end of this function.
                 if changed.is_err() {
                     break Ok(());
@@ -223,8 +230,9 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     // (the state's sender is dropped) and the last command runs finish, within a grace period.
     info!("stopping: publishing unknown");
     drop(membership);
-    publish(Role::Unknown, &files, &states, on_change.as_ref()).await;
-    drop(states);
+    publisher.publish(Publication::initial()).await;
+    let on_change = publisher.on_change.take();
+    drop(publisher);
     if let Some(on_change) = on_change
         && tokio::time::timeout(SHUTDOWN_GRACE, on_change.finish())
             .await
@@ -243,68 +251,94 @@ async fn run(cli: Cli) -> Result<(), StartupError> {
     outcome
 }
 
-/// Publishes `role` when it differs from the published one: the files first, then the endpoint's
-/// state (so a long poll that returns finds the files already written), then the command. When
-/// the files were written: a receiver that hears when the command has run (at once without one);
-/// `None` when they were not, or nothing changed: the role is not known to be acted on.
-async fn publish(
-    role: Role,
-    files: &RoleFiles,
-    states: &watch::Sender<Published>,
-    on_change: Option<&OnChange>,
-) -> Option<oneshot::Receiver<()>> {
-    if states.borrow().role == role {
-        return None;
-    }
-    let writer = files.clone();
-    let written = match tokio::task::spawn_blocking(move || writer.write(role)).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            error!(%role, error = %e, dir = %files.dir().display(), "cannot write the role files: a step-down waits until they are written");
-            false
-        }
-        Err(e) => {
-            error!(%role, error = %e, "the role file writer failed: a step-down waits until the files are written");
-            false
-        }
-    };
-    let mut version = String::new();
-    states.send_modify(|s| {
-        s.update(role);
-        version = s.version();
-    });
-    info!(%role, %version, "role changed");
-    let ran = match on_change {
-        Some(on_change) => on_change.changed(role),
-        None => {
-            let (done, ran) = oneshot::channel();
-            let _ = done.send(());
-            ran
-        }
-    };
-    written.then_some(ran)
+/// Where the agent publishes: its files, its endpoint's state, its command.
+struct Publisher {
+    files: RoleFiles,
+    /// What the files hold, when known to be written.
+    on_disk: Option<(Role, Option<tokio::time::Instant>)>,
+    states: watch::Sender<Published>,
+    on_change: Option<OnChange>,
 }
 
-/// Tells the member, in order, each role the agent has acted on: its files written and its
-/// command run.
-struct ActedInOrder(mpsc::UnboundedSender<(Role, oneshot::Receiver<()>)>);
+impl Publisher {
+    /// Publishes `publication`: the files first, then the endpoint's state (so a long poll that
+    /// returns finds the files already written), then, on a change of role, the command. When
+    /// the files hold it: a receiver that hears when the command has run (at once without one,
+    /// or when the role did not change), for the step-down gate; `None` when they do not.
+    async fn publish(&mut self, publication: Publication) -> Option<oneshot::Receiver<()>> {
+        let Publication {
+            role, valid_until, ..
+        } = publication;
+        let valid_until = valid_until.filter(|_| role.is_leader());
+        let valid_until_ms = valid_until.map(state::unix_ms);
+        let written = self.on_disk == Some((role, valid_until))
+            || {
+                let writer = self.files.clone();
+                let extend = self.on_disk.is_some_and(|(held, _)| held == role);
+                let written = tokio::task::spawn_blocking(move || match (extend, valid_until_ms) {
+                    (true, Some(ms)) => writer.extend(ms),
+                    _ => writer.write(role, valid_until_ms),
+                })
+                .await;
+                match written {
+                    Ok(Ok(())) => {
+                        self.on_disk = Some((role, valid_until));
+                        true
+                    }
+                    Ok(Err(e)) => {
+                        error!(%role, error = %e, dir = %self.files.dir().display(), "cannot write the role files: a step-down waits until they are written");
+                        self.on_disk = None;
+                        false
+                    }
+                    Err(e) => {
+                        error!(%role, error = %e, "the role file writer failed: a step-down waits until the files are written");
+                        self.on_disk = None;
+                        false
+                    }
+                }
+            };
+        let role_changed = self.states.borrow().role != role;
+        let mut version = String::new();
+        self.states.send_if_modified(|s| {
+            let changed = s.update(role, valid_until);
+            version = s.version();
+            changed
+        });
+        if role_changed {
+            info!(%role, %version, "role changed");
+        }
+        let ran = match &self.on_change {
+            Some(on_change) if role_changed => on_change.changed(role, valid_until_ms),
+            _ => {
+                let (done, ran) = oneshot::channel();
+                let _ = done.send(());
+                ran
+            }
+        };
+        written.then_some(ran)
+    }
+}
+
+/// Tells the member, in order, each publication the agent has acted on: its files written and
+/// its command run.
+struct ActedInOrder(mpsc::UnboundedSender<(u64, oneshot::Receiver<()>)>);
 
 impl ActedInOrder {
     fn start(acted_on: leadergroup_client::ActedOn) -> ActedInOrder {
-        let (queue, mut roles) = mpsc::unbounded_channel::<(Role, oneshot::Receiver<()>)>();
+        let (queue, mut publications) = mpsc::unbounded_channel::<(u64, oneshot::Receiver<()>)>();
         tokio::spawn(async move {
-            while let Some((role, ran)) = roles.recv().await {
-                // A runner gone (shutdown) ran nothing more: the role is not acted on.
+            while let Some((seq, ran)) = publications.recv().await {
+                // A runner gone (shutdown) ran nothing more: the publication is not acted on.
                 if ran.await.is_ok() {
-                    acted_on.role(role).await;
+                    acted_on.publication(seq).await;
                 }
             }
         });
         ActedInOrder(queue)
     }
 
-    fn after(&self, role: Role, ran: oneshot::Receiver<()>) {
+    fn after(&self, seq: u64, ran: oneshot::Receiver<()>) {
         // Fails only once the task is gone, at shutdown.
-        let _ = self.0.send((role, ran));
+        let _ = self.0.send((seq, ran));
     }
 }

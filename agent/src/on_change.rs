@@ -14,10 +14,14 @@ use crate::state::role_name;
 pub const ROLE_ENV: &str = "LEADERGROUP_ROLE";
 /// The environment variable holding the epoch while leader, empty otherwise.
 pub const EPOCH_ENV: &str = "LEADERGROUP_EPOCH";
+/// The environment variable holding, while leader, the Unix time in milliseconds from which the
+/// role no longer holds unless confirmed again (the `valid-until` file then has the newer one);
+/// empty otherwise.
+pub const VALID_UNTIL_ENV: &str = "LEADERGROUP_VALID_UNTIL";
 
 /// The queue of changes waiting for the command.
 pub struct OnChange {
-    queue: mpsc::UnboundedSender<(Role, oneshot::Sender<()>)>,
+    queue: mpsc::UnboundedSender<(Role, Option<u64>, oneshot::Sender<()>)>,
     task: JoinHandle<()>,
 }
 
@@ -34,10 +38,10 @@ impl OnChange {
     /// Queues a run for `role`. Runs never overlap: a change that arrives while the command runs
     /// is run after it, so the last run always saw the role the agent publishes. The receiver
     /// hears when the run has ended, whatever its outcome (a failed command is only reported).
-    pub fn changed(&self, role: Role) -> oneshot::Receiver<()> {
+    pub fn changed(&self, role: Role, valid_until_ms: Option<u64>) -> oneshot::Receiver<()> {
         let (done, ended) = oneshot::channel();
         // Fails only once the runner is gone, which happens only at shutdown.
-        let _ = self.queue.send((role, done));
+        let _ = self.queue.send((role, valid_until_ms, done));
         ended
     }
 
@@ -48,17 +52,25 @@ impl OnChange {
     }
 }
 
-async fn run(command: String, mut changes: mpsc::UnboundedReceiver<(Role, oneshot::Sender<()>)>) {
-    while let Some((role, done)) = changes.recv().await {
+async fn run(
+    command: String,
+    mut changes: mpsc::UnboundedReceiver<(Role, Option<u64>, oneshot::Sender<()>)>,
+) {
+    while let Some((role, valid_until_ms, done)) = changes.recv().await {
         let epoch = role
             .leader_epoch()
             .map(|e| e.to_string())
+            .unwrap_or_default();
+        let until = valid_until_ms
+            .filter(|_| role.is_leader())
+            .map(|ms| ms.to_string())
             .unwrap_or_default();
         let status = Command::new("/bin/sh")
             .arg("-c")
             .arg(&command)
             .env(ROLE_ENV, role_name(role))
             .env(EPOCH_ENV, &epoch)
+            .env(VALID_UNTIL_ENV, &until)
             .kill_on_drop(true)
             .status()
             .await;

@@ -6,6 +6,7 @@
 use tokio::time::Instant;
 
 use crate::Epoch;
+use crate::publication::{Gate, Note};
 use crate::role::{
     Confirmed, LeaseMarks, LeaseObservation, Observation, PodMarks, Renewed, Role, decide,
 };
@@ -59,6 +60,29 @@ impl Belief {
     /// The role at `now`.
     pub fn role(&self, now: Instant) -> Role {
         decide(&self.pod, &self.member, &self.observation, now)
+    }
+
+    /// The note this member owes the operator in the Lease as last confirmed: its acknowledgement
+    /// while it holds the Lease in Readiness mode without one and carries the leader's marks, or
+    /// its step-down while the Lease names it as the predecessor and its role no longer says
+    /// `Leader` at that epoch. `gate`: a consumer that acts on each publication after the fact
+    /// (the agent); the step-down then waits until it has acted on the publication made now.
+    pub fn note_owed(&self, gate: Option<&Gate>, now: Instant) -> Option<Note> {
+        let observation = &self.observation;
+        let LeaseObservation::Confirmed(Confirmed {
+            state: Some(lease), ..
+        }) = &observation.lease
+        else {
+            return None;
+        };
+        let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
+        if let Some(epoch) = observation.acknowledgement_owed(&self.pod, &self.member) {
+            return Some(Note::Acknowledged(epoch));
+        }
+        let epoch = lease.step_down_asked_of(&self.pod, uid, &self.member)?;
+        (self.role(now).leader_epoch() != Some(epoch)).then_some(())?;
+        gate.is_none_or(|g| g.released(epoch))
+            .then_some(Note::SteppedDown(epoch))
     }
 
     /// The pod as confirmed at `at` (`None`: confirmed absent). A pod of the name under another

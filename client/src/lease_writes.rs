@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::{Api, api::PostParams};
 use tokio::time::timeout;
 
-use crate::Epoch;
 use crate::error::{MembershipError, Request};
+use crate::publication::Note;
 use crate::wire::{
     ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
     STEPPED_DOWN_BY_ANNOTATION, with_member,
@@ -47,15 +47,6 @@ pub(crate) async fn renew(
         annotations.insert(ACKNOWLEDGED_BY_ANNOTATION.to_string(), listed);
     }
     replace(api, read, limit, request).await
-}
-
-/// What a member tells the operator in the Lease, at an epoch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Note {
-    /// As the holder: it will report `Leader` at this epoch, and step down when deposed.
-    Acknowledged(Epoch),
-    /// As the predecessor: it no longer reports `Leader` at this epoch.
-    SteppedDown(Epoch),
 }
 
 /// Writes `note` of `member` in `read` (the Lease as last seen, which asks for it), bounded by

@@ -88,6 +88,7 @@ mod lease_writes;
 #[cfg(feature = "log")]
 pub mod log;
 mod membership;
+pub mod publication;
 pub mod role;
 pub mod wire;
 
@@ -96,6 +97,7 @@ pub use error::{MembershipError, Request};
 pub use membership::{
     ActedOn, GROUP_ENV, Membership, MissingEnv, POD_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV,
 };
+pub use publication::Publication;
 pub use role::Role;
 
 // The names this crate reads, under the names it has always exported them by; [`wire`] has

@@ -15,8 +15,9 @@ use crate::{
     belief::Belief,
     error::{MembershipError, Request},
     follow::{BACKOFF_MAX, BACKOFF_MIN, Report, follow},
-    lease_writes::{Note, renew, write_note},
-    role::{Confirmed, LeaseMarks, LeaseObservation, PodMarks, Renewed, Role},
+    lease_writes::{renew, write_note},
+    publication::{Gate, Note, Publication},
+    role::{LeaseMarks, PodMarks, Renewed, Role},
 };
 
 /// The environment variables [`Membership::start_from_env`] reads (set them with the downward
@@ -50,6 +51,7 @@ pub struct MissingEnv(pub &'static str);
 /// [`Role::Unknown`].
 pub struct Membership {
     role: Arc<watch::Sender<Role>>,
+    publications: Arc<watch::Sender<Publication>>,
     /// Into the core: what the consumer acted on ([`Membership::start_gated`]).
     updates: mpsc::Sender<Update>,
     errors: watch::Receiver<Option<Arc<MembershipError>>>,
@@ -61,7 +63,7 @@ pub struct Membership {
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Membership")
-            .field("role", &*self.role.borrow())
+            .field("publication", &*self.publications.borrow())
             .finish_non_exhaustive()
     }
 }
@@ -94,10 +96,10 @@ impl Membership {
         Membership::launch(client, namespace.into(), pod.into(), uid, group, false)
     }
 
-    /// [`Membership::start_for_uid`] for a member whose consumer acts on each role after it is
-    /// published (the agent: its files, its command): deposed, the member says it stepped down
-    /// only once the consumer has said, with [`ActedOn::role`], that it acted on the role the
-    /// member publishes then. Until then the operator keeps the successor waiting.
+    /// [`Membership::start_for_uid`] for a member whose consumer acts on each publication after
+    /// it is made (the agent: its files, its command): deposed, the member says it stepped down
+    /// only once the consumer has said, with [`ActedOn::publication`], that it acted on the very
+    /// publication the member makes then. Until then the operator keeps the successor waiting.
     pub fn start_gated(
         client: Client,
         namespace: impl Into<String>,
@@ -123,6 +125,8 @@ impl Membership {
     ) -> Membership {
         let (role, _) = watch::channel(Role::Unknown);
         let role = Arc::new(role);
+        let (publications, _) = watch::channel(Publication::initial());
+        let publications = Arc::new(publications);
         let (errors_tx, errors) = watch::channel(None);
         let (mut core, updates) = Core::new(
             client,
@@ -130,13 +134,14 @@ impl Membership {
             pod,
             uid,
             group,
-            Arc::clone(&role),
+            (Arc::clone(&role), Arc::clone(&publications)),
             errors_tx,
         );
         core.gated = gated;
         Membership {
             updates: core.updates.clone(),
             role,
+            publications,
             errors,
             period: core.period.subscribe(),
             core: tokio::spawn(core.run(updates)),
@@ -172,6 +177,15 @@ impl Membership {
     /// `watch::Receiver`: call `borrow_and_update` first to wait for the next change only).
     pub fn subscribe(&self) -> watch::Receiver<Role> {
         self.role.subscribe()
+    }
+
+    /// A receiver of every publication: the role with its sequence number and, while leader,
+    /// the instant it lapses unless confirmed again ([`Publication::valid_until`]). A consumer in
+    /// another process (the agent's files and endpoint) passes the validity on, so that its
+    /// reader stops at it even when the publisher is paused; a consumer in this process pauses
+    /// with the member, and [`Membership::role`] is all it needs.
+    pub fn publications(&self) -> watch::Receiver<Publication> {
+        self.publications.subscribe()
     }
 
     /// Waits until this pod leads, and returns its fencing token.
@@ -252,6 +266,14 @@ impl Membership {
 impl Drop for Membership {
     fn drop(&mut self) {
         self.role.send_replace(Role::Unknown);
+        self.publications
+            .send_if_modified(|p| match p.next(Role::Unknown, None) {
+                Some(next) => {
+                    *p = next;
+                    true
+                }
+                None => false,
+            });
         self.core.abort();
     }
 }
@@ -274,8 +296,8 @@ enum Update {
     /// A note written in the Lease answered: the resourceVersion it was conditional on, and the
     /// Lease as written or why not.
     Noted(Option<String>, Box<Result<Lease, MembershipError>>),
-    /// The consumer acted on this role ([`ActedOn`]).
-    ActedOn(Role),
+    /// The consumer acted on the publication of this sequence number ([`ActedOn`]).
+    ActedOn(u64),
 }
 
 /// Tells a gated member ([`Membership::start_gated`]) which role its consumer acted on last.
@@ -283,12 +305,13 @@ enum Update {
 pub struct ActedOn(mpsc::Sender<Update>);
 
 impl ActedOn {
-    /// The consumer acted on `role` (its files written, its command run): if that is still the
-    /// role the member publishes and not `Leader` at the epoch it is asked to step down from,
-    /// the member says it stepped down. Call it in the order the roles came.
-    pub async fn role(&self, role: Role) {
+    /// The consumer acted on the publication of sequence number `seq` (its files written, its
+    /// command run): if that is still the member's publication and not `Leader` at the epoch it
+    /// is asked to step down from, the member says it stepped down. Call it in the order the
+    /// publications came.
+    pub async fn publication(&self, seq: u64) {
         // Fails only once the member has stopped: nothing is owed then.
-        let _ = self.0.send(Update::ActedOn(role)).await;
+        let _ = self.0.send(Update::ActedOn(seq)).await;
     }
 }
 
@@ -340,6 +363,7 @@ struct Core {
     group: Option<String>,
     belief: Belief,
     role: Arc<watch::Sender<Role>>,
+    publications: Arc<watch::Sender<Publication>>,
     errors: watch::Sender<Option<Arc<MembershipError>>>,
     pod_error: Option<Arc<MembershipError>>,
     lease_error: Option<Arc<MembershipError>>,
@@ -355,8 +379,8 @@ struct Core {
     note_error: Option<Arc<MembershipError>>,
     /// Step-downs wait for the consumer ([`Membership::start_gated`]).
     gated: bool,
-    /// The role the consumer acted on last.
-    acted_on: Option<Role>,
+    /// The publication the consumer acted on last.
+    acted_on: Option<u64>,
 }
 
 impl Core {
@@ -366,7 +390,8 @@ impl Core {
         pod: String,
         uid: Option<String>,
         group: Option<String>,
-        role: Arc<watch::Sender<Role>>,
+        // What it publishes: the role, and each publication.
+        (role, publications): (Arc<watch::Sender<Role>>, Arc<watch::Sender<Publication>>),
         errors: watch::Sender<Option<Arc<MembershipError>>>,
     ) -> (Core, mpsc::Receiver<Update>) {
         let belief = Belief::new(pod.clone(), member_name(), group.is_some()).of_incarnation(uid);
@@ -381,6 +406,7 @@ impl Core {
                 group,
                 belief,
                 role,
+                publications,
                 errors,
                 pod_error: None,
                 lease_error: None,
@@ -530,38 +556,17 @@ impl Core {
             }
             Update::Renewal(outcome) => self.renewal_answered(*outcome),
             Update::Noted(from_version, result) => self.note_answered(from_version, *result),
-            Update::ActedOn(role) => self.acted_on = Some(role),
+            Update::ActedOn(seq) => self.acted_on = Some(seq),
         }
     }
 
-    /// The note the Lease as last confirmed asks of this pod, with the Lease to write it in: its
-    /// acknowledgement while it holds the Lease in Readiness mode without one and carries the
-    /// leader's marks, or its step-down
-    /// while the Lease names it as the predecessor and its role (published before this is asked)
-    /// no longer says `Leader` at that epoch.
+    /// The note owed ([`Belief::note_owed`]), with the Lease to write it in.
     fn note_owed(&self, now: Instant) -> Option<(Note, &Lease)> {
-        let observation = self.belief.observation();
-        let LeaseObservation::Confirmed(Confirmed {
-            state: Some(lease), ..
-        }) = &observation.lease
-        else {
-            return None;
-        };
-        let uid = observation.pod.as_ref()?.state.as_ref()?.uid.as_deref();
-        let member = self.belief.member();
-        let note = match observation.acknowledgement_owed(&self.pod, member) {
-            Some(epoch) => Note::Acknowledged(epoch),
-            None => {
-                let epoch = lease.step_down_asked_of(&self.pod, uid, member)?;
-                (self.belief.role(now).leader_epoch() != Some(epoch)).then_some(())?;
-                // Gated: only once the consumer acted on the role published now.
-                let published = *self.role.borrow();
-                let acted =
-                    self.acted_on == Some(published) && published.leader_epoch() != Some(epoch);
-                (!self.gated || acted).then_some(())?;
-                Note::SteppedDown(epoch)
-            }
-        };
+        let gate = self.gated.then(|| Gate {
+            published: *self.publications.borrow(),
+            acted: self.acted_on,
+        });
+        let note = self.belief.note_owed(gate.as_ref(), now)?;
         Some((note, self.lease_object.as_ref()?))
     }
 
@@ -763,6 +768,16 @@ impl Core {
 
     fn publish(&self) {
         let role = self.belief.role(Instant::now());
+        // The publication first: a consumer of both never sees a role its publications lack.
+        let lapses_at = self.belief.observation().lapses_at();
+        self.publications
+            .send_if_modified(|p| match p.next(role, lapses_at) {
+                Some(next) => {
+                    *p = next;
+                    true
+                }
+                None => false,
+            });
         self.role.send_if_modified(|r| {
             if *r == role {
                 return false;

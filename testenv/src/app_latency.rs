@@ -474,6 +474,8 @@ impl Run {
         let (log, name) = (Arc::clone(&self.log), pod.clone());
         candidate.tasks.push(tokio::spawn(async move {
             let mut version = String::new();
+            // A leader's answers move with its validity: only a change of what it says counts.
+            let mut said = None;
             loop {
                 let path = if version.is_empty() {
                     "/role".to_owned()
@@ -491,7 +493,8 @@ impl Run {
                     return;
                 };
                 let next = json["version"].as_str().unwrap_or_default().to_owned();
-                if next != version {
+                if said != Some(seen) {
+                    said = Some(seen);
                     push(
                         &log,
                         Record {

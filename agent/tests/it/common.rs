@@ -315,3 +315,20 @@ pub async fn leader_behind_proxy(prefix: &str) -> (World, leadergroup_testenv::P
     let kubeconfig = through(&kubeconfig, proxy.addr).await;
     (w, proxy, kubeconfig)
 }
+
+/// Long polls from `version` on, following a leader's answers (its validity moves every third of
+/// the Lease, a new version each time), until one is not `leader`: when it came, and the answer.
+pub async fn poll_past_leader(
+    addr: SocketAddr,
+    mut version: String,
+) -> (std::time::Instant, (u16, Option<String>, String)) {
+    loop {
+        let answer = http_get(addr, &format!("/role?wait={version}&timeoutSeconds=60")).await;
+        let returned = std::time::Instant::now();
+        let state: serde_json::Value = serde_json::from_str(&answer.2).unwrap_or_default();
+        if answer.0 != 200 || state["role"] != "leader" {
+            return (returned, answer);
+        }
+        version = state["version"].as_str().unwrap_or_default().to_owned();
+    }
+}

@@ -15,11 +15,7 @@ async fn a_cut_off_leader_publishes_unknown_in_time_and_unknown_when_stopped() {
 
     let version = leading["version"].as_str().unwrap().to_owned();
     let addr = agent.addr;
-    let poll = tokio::spawn(async move {
-        let answer =
-            crate::common::http_get(addr, &format!("/role?wait={version}&timeoutSeconds=30")).await;
-        (Instant::now(), answer)
-    });
+    let poll = tokio::spawn(crate::common::poll_past_leader(addr, version));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let cut = Instant::now();
     proxy.cut();

@@ -3,6 +3,7 @@
 //! its epoch, follower after a handover, and unknown once the agent is gone.
 
 use leadergroup_testenv::wait_until;
+use std::time::Duration;
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
@@ -153,5 +154,132 @@ async fn the_shell_python_and_go_examples_follow_the_agent() {
             client.name
         );
         println!("{}: {lines:?}", client.name);
+    }
+}
+
+/// The current time on this machine's clock, in Unix milliseconds: the clock the agent's
+/// `validUntil` is on.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap())
+        .unwrap()
+}
+
+/// Safety round five, finding 1: the leader's agent is paused (a starved sidecar) while the
+/// application runs on, and the group switches over. Nothing the agent published may still say
+/// `leader` once the successor is labelled: its files and its last answer carry `validUntil`, no
+/// later than two thirds of the Lease after the switchover, and the shipped clients stop by it
+/// although their long poll hangs.
+#[tokio::test]
+async fn a_paused_agents_leadership_ends_at_its_validity_in_every_client() {
+    let (w, kubeconfig) = world_of_two_members("agent-paused").await;
+    let agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &[]).await;
+    let ns = w.ns.name.clone();
+    let go = build_go(&ns);
+    let dir = examples();
+    let clients = [
+        Example::start(
+            "shell",
+            Path::new("sh"),
+            &[&dir.join("role.sh")],
+            &agent,
+            &ns,
+        ),
+        Example::start(
+            "python",
+            Path::new("python3"),
+            &[&dir.join("role.py")],
+            &agent,
+            &ns,
+        ),
+        Example::start("go", &go, &[], &agent, &ns),
+    ];
+    w.put_lease("g", Some("app-0"), 1).await.unwrap();
+    w.mark_follower("app-1", "g").await.unwrap();
+    w.mark_leader("app-0", "g", 1).await.unwrap();
+    let answer = agent.wait_role("leader", Some(1)).await;
+    assert!(
+        answer["validUntil"].as_u64().unwrap() > now_ms(),
+        "a leader's answer holds for a while: {answer}"
+    );
+    for client in &clients {
+        client.wait_for("role=leader epoch=1").await;
+    }
+
+    // Frozen: it answers nothing and writes nothing from here on.
+    let pid = agent.pid().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let frozen = now_ms();
+    // The operator's switchover to a successor when the predecessor never steps down: the Lease
+    // moves at once, and the successor is labelled two thirds of the Lease later.
+    w.put_lease("g", Some("app-1"), 2).await.unwrap();
+    let deposed = now_ms();
+    let validity = u64::try_from(crate::common::DURATION_SECS).unwrap() * 2000 / 3;
+    tokio::time::sleep(Duration::from_millis(validity)).await;
+    w.mark_follower("app-0", "g").await.unwrap();
+    w.mark_leader("app-1", "g", 2).await.unwrap();
+    let labelled = now_ms();
+
+    // The files still say leader (nothing rewrote them), but not past the switchover's wait.
+    assert_eq!(agent.file("role"), "leader");
+    let until: u64 = agent.file("valid-until").parse().unwrap_or_else(|e| {
+        panic!(
+            "valid-until {:?}: {e}\n{}",
+            agent.file("valid-until"),
+            agent.logs()
+        )
+    });
+    assert!(
+        until <= labelled,
+        "the files hold {} ms after the successor was labelled",
+        until - labelled
+    );
+    eprintln!(
+        "paused agent: frozen at 0, deposed at {} ms, valid until {} ms, successor labelled at {} ms",
+        deposed - frozen,
+        until.saturating_sub(frozen),
+        labelled - frozen
+    );
+    // Every client stopped by then, within its polling step.
+    for client in &clients {
+        client.wait_for("role=unknown epoch=").await;
+    }
+    let stopped = now_ms();
+    assert!(
+        stopped <= labelled + 1000,
+        "the clients stopped {} ms after the successor was labelled",
+        stopped - labelled
+    );
+
+    // Thawed, it reads the handover and says follower; nobody led again at epoch 1.
+    signal("-CONT");
+    agent.wait_role("follower", None).await;
+    for client in &clients {
+        client.wait_for("role=follower epoch=").await;
+        let lines = client.lines();
+        let from_leader: Vec<&str> = lines
+            .iter()
+            .skip_while(|l| !l.starts_with("role=leader"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            from_leader,
+            [
+                "role=leader epoch=1",
+                "role=unknown epoch=",
+                "role=follower epoch="
+            ],
+            "the {} example printed {lines:?}",
+            client.name
+        );
     }
 }

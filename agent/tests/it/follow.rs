@@ -29,42 +29,30 @@ async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
     w.put_lease("g", Some("app-0"), 1).await.unwrap();
     w.mark_follower("app-1", "g").await.unwrap();
     w.mark_leader("app-0", "g", 1).await.unwrap();
-    let leading = agent.wait_role("leader", Some(1)).await;
-    let (_, etag, _) = agent.get("/role").await;
+    agent.wait_role("leader", Some(1)).await;
+    let (_, etag, body) = agent.get("/role").await;
+    let leading: serde_json::Value = serde_json::from_str(&body).unwrap();
     let version = leading["version"].as_str().unwrap().to_owned();
     assert_eq!(etag, Some(format!("\"{version}\"")));
 
-    // A long poll on an older version answers at once; on the current one, at the timeout with
-    // the same state (200, same version).
+    // A long poll on an older version answers at once.
     let (status, _, body) = agent.get("/role?wait=stale&timeoutSeconds=30").await;
     assert_eq!(status, 200);
+    let stale: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
-        leading
-    );
-    let started = Instant::now();
-    let (status, _, body) = agent
-        .get(&format!("/role?wait={version}&timeoutSeconds=1"))
-        .await;
-    let waited = started.elapsed();
-    assert_eq!(status, 200);
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
-        leading
+        (&stale["role"], &stale["epoch"]),
+        (&leading["role"], &leading["epoch"])
     );
     assert!(
-        waited >= Duration::from_secs(1),
-        "returned after {waited:?}"
+        stale["validUntil"].as_u64() >= leading["validUntil"].as_u64(),
+        "the validity only moves forward: {stale} after {leading}"
     );
 
-    // A long poll on the current version returns when the Lease moves to app-1 at epoch 2: app-0
-    // is no longer leader from that moment, before its own label changes.
+    // Long polls from the current version on return when the Lease moves to app-1 at epoch 2:
+    // app-0 is no longer leader from that moment, before its own label changes. (Until then
+    // they return a leader whose validity moved.)
     let addr = agent.addr;
-    let path = format!("/role?wait={version}&timeoutSeconds=60");
-    let poll = tokio::spawn(async move {
-        let answer = crate::common::http_get(addr, &path).await;
-        (Instant::now(), answer)
-    });
+    let poll = tokio::spawn(crate::common::poll_past_leader(addr, version.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!poll.is_finished(), "the poll returned without a change");
     let update = Instant::now();
@@ -89,7 +77,26 @@ async fn the_files_the_endpoint_and_the_command_follow_leader_then_follower() {
     );
     w.mark_follower("app-0", "g").await.unwrap();
     w.mark_leader("app-1", "g", 2).await.unwrap();
-    agent.wait_role("follower", None).await;
+    let following = agent.wait_role("follower", None).await;
+    // On the current version of a follower (no validity to move), at the timeout with the same
+    // state (200, same version).
+    let started = Instant::now();
+    let (status, _, body) = agent
+        .get(&format!(
+            "/role?wait={}&timeoutSeconds=1",
+            following["version"].as_str().unwrap()
+        ))
+        .await;
+    let waited = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        following
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "returned after {waited:?}"
+    );
 
     // Every change ran the command once, in order, with the role and the epoch; its failures
     // (exit 3) did not stop the agent, which is still serving. (The crate may report a short
