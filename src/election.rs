@@ -315,7 +315,14 @@ pub fn decide(obs: &Observation<'_>) -> Plan {
     let barrier_up = obs.barrier_up && arbiter == Some(obs.identity);
     let (route, status) = routed(obs, status);
     let mut pods = marking.writes(barrier_up);
+    // A deposed pod barred by an annotation only (the cache shows another group's marks on it)
+    // keeps whatever leader label the cache does not show: only a fresh list finds it.
+    let marks_kept = pods
+        .deposed
+        .iter()
+        .any(|b| !b.with_follower_marks && !b.clears_marks);
     if barrier_up
+        && !marks_kept
         && let Some(promotion) = &pods.promote
         && commit.as_ref().is_some_and(|c| promotion.is_recorded_in(c))
     {

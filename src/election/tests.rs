@@ -1217,6 +1217,7 @@ fn trimmed_pods_decide_as_the_whole_pods_do() {
 mod heartbeat;
 mod status;
 mod step_down;
+mod unchecked;
 
 /// A pod by name as its fixture is seen (resourceVersion `rv-<name>`).
 fn seen(name: &str) -> PodVersion {
