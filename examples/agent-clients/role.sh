@@ -18,10 +18,11 @@ field() { # field NAME JSON: a string or number field of the agent's flat JSON o
   printf '%s' "$2" | sed -n "s/.*\"$1\":\"\{0,1\}\([^\",}]*\).*/\1/p"
 }
 
-now_ms() { # this node's clock in Unix milliseconds; in whole seconds where date lacks %N
+now_ms() { # this node's clock in Unix milliseconds; where date lacks %N (busybox), the next
+  # whole second: a validity then ends up to a second early, never late
   ns=$(date +%s%N)
   case $ns in
-    *[!0-9]*) echo $(($(date +%s) * 1000)) ;;
+    *[!0-9]*) echo $((($(date +%s) + 1) * 1000)) ;;
     *) echo $((ns / 1000000)) ;;
   esac
 }
