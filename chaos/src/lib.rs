@@ -5,11 +5,13 @@
 //! else; promotions held inside the API server; kube-apiserver killed and restarted; the groups'
 //! specs edited (selector, `preferredLeader`, `leaseDurationSeconds`, `paused`, `liveness`); the
 //! replicas' watches stalled. Every pod runs the client's `Membership` in this process (half the
-//! groups in Heartbeat mode, where it renews the Lease; two per pod in half the groups, as an
-//! agent beside the application), restarted, cut off (a node, or one member alone) and stalled
-//! by the faults too. An independent watch checks I1, I3 and the order of the writes at every event and
-//! times every gap (I4); each round of faults ends with every group settled (I2); and at no
-//! instant may two `Membership`s of a group report `Leader` (on this process's one clock).
+//! groups in Heartbeat mode, where it renews the Lease; two per pod in half the groups), each
+//! followed by an application through a relay (the pod's agent, which the faults pause), and
+//! restarted, cut off (a node, or one member alone) and stalled by the faults too. An
+//! independent watch checks I1, I3 and the order of the writes at every event and times every
+//! gap (I4); each round of faults ends with every group settled (I2); and at no instant may the
+//! applications of two pods of a group act as leader, each on the last publication it got and
+//! only before its validity (on this process's one clock).
 //!
 //! `make chaos` runs the published run (`docs/chaos.md`); `make test` runs a short one
 //! (`tests/it/chaos.rs`).

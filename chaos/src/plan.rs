@@ -97,6 +97,17 @@ pub enum Fault {
         cut: Duration,
         then: WhileCut,
     },
+    /// The pod's agent is frozen for `paused` (a starved sidecar; [`crate::members`]): it hands
+    /// its application no publication and its connection holds every byte, while the
+    /// application runs on with the last publication it got, which it stops acting on at its
+    /// validity. With `hand_over` (a leader's only), `preferredLeader` names a follower meanwhile
+    /// (put back after the resume): the handover of safety round five's first finding.
+    PauseAgent {
+        group: usize,
+        target: Target,
+        paused: Duration,
+        hand_over: bool,
+    },
 }
 
 /// What happens while a leader's `Membership` is cut off.
@@ -162,6 +173,13 @@ impl Fault {
                 WhileCut::PatchStatus => "client cut off, status patched",
                 WhileCut::OneMemberThenHandOver => "one of two members cut off, handover",
             },
+            Fault::PauseAgent { hand_over, .. } => {
+                if *hand_over {
+                    "leader's agent paused, handover"
+                } else {
+                    "agent paused"
+                }
+            }
         }
     }
 
@@ -176,6 +194,7 @@ impl Fault {
             | Fault::RestartMember { group, .. }
             | Fault::CutMember { group, .. }
             | Fault::CutLeaderThen { group, .. }
+            | Fault::PauseAgent { group, .. }
             | Fault::StallMember { group, .. } => Some(*group),
             _ => None,
         }
@@ -195,7 +214,8 @@ impl Fault {
             | Fault::EditSpec { undo_after: d, .. }
             | Fault::RestartMember { down: d, .. }
             | Fault::CutMember { cut: d, .. }
-            | Fault::CutLeaderThen { cut: d, .. } => Some(*d),
+            | Fault::CutLeaderThen { cut: d, .. }
+            | Fault::PauseAgent { paused: d, .. } => Some(*d),
             _ => None,
         }
     }
@@ -214,7 +234,7 @@ impl Fault {
 }
 
 /// Every kind, in the report's order.
-pub const KINDS: [&str; 24] = [
+pub const KINDS: [&str; 26] = [
     "pod NotReady flap",
     "pod deleted",
     "foreign Lease write",
@@ -239,6 +259,8 @@ pub const KINDS: [&str; 24] = [
     "client cut off, Lease deleted",
     "client cut off, status patched",
     "one of two members cut off, handover",
+    "agent paused",
+    "leader's agent paused, handover",
 ];
 
 /// Whether group `g` runs in Heartbeat mode (the odd-numbered ones).
@@ -305,11 +327,11 @@ pub fn plan(seed: u64, faults: usize, groups: usize) -> Vec<Step> {
         .collect()
 }
 
-/// Draws one fault. Weights: the pods' faults (what a cluster does all day) most often, the
-/// replicas' one in 24 (they strike one at a time, so they pace the run), a kube-apiserver
-/// restart (seconds without an API) one in 200, the users' spec edits one in 20, the
-/// applications' own faults (restarts, partitions, stalls) one in 11, a cut-off leader with a
-/// shortened Lease, a deleted Lease or a patched status one in 20.
+/// Draws one fault, of 210 shares: the pods' and Leases' faults (what a cluster does all day)
+/// 142, the replicas' 10 (they strike one at a time, so they pace the run), promotions held 3, a
+/// kube-apiserver restart (seconds without an API) 1, the users' spec edits 10, the applications' own faults (restarts,
+/// partitions, stalls) 24, a cut-off leader with a shortened Lease, a deleted Lease or a patched
+/// status 10, a paused agent 10 (half of the leaders' with a handover).
 fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
     let replica = |rng: &mut fastrand::Rng| {
         if rng.u8(0..4) == 0 {
@@ -334,7 +356,7 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
             2 * rng.usize(0..groups / 2) + 1
         }
     };
-    match rng.u32(0..200) {
+    match rng.u32(0..210) {
         0..84 => Fault::FlapPod {
             group,
             target: target(rng),
@@ -426,6 +448,16 @@ fn fault(rng: &mut fastrand::Rng, groups: usize) -> Fault {
                 then,
             }
         }
+        200..210 => {
+            let target = target(rng);
+            Fault::PauseAgent {
+                group,
+                target,
+                // Past the two thirds of the 3 s Lease a leader's publication holds, often.
+                paused: ms(rng, 100, 5000),
+                hand_over: target == Target::Leader && rng.bool(),
+            }
+        }
         180..188 => Fault::StallMember {
             group,
             target: target(rng),
@@ -463,6 +495,12 @@ mod tests {
             assert!(s.fault.group().is_none_or(|g| g < 5), "{s:?}");
             if let Fault::CutMember { group, .. } = s.fault {
                 assert!(heartbeat(group), "{s:?}");
+            }
+            if let Fault::PauseAgent {
+                target, hand_over, ..
+            } = s.fault
+            {
+                assert!(!hand_over || target == Target::Leader, "{s:?}");
             }
             assert!(s.before <= Duration::from_millis(150), "{s:?}");
         }

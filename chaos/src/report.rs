@@ -81,9 +81,10 @@ pub struct Report {
     pub api_down: Vec<(Duration, Duration)>,
     /// Both replicas said active: since the first fault, for how long.
     pub both_active: Vec<(Duration, Duration)>,
-    /// The pods' `Membership`s: role changes, of them to `Leader`.
-    pub member_changes: (usize, usize),
-    /// Two of a group's `Membership`s reporting `Leader` at once, each with when it opened since
+    /// The applications: publications handed to them, of them those that made one start acting
+    /// as leader, and leaderships ended by their validity alone.
+    pub app_deliveries: (usize, usize, usize),
+    /// Two of a group's applications acting as leader at once, each with when it opened since
     /// the first fault (0 before it).
     pub overlaps: Vec<(Overlap, Duration)>,
     /// The wall clock at the first fault: the timeline's offsets become times the replicas' logs
@@ -117,7 +118,7 @@ impl Report {
             processes: Vec::new(),
             api_down: Vec::new(),
             both_active: Vec::new(),
-            member_changes: (0, 0),
+            app_deliveries: (0, 0, 0),
             overlaps: Vec::new(),
             faults_started_at: None,
             harness_errors: Vec::new(),
@@ -195,9 +196,10 @@ impl Report {
             .filter(|o| o.polls > 1)
             .map(|o| (o.since.saturating_duration_since(faults_started), o.length))
             .collect();
-        let (changes, leaders, overlaps) = claims.report();
-        self.member_changes = (changes, leaders);
-        self.overlaps = overlaps
+        let apps = claims.report();
+        self.app_deliveries = (apps.deliveries, apps.leader_starts, apps.lapsed);
+        self.overlaps = apps
+            .overlaps
             .into_iter()
             .map(|o| {
                 let start = o.since.saturating_duration_since(faults_started);
@@ -221,7 +223,7 @@ impl Report {
         all.extend(self.harness_errors.iter().map(|e| format!("Harness: {e}")));
         for (o, start) in &self.overlaps {
             all.push(format!(
-                "App: {} (epoch {}) and {} (epoch {}) of {} both reported Leader for {} (from {} into the run)",
+                "App: the applications of {} (epoch {}) and {} (epoch {}) of {} both acted as leader for {} (from {} into the run)",
                 o.first.0,
                 o.first.1,
                 o.second.0,
@@ -383,9 +385,10 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| App: at most one `Membership` of a group reports `Leader` at any instant, on one clock (the run's monotonic clock) | every role change of every pod's `Membership`: {} changes, {} of them to `Leader` | {} |\n",
-            self.member_changes.0,
-            self.member_changes.1,
+            "| App: at no instant do the applications of two pods of a group act as leader, each acting on the last publication its member's relay (the agent) handed it, leader only before its `valid_until`, on one clock (the run's monotonic clock) | every publication handed to every pod's application: {} handed, {} of them starting a leadership, {} leaderships ended by their `valid_until` alone | {} |\n",
+            self.app_deliveries.0,
+            self.app_deliveries.1,
+            self.app_deliveries.2,
             self.overlaps.len()
         );
         if !violations.is_empty() {
@@ -539,15 +542,22 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "- Every pod runs the client's `Membership` in the run's process, as its application \
-             would (its group's member ServiceAccount, through a proxy of its own: its node's \
-             network); the pods of g2, g3, g6, g7, ... run two, as an agent beside the \
-             application, each through its own proxy. They stop when the pod's container stops. \
-             A client restart stops them and starts new ones in the same pod; a cut-off node holds \
-             its connections' bytes and its kubelet's reports (pod faults skip it); one member \
-             cut off alone holds only its own; a stall leaves the open connections silent for \
-             good while new ones flow. In Heartbeat mode the leader's `Membership`s renew the \
-             Lease. Two members of one pod reporting `Leader` together are one leader."
+            "- Every pod runs the client's `Membership` in the run's process (its group's member \
+             ServiceAccount, through a proxy of its own: its node's network); the pods of g2, g3, \
+             g6, g7, ... run two, each through its own proxy. Each member has an application, which \
+             acts as leader only while the last publication it got says `Leader` and its \
+             `valid_until` has not passed. A pod's last member is its agent: a sidecar whose relay \
+             hands each publication to its application, its member stepping down only once the \
+             application got the publication that says so (gated, as the agent binary's is); the \
+             first of a pod of two is the application's own, in its process. An agent paused \
+             hands over nothing and its connection holds every byte (a frozen sidecar) while its \
+             application runs on with what it last got. All stop when the pod's container stops. \
+             A client restart stops the members and starts new ones in the same pod (an agent's \
+             application runs on meanwhile); a cut-off node holds its connections' bytes and its \
+             kubelet's reports (pod faults skip it); one member cut off alone holds only its own; \
+             a stall leaves the open connections silent for good while new ones flow. In Heartbeat \
+             mode the leader's members renew the Lease. Two applications of one pod acting as \
+             leader together are one leader."
         );
         let _ = writeln!(
             md,
@@ -653,6 +663,7 @@ fn describe(fault: &Fault) -> String {
         | Fault::DeletePod { group, target }
         | Fault::RestartMember { group, target, .. }
         | Fault::CutMember { group, target, .. }
+        | Fault::PauseAgent { group, target, .. }
         | Fault::StallMember { group, target } => {
             format!("{} g{group} {target:?}", fault.kind())
         }

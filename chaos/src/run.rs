@@ -1,8 +1,9 @@
 //! The run: its control plane, two operator replicas, the groups and their pods' applications,
 //! then the plan's faults one after another (each undone on its own, later, so they overlap), with
 //! a settled check (I2) every round, while an independent watch checks I1, I3 and the order of the
-//! writes on every event and times the gaps (I4), and the applications' roles are checked at every
-//! change (at most one `Leader` per group).
+//! writes on every event and times the gaps (I4), and what the applications act on is checked
+//! at every publication handed to them and every validity that lapses (at most one pod of a
+//! group acting as leader).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use leadergroup_testenv::{
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
+use crate::members;
 use crate::plan::{Fault, ForgedEpoch, Forger, Replica, SpecEdit, Step, Target, WhileCut};
 use crate::replica::{Launch, OperatorReplica};
 use crate::report::{Injected, Report, Round};
@@ -246,7 +248,7 @@ async fn inject(
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
             if world.members.is_cut(&pod).await {
-                return Ok(Launched::Skipped(CUT_OFF.into()));
+                return Ok(Launched::Skipped(members::CUT_OFF.into()));
             }
             world.kubelet.set_ready(&pod, false).await?;
             let (shared, not_ready) = (Arc::clone(shared), *not_ready);
@@ -261,7 +263,7 @@ async fn inject(
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
             if world.members.is_cut(&pod).await {
-                return Ok(Launched::Skipped(CUT_OFF.into()));
+                return Ok(Launched::Skipped(members::CUT_OFF.into()));
             }
             world.kubelet.begin_termination(&pod).await?;
             let (shared, group) = (Arc::clone(shared), *group);
@@ -323,8 +325,8 @@ async fn inject(
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
-            if !world.members.stop_for_restart(&pod).await {
-                return Ok(Launched::Skipped("its client is restarting already".into()));
+            if let Err(why) = world.members.stop_for_restart(&pod).await {
+                return Ok(Launched::Skipped(why.into()));
             }
             let (shared, down) = (Arc::clone(shared), *down);
             tasks.spawn(async move {
@@ -337,8 +339,8 @@ async fn inject(
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
             };
-            if !world.members.cut(&pod).await {
-                return Ok(Launched::Skipped(CUT_OFF.into()));
+            if let Err(why) = world.members.cut(&pod).await {
+                return Ok(Launched::Skipped(why.into()));
             }
             let (shared, cut) = (Arc::clone(shared), *cut);
             tasks.spawn(async move {
@@ -350,6 +352,12 @@ async fn inject(
         Fault::CutLeaderThen { group, cut, then } => {
             cut_leader_then(shared, *group, *cut, *then, tasks).await
         }
+        Fault::PauseAgent {
+            group,
+            target,
+            paused,
+            hand_over,
+        } => pause_agent(shared, *group, *target, *paused, *hand_over, tasks).await,
         Fault::StallMember { group, target } => {
             let Some(pod) = world.wait_target(*group, *target == Target::Leader).await? else {
                 return Ok(Launched::Skipped(format!("no {target:?} in g{group}")));
@@ -357,7 +365,7 @@ async fn inject(
             if world.members.stall(&pod).await {
                 Ok(Launched::Done)
             } else {
-                Ok(Launched::Skipped("its pod is gone".into()))
+                Ok(Launched::Skipped(members::GONE.into()))
             }
         }
         Fault::StallReplica { replica } => {
@@ -398,12 +406,13 @@ async fn cut_leader_then(
     let Some(follower) = world.wait_target(g, false).await? else {
         return Ok(Launched::Skipped(format!("no Follower in g{g}")));
     };
-    if then == WhileCut::OneMemberThenHandOver {
-        if !world.members.cut_one(&leader).await {
-            return Ok(Launched::Skipped("a pod of one member, or cut off".into()));
-        }
-    } else if !world.members.cut(&leader).await {
-        return Ok(Launched::Skipped(CUT_OFF.into()));
+    let cut_off = if then == WhileCut::OneMemberThenHandOver {
+        world.members.cut_one(&leader).await
+    } else {
+        world.members.cut(&leader).await
+    };
+    if let Err(why) = cut_off {
+        return Ok(Launched::Skipped(why.into()));
     }
     let undo = match then {
         WhileCut::OneMemberThenHandOver => {
@@ -452,8 +461,56 @@ async fn cut_leader_then(
     Ok(Launched::Done)
 }
 
-/// Why a pod fault skipped a pod: its node is cut off, so its kubelet reports nothing.
-const CUT_OFF: &str = "its node is cut off";
+/// Freezes group `g`'s `target`'s agent for `paused` ([`crate::members::Members::pause_agent`]);
+/// with `hand_over`, `preferredLeader` then names a follower. A task resumes the agent and puts
+/// `preferredLeader` back.
+async fn pause_agent(
+    shared: &Arc<Shared>,
+    g: usize,
+    target: Target,
+    paused: Duration,
+    hand_over: bool,
+    tasks: &mut JoinSet<()>,
+) -> Result<Launched, Error> {
+    let world = &shared.world;
+    let Some(pod) = world.wait_target(g, target == Target::Leader).await? else {
+        return Ok(Launched::Skipped(format!("no {target:?} in g{g}")));
+    };
+    let successor = if hand_over {
+        let Some(follower) = world.wait_target(g, false).await? else {
+            return Ok(Launched::Skipped(format!("no Follower in g{g}")));
+        };
+        Some(follower)
+    } else {
+        None
+    };
+    if let Err(why) = world.members.pause_agent(&pod).await {
+        return Ok(Launched::Skipped(why.into()));
+    }
+    let edited = match &successor {
+        Some(follower) => world
+            .edit_spec(g, serde_json::json!({ "preferredLeader": follower }))
+            .await
+            .map(|()| true),
+        None => Ok(false),
+    };
+    // The agent resumes whatever the edit did: a failed edit must not leave it frozen.
+    let put_back = matches!(edited, Ok(true));
+    let shared = Arc::clone(shared);
+    tasks.spawn(async move {
+        tokio::time::sleep(paused).await;
+        shared.world.members.resume_agent(&pod).await;
+        if put_back {
+            retry(|| {
+                shared
+                    .world
+                    .edit_spec(g, serde_json::json!({ "preferredLeader": null }))
+            })
+            .await;
+        }
+    });
+    edited.map(|_| Launched::Done)
+}
 
 /// A user's edit of group `g`'s spec; the returned task puts the field back `undo_after` later.
 async fn edit_spec(

@@ -1,8 +1,9 @@
 //! The short chaos run of `make test` (a few hundred faults; `make chaos` runs
 //! the published one): two replicas of this build's operator, several groups whose pods each run
-//! a `Membership`, the plan's faults, and no violation allowed (I1–I4, one active replica, at most
-//! one `Membership` of a group reporting `Leader` at any instant). `LEADERGROUP_CHAOS_SEED` picks
-//! another seed.
+//! a `Membership` followed by an application through a relay (the agent, which faults pause), the
+//! plan's faults, and no violation allowed (I1–I4, one active replica, at no instant the
+//! applications of two pods of a group acting as leader). `LEADERGROUP_CHAOS_SEED` picks another
+//! seed.
 
 use std::path::Path;
 
