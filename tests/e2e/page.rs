@@ -100,6 +100,34 @@ pub fn shows(pattern: &str, text: &str) -> bool {
     rest.is_empty()
 }
 
+/// `command` without the variables cargo sets for a binary it runs (this test's own), which a
+/// user's shell does not have. A page's `cargo build` (the install page's `images/build.sh`) would
+/// see them, and ring's build script asks cargo to run it again when CARGO_MANIFEST_DIR or
+/// CARGO_PKG_NAME change: with them, cargo rebuilt ring and everything linking it, the operator
+/// and the agent that `make e2e` had built minutes before, and again in `make dist` after.
+fn as_a_user(command: &mut std::process::Command) -> &mut std::process::Command {
+    for (name, _) in std::env::vars_os() {
+        let cargo_sets = name.to_str().is_some_and(|n| {
+            n.starts_with("CARGO_PKG_")
+                || matches!(
+                    n,
+                    "CARGO"
+                        | "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                        | "OUT_DIR"
+                )
+        });
+        if cargo_sets {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// How a page's commands run here: the page's path (for messages), text replaced before running
 /// (an image or registry the offline cluster has instead), and the environment added.
 pub struct Runner {
@@ -132,10 +160,11 @@ impl Runner {
             "-c",
             &script,
         ])
-        .current_dir(repo_root())
-        .env("KUBECONFIG", c.cp.kubeconfig_path())
-        .env("PATH", path)
-        .envs(self.env.iter().map(|(k, v)| (k, v)));
+        .current_dir(repo_root());
+        as_a_user(&mut bash)
+            .env("KUBECONFIG", c.cp.kubeconfig_path())
+            .env("PATH", path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let started = Instant::now();
         let (ok, stdout, stderr) = run_tool(bash).await;
         println!(
@@ -192,6 +221,22 @@ fn a_page_yields_its_commands_in_order() {
             },
         ]
     );
+}
+
+#[test]
+fn a_page_runs_without_the_variables_cargo_sets_for_this_test() {
+    // cargo test sets them for this binary; a user's shell has none of them.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let out = as_a_user(&mut std::process::Command::new("env"))
+        .output()
+        .unwrap();
+    let env = String::from_utf8(out.stdout).unwrap();
+    let left: Vec<&str> = env
+        .lines()
+        .filter(|l| l.starts_with("CARGO_PKG_") || l.starts_with("CARGO_MANIFEST_DIR="))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")));
 }
 
 #[test]
