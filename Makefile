@@ -344,9 +344,7 @@ e2e:
 	took() { echo "e2e: == $$1: $$((SECONDS - t)) s"; }; \
 	phase "node packages (node-deps.sh)"; controlplane/node-deps.sh; took "node packages"; \
 	phase "node binaries (node-build.sh)"; controlplane/node-build.sh >/dev/null; took "node binaries"; \
-	phase "release build"; nice -n 10 cargo build --release --locked --bin leadergroup-operator; \
-	  nice -n 10 cargo build --release --locked -p leadergroup-agent --bin leadergroup-agent; \
-	  nice -n 10 cargo build --release --locked --example ledger; took "release build"; \
+	phase "release build (images/release-build.sh; .ci/run built it before)"; images/release-build.sh; took "release build"; \
 	phase "images"; images/build.sh; took "images"; \
 	phase "previous release (images/previous-release.sh, cached)"; images/previous-release.sh >/dev/null; took "previous release"; \
 	phase "prometheus build"; prometheus=$$(charts/tests/prometheus-build.sh prometheus); took "prometheus build"; \

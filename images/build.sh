@@ -16,12 +16,13 @@
 #   webapp    localhost/leadergroup/webapp:1         the end-to-end tests' application: busybox httpd on
 #             port 8080 serving a page that names its pod ($POD_NAME, else $HOSTNAME), also at
 #             /healthz; on SIGTERM it waits $STOP_DELAY seconds (default 0: a drain), then stops
-#   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (cargo build
-#             --release), the libraries ldd lists, CA certificates, user 65532: the chart's default
-#   agent     leadergroup-agent:<version>            target/release/leadergroup-agent, its libraries, CA
-#             certificates, user 65532, and busybox-static as /bin/sh (--on-change runs `/bin/sh -c`)
-#   ledger    leadergroup-ledger:<version>           target/release/examples/ledger (cargo build --release
-#             --example ledger), its libraries, user 65532; no CA certificates: it reaches PostgreSQL
+#   operator  leadergroup-operator:<appVersion>      target/release/leadergroup-operator (images/release-build.sh
+#             shipped), the libraries ldd lists, CA certificates, user 65532: the chart's default
+#   agent     leadergroup-agent:<version>            target/release/leadergroup-agent (the same build), its
+#             libraries, CA certificates, user 65532, and busybox-static as /bin/sh (--on-change runs
+#             `/bin/sh -c`)
+#   ledger    leadergroup-ledger:<version>           target/release/examples/ledger (images/release-build.sh
+#             ledger), its libraries, user 65532; no CA certificates: it reaches PostgreSQL
 #             without TLS and the API server with the ServiceAccount's CA
 #   client-go localhost/leadergroup/client-go-peer:1 bench/peers/client-go (client-go's leaderelection
 #             candidate, built from its pinned modules by its build.sh): a static Go binary
@@ -193,8 +194,8 @@ build_operator() {
   local repository
   repository=$(sed -n 's/^  repository: *//p' "$repo/charts/leadergroup-operator/values.yaml" | head -1)
   [[ -n $repository ]] || die "no image.repository in charts/leadergroup-operator/values.yaml"
-  say "cargo build --release --bin leadergroup-operator"
-  (cd "$repo" && nice -n 10 cargo build --release --locked --bin leadergroup-operator)
+  say "images/release-build.sh shipped (the operator, the agent and the kubectl plugin)"
+  "$here/release-build.sh" shipped
   local r=$work/operator-rootfs
   rust_rootfs "$r" "$repo/target/release/leadergroup-operator"
   install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
@@ -206,8 +207,8 @@ build_agent() {
   local version
   version=$(workspace_version)
   [[ -n $version ]] || die "no version in Cargo.toml's [workspace.package]"
-  say "cargo build --release -p leadergroup-agent"
-  (cd "$repo" && nice -n 10 cargo build --release --locked -p leadergroup-agent --bin leadergroup-agent)
+  say "images/release-build.sh shipped (the operator, the agent and the kubectl plugin)"
+  "$here/release-build.sh" shipped
   local r=$work/agent-rootfs
   rust_rootfs "$r" "$repo/target/release/leadergroup-agent"
   install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
@@ -221,8 +222,8 @@ build_ledger() {
   local version
   version=$(workspace_version)
   [[ -n $version ]] || die "no version in Cargo.toml's [workspace.package]"
-  say "cargo build --release --example ledger"
-  (cd "$repo" && nice -n 10 cargo build --release --locked --example ledger)
+  say "images/release-build.sh ledger"
+  "$here/release-build.sh" ledger
   local r=$work/ledger-rootfs
   rust_rootfs "$r" "$repo/target/release/examples/ledger"
   oci_archive ledger "$(library_ref leadergroup-ledger "$version")" "$r" 65532:65532 "$(json_array /usr/local/bin/ledger)" null

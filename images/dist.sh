@@ -16,10 +16,10 @@
 #                                                   kubectl plugin and the ledger example too)
 #   SHA256SUMS                                      of all of the above
 # <version> is the chart's appVersion, the images' tag. The images and the binaries are built (or
-# found built) by images/build.sh and cargo; helm is the pinned one of controlplane/build.sh,
-# cargo-cyclonedx the pinned one of controlplane/cargo-tool.sh. The plugin archive is
-# reproducible (sorted, fixed owner and times, gzip without a name), so its sha256 depends on the
-# binary alone.
+# found built, as after make e2e) by images/build.sh and images/release-build.sh; helm is the
+# pinned one of controlplane/build.sh, cargo-cyclonedx the pinned one of controlplane/cargo-tool.sh.
+# The plugin archive is reproducible (sorted, fixed owner and times, gzip without a name), so its
+# sha256 depends on the binary alone.
 # KREW_DOWNLOAD_URL: where the archive will be published (default: the project's release of
 # v<version>); the manifest's uri.
 #
@@ -57,7 +57,8 @@ cp "$repo/crds/leadergroup.yaml" "$out/leadergroup-crd-$version.yaml"
 for image in operator agent ledger; do
   cp "$repo/target/images/$image.tar" "$out/leadergroup-$image-$version.oci.tar"
 done
-(cd "$repo" && nice -n 10 cargo build --release --locked --bin kubectl-leadergroup)
+# The plugin is a binary of the operator package: build.sh's release build made it above.
+"$here/release-build.sh" shipped
 plugin=kubectl-leadergroup-$version-linux-$arch
 cp "$repo/target/release/kubectl-leadergroup" "$out/$plugin"
 staging=$(mktemp -d)
