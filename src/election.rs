@@ -114,23 +114,38 @@ impl Observation<'_> {
 pub struct Promotion {
     /// The pod.
     pub pod: String,
+    /// The UID of its incarnation as the decision saw it: leadership belongs to one incarnation.
+    pub uid: Option<String>,
     /// Its fencing token.
     pub epoch: i64,
 }
 
 impl Promotion {
-    /// Whether `lease` (read afresh before the promotion) names this pod holder at this epoch: a
-    /// decision taken on a Lease cache older than the Lease hands out a token the Lease no
-    /// longer holds, unless a commit in the same pass made it so.
+    /// Whether `lease` (read afresh before the promotion) names this incarnation holder at this
+    /// epoch: a decision taken on a Lease cache older than the Lease hands out a token the Lease
+    /// no longer holds, unless a commit in the same pass made it so.
     pub fn is_committed_in(&self, lease: Option<&Lease>) -> bool {
         lease
             .map(LeaseRecord::from_lease)
             .is_some_and(|record| self.is_recorded_in(&record))
     }
 
-    /// Whether `record` names this pod holder at this epoch.
+    /// Whether `pod` (read afresh before the promotion) is the incarnation decided on: a pod
+    /// created again under the name since is another candidate, which a retried promotion
+    /// would otherwise label at the old incarnation's epoch, refused by its own members.
+    pub fn is_incarnation(&self, pod: &Pod) -> bool {
+        pod.metadata.name.as_deref() == Some(self.pod.as_str()) && pod.metadata.uid == self.uid
+    }
+
+    /// Whether `record` names this incarnation holder at this epoch (a Lease that records no UID
+    /// yet names whichever incarnation, as the members read it).
     fn is_recorded_in(&self, record: &LeaseRecord) -> bool {
-        record.holder.as_deref() == Some(self.pod.as_str()) && record.epoch == self.epoch
+        record.holder.as_deref() == Some(self.pod.as_str())
+            && record
+                .holder_uid
+                .as_ref()
+                .is_none_or(|uid| self.uid.as_ref() == Some(uid))
+            && record.epoch == self.epoch
     }
 }
 

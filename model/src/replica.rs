@@ -143,7 +143,7 @@ fn pass(plan: &Plan, world: &World) -> Result<Pass, ModelError> {
         });
     }
     let promote = match &writes.promote {
-        Some(p) => Some((pod_id(&p.pod)?, p.epoch)),
+        Some(p) => Some((pod_id(&p.pod)?, p.uid.clone(), p.epoch)),
         None => None,
     };
     // Step 3 bars the deposed leaders the group holds (with their follower marks); step 4's
@@ -261,15 +261,15 @@ pub fn awaits_check(state: &State, replica: ReplicaId) -> bool {
 /// Step 4's fresh reads (`actions::pods::check` and the Lease), unless the plan needs none (then
 /// the promotion is conditional on the version the decision observed): the pods the observed selector
 /// matches (every pod labeled leader, with `every_leader`), of them those carrying the group's
-/// leader marks by the operator's own [`marks::leads_for`], the pod to promote, and whether the
-/// Lease names it at the promotion's epoch, by the operator's own
-/// [`Promotion::is_committed_in`].
+/// leader marks by the operator's own [`marks::leads_for`], the pod to promote if it is still the
+/// incarnation decided on ([`Promotion::is_incarnation`]), and whether the Lease names it at the
+/// promotion's epoch, by the operator's own [`Promotion::is_committed_in`].
 pub fn check(state: &mut State, replica: ReplicaId) {
     let server = state.server.clone();
     let Some(pass) = pass_mut(state, replica) else {
         return;
     };
-    let Some((target, epoch)) = pass.promote else {
+    let Some((target, uid, epoch)) = pass.promote.clone() else {
         return;
     };
     if let Some(rv) = pass.unchecked {
@@ -292,12 +292,17 @@ pub fn check(state: &mut State, replica: ReplicaId) {
     }
     let promotion = Promotion {
         pod: objects::pod_name(target),
+        uid,
         epoch,
     };
     let committed = promotion.is_committed_in(server.lease.as_ref().map(objects::lease).as_ref());
     let target = server
         .pod(target)
-        .filter(|_| pass.selector.selects(target) && committed)
+        .filter(|p| {
+            pass.selector.selects(target)
+                && committed
+                && promotion.is_incarnation(&objects::pod(target, p))
+        })
         .map(|p| p.rv);
     if let Phase::Fanout { check, .. } = &mut pass.phase {
         *check = Some(Check { strays, target });
@@ -374,7 +379,7 @@ pub fn advance(state: &mut State, replica: ReplicaId) {
             barriers: 0,
             check,
             failed: false,
-        } => match (pass.promote, check) {
+        } => match (&pass.promote, check) {
             (None, _) => tidy(state, replica),
             (Some(_), Some(check)) => {
                 let strays: Vec<PodId> =
@@ -399,7 +404,7 @@ pub fn advance(state: &mut State, replica: ReplicaId) {
             (Some(_), None) => {}
         },
         Phase::Strays { pending: 0, target } => {
-            let Some((pod, epoch)) = pass.promote else {
+            let Some((pod, _, epoch)) = pass.promote.clone() else {
                 return;
             };
             let Some(version) = target else {

@@ -79,7 +79,8 @@ pub struct Pass {
     /// Steps 2-4, sent once the commit landed (emptied then).
     pub fanout: Vec<Request>,
     pub barriers: Vec<Request>,
-    pub promote: Option<(PodId, i64)>,
+    /// The pod to promote, the UID of the incarnation decided on, and the epoch.
+    pub promote: Option<(PodId, Option<String>, i64)>,
     pub raises_barrier: bool,
     /// The incarnation of the group it was decided for (its UID): the barrier flag it raises is
     /// that incarnation's.

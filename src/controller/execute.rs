@@ -268,6 +268,8 @@ impl<'a> Steps<'a> {
             };
             let ((leaders, target), lease) =
                 futures::try_join!(pods, actions::lease::read(&self.leases, &lease_name))?;
+            // A pod created again under the name since the decision is not the one to promote.
+            let target = target.filter(|p| promotion.is_incarnation(p));
             Ok(Some(Check {
                 leaders,
                 target_version: target.and_then(|p| p.resource_version()),
@@ -310,7 +312,10 @@ impl<'a> Steps<'a> {
     /// over an expired Lease, and this one may have lost its own HA lease meanwhile).
     fn still_current(&self, check: &Check, promotion: &Promotion) -> Result<()> {
         if check.target_version.is_none() {
-            debug!(pod = %promotion.pod, "the pod to promote is gone since the decision");
+            debug!(
+                pod = %promotion.pod,
+                "the pod to promote is gone, or created again, since the decision"
+            );
             return Err(ReconcileError::Conflict(ConflictOn::Pod));
         }
         if !check.committed {

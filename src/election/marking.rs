@@ -135,6 +135,7 @@ fn promote(group: &str, pods: &[&Pod], leader: Option<&str>, epoch: i64) -> Opti
     let pod = pods.iter().find(|p| p.name_any() == leader)?;
     (!marks::leads_for_at(pod, group, epoch)).then(|| Promotion {
         pod: leader.to_string(),
+        uid: pod.metadata.uid.clone(),
         epoch,
     })
 }

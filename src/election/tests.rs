@@ -278,6 +278,7 @@ fn the_oldest_ready_pod_is_elected_first_at_epoch_one() {
         p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
+            uid: None,
             epoch: 1
         })
     );
@@ -403,6 +404,7 @@ fn preferred_leader_takes_over_when_eligible() {
         p.pods.promote,
         Some(Promotion {
             pod: "c".into(),
+            uid: None,
             epoch: 5
         })
     );
@@ -439,6 +441,7 @@ fn a_deleted_leader_is_replaced_by_the_next_in_succession() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         })
     );
@@ -537,6 +540,7 @@ fn a_stray_outside_the_selector_is_released_before_the_promotion() {
         p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
+            uid: None,
             epoch: 8
         }),
         "above the stray's token"
@@ -633,6 +637,7 @@ fn after_no_candidates_the_next_leader_takes_the_next_epoch() {
         p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
+            uid: None,
             epoch: 5
         })
     );
@@ -678,6 +683,7 @@ fn the_next_epoch_is_above_every_durable_record() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 10
         })
     );
@@ -702,6 +708,7 @@ fn a_commit_never_recorded_is_recorded_without_a_new_token() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         })
     );
@@ -720,6 +727,7 @@ fn a_token_already_carried_by_a_pod_is_never_handed_again() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 6
         })
     );
@@ -802,6 +810,7 @@ fn a_lease_an_earlier_group_of_the_name_left_is_taken_over_above_its_epoch() {
             p.pods.promote,
             Some(Promotion {
                 pod: "a".into(),
+                uid: None,
                 epoch: 7
             }),
             "{left:?}"
@@ -1409,6 +1418,7 @@ fn a_lease_epoch_below_the_records_is_written_back_up() {
 fn a_promotion_is_committed_only_in_a_lease_naming_its_pod_at_its_epoch() {
     let promotion = Promotion {
         pod: "pay-1".into(),
+        uid: None,
         epoch: 4,
     };
     let holds = lease(Some("pay-1"), 4, 0, "op-a");
@@ -1418,6 +1428,45 @@ fn a_promotion_is_committed_only_in_a_lease_naming_its_pod_at_its_epoch() {
     let older = lease(Some("pay-1"), 3, 0, "op-a");
     assert!(!promotion.is_committed_in(Some(&older)));
     assert!(!promotion.is_committed_in(None));
+}
+
+/// A promotion retried after its commit (the Lease names `a` at 5, its pod not labeled yet) is
+/// for the incarnation the Lease names: `a` created again under its name since (its new
+/// incarnation gets a new epoch) must not be labeled at 5, which its members would refuse to
+/// lead at.
+#[test]
+fn a_retried_promotion_is_committed_only_for_the_incarnation_the_lease_names() {
+    let mut g = with_status(group(), Some("a"), 5);
+    if let Some(s) = g.status.as_mut() {
+        s.leader_uid = Some("uid-a-1".into());
+    }
+    let committed = LeaseRecord {
+        holder_uid: Some("uid-a-1".into()),
+        ..record(Some("a"), 5, 999, ME)
+    };
+    let pods = vec![
+        PodFixture::new("a", 1).uid("uid-a-1").follower(),
+        PodFixture::new("b", 2).uid("uid-b").follower(),
+    ];
+    let p = plan(decide_with(&g, &pods, Some(&owned(&committed))));
+    let promotion = p.pods.promote.expect("the promotion is retried");
+    assert_eq!((promotion.pod.as_str(), promotion.epoch), ("a", 5));
+    assert!(promotion.is_committed_in(Some(&owned(&committed))));
+    let another = LeaseRecord {
+        holder_uid: Some("uid-a-2".into()),
+        ..committed.clone()
+    };
+    assert!(
+        !promotion.is_committed_in(Some(&owned(&another))),
+        "the Lease names another incarnation of a at 5"
+    );
+    // The pod read afresh beside the Lease: the incarnation decided on, or `a` created again.
+    assert!(promotion.is_incarnation(&pods[0].pod));
+    let recreated = PodFixture::new("a", 7).uid("uid-a-2");
+    assert!(
+        !promotion.is_incarnation(&recreated.pod),
+        "a created again is not the incarnation the Lease names at 5"
+    );
 }
 
 #[test]
@@ -1484,6 +1533,7 @@ fn a_promotion_this_pass_did_not_commit_is_checked_afresh() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         })
     );

@@ -205,6 +205,7 @@ mod tests {
             release: vec![version("gone")],
             promote: Some(Promotion {
                 pod: "new".to_string(),
+                uid: None,
                 epoch: 7,
             }),
             barrier_candidates: names(&["old", "gone", "c", "d"]),

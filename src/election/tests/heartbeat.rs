@@ -114,6 +114,7 @@ fn a_leader_silent_for_a_lease_duration_hands_over() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         })
     );

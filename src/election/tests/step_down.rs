@@ -61,11 +61,8 @@ fn assert_promoted_after_step_down(
     committed.predecessor.as_mut().unwrap().stepped_down = true;
     let next = plan(decide_with(g, pods, Some(&owned(&committed))));
     assert_eq!(
-        next.pods.promote,
-        Some(Promotion {
-            pod: leader.into(),
-            epoch
-        })
+        next.pods.promote.map(|p| (p.pod, p.epoch)),
+        Some((leader.to_string(), epoch))
     );
 }
 
@@ -121,6 +118,7 @@ fn a_leader_whose_containers_all_stopped_is_not_waited_for() {
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         })
     );
@@ -155,6 +153,7 @@ fn a_leader_whose_containers_all_stopped_is_not_waited_for_as_the_pod_cache_hold
         p.pods.promote,
         Some(Promotion {
             pod: "b".into(),
+            uid: None,
             epoch: 5
         }),
         "a stopped leader, trimmed, is not waited for"
@@ -280,6 +279,7 @@ fn the_same_pod_elected_again_does_not_wait_for_itself() {
         p.pods.promote,
         Some(Promotion {
             pod: "a".into(),
+            uid: None,
             epoch: 5
         })
     );
