@@ -16,6 +16,7 @@ pub mod model;
 pub mod objects;
 pub mod properties;
 pub mod regressions;
+pub mod replays;
 pub mod replica;
 pub mod run;
 pub mod state;

@@ -1,12 +1,14 @@
 //! `cargo run -p leadergroup-model --release -- --config large`: explores a configuration
 //! exhaustively and prints what it found, counterexamples as numbered API calls.
 //! `--replay` prints the interleavings of the holes it found, kept as regression cases, instead.
+//! It exits 1 on an unexpected counterexample (one to a property other than the one a
+//! configuration of the code before a fix is built to break), a checker thread that panicked, or
+//! a replay that does not end as its test asserts; 2 on a usage error.
 
 use std::process::ExitCode;
 
-use leadergroup_model::finalizer::LeaseOnDeletion;
-use leadergroup_model::heartbeat::{self, HbConfig, HeartbeatModel};
-use leadergroup_model::{Config, LeaderGroupModel, regressions, run};
+use leadergroup_model::heartbeat::{HbConfig, HeartbeatModel};
+use leadergroup_model::{Config, LeaderGroupModel, replays, run};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -84,66 +86,40 @@ fn main() -> ExitCode {
         }
     };
     if args.replay {
-        let (outcome, text) = regressions::replay_late_promotion_after_selector_edit();
-        println!("hole 1, late promotion after a selector edit: {outcome:?}\n{text}");
-        let (outcome, text) = regressions::replay_barrier_flag_survives_unknown_outcome();
-        println!("hole 2, barrier flag survives an unknown outcome: {outcome:?}\n{text}");
-        let (outcome, text) =
-            regressions::replay_stale_cache_beside_a_leader_outside_the_selector();
-        println!(
-            "hole 3, a stale pod cache beside a leader outside the selector: {outcome:?}\n{text}"
-        );
-        let (outcome, text) = regressions::replay_promotion_on_a_stale_lease_cache();
-        println!("hole 4, a promotion on a stale Lease cache: {outcome:?}\n{text}");
-        let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache();
-        println!("hole 5, a re-created pod outside a stale pod cache: {outcome:?}\n{text}");
-        let (outcome, text) = regressions::replay_recreated_pod_outside_a_stale_cache_barrier_up();
-        println!("hole 5 on one replica, its barrier flag up: {outcome:?}\n{text}");
-        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Released);
-        println!("the group deleted and created again: {outcome:?}\n{text}");
-        let (outcome, text) = regressions::replay_group_recreated(LeaseOnDeletion::Deleted);
-        println!(
-            "the group deleted and created again, its Lease deleted (as before): {outcome:?}\n{text}"
-        );
-        let (outcome, text) = heartbeat::regressions::replay_shorter_duration_during_a_cut_off();
-        println!("Heartbeat, a shorter Lease during a cut-off: {outcome:?}\n{text}");
-        let (outcome, text) = heartbeat::regressions::replay_restarted_client();
-        println!("Heartbeat, a restarted client: {outcome:?}\n{text}");
-        let (outcome, renewed_unlabeled, text) =
-            heartbeat::regressions::replay_successor_deposed_before_its_label();
-        println!(
-            "Heartbeat, a successor deposed before its label: {outcome:?}, renewed unlabeled: {renewed_unlabeled}\n{text}"
-        );
-        let (overlap, successor, text) =
-            heartbeat::regressions::replay_immediate_handover_with_the_old_leader_cut_off();
-        println!(
-            "Heartbeat, an immediate handover with the old leader cut off: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
-        );
-        let (overlap, successor, text) =
-            heartbeat::regressions::replay_lease_deleted_under_a_cut_off_leader();
-        println!(
-            "Heartbeat, the Lease deleted under a cut-off leader: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
-        );
-        let (outcome, text) =
-            heartbeat::regressions::replay_shorter_duration_then_an_operator_restart();
-        println!("Heartbeat, a shorter Lease, then an operator restart: {outcome:?}\n{text}");
-        let (overlap, successor, text) =
-            heartbeat::regressions::replay_switchover_after_a_shortened_lease();
-        println!(
-            "Heartbeat, a switchover after a shortened Lease: two clients believe Leader at {overlap:?} s, the successor's from {successor:?} s\n{text}"
-        );
+        let replayed = replays::all();
+        for r in &replayed {
+            let verdict = if r.as_expected {
+                "as expected"
+            } else {
+                "UNEXPECTED"
+            };
+            println!("{}: {} [{verdict}]\n{}", r.title, r.outcome, r.text);
+        }
+        let unexpected = replayed.iter().filter(|r| !r.as_expected).count();
+        if unexpected > 0 {
+            eprintln!("FAILED: {unexpected} replay(s) did not end as their tests assert");
+            return ExitCode::FAILURE;
+        }
         return ExitCode::SUCCESS;
     }
-    let text = match &args.config {
+    let (text, failures) = match &args.config {
         Configured::Readiness(config) => explore(LeaderGroupModel::new(config.clone()), &args),
         Configured::Heartbeat(config) => explore(HeartbeatModel::new(config.clone()), &args),
     };
     print!("{text}");
-    ExitCode::SUCCESS
+    for failure in &failures {
+        eprintln!("FAILED: {failure}");
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
-/// Explores `model` (depth first, or breadth first with `--first`), and its report.
-fn explore<M: run::Explained>(model: M, args: &Args) -> String {
+/// Explores `model` (depth first, or breadth first with `--first`): its report, and what makes
+/// the run fail ([`run::failures`]: an unexpected counterexample, a checker thread that panicked).
+fn explore<M: run::Explained>(model: M, args: &Args) -> (String, Vec<String>) {
     let report = run::check(model.clone(), args.threads, args.search, true, args.timeout);
-    run::render(&report, &model)
+    (run::render(&report, &model), run::failures(&report, &model))
 }

@@ -8,9 +8,11 @@ use std::hash::Hash;
 use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::display;
-use crate::model::LeaderGroupModel;
+use crate::finalizer::LeaseOnDeletion;
 #[cfg(test)]
-use crate::{model::Config, properties};
+use crate::model::Config;
+use crate::model::LeaderGroupModel;
+use crate::properties;
 
 /// A model the checker runs and whose paths it prints: the Readiness model
 /// ([`LeaderGroupModel`]) and the Heartbeat one ([`crate::heartbeat::HeartbeatModel`]).
@@ -30,6 +32,12 @@ pub trait Explained:
     /// The property the configuration is known to break, if any: a search for the first
     /// counterexample looks for one to it (others met on the way are reported too).
     fn sought(&self) -> Option<&'static str> {
+        self.expected()
+    }
+    /// The property the configuration is built to break: it runs code as it was before a fix,
+    /// so a counterexample to it is its expected outcome, not a failure of the run (and a
+    /// complete search without one is).
+    fn expected(&self) -> Option<&'static str> {
         None
     }
 }
@@ -41,6 +49,11 @@ impl Explained for LeaderGroupModel {
 
     fn explain(&self, states: &[Self::State], actions: &[Self::Action]) -> String {
         display::path(self, states, actions)
+    }
+
+    fn expected(&self) -> Option<&'static str> {
+        // The finalizer as it was before epochs continued across a group's re-creation.
+        (self.config.lease_on_deletion == LeaseOnDeletion::Deleted).then_some(properties::I3)
     }
 }
 
@@ -72,6 +85,8 @@ pub struct Report {
     pub complete: bool,
     /// It stopped at the first counterexample (`Search::FirstFailure`), not at its time limit.
     pub stopped_at_first: bool,
+    /// Checker threads that panicked: each left part of the space unexplored.
+    pub panicked: usize,
 }
 
 impl Report {
@@ -127,7 +142,7 @@ where
             );
         }
     }
-    let checker = joined(checker);
+    let (checker, mut panicked) = joined(checker);
     let elapsed = started.elapsed();
     if progress {
         let found: Vec<&str> = model
@@ -147,7 +162,8 @@ where
             .iter()
             .any(|p| p.expectation.discovery_is_failure() && checker.discovery(p.name).is_some());
     let timed_out = limit.is_some_and(|l| elapsed >= l);
-    let complete = checker.is_done() && !timed_out && !first_failure;
+    // A thread that panicked closes the checker's job market: it is done, but not complete.
+    let complete = checker.is_done() && !timed_out && !first_failure && panicked == 0;
     let mut discoveries = Vec::new();
     for property in model.properties() {
         if checker.discovery(property.name).is_none() {
@@ -168,7 +184,9 @@ where
                 if let Some(limit) = limit {
                     builder = builder.timeout(limit);
                 }
-                builder.spawn_bfs().join().discovery(property.name)
+                let (again, failed) = joined(Box::new(builder.spawn_bfs()));
+                panicked += failed;
+                again.discovery(property.name)
             })
             .flatten();
         if let Some(path) = shortest.or_else(|| checker.discovery(property.name)) {
@@ -187,7 +205,40 @@ where
         discoveries,
         complete,
         stopped_at_first: first_failure && !timed_out,
+        panicked,
     }
+}
+
+/// What makes a run fail, each as a line: a counterexample to a property other than the one the
+/// configuration is built to break, a checker thread that panicked, and a complete search that
+/// did not find the counterexample the configuration is built to show. Empty: the run passed.
+pub fn failures<M>(report: &Report, model: &M) -> Vec<String>
+where
+    M: Explained,
+{
+    let expected = model.expected();
+    let mut out: Vec<String> = model
+        .properties()
+        .iter()
+        .filter(|p| p.expectation.discovery_is_failure() && Some(p.name) != expected)
+        .filter(|p| report.found(p.name).is_some())
+        .map(|p| format!("counterexample to \"{}\"", p.name))
+        .collect();
+    if report.panicked > 0 {
+        out.push(format!(
+            "{} checker thread(s) panicked: part of the space is unexplored",
+            report.panicked
+        ));
+    }
+    if let Some(name) = expected
+        && report.complete
+        && report.found(name).is_none()
+    {
+        out.push(format!(
+            "no counterexample to \"{name}\", which this configuration (the code before its fix) is built to show"
+        ));
+    }
+    out
 }
 
 /// The report as text.
@@ -202,7 +253,9 @@ where
         report.states,
         report.max_depth,
         report.elapsed.as_secs_f64(),
-        if report.complete {
+        if report.panicked > 0 {
+            ", a checker thread PANICKED"
+        } else if report.complete {
             ", every state visited"
         } else if report.stopped_at_first {
             ", stopped at the first counterexample"
@@ -210,10 +263,13 @@ where
             ", STOPPED before the end (time limit)"
         }
     );
+    let expected = model.expected();
     for property in model.properties() {
         let verdict = match (report.found(property.name), property.expectation) {
             (Some(_), stateright::Expectation::Sometimes) => "example found",
             (None, stateright::Expectation::Sometimes) => "NO EXAMPLE",
+            (Some(_), _) if expected == Some(property.name) => "expected: found",
+            (None, _) if expected == Some(property.name) && report.complete => "EXPECTED, NONE",
             (Some(_), _) => "COUNTEREXAMPLE",
             (None, _) if report.complete => "holds",
             (None, _) => "none found yet",
@@ -226,19 +282,27 @@ where
             .iter()
             .any(|p| p.name == *name && p.expectation.discovery_is_failure());
         if is_failure {
-            out.push_str(&format!("\ncounterexample to \"{name}\":\n{path}"));
+            let why = if expected == Some(*name) {
+                " (expected: this configuration runs the code before its fix)"
+            } else {
+                ""
+            };
+            out.push_str(&format!("\ncounterexample to \"{name}\"{why}:\n{path}"));
         }
     }
     out
 }
 
-/// Waits for every thread of `checker`.
-fn joined<M: Model>(mut checker: Box<dyn Checker<M>>) -> Box<dyn Checker<M>> {
-    for handle in checker.handles() {
-        // A checker thread that panicked leaves its part unexplored: the counts then say so.
-        let _ = handle.join();
-    }
-    checker
+/// Waits for every thread of `checker`; with how many of them panicked (each left its part of
+/// the space unexplored, and closed the checker for the others).
+fn joined<M: Model>(mut checker: Box<dyn Checker<M>>) -> (Box<dyn Checker<M>>, usize) {
+    let panicked = checker
+        .handles()
+        .into_iter()
+        .map(|handle| handle.join())
+        .filter(Result::is_err)
+        .count();
+    (checker, panicked)
 }
 
 #[cfg(test)]
@@ -271,5 +335,137 @@ mod tests {
         assert!(report.found(properties::ORDER).is_none());
         assert!(report.found(properties::LEADS).is_some());
         assert!(report.found(properties::MOVES).is_some());
+    }
+}
+
+#[cfg(test)]
+mod exit_tests {
+    //! What fails a run: the binary exits 1 when [`failures`] is not empty.
+
+    use stateright::Property;
+
+    use super::*;
+
+    const BELOW: &str = "the counter stays below its limit";
+    const REACHES: &str = "sometimes the counter reaches 2";
+
+    /// A counter from 0 to 3: a model small enough to know every outcome of.
+    #[derive(Clone)]
+    struct Counter {
+        limit: u8,
+        /// A step to this value panics (a bug of the model's code).
+        panics_at: Option<u8>,
+        expected: Option<&'static str>,
+    }
+
+    impl Model for Counter {
+        type State = u8;
+        type Action = ();
+
+        fn init_states(&self) -> Vec<u8> {
+            vec![0]
+        }
+
+        fn actions(&self, state: &u8, actions: &mut Vec<()>) {
+            if *state < 3 {
+                actions.push(());
+            }
+        }
+
+        fn next_state(&self, state: &u8, _: ()) -> Option<u8> {
+            let next = state + 1;
+            assert!(self.panics_at != Some(next), "the model's own bug");
+            Some(next)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always(BELOW, |m: &Counter, s: &u8| *s < m.limit),
+                Property::sometimes(REACHES, |_, s: &u8| *s == 2),
+            ]
+        }
+    }
+
+    impl Explained for Counter {
+        fn config_name(&self) -> &'static str {
+            "counter"
+        }
+
+        fn explain(&self, states: &[u8], _: &[()]) -> String {
+            format!("{states:?}\n")
+        }
+
+        fn expected(&self) -> Option<&'static str> {
+            self.expected
+        }
+    }
+
+    fn run(model: Counter) -> (Report, Vec<String>) {
+        let report = check(model.clone(), 2, Search::DepthFirst, false, None);
+        println!("{}", render(&report, &model));
+        let failures = failures(&report, &model);
+        (report, failures)
+    }
+
+    #[test]
+    fn a_model_that_holds_passes() {
+        let (report, failures) = run(Counter {
+            limit: 9,
+            panics_at: None,
+            expected: None,
+        });
+        assert!(report.complete);
+        assert_eq!(failures, Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_unexpected_counterexample_fails() {
+        let (_, failures) = run(Counter {
+            limit: 2,
+            panics_at: None,
+            expected: None,
+        });
+        assert_eq!(failures, vec![format!("counterexample to \"{BELOW}\"")]);
+    }
+
+    /// A configuration of the code before a fix reports the hole it is built to show, and passes.
+    #[test]
+    fn the_expected_counterexample_passes() {
+        let model = Counter {
+            limit: 2,
+            panics_at: None,
+            expected: Some(BELOW),
+        };
+        let (report, failures) = run(model.clone());
+        assert!(report.found(BELOW).is_some());
+        assert_eq!(failures, Vec::<String>::new());
+        assert!(render(&report, &model).contains("(expected: "));
+    }
+
+    /// ... and fails once it no longer shows it: the replay no longer reproduces the hole.
+    #[test]
+    fn an_expected_counterexample_not_found_fails() {
+        let (_, failures) = run(Counter {
+            limit: 9,
+            panics_at: None,
+            expected: Some(BELOW),
+        });
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(failures[0].starts_with("no counterexample"), "{failures:?}");
+    }
+
+    /// A checker thread that panicked closes the search for every thread: the run is
+    /// incomplete and fails, though no property broke.
+    #[test]
+    fn a_checker_thread_that_panics_fails() {
+        let (report, failures) = run(Counter {
+            limit: 9,
+            panics_at: Some(2),
+            expected: None,
+        });
+        assert!(report.panicked > 0);
+        assert!(!report.complete);
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(failures[0].contains("panicked"), "{failures:?}");
     }
 }
