@@ -1,6 +1,7 @@
-// Builds the Prometheus server for the end-to-end alert test (tests/e2e/alerts.rs) in a module of its
-// own, at the same Prometheus version as ../promtool, so that its wider pins touch neither promtool's
-// nor the control plane's.
+// Builds promtool (the chart's alert rules are unit-tested with `promtool test rules`) and the
+// Prometheus server for the end-to-end alert test (tests/e2e/alerts.rs), both by
+// ../prometheus-build.sh, in a module of their own, so that Prometheus's pins don't leak into the
+// control plane's.
 module leadergroup.io/controlplane/prometheus
 
 go 1.26.7
