@@ -29,7 +29,7 @@ help:
 	@echo "make e2e-traffic-timings (root) the leader deleted or its container killed, again and again: the time to the new leader's first answer through the ClusterIP (bench/results/traffic.json)"
 	@echo "make model             the model checker's larger configuration, 15 minutes at most, release build: docs/model.md"
 	@echo "make proptest          PROPTEST_CASES (1000) generated LeaderGroups on a light cluster: refused, led or explained"
-	@echo "make chaos             11,000 seeded faults against two operator replicas and the pods' Memberships (~0.3-0.5 s a fault with the machine's load): docs/chaos.md"
+	@echo "make chaos             11,000 seeded faults against two operator replicas and the pods' Memberships and applications (~0.3-0.5 s a fault with the machine's load): chaos/results/latest.json, docs/chaos.md"
 	@echo "make controlplane      build the pinned etcd, kube-apiserver, kubectl, helm (cached)"
 	@echo "make dist              a release in target/dist/: chart, CRD, images (OCI archives), kubectl plugin, checksums"
 	@echo "make cluster-up        (root) a real two-node cluster in .realcluster/: kubelets, containerd, kube-proxy (make cluster-down)"
@@ -310,13 +310,15 @@ proptest:
 	  cargo test --test it inputs:: -- --nocapture
 
 # The published chaos run: 11,000 seeded faults against two operator replicas and every pod's
-# Membership on a control plane of its own (0.3-0.5 s a fault on 2 cores, with the machine's load),
-# then docs/chaos.md. CHAOS_ARGS: --seed N,
-# --faults N, --groups N. `make test` runs a short one (tests/it/chaos.rs).
+# Membership and application on a control plane of its own (0.3-0.5 s a fault on 2 cores, with the
+# machine's load): its result chaos/results/latest.json (the commit measured, dirty or not), then
+# docs/chaos.md rendered from it (`leadergroup-chaos --render-only chaos/results/latest.json`
+# renders it again without a run). CHAOS_ARGS: --seed N, --faults N, --groups N. `make test`
+# runs a short one (tests/it/chaos.rs).
 .PHONY: chaos
 chaos:
 	nice -n 10 cargo build --release --locked -p leadergroup-operator -p leadergroup-chaos
-	target/release/leadergroup-chaos --operator target/release/leadergroup-operator --out docs/chaos.md $(CHAOS_ARGS)
+	target/release/leadergroup-chaos --operator target/release/leadergroup-operator --results chaos/results/latest.json --out docs/chaos.md $(CHAOS_ARGS)
 
 # The end-to-end tests on a real cluster of their own in target/e2e-cluster, started with
 # a 10 s node-monitor-grace-period (the node-loss test; Kubernetes' default is 50 s) and ALWAYS

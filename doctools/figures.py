@@ -64,10 +64,13 @@ CHANGELOG = "CHANGELOG.md"
 VALUES = "charts/leadergroup-operator/values.yaml"
 # Pages among the published ones whose figures have no committed source yet, and why: printed on
 # every run, so that the gap stays in sight.
-PENDING = {
-    "docs/chaos.md": "written whole by the chaos run (chaos/src/report.rs) from the run itself; no "
-                     "result of the run is committed yet (chaos/results/*.json, issue 49)",
-}
+PENDING = {}
+# docs/chaos.md is rendered whole from chaos/results/latest.json (chaos/src/results.rs, whose unit
+# test fails when the committed page is not the committed result rendered): pending until that
+# result is committed.
+if not os.path.exists(os.path.join(ROOT, "chaos/results/latest.json")):
+    PENDING["docs/chaos.md"] = ("written whole by the chaos run from the run itself; no result of "
+                                "the run is committed yet (chaos/results/latest.json, issue 49)")
 # Other Markdown whose markers are checked wherever they stand.
 OTHER_MARKDOWN = ["charts/leadergroup-operator/README.md", "agent/README.md", "client/README.md"]
 

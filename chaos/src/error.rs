@@ -23,6 +23,20 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A result could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A result is not what [`crate::Results`] writes.
+    #[error("{path}: {source}")]
+    Json {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl Error {

@@ -13,7 +13,8 @@
 //! applications of two pods of a group act as leader, each on the last publication it got and
 //! only before its validity (on this process's one clock).
 //!
-//! `make chaos` runs the published run (`docs/chaos.md`); `make test` runs a short one
+//! `make chaos` runs the published run: its result `chaos/results/latest.json` ([`Results`]) and
+//! the page rendered from it, `docs/chaos.md`; `make test` runs a short one
 //! (`tests/it/chaos.rs`).
 
 mod error;
@@ -21,6 +22,7 @@ pub mod members;
 pub mod plan;
 mod replica;
 mod report;
+pub mod results;
 mod run;
 mod world;
 
@@ -29,6 +31,7 @@ use std::time::Duration;
 
 pub use error::Error;
 pub use report::{Report, secs};
+pub use results::{Commit, Results};
 
 /// One run's settings.
 #[derive(Clone, Debug)]

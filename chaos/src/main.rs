@@ -1,11 +1,15 @@
-//! `leadergroup-chaos [--seed N] [--faults N] [--groups N] [--operator PATH] [--out FILE]`: one
-//! chaos run (see the library's docs); writes its page to `--out` (default `docs/chaos.md`) and
-//! exits 1 when it saw a violation.
+//! `leadergroup-chaos [--seed N] [--faults N] [--groups N] [--operator PATH] [--results JSON]
+//! [--out FILE]`: one chaos run (see the library's docs); writes its result to `--results`
+//! (default `chaos/results/latest.json`), then its page, rendered from that file, to `--out`
+//! (default `docs/chaos.md`), and exits 1 when it saw a violation.
+//! `leadergroup-chaos --render-only JSON [--out FILE]` renders the page of a result written
+//! before, without a run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use leadergroup_chaos::{Commit, Results};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -25,9 +29,20 @@ struct Cli {
     /// The operator binary.
     #[arg(long, default_value = "target/release/leadergroup-operator")]
     operator: PathBuf,
+    /// Where the machine-readable result goes (the page is rendered from it); the page names it,
+    /// so give it relative to the repository's root.
+    #[arg(long, default_value = "chaos/results/latest.json")]
+    results: PathBuf,
     /// Where the page goes.
     #[arg(long, default_value = "docs/chaos.md")]
     out: PathBuf,
+    /// No run: render the page of this result (written by an earlier run) to `--out`.
+    #[arg(long, value_name = "JSON")]
+    render_only: Option<PathBuf>,
+    /// The git checkout whose commit the result records (the tree the binaries were built
+    /// from).
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
     /// Where the replicas' logs go, and the run's timeline (`seed-N/timeline.tsv`).
     #[arg(long, default_value = "target/chaos")]
     work_dir: PathBuf,
@@ -40,6 +55,23 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(json) = &cli.render_only {
+        return match render(json, &cli.out) {
+            Ok(results) => {
+                println!(
+                    "leadergroup-chaos: {} rendered from {} ({} violations)",
+                    cli.out.display(),
+                    json.display(),
+                    results.violations()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("leadergroup-chaos: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if !cli.operator.is_file() {
         eprintln!(
             "leadergroup-chaos: --operator {}: no such file (cargo build --release --bin leadergroup-operator)",
@@ -47,6 +79,19 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // Before the run: the tree the binaries were built from, not whatever is checked out an
+    // hour later.
+    let commit = match Commit::of(&cli.repo) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("leadergroup-chaos: the commit measured: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let command = std::iter::once("leadergroup-chaos".to_owned())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut config = leadergroup_chaos::Config::new(
         cli.seed,
         cli.faults,
@@ -78,32 +123,30 @@ async fn main() -> ExitCode {
             return ExitCode::from(130);
         }
     };
-    let generated = jiff::Timestamp::now()
-        .strftime("%Y-%m-%d %H:%M UTC")
-        .to_string();
-    let command = format!(
-        "make chaos (leadergroup-chaos --seed {} --faults {})",
-        config.seed, config.faults
-    );
-    let page = report.markdown(&generated, &command);
-    if let Err(e) = std::fs::write(&cli.out, &page) {
-        eprintln!("leadergroup-chaos: writing {}: {e}", cli.out.display());
-        return ExitCode::from(2);
-    }
     let timeline = config.work_dir.join("timeline.tsv");
     if let Err(e) = std::fs::write(&timeline, report.timeline()) {
         eprintln!("leadergroup-chaos: writing {}: {e}", timeline.display());
         return ExitCode::from(2);
     }
+    // The page from the file just written, as --render-only renders it: the two cannot differ.
+    let written = report
+        .results(commit, &command)
+        .write(&cli.results)
+        .and_then(|()| render(&cli.results, &cli.out));
+    if let Err(e) = written {
+        eprintln!("leadergroup-chaos: {e}");
+        return ExitCode::from(2);
+    }
     let violations = report.violations();
     println!(
-        "leadergroup-chaos: {} faults injected, {} violations, worst gap {}; page in {}",
+        "leadergroup-chaos: {} faults injected, {} violations, worst gap {}; result in {}, page in {}",
         report.injected_count(),
         violations.len(),
         report
             .worst_gap()
             .and_then(|g| g.length)
             .map_or_else(|| "none".into(), leadergroup_chaos::secs),
+        cli.results.display(),
         cli.out.display()
     );
     if violations.is_empty() {
@@ -111,4 +154,15 @@ async fn main() -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Renders the page of the result at `json` to `out`.
+fn render(json: &Path, out: &Path) -> Result<Results, leadergroup_chaos::Error> {
+    let results = Results::read(json)?;
+    let page = results.markdown(&json.display().to_string());
+    std::fs::write(out, page).map_err(|source| leadergroup_chaos::Error::Write {
+        path: out.to_owned(),
+        source,
+    })?;
+    Ok(results)
 }

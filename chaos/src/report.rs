@@ -1,4 +1,5 @@
-//! What a run injected and what it saw, and the page (`docs/chaos.md` for `make chaos`).
+//! What a run injected and what it saw, and its result ([`Results`]), which the page is rendered
+//! from.
 
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -10,6 +11,11 @@ use crate::Config;
 use crate::members::{Claims, Overlap};
 use crate::plan::{Fault, KINDS, Replica, SpecEdit};
 use crate::replica::OperatorReplica;
+use crate::results::{
+    ApiRestarts, Applications, Commit, FIRST_KEPT, FaultSeen, Faults, GAP_ROWS, GapRow, Gaps,
+    Invariant, KindCount, LONGEST_KEPT, LongGap, OVERLAPS_KEPT, OverlapSeen, Results, Rounds,
+    RunTimes, Settings, SkipReason, Watch, ms,
+};
 
 /// One fault as the run injected it (or skipped it).
 #[derive(Clone, Debug)]
@@ -92,6 +98,9 @@ pub struct Report {
     pub faults_started_at: Option<jiff::Timestamp>,
     /// What the run failed to do after counting a fault (its undo, a restart): a void verdict.
     pub harness_errors: Vec<String>,
+    /// When the run started (before its control plane) and finished.
+    pub started_at: Option<jiff::Timestamp>,
+    pub finished_at: Option<jiff::Timestamp>,
 }
 
 impl Report {
@@ -122,6 +131,8 @@ impl Report {
             overlaps: Vec::new(),
             faults_started_at: None,
             harness_errors: Vec::new(),
+            started_at: None,
+            finished_at: None,
         }
     }
 
@@ -214,15 +225,35 @@ impl Report {
             .collect();
     }
 
-    /// Every violation: I1, I3 and the order of the writes (the watch), I2 (a round that did not settle), I4 (a gap longer
-    /// than the bound once the API server's own restarts are taken out of it, or one still open at
-    /// the end), two replicas active at once, and two `Membership`s of a group reporting `Leader`
-    /// at once.
+    /// Every violation: I1, I3 and the order of the writes (the watch), I2 (a round that did not
+    /// settle), I4 (a gap longer than the bound once the API server's own restarts are taken out
+    /// of it, or one still open at the end), two replicas active at once, two pods' applications
+    /// of a group acting as leader at once, and the run's own failures (a watch behind, an undo
+    /// that failed), which void the verdict.
     pub fn violations(&self) -> Vec<String> {
-        let mut all = self.watch_violations.clone();
-        all.extend(self.harness_errors.iter().map(|e| format!("Harness: {e}")));
+        self.classified().into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// [`Report::violations`], each with the id of what it violates ([`INVARIANTS`]).
+    fn classified(&self) -> Vec<(&'static str, String)> {
+        let mut all: Vec<(&'static str, String)> = self
+            .watch_violations
+            .iter()
+            .map(|v| {
+                let id = ["I1", "I3", "order"]
+                    .into_iter()
+                    .find(|id| v.starts_with(&format!("{id}:")))
+                    .unwrap_or("watch");
+                (id, v.clone())
+            })
+            .collect();
+        all.extend(
+            self.harness_errors
+                .iter()
+                .map(|e| ("harness", format!("Harness: {e}"))),
+        );
         for (o, start) in &self.overlaps {
-            all.push(format!(
+            all.push(("App", format!(
                 "App: the applications of {} (epoch {}) and {} (epoch {}) of {} both acted as leader for {} (from {} into the run)",
                 o.first.0,
                 o.first.1,
@@ -231,38 +262,49 @@ impl Report {
                 o.group,
                 o.length.map_or_else(|| "the rest of the run".into(), secs),
                 secs(*start)
-            ));
+            )));
         }
         for (since, length) in &self.both_active {
-            all.push(format!(
-                "HA: both replicas reported active for {} (from {} into the run)",
-                secs(*length),
-                secs(*since)
+            all.push((
+                "HA",
+                format!(
+                    "HA: both replicas reported active for {} (from {} into the run)",
+                    secs(*length),
+                    secs(*since)
+                ),
             ));
         }
         for r in &self.rounds {
             if let Some(why) = &r.unsettled {
-                all.push(format!(
-                    "I2: not settled within 60 s after faults {}..{}: {why}",
-                    r.faults.start, r.faults.end
+                all.push((
+                    "I2",
+                    format!(
+                        "I2: not settled within {} after faults {}..{}: {why}",
+                        secs(crate::run::SETTLE),
+                        r.faults.start,
+                        r.faults.end
+                    ),
                 ));
             }
         }
         for g in &self.gaps {
             match g.length {
                 Some(l) if l.saturating_sub(self.api_down_within(g)) <= self.gap_bound => {}
-                Some(l) => all.push(format!(
+                Some(l) => all.push(("I4", format!(
                     "I4: {} without an eligible leader for {} ({} of it kube-apiserver restarting; from {} into the run; bound {})",
                     g.group,
                     secs(l),
                     secs(self.api_down_within(g)),
                     secs(g.start),
                     secs(self.gap_bound)
-                )),
-                None => all.push(format!(
-                    "I4: {} still without an eligible leader at the end (since {})",
-                    g.group,
-                    secs(g.start)
+                ))),
+                None => all.push((
+                    "I4",
+                    format!(
+                        "I4: {} still without an eligible leader at the end (since {})",
+                        g.group,
+                        secs(g.start)
+                    ),
                 )),
             }
         }
@@ -316,326 +358,219 @@ impl Report {
         self.injected.iter().filter(|i| i.skipped.is_none()).count()
     }
 
-    /// The page.
-    pub fn markdown(&self, generated: &str, command: &str) -> String {
-        let mut md = String::new();
-        let violations = self.violations();
-        let _ = writeln!(md, "# Chaos run\n");
-        let _ = writeln!(
-            md,
-            "Generated by `{command}` on {generated}. Seed {seed}: the same seed injects the same \
-             faults (kinds, targets, lengths, pauses) in the same order; which pod leads when one \
-             strikes, and what the operator makes of it, is the run's own. Repeat it with \
-             `make chaos CHAOS_ARGS=\"--seed {seed} --faults {planned}\"`.\n",
-            seed = self.seed,
-            planned = self.planned,
-        );
-        let _ = writeln!(md, "## Result\n");
-        let _ = writeln!(
-            md,
-            "**{} violations** of I1–I4 and the applications' single leader in {} faults injected ({} planned, {} skipped: no such pod \
-             or Lease at that moment), {} leaders handed an epoch, {} pod events watched, {} leaders' \
-             marks checked for the order of the writes ({} not judgeable).\n",
-            violations.len(),
-            self.injected_count(),
-            self.planned,
-            self.planned - self.injected_count(),
-            self.leaders_seen,
-            self.pod_events,
-            self.order_judged.0,
-            self.order_judged.1,
-        );
-        let i1 = self
-            .watch_violations
-            .iter()
-            .filter(|v| v.starts_with("I1"))
-            .count();
-        let i3 = self
-            .watch_violations
-            .iter()
-            .filter(|v| v.starts_with("I3"))
-            .count();
-        let i2 = self.rounds.iter().filter(|r| r.unsettled.is_some()).count();
-        let lengths: Vec<Duration> = self.gaps.iter().filter_map(|g| g.length).collect();
-        let over = violations.iter().filter(|v| v.starts_with("I4")).count();
-        let _ = writeln!(md, "| invariant | checked | violations |\n|---|---|---|");
-        let _ = writeln!(
-            md,
-            "| I1: at most one pod of a group labeled leader | every pod event of an independent watch | {i1} |"
-        );
-        let _ = writeln!(
-            md,
-            "| I2: once converged, the labeled leader is the Lease holder, epochs equal (status, Lease, pod) | after each of {} rounds, all groups, within 60 s | {i2} |",
-            self.rounds.len()
-        );
-        let _ = writeln!(
-            md,
-            "| I3: epochs only grow, none handed to two pods | every pod event of the watch | {i3} |"
-        );
-        let _ = writeln!(
-            md,
-            "| I4: an eligible candidate gets an eligible leader within {} (not counting a kube-apiserver restart's own downtime) | {} gaps timed by the watch | {over} |",
-            secs(self.gap_bound),
-            lengths.len()
-        );
-        let _ = writeln!(
-            md,
-            "| one active operator replica at a time | both replicas' /readyz every 20 ms, two polls in a row | {} |",
-            self.both_active.len()
-        );
-        let _ = writeln!(
-            md,
-            "| App: at no instant do the applications of two pods of a group act as leader, each acting on the last publication its member's relay (the agent) handed it, leader only before its `valid_until`, on one clock (the run's monotonic clock) | every publication handed to every pod's application: {} handed, {} of them starting a leadership, {} leaderships ended by their `valid_until` alone | {} |\n",
-            self.app_deliveries.0,
-            self.app_deliveries.1,
-            self.app_deliveries.2,
-            self.overlaps.len()
-        );
-        if !violations.is_empty() {
-            let _ = writeln!(md, "Violations:\n");
-            for v in violations.iter().take(50) {
-                let _ = writeln!(md, "- {v}");
+    /// The machine-readable result of the run, measured on `commit` by `command`: what the page
+    /// is rendered from.
+    pub fn results(&self, commit: Commit, command: &str) -> Results {
+        let classified = self.classified();
+        let invariants = INVARIANTS
+            .into_iter()
+            .map(|id| {
+                let of_id: Vec<&String> = classified
+                    .iter()
+                    .filter(|(i, _)| *i == id)
+                    .map(|(_, v)| v)
+                    .collect();
+                Invariant {
+                    id: id.to_owned(),
+                    violations: of_id.len(),
+                    first: of_id.into_iter().take(FIRST_KEPT).cloned().collect(),
+                }
+            })
+            .collect();
+        let injected = self.injected_count();
+        let kinds = KINDS
+            .into_iter()
+            .map(|kind| {
+                let of_kind: Vec<&Injected> = self
+                    .injected
+                    .iter()
+                    .filter(|i| i.fault.kind() == kind)
+                    .collect();
+                let done = of_kind.iter().filter(|i| i.skipped.is_none()).count();
+                KindCount {
+                    kind: kind.to_owned(),
+                    planned: of_kind.len(),
+                    injected: done,
+                    skipped: of_kind.len() - done,
+                }
+            })
+            .collect();
+        let mut skip_reasons: Vec<SkipReason> = Vec::new();
+        for why in self.injected.iter().filter_map(|i| i.skipped.as_ref()) {
+            match skip_reasons.iter_mut().find(|r| &r.reason == why) {
+                Some(r) => r.count += 1,
+                None => skip_reasons.push(SkipReason {
+                    reason: why.clone(),
+                    count: 1,
+                }),
             }
-            let _ = writeln!(md);
         }
-        if !self.overlaps.is_empty() {
-            self.overlap_sequences(&mut md);
-        }
-        let _ = writeln!(md, "## Time without a leader (I4)\n");
-        let _ = writeln!(
-            md,
-            "A gap opens when the watch sees a group with an eligible candidate (Running, Ready, not \
-             terminating) and no eligible pod labeled leader, and closes when it sees one again: the \
-             time an application had no leader to serve it, on the watch's clock.\n"
-        );
-        let (of_active, others): (Vec<&GapSeen>, Vec<&GapSeen>) = self
-            .gaps
-            .iter()
-            .filter(|g| g.length.is_some())
-            .partition(|g| self.active_replica_fault_within(g));
-        let _ = writeln!(
-            md,
-            "| gaps | count | median | p90 | p99 | worst |\n|---|---|---|---|---|---|"
-        );
-        let rows = [
-            ("all", self.gaps.iter().collect::<Vec<_>>()),
-            (
-                "opened while a fault struck the active replica (from the fault until its undo and one operator Lease after)",
-                of_active,
-            ),
-            ("every other", others),
-        ];
-        for (what, gaps) in rows {
-            let lengths: Vec<Duration> = gaps.iter().filter_map(|g| g.length).collect();
-            let _ = writeln!(
-                md,
-                "| {what} | {} | {} | {} | {} | {} |",
-                lengths.len(),
-                quantile(&lengths, 0.5),
-                quantile(&lengths, 0.9),
-                quantile(&lengths, 0.99),
-                quantile(&lengths, 1.0),
-            );
-        }
-        let _ = writeln!(md);
-        let mut worst: Vec<&GapSeen> = self.gaps.iter().collect();
-        worst.sort_by_key(|g| std::cmp::Reverse(g.length.unwrap_or(Duration::MAX)));
-        let _ = writeln!(
-            md,
-            "The ten longest, with the faults injected in the 3 s before they opened (the last six), \
-             and how much of them a kube-apiserver restart took (its stop, its start, until it \
-             answered again):\n"
-        );
-        let _ = writeln!(
-            md,
-            "| group | opened | length | kube-apiserver restarting | faults before |\n|---|---|---|---|---|"
-        );
-        for g in worst.iter().take(10) {
-            let before: Vec<String> = self
-                .injected
-                .iter()
-                .filter(|i| i.skipped.is_none())
-                .filter(|i| i.at + Duration::from_secs(3) >= g.start && i.at <= g.start)
-                .map(|i| format!("#{} {}", i.index, describe(&i.fault)))
-                .collect();
-            let last = before
-                .get(before.len().saturating_sub(6)..)
-                .unwrap_or_default();
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} |",
-                g.group,
-                secs(g.start),
-                g.length.map_or_else(|| "open".into(), secs),
-                secs(self.api_down_within(g)),
-                last.join("; ")
-            );
-        }
+        skip_reasons.sort_by_key(|r| std::cmp::Reverse(r.count));
         let downs: Vec<Duration> = self
             .api_down
             .iter()
             .map(|(a, b)| b.saturating_sub(*a))
             .collect();
-        let _ = writeln!(
-            md,
-            "\nThe {} kube-apiserver restarts took median {}, worst {} (until it answered again).",
-            downs.len(),
-            quantile(&downs, 0.5),
-            quantile(&downs, 1.0)
-        );
-        let _ = writeln!(
-            md,
-            "\nWhat holds a gap open, read from the run's timeline (`seed-N/timeline.tsv` in the work \
-             folder: every fault, gap and restart on the wall clock) beside the replicas' logs: the \
-             waits the protocol makes on purpose, added up when faults overlap. An active replica \
-             killed, paused or cut off is replaced once its operator Lease ({} s) has gone unrenewed \
-             for its duration (the replica that takes over arbitrates the old one's groups at \
-             once: that one stopped acting before its hold ran out); a handover whose old leader's \
-             client cannot step down (its node cut off, its connections stalled) waits for that \
-             leader's belief to lapse (two thirds of the group Lease, {} s, after a \
-             `leaseDurationSeconds` edit of the longer one); a stalled connection is noticed after \
-             4 s; and the kube-apiserver restarts and its watches' 410 Gone.",
-            self.operator_lease_seconds, self.lease_seconds
-        );
-        let _ = writeln!(md, "\n## Faults\n");
-        let _ = writeln!(
-            md,
-            "| fault | planned | injected | skipped |\n|---|---|---|---|"
-        );
-        for kind in KINDS {
-            let of_kind: Vec<&Injected> = self
-                .injected
-                .iter()
-                .filter(|i| i.fault.kind() == kind)
-                .collect();
-            let done = of_kind.iter().filter(|i| i.skipped.is_none()).count();
-            let _ = writeln!(
-                md,
-                "| {kind} | {} | {done} | {} |",
-                of_kind.len(),
-                of_kind.len() - done
-            );
-        }
-        let mut reasons: Vec<(String, usize)> = Vec::new();
-        for i in self.injected.iter().filter_map(|i| i.skipped.as_ref()) {
-            match reasons.iter_mut().find(|(r, _)| r == i) {
-                Some((_, n)) => *n += 1,
-                None => reasons.push((i.clone(), 1)),
-            }
-        }
-        reasons.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        if !reasons.is_empty() {
-            let _ = writeln!(md, "\nWhy faults were skipped:\n");
-            for (r, n) in reasons.iter().take(10) {
-                let _ = writeln!(md, "- {n}× {r}");
-            }
-        }
         let settles: Vec<Duration> = self.rounds.iter().map(|r| r.settle).collect();
-        let _ = writeln!(md, "\n## The run\n");
-        let _ = writeln!(
-            md,
-            "- A control plane of its own (etcd + kube-apiserver, restarted by the faults), namespace \
-             `{}`; {} groups of 3 pods (the simulated kubelet), `leaseDurationSeconds: {}`, the \
-             odd-numbered groups in Heartbeat mode, the others in Readiness mode (but for a \
-             `liveness` edit's while).",
-            self.namespace, self.groups, self.lease_seconds
-        );
-        let _ = writeln!(
-            md,
-            "- Every pod runs the client's `Membership` in the run's process (its group's member \
-             ServiceAccount, through a proxy of its own: its node's network); the pods of g2, g3, \
-             g6, g7, ... run two, each through its own proxy. Each member has an application, which \
-             acts as leader only while the last publication it got says `Leader` and its \
-             `valid_until` has not passed. A pod's last member is its agent: a sidecar whose relay \
-             hands each publication to its application, its member stepping down only once the \
-             application got the publication that says so (gated, as the agent binary's is); the \
-             first of a pod of two is the application's own, in its process. An agent paused \
-             hands over nothing and its connection holds every byte (a frozen sidecar) while its \
-             application runs on with what it last got. All stop when the pod's container stops. \
-             A client restart stops the members and starts new ones in the same pod (an agent's \
-             application runs on meanwhile); a cut-off node holds its connections' bytes and its \
-             kubelet's reports (pod faults skip it); one member cut off alone holds only its own; \
-             a stall leaves the open connections silent for good while new ones flow. In Heartbeat \
-             mode the leader's members renew the Lease. Two applications of one pod acting as \
-             leader together are one leader."
-        );
-        let _ = writeln!(
-            md,
-            "- Spec edits as a user makes them (a merge patch), each put back 0.1–3 s later: the \
-             selector leaving one pod out, `preferredLeader` naming a follower, \
-             `leaseDurationSeconds` 2–6, `paused`, `liveness` flipped. The watch's gaps count \
-             every pod labeled with the group's `app` as a candidate: a pod left out by a \
-             selector edit, or a paused group, can lengthen a gap."
-        );
-        let _ = writeln!(
-            md,
-            "- Two operator replicas with `--leader-elect` (their own Lease {} s), each through a proxy \
-             of its own (the held and cut requests); processes over the run: {}.",
-            self.operator_lease_seconds,
-            self.processes
-                .iter()
-                .map(|(n, g)| format!("{n} {g}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let _ = writeln!(
-            md,
-            "- Faults 10–150 ms apart, each undone on its own later (so they overlap); the replicas' \
-             faults one at a time (one operator always runs), as the promotion holds. Every {} faults \
-             a round ends: everything undone, the pods repaired (Ready again, 3 per group), then all \
-             groups must settle (I2). Settling took median {}, worst {} over {} rounds.",
-            self.round,
-            quantile(&settles, 0.5),
-            quantile(&settles, 1.0),
-            self.rounds.len()
-        );
-        let _ = writeln!(
-            md,
-            "- Set-up {}, faults and rounds {}, in all {}.",
-            secs(self.setup),
-            secs(self.faults_took),
-            secs(self.total)
-        );
-        md
+        let at = |t: Option<jiff::Timestamp>| {
+            t.map_or_else(String::new, |t| {
+                t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+            })
+        };
+        Results {
+            commit,
+            seed: self.seed,
+            command: command.to_owned(),
+            run: RunTimes {
+                started_at: at(self.started_at),
+                finished_at: at(self.finished_at),
+                setup_ms: ms(self.setup),
+                faults_ms: ms(self.faults_took),
+                total_ms: ms(self.total),
+            },
+            settings: Settings {
+                groups: self.groups,
+                pods_per_group: crate::world::PODS_PER_GROUP,
+                lease_seconds: self.lease_seconds,
+                operator_lease_seconds: self.operator_lease_seconds,
+                round: self.round,
+                gap_bound_ms: ms(self.gap_bound),
+                settle_within_ms: ms(crate::run::SETTLE),
+                namespace: self.namespace.clone(),
+            },
+            faults: Faults {
+                planned: self.planned,
+                injected,
+                skipped: self.planned - injected,
+                kinds,
+                skip_reasons,
+            },
+            invariants,
+            watch: Watch {
+                leaders: self.leaders_seen,
+                pod_events: self.pod_events,
+                order_judged: self.order_judged.0,
+                order_unjudged: self.order_judged.1,
+            },
+            applications: Applications {
+                deliveries: self.app_deliveries.0,
+                leader_starts: self.app_deliveries.1,
+                lapsed: self.app_deliveries.2,
+            },
+            gaps: Gaps {
+                rows: self.gap_rows(),
+                longest: self.longest_gaps(),
+                api_restarts: ApiRestarts {
+                    count: downs.len(),
+                    median_ms: quantile(&downs, 0.5),
+                    worst_ms: quantile(&downs, 1.0),
+                },
+            },
+            overlaps: self.overlap_sequences(),
+            rounds: Rounds {
+                count: self.rounds.len(),
+                settle_median_ms: quantile(&settles, 0.5),
+                settle_worst_ms: quantile(&settles, 1.0),
+            },
+            processes: self.processes.iter().cloned().collect(),
+        }
+    }
+
+    /// The gap table: all closed gaps, those opened while a fault struck the active replica, the
+    /// others.
+    fn gap_rows(&self) -> Vec<GapRow> {
+        let closed: Vec<&GapSeen> = self.gaps.iter().filter(|g| g.length.is_some()).collect();
+        let (of_active, others): (Vec<&GapSeen>, Vec<&GapSeen>) = closed
+            .iter()
+            .partition(|g| self.active_replica_fault_within(g));
+        [closed, of_active, others]
+            .into_iter()
+            .zip(GAP_ROWS)
+            .map(|(gaps, row)| {
+                let lengths: Vec<Duration> = gaps.iter().filter_map(|g| g.length).collect();
+                GapRow {
+                    row: row.to_owned(),
+                    count: lengths.len(),
+                    median_ms: quantile(&lengths, 0.5),
+                    p90_ms: quantile(&lengths, 0.9),
+                    p99_ms: quantile(&lengths, 0.99),
+                    worst_ms: quantile(&lengths, 1.0),
+                }
+            })
+            .collect()
+    }
+
+    /// The longest gaps (an open one longest of all), each with the last six faults injected in
+    /// the 3 s before it opened.
+    fn longest_gaps(&self) -> Vec<LongGap> {
+        let mut worst: Vec<&GapSeen> = self.gaps.iter().collect();
+        worst.sort_by_key(|g| std::cmp::Reverse(g.length.unwrap_or(Duration::MAX)));
+        worst
+            .into_iter()
+            .take(LONGEST_KEPT)
+            .map(|g| {
+                let before: Vec<FaultSeen> = self
+                    .injected
+                    .iter()
+                    .filter(|i| i.skipped.is_none())
+                    .filter(|i| i.at + Duration::from_secs(3) >= g.start && i.at <= g.start)
+                    .map(|i| FaultSeen {
+                        index: i.index,
+                        at_ms: ms(i.at),
+                        what: describe(&i.fault),
+                    })
+                    .collect();
+                let last = before.len().saturating_sub(6);
+                LongGap {
+                    group: g.group.clone(),
+                    opened_ms: ms(g.start),
+                    length_ms: g.length.map(ms),
+                    api_down_ms: ms(self.api_down_within(g)),
+                    faults_before: before.into_iter().skip(last).collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Each overlap of two applications acting as leader (the first [`OVERLAPS_KEPT`]), with
+    /// every fault injected in the 10 s before it opened that struck its group or everyone
+    /// (replicas, kube-apiserver, promotion holds), in order.
+    fn overlap_sequences(&self) -> Vec<OverlapSeen> {
+        self.overlaps
+            .iter()
+            .take(OVERLAPS_KEPT)
+            .map(|(o, start)| {
+                let group: Option<usize> = o.group.trim_start_matches('g').parse().ok();
+                let faults_before = self
+                    .injected
+                    .iter()
+                    .filter(|i| i.skipped.is_none())
+                    .filter(|i| i.at + Duration::from_secs(10) >= *start && i.at <= *start)
+                    .filter(|i| i.fault.group().is_none() || i.fault.group() == group)
+                    .map(|i| FaultSeen {
+                        index: i.index,
+                        at_ms: ms(i.at),
+                        what: describe_fully(&i.fault),
+                    })
+                    .collect();
+                OverlapSeen {
+                    group: o.group.clone(),
+                    opened_ms: ms(*start),
+                    first: o.first.clone(),
+                    second: o.second.clone(),
+                    length_ms: o.length.map(ms),
+                    faults_before,
+                }
+            })
+            .collect()
     }
 }
 
-impl Report {
-    /// Each overlap of two `Membership`s reporting `Leader` (the first 20), with every fault
-    /// injected in the 10 s before it opened that struck its group or everyone (replicas,
-    /// kube-apiserver, promotion holds), in order, with when it struck.
-    fn overlap_sequences(&self, md: &mut String) {
-        let _ = writeln!(
-            md,
-            "## Two applications leading at once\n\nEach overlap, with the faults of its group and \
-             the run-wide ones injected in the 10 s before it opened (time into the run):\n"
-        );
-        for (o, start) in self.overlaps.iter().take(20) {
-            let group: Option<usize> = o.group.trim_start_matches('g').parse().ok();
-            let faults: Vec<String> = self
-                .injected
-                .iter()
-                .filter(|i| i.skipped.is_none())
-                .filter(|i| i.at + Duration::from_secs(10) >= *start && i.at <= *start)
-                .filter(|i| i.fault.group().is_none() || i.fault.group() == group)
-                .map(|i| format!("{} #{} {}", secs(i.at), i.index, describe_fully(&i.fault)))
-                .collect();
-            let _ = writeln!(
-                md,
-                "- {} at {}: {} (epoch {}) then {} (epoch {}), for {}. Before it: {}",
-                o.group,
-                secs(*start),
-                o.first.0,
-                o.first.1,
-                o.second.0,
-                o.second.1,
-                o.length.map_or_else(|| "the rest of the run".into(), secs),
-                faults.join("; ")
-            );
-        }
-        let _ = writeln!(md);
-    }
-}
+/// What a result reports violations of, in the page's order: the invariants, then the run's own
+/// soundness (a watch behind at the end, a failed undo).
+const INVARIANTS: [&str; 9] = [
+    "I1", "I2", "I3", "order", "I4", "HA", "App", "watch", "harness",
+];
 
 /// A fault with its target and lengths (the overlaps' sequences).
 fn describe_fully(fault: &Fault) -> String {
@@ -680,15 +615,12 @@ fn describe(fault: &Fault) -> String {
     }
 }
 
-/// The `q` quantile (nearest rank) of `values`, in seconds or milliseconds.
-fn quantile(values: &[Duration], q: f64) -> String {
-    if values.is_empty() {
-        return "–".into();
-    }
+/// The `q` quantile (nearest rank) of `values`, in whole milliseconds; `None` of none.
+fn quantile(values: &[Duration], q: f64) -> Option<u64> {
     let mut sorted = values.to_vec();
     sorted.sort();
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    secs(sorted[rank - 1])
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().map(ms)
 }
 
 /// `1.234 s` or `87 ms`.
@@ -734,5 +666,59 @@ mod tests {
         assert!(!report.active_replica_fault_within(&gap(s(13) + lease)));
         // The standby's fault is not the active one's.
         assert!(!report.active_replica_fault_within(&gap(s(101))));
+    }
+
+    #[test]
+    fn a_result_counts_each_violation_under_its_invariant_and_every_fault_under_its_kind() {
+        let config = Config::new(1, 3, "op".into(), "work".into());
+        let mut report = Report::new(&config, "ns", Duration::ZERO);
+        report.watch_violations = vec![
+            "I1: two".into(),
+            "I3: down".into(),
+            "order: early".into(),
+            "the watch fell behind".into(),
+        ];
+        report.harness_errors = vec!["undo failed".into()];
+        let pause = Fault::PauseAgent {
+            group: 0,
+            target: crate::plan::Target::Leader,
+            paused: Duration::from_secs(2),
+            hand_over: false,
+        };
+        report.injected = vec![
+            Injected::new(0, Duration::ZERO, &pause, None),
+            Injected::new(
+                1,
+                Duration::ZERO,
+                &pause,
+                Some("its agent is paused".into()),
+            ),
+        ];
+        let commit = Commit {
+            sha: "abc".into(),
+            dirty: false,
+            dirty_paths: Vec::new(),
+        };
+        let results = report.results(commit, "test");
+        let count = |id: &str| {
+            results
+                .invariants
+                .iter()
+                .find(|i| i.id == id)
+                .map(|i| i.violations)
+        };
+        for id in ["I1", "I3", "order", "watch", "harness"] {
+            assert_eq!(count(id), Some(1), "{id}");
+        }
+        assert_eq!(count("App"), Some(0));
+        assert_eq!(results.violations(), report.violations().len());
+        let paused = results
+            .faults
+            .kinds
+            .iter()
+            .find(|k| k.kind == "agent paused")
+            .unwrap();
+        assert_eq!((paused.planned, paused.injected, paused.skipped), (2, 1, 1));
+        assert_eq!(results.faults.kinds.len(), KINDS.len());
     }
 }

@@ -26,7 +26,7 @@ use crate::world::{POD_LABEL, World};
 use crate::{Config, Error};
 
 /// How long the run waits for every group to settle after a round.
-const SETTLE: Duration = Duration::from_secs(60);
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 /// How long an undo (a pod Ready again, a replica started) keeps retrying through API errors
 /// (a kube-apiserver restart among them).
 const RETRY_FOR: Duration = Duration::from_secs(60);
@@ -61,6 +61,7 @@ impl Shared {
 /// Runs `config`'s plan; the report says what was injected and what was seen.
 pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
     let cluster = Arc::new(PrivateCluster::start(&format!("chaos-{}", config.seed)).await?);
     let client = cluster.client().await?;
     let ns = namespace_in(client.clone(), "chaos").await?;
@@ -125,6 +126,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
     let setup = started.elapsed();
 
     let mut report = Report::new(config, &namespace, setup);
+    report.started_at = Some(started_at);
     let mut tasks: JoinSet<()> = JoinSet::new();
     // The replicas' faults strike one at a time (one operator always runs), and so do the holds
     // of promotions.
@@ -211,6 +213,7 @@ pub async fn run(config: &Config, steps: &[Step]) -> Result<Report, Error> {
             eprintln!("chaos: stopping {} at the end: {e}", r.name);
         }
     }
+    report.finished_at = Some(jiff::Timestamp::now());
     report.harness_errors = std::mem::take(
         &mut shared
             .harness_errors

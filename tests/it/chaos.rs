@@ -21,8 +21,13 @@ async fn a_short_chaos_run_violates_no_invariant() {
         work.clone(),
     );
     config.round = 50;
+    let commit = leadergroup_chaos::Commit::of(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
     let report = leadergroup_chaos::run(&config).await.unwrap();
-    let page = report.markdown("make test", "tests/it/chaos.rs");
+    // The result and its page, as `make chaos` writes them, beside the replicas' logs.
+    let results = report.results(commit, "tests/it/chaos.rs");
+    let json = work.join("chaos.json");
+    results.write(&json).unwrap();
+    let page = results.markdown(&json.display().to_string());
     std::fs::write(work.join("chaos.md"), &page).unwrap();
     eprintln!("{page}");
     let violations = report.violations();
