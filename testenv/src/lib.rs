@@ -28,6 +28,7 @@ mod files;
 #[cfg(feature = "gc-pause")]
 pub mod gc_pause;
 mod held;
+pub mod histories;
 mod https;
 pub mod invariants;
 mod kubelet;
