@@ -5,6 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use leadergroup_testenv::histories::{Report, unix_ms};
+
 use crate::error::Result;
 use crate::observe::ms_between;
 
@@ -49,17 +51,38 @@ pub async fn handover(candidates: &mut impl Candidates, fault: Fault) -> Result<
     Ok(ms_between(t0, new?))
 }
 
-/// One system's handovers of one kind: the milliseconds of each, why any failed, and the split
-/// brains meanwhile (a candidate started leading while another, not struck, still believed it
-/// led).
+/// One system's handovers of one kind: the milliseconds of each, why any failed, and what the
+/// histories of its applications gave (the struck one's included): per repetition the longest
+/// time two of them believed they led and the longest time none did, and every such overlap
+/// (`split_brains` counts them).
 #[derive(Clone, Debug, Default)]
 pub struct Handovers {
     pub ms: Vec<f64>,
     pub failures: Vec<String>,
     pub split_brains: u64,
+    pub app_overlap_ms: Vec<f64>,
+    pub app_none_ms: Vec<f64>,
+    /// Each overlap, said in a line.
+    pub overlaps: Vec<String>,
 }
 
 impl Handovers {
+    /// Adds what the histories of repetition `rep`, struck at `t0`, gave.
+    pub fn judged(&mut self, rep: usize, t0: SystemTime, report: &Report) {
+        self.app_overlap_ms.push(report.app_overlap_ms);
+        self.app_none_ms.push(report.none_ms);
+        for o in report.overlaps() {
+            self.split_brains += 1;
+            let who: Vec<String> = o.members.iter().map(|(name, _)| name.clone()).collect();
+            let after = o.from_ms - unix_ms(t0);
+            self.overlaps.push(format!(
+                "#{rep}: {} for {:.0} ms, from {after:.0} ms after the fault",
+                who.join(" and "),
+                o.ms()
+            ));
+        }
+    }
+
     /// Adds a repetition's outcome, its milliseconds or why it failed, and logs it as `what`;
     /// whether it succeeded.
     pub fn add(&mut self, what: &str, outcome: Result<f64>) -> bool {

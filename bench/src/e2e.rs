@@ -32,7 +32,8 @@ use kube::api::{
 };
 use kube::{Api, Client, ResourceExt};
 use leadergroup_testenv::crd::{leader_group, leader_groups};
-use leadergroup_testenv::pods::{container_id, eligible, node_of, terminating};
+use leadergroup_testenv::histories::{Span, believers, first_start, system_time, unix_ms};
+use leadergroup_testenv::pods::{container_id, container_running, eligible, node_of, terminating};
 use leadergroup_testenv::{
     Frozen, OPERATOR_LEASE, OPERATOR_POD_SELECTOR, RealCluster, kill_container, node_ready,
     settled, wait_until, wait_until_every,
@@ -46,7 +47,7 @@ use crate::observe::ms_between;
 use crate::peers::{Candidate, PEERS, System};
 use crate::results::{Record, Results, Run};
 use crate::scenario::{Context, Outcome, Scenario as BenchScenario, measuring};
-use crate::timeline::{SYSTEM_LABEL, Tracker, first_new_leader, pod_of};
+use crate::timeline::{SYSTEM_LABEL, Tracker, one_group, pod_of};
 
 /// The node that is lost, where every leader sits before the cut, and the other one.
 const CUT_NODE: &str = "lg-node-1";
@@ -57,6 +58,9 @@ const CANDIDATES: usize = 3;
 
 /// How long a system may take to be at rest again after a handover.
 const AT_REST: Duration = Duration::from_secs(180);
+
+/// How long a container's freezer may take to stop all its processes.
+const FREEZE: Duration = Duration::from_secs(5);
 
 /// One end-to-end run: its repetitions, the cluster, the images and the admin client.
 struct Bench<'a> {
@@ -164,12 +168,16 @@ const OPERATOR_SCENARIOS: [Scenario; 3] = [
 ];
 
 impl Scenario {
-    /// Adds the samples of `system` in it to `record`: its handovers and split brains.
+    /// Adds the samples of `system` in it to `record`: its handovers and what its applications'
+    /// histories gave.
     fn add(&self, record: &mut Record, system: &System, handovers: Handovers) {
         let (name, key) = (system.name, self.key);
         record.add(name, key, "settings", system.settings);
         record.add(name, key, "ms", handovers.ms);
+        record.add(name, key, "app_overlap_ms", handovers.app_overlap_ms);
+        record.add(name, key, "app_none_ms", handovers.app_none_ms);
         record.add(name, key, "split_brains", handovers.split_brains);
+        record.add(name, key, "overlaps", handovers.overlaps);
         record.add(name, key, "failures", handovers.failures);
     }
 }
@@ -286,12 +294,12 @@ impl<'a> World<'a> {
         if live.len() != pods || !live.iter().all(|p| eligible(p)) {
             return Ok(None);
         }
-        let events = self.tracker.of(system.label);
-        let believers = self.tracker.beliefs.believers(&events, SystemTime::now());
+        let members = self.tracker.members(system.label);
+        let believers = believers(&members, unix_ms(SystemTime::now()));
         let [sole] = believers.as_slice() else {
             return Ok(None);
         };
-        let pod = pod_of(sole).to_owned();
+        let (sole, pod) = (sole.to_string(), pod_of(sole).to_owned());
         if !live.iter().any(|p| p.name_any() == pod) {
             return Ok(None);
         }
@@ -303,10 +311,10 @@ impl<'a> World<'a> {
                 .get_opt(&format!("{}-0", system.label))
                 .await?
                 .and_then(|l| l.spec?.holder_identity)
-                .is_some_and(|h| h == *sole),
+                .is_some_and(|h| h == sole),
         };
-        Ok(agrees.then(|| Leader {
-            identity: sole.clone(),
+        Ok(agrees.then_some(Leader {
+            identity: sole,
             pod,
         }))
     }
@@ -320,8 +328,8 @@ impl<'a> World<'a> {
         wait_until_every(&what, AT_REST, every, || self.at_rest(system, pods))
             .await
             .map_err(|e| {
-                let events = self.tracker.of(system.label);
-                Error::Other(format!("{e} (events: {events:?})"))
+                let members = self.tracker.members(system.label);
+                Error::Other(format!("{e} (members: {members:?})"))
             })
     }
 
@@ -336,22 +344,73 @@ impl<'a> World<'a> {
         let what = format!("{}: a leader other than {old}", system.name);
         let every = Duration::from_millis(20);
         Ok(wait_until_every(&what, bound, every, || async {
-            let events = self.tracker.of(system.label);
-            Ok::<_, Error>(first_new_leader(&events, old, t0).map(|e| e.at))
+            let members = self.tracker.members(system.label);
+            let new = first_start(&members, old, unix_ms(t0));
+            Ok::<_, Error>(new.map(|(_, at)| system_time(at)))
         })
         .await?)
+    }
+
+    /// Waits (up to its Lease and 10 s) until `identity`, thawed, no longer believes it leads:
+    /// a peer says so once its library noticed; ours' files said so while it was frozen. What
+    /// it believed meanwhile is in its history.
+    async fn wait_believes_not(&self, system: &System, identity: &str) {
+        let bound = Duration::from_secs(u64::from(system.lease_seconds) + 10);
+        let what = format!(
+            "{}: {identity} thawed no longer believing it leads",
+            system.name
+        );
+        let every = Duration::from_millis(20);
+        let stopped = wait_until_every(&what, bound, every, || async {
+            let members = self.tracker.members(system.label);
+            let now = unix_ms(SystemTime::now());
+            let believes = members
+                .iter()
+                .any(|m| m.name == identity && m.believes_at(now));
+            Ok::<_, Error>((!believes).then_some(()))
+        });
+        if let Err(e) = stopped.await {
+            tracing::info!("e2e: {e}");
+        }
+    }
+
+    /// Adds to `result` what the histories of `system` gave in each repetition: from each
+    /// strike in `strikes` to the next, the last until `end`.
+    fn judge(
+        &self,
+        system: &System,
+        strikes: &[SystemTime],
+        end: SystemTime,
+        result: &mut Handovers,
+    ) {
+        let histories = one_group(system.label, self.tracker.members(system.label));
+        let ends = strikes.iter().skip(1).copied().chain([end]);
+        for (i, (t0, to)) in strikes.iter().zip(ends).enumerate() {
+            let window = Span {
+                from_ms: unix_ms(*t0),
+                to_ms: Some(unix_ms(to)),
+            };
+            result.judged(i + 1, *t0, &histories.check(window));
+        }
     }
 }
 
 /// One system's candidates in a [`World`], as a handover drives them. The fault strikes the
 /// leader pod's app container, its only one (ours: the web app, the agent being a native
 /// sidecar; a peer: its candidate); the clock stops when the new leader's application acts.
+/// The struck application counts as any other, except while its process verifiably does not
+/// run: from its kill (until ours' container runs again; a peer's next process is another
+/// identity) or its confirmed freeze until its thaw.
 struct InWorld<'a> {
     world: &'a World<'a>,
     system: &'a System,
     /// The struck pod's node, and its container while frozen.
     node: String,
     frozen: Option<Frozen>,
+    /// The container killed, and when the kill was done.
+    killed: Option<(String, SystemTime)>,
+    /// When each repetition struck.
+    strikes: Vec<SystemTime>,
 }
 
 impl Candidates for InWorld<'_> {
@@ -371,13 +430,22 @@ impl Candidates for InWorld<'_> {
             _ => None,
         };
         let t0 = SystemTime::now();
-        world.tracker.beliefs.exclude(&old.identity, t0);
+        self.strikes.push(t0);
+        let not_running = &world.tracker.not_running;
         match (fault, &self.frozen) {
+            // Its process runs on through its grace period: it counts until its pod is gone.
             (Fault::Graceful, _) => drop(world.pods.delete(&old.pod, &Default::default()).await?),
             (Fault::Crash, _) => {
                 kill_container(&world.bench.cluster.containerd_socket(node)?, &id).await?;
+                let killed = SystemTime::now();
+                not_running.stopped(&old.identity, killed);
+                self.killed = Some((id, killed));
             }
-            (_, frozen) => frozen.iter().try_for_each(Frozen::freeze)?,
+            (_, Some(frozen)) => {
+                frozen.freeze()?;
+                not_running.stopped(&old.identity, frozen.confirmed(FREEZE).await?);
+            }
+            (_, None) => {}
         }
         Ok(t0)
     }
@@ -395,11 +463,26 @@ impl Candidates for InWorld<'_> {
             if handed_over {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            frozen.thaw()?;
             world
                 .tracker
-                .beliefs
-                .end_exclusion(&old.identity, SystemTime::now());
+                .not_running
+                .running(&old.identity, SystemTime::now());
+            frozen.thaw()?;
+            // Thawed, it runs: what it believes before its pod is replaced is a finding.
+            world.wait_believes_not(self.system, &old.identity).await;
+        }
+        if let (Some((id, killed)), Candidate::Agent(_)) =
+            (self.killed.take(), &self.system.candidate)
+        {
+            // Ours' member is the pod, whose web app the kubelet restarts: it counts again from
+            // the restarted container's start (or from now, not knowing it).
+            let pod = world.pods.get_opt(&old.pod).await?;
+            let restarted = pod
+                .as_ref()
+                .filter(|p| container_running(p) && container_id(p).is_some_and(|c| c != id))
+                .and_then(started_at);
+            let at = restarted.map_or_else(SystemTime::now, |at| at.max(killed));
+            world.tracker.not_running.running(&old.identity, at);
         }
         if fault != Fault::Graceful {
             // The faulted pod is replaced by a fresh one once the handover is measured: the
@@ -412,6 +495,19 @@ impl Candidates for InWorld<'_> {
         }
         world.add_pods(self.system, &self.node, 1).await
     }
+}
+
+/// When the pod's first container, running, started (the API's second: at or before it).
+fn started_at(pod: &Pod) -> Option<SystemTime> {
+    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    let started = status
+        .state
+        .as_ref()?
+        .running
+        .as_ref()?
+        .started_at
+        .as_ref()?;
+    Some(SystemTime::from(started.0))
 }
 
 /// The candidates' pods and RBAC (bench/manifests).
@@ -484,8 +580,10 @@ impl World<'_> {
         // second, often before any operator acts, and the old leader leads on.
         let mut leaders_frozen = Vec::new();
         for (leader, node, id) in &leaders {
-            self.tracker.beliefs.exclude(&leader.identity, t0);
-            leaders_frozen.push(Frozen::freeze_now(node, id)?);
+            let frozen = Frozen::freeze_now(node, id)?;
+            let at = frozen.confirmed(FREEZE).await?;
+            self.tracker.not_running.stopped(&leader.identity, at);
+            leaders_frozen.push(frozen);
         }
         let waits = OURS
             .iter()
@@ -497,12 +595,15 @@ impl World<'_> {
         if let Some(Err(e)) = frozen.map(|f| f.thaw()) {
             tracing::info!("e2e: the frozen operator replica: {e}");
         }
+        let thawing = SystemTime::now();
+        for (leader, _, _) in &leaders {
+            self.tracker.not_running.running(&leader.identity, thawing);
+        }
         for f in leaders_frozen {
             f.thaw()?;
         }
-        let thawed = SystemTime::now();
-        for (leader, _, _) in &leaders {
-            self.tracker.beliefs.end_exclusion(&leader.identity, thawed);
+        for (s, (leader, _, _)) in OURS.iter().zip(&leaders) {
+            self.wait_believes_not(s, &leader.identity).await;
         }
         for ((s, (leader, node, _)), (at, result)) in OURS
             .iter()
@@ -522,15 +623,19 @@ impl World<'_> {
                 .await?;
             self.add_pods(s, node, 1).await?;
         }
-        for (s, result) in OURS.iter().zip(results.iter_mut()) {
+        for s in &OURS {
             self.wait_at_rest(s, CANDIDATES).await?;
-            result.split_brains += self.split_brains(s, t0);
+        }
+        let end = SystemTime::now();
+        for (s, result) in OURS.iter().zip(results.iter_mut()) {
+            self.judge(s, &[t0], end, result);
         }
         Ok(())
     }
 
     /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
-    /// that scenario's); per scenario with a fault, and its split brains.
+    /// that scenario's); per scenario with a fault, and what its histories gave in each
+    /// repetition.
     async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
         let mut out = [(); 3].map(|()| Handovers::default());
         let mut candidates = InWorld {
@@ -538,26 +643,21 @@ impl World<'_> {
             system,
             node: String::new(),
             frozen: None,
+            killed: None,
+            strikes: Vec::new(),
         };
         let what = format!("e2e: {}", system.name);
         for (scenario, result) in SCENARIOS.iter().zip(&mut out) {
-            let from = SystemTime::now();
+            let first = candidates.strikes.len();
             if let Some(fault) = scenario.fault {
                 repeat(&mut candidates, fault, reps, &what, result).await;
             }
             // The last handover's other candidates have settled once the system is at rest again.
             let _ = self.wait_at_rest(system, CANDIDATES).await;
-            result.split_brains = self.split_brains(system, from);
+            let strikes = &candidates.strikes[first..];
+            self.judge(system, strikes, SystemTime::now(), result);
         }
         out
-    }
-
-    /// The split brains of `system` from `from` until now.
-    fn split_brains(&self, system: &System, from: SystemTime) -> u64 {
-        let events = self.tracker.of(system.label);
-        self.tracker
-            .beliefs
-            .split_brains(&events, from, SystemTime::now())
     }
 
     /// Deletes the namespace, not waiting.
@@ -920,8 +1020,9 @@ impl Bench<'_> {
             tracing::warn!("e2e: node loss: {e}");
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
+        let end = SystemTime::now();
         for ((s, at), result) in systems.iter().zip(moved).zip(results) {
-            result.split_brains += world.split_brains(s, from);
+            world.judge(s, &[from], end, result);
             result.add(
                 &format!("e2e: node loss: {}", s.name),
                 at.map(|at| ms_between(t0, at)),

@@ -17,7 +17,8 @@ use crate::candidates::{Candidates, Fault, Leader};
 use crate::error::{Error, Result};
 use crate::observe::recheck;
 use crate::observe::{ProcSample, proc_sample};
-use crate::timeline::{Beliefs, first_new_leader, parse_peer_line};
+use crate::timeline::{Beliefs, one_group};
+use leadergroup_testenv::histories::{Span, believers, first_start, system_time, unix_ms};
 
 /// How a system's candidates run.
 #[derive(Debug, PartialEq, Eq)]
@@ -138,6 +139,9 @@ pub async fn build(repo: &Path) -> Result<Vec<PeerKind>> {
         .collect())
 }
 
+/// How long a struck candidate may take to exit before it is killed.
+const STRUCK_EXIT: Duration = Duration::from_secs(20);
+
 /// Three (or more, over time) candidate processes of one peer kind for `groups` Leases, and
 /// every change of belief they printed, per Lease.
 pub struct PeerGroup {
@@ -149,12 +153,12 @@ pub struct PeerGroup {
     groups: usize,
     log_dir: PathBuf,
     candidates: HashMap<String, Child>,
-    /// The candidate a handover stopped, until it exits.
-    struck: Option<Child>,
+    /// The candidate a handover stopped, until it exits: the task that waits for its exit.
+    struck: Option<tokio::task::JoinHandle<()>>,
     next: usize,
-    /// Per Lease; a candidate a handover stopped is excluded from the signal on: the old leader
-    /// is going (SIGTERM: it releases, and may print "stopped" only after a successor started)
-    /// or gone (SIGKILL: it prints nothing more), so only two live candidates make a split brain.
+    /// Per Lease, every candidate's changes of belief. The one a handover stopped counts until
+    /// its process has exited (SIGTERM: it releases, and may print "stopped" only after a
+    /// successor started, which is an overlap like any other).
     events: Beliefs,
 }
 
@@ -229,9 +233,7 @@ impl PeerGroup {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some((lease, event)) = parse_peer_line(&line) {
-                    events.push(&lease, event);
-                }
+                events.push_line(&line);
             }
         });
         self.candidates.insert(identity, child);
@@ -242,13 +244,16 @@ impl PeerGroup {
     /// library that writes the Lease without a resourceVersion precondition lets two candidates
     /// both acquire it).
     pub fn overlaps(&self) -> u64 {
-        (0..self.groups)
-            .map(|i| {
-                let events = self.events.of(&Self::lease(i));
-                self.events
-                    .split_brains(&events, UNIX_EPOCH, SystemTime::now())
-            })
-            .sum()
+        let all = Span {
+            from_ms: 0.0,
+            to_ms: Some(unix_ms(SystemTime::now())),
+        };
+        let overlaps = (0..self.groups).map(|i| {
+            let lease = Self::lease(i);
+            let report = one_group(&lease, self.events.members(&lease)).check(all);
+            report.overlaps().count() as u64
+        });
+        overlaps.sum()
     }
 
     /// The candidate the Lease names as its holder, once it is the only one that believes it
@@ -269,9 +274,8 @@ impl PeerGroup {
                 .get_opt(lease)
                 .await?
                 .and_then(|l| l.spec?.holder_identity);
-            let believers = self
-                .events
-                .believers(&self.events.of(lease), SystemTime::now());
+            let members = self.events.members(lease);
+            let believers = believers(&members, unix_ms(SystemTime::now()));
             Ok::<_, kube::Error>(holder.filter(|h| believers == [h.as_str()]))
         });
         Ok(holder.await?)
@@ -282,8 +286,10 @@ impl PeerGroup {
         let what = format!("{} every Lease led", self.kind.peer.name);
         recheck(&what, timeout, || {
             (0..self.groups).try_fold(UNIX_EPOCH, |last, i| {
-                let events = self.events.of(&Self::lease(i));
-                let first = events.iter().filter(|e| e.leading).map(|e| e.at).min()?;
+                let members = self.events.members(&Self::lease(i));
+                let starts = members.iter().flat_map(|m| &m.changes).filter(|c| c.leader);
+                let first = starts.map(|c| c.at_ms).reduce(f64::min)?;
+                let first = system_time(first);
                 Some(last.max(first))
             })
         })
@@ -329,7 +335,6 @@ impl Candidates for PeerGroup {
             .remove(old)
             .ok_or_else(|| Error::Other(format!("no process for {old}")))?;
         let t0 = SystemTime::now();
-        self.events.exclude(old, t0);
         if fault == Fault::Crash {
             let _ = child.start_kill();
         } else if let Some(pid) = child.id() {
@@ -338,7 +343,18 @@ impl Candidates for PeerGroup {
                 .status()
                 .map_err(Error::io("kill -TERM"))?;
         }
-        self.struck = Some(child);
+        // It counts until its exit is seen, however long the handover takes to measure.
+        let (not_running, old) = (self.events.not_running.clone(), old.clone());
+        self.struck = Some(tokio::spawn(async move {
+            if tokio::time::timeout(STRUCK_EXIT, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+            not_running.stopped(&old, SystemTime::now());
+        }));
         Ok(t0)
     }
 
@@ -347,14 +363,15 @@ impl Candidates for PeerGroup {
         let bound = self.kind.lease() * 3 + Duration::from_secs(10);
         let what = format!("{} a new leader of Lease 0", self.kind.peer.name);
         let new = recheck(&what, bound, || {
-            first_new_leader(&self.events.of(&lease), old, t0)
+            let members = self.events.members(&lease);
+            first_start(&members, old, unix_ms(t0)).map(|(_, at)| at)
         });
-        Ok(new.await?.at)
+        Ok(system_time(new.await?))
     }
 
     async fn recover(&mut self, _: Leader, _: Fault, _: bool) -> Result<()> {
-        if let Some(mut child) = self.struck.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+        if let Some(exited) = self.struck.take() {
+            let _ = exited.await;
         }
         self.spawn()
     }

@@ -1,10 +1,15 @@
-//! What each candidate process believed, and when, read from the files its pod writes on the
-//! node: ours from the agent's `role` file (its mtime: the moment the agent wrote the new role),
-//! a peer from the lines it appends to its events file (`<unix ns> started|stopped <lease>
-//! <identity>`, stamped by the candidate when its library called back). All nodes of the real
-//! cluster run on this machine, so the node files and the harness share one clock. The peers'
-//! candidate processes on the light cluster print the same lines ([`crate::peers`]), judged by the
-//! same rules.
+//! What each candidate's application believed, and when, as testenv's history checker
+//! ([`leadergroup_testenv::histories`]) reads it. On the real cluster, from the files each pod
+//! writes on its node: ours from the agent's `role`, `epoch` and `valid-until` files (their
+//! mtimes: when the agent wrote them; a leader belief ends at its `validUntil`), a peer from the
+//! lines it appends to its events file (`<unix ns> started|stopped <lease> <identity>`, stamped by
+//! the candidate when its library called back). All nodes run on this machine, so the node files
+//! and the harness share one clock. The peers' candidate processes on the light cluster print the
+//! same lines ([`crate::peers`]), judged by the same code.
+//!
+//! Every member counts, the struck one too, except while its process verifiably does not run:
+//! [`NotRunning`] holds those stretches (from a kill or a confirmed freeze, until the thaw or the
+//! restart; a pod gone from the API runs nothing).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,164 +19,58 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use leadergroup_testenv::histories::{Change, Group, Histories, Member, Span, unix_ms};
 use leadergroup_testenv::pods::node_of;
-use leadergroup_testenv::{FileHistory, RealCluster};
+use leadergroup_testenv::{FileHistory, RealCluster, Version};
 
 /// The label naming a candidate pod's system (`ours`, `cgd`, ...).
 pub const SYSTEM_LABEL: &str = "bench.leadergroup.io/system";
 
-/// One change of belief of one candidate process.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Event {
-    /// When the candidate learned it (see the module doc for whose clock).
-    pub at: SystemTime,
-    /// The process: ours, the pod's name (its agent); a peer, `<pod>_<8 hex>` (one per process
-    /// start, as controller-runtime makes its identity, so a restarted container is a new one).
-    pub identity: String,
-    /// It believes it leads from here on.
-    pub leading: bool,
-}
-
-/// Every change of belief seen so far, per key (a system's, or a Lease's), and the identities
-/// excluded from believing (see [`Exclusion`]), shared by the task that reads them and the
-/// harness that judges them. Identities are unique across keys, so one list of exclusions serves
-/// every key.
-#[derive(Clone, Default)]
-pub struct Beliefs(Arc<Mutex<Believed>>);
-
-#[derive(Default)]
-struct Believed {
-    events: BTreeMap<String, Vec<Event>>,
-    excluded: Vec<Exclusion>,
-}
-
-impl Beliefs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Believed> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records `event` under `key`.
-    pub fn push(&self, key: &str, event: Event) {
-        self.lock()
-            .events
-            .entry(key.to_owned())
-            .or_default()
-            .push(event);
-    }
-
-    /// Every event of `key` so far, by time.
-    pub fn of(&self, key: &str) -> Vec<Event> {
-        let mut list = self.lock().events.get(key).cloned().unwrap_or_default();
-        list.sort_by_key(|e| e.at);
-        list
-    }
-
-    /// From `from` on, `identity` does not count as believing it leads.
-    pub fn exclude(&self, identity: &str, from: SystemTime) {
-        let (identity, until) = (identity.to_owned(), None);
-        self.lock().excluded.push(Exclusion {
-            identity,
-            from,
-            until,
-        });
-    }
-
-    /// From `until` on, `identity` counts again (a frozen process thawed).
-    pub fn end_exclusion(&self, identity: &str, until: SystemTime) {
-        for e in self
-            .lock()
-            .excluded
-            .iter_mut()
-            .filter(|e| e.identity == identity)
-        {
-            e.until.get_or_insert(until);
-        }
-    }
-
-    /// [`believers_at`] `t` among `events`.
-    pub fn believers(&self, events: &[Event], t: SystemTime) -> Vec<String> {
-        believers_at(events, t, &self.lock().excluded)
-    }
-
-    /// [`split_brains`] within `[from, to]` among `events`.
-    pub fn split_brains(&self, events: &[Event], from: SystemTime, to: SystemTime) -> u64 {
-        split_brains(events, from, to, &self.lock().excluded)
-    }
-}
-
-/// The pod an identity runs in.
+/// The pod an identity runs in: ours, the pod's name; a peer, `<pod>_<8 hex>` (one per process
+/// start, as controller-runtime makes its identity, so a restarted container is a new one).
 pub fn pod_of(identity: &str) -> &str {
     identity.split('_').next().unwrap_or(identity)
 }
 
-/// From `from` on, `identity` does not count as believing it leads (it was killed, deleted or
-/// frozen), until its next event or `until` (a frozen process thawed).
-#[derive(Clone, Debug)]
-pub struct Exclusion {
-    pub identity: String,
-    pub from: SystemTime,
-    pub until: Option<SystemTime>,
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Identities that believe they lead at `t` (their last event at or before `t` says so), less
-/// the excluded ones.
-pub fn believers_at(events: &[Event], t: SystemTime, exclusions: &[Exclusion]) -> Vec<String> {
-    let mut last: BTreeMap<&str, &Event> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.at <= t) {
-        match last.get(e.identity.as_str()) {
-            Some(prev) if prev.at > e.at => {}
-            _ => {
-                last.insert(&e.identity, e);
+/// Per identity, the stretches in which its process verifiably did not run.
+#[derive(Clone, Default)]
+pub struct NotRunning(Arc<Mutex<BTreeMap<String, Vec<Span>>>>);
+
+impl NotRunning {
+    /// From `from` on, `identity`'s process does not run (killed, or its freeze confirmed).
+    pub fn stopped(&self, identity: &str, from: SystemTime) {
+        let span = Span {
+            from_ms: unix_ms(from),
+            to_ms: None,
+        };
+        lock(&self.0)
+            .entry(identity.to_owned())
+            .or_default()
+            .push(span);
+    }
+
+    /// From `at` on, `identity`'s process may run again (thawed, or restarted).
+    pub fn running(&self, identity: &str, at: SystemTime) {
+        let at = unix_ms(at);
+        if let Some(spans) = lock(&self.0).get_mut(identity) {
+            for s in spans.iter_mut().filter(|s| s.to_ms.is_none()) {
+                s.to_ms = Some(at.max(s.from_ms));
             }
         }
     }
-    last.into_iter()
-        .filter(|(_, e)| e.leading)
-        .filter(|(id, e)| {
-            !exclusions.iter().any(|x| {
-                x.identity == *id && x.from <= t && x.until.is_none_or(|u| t < u) && e.at <= x.from
-            })
-        })
-        .map(|(id, _)| id.to_owned())
-        .collect()
-}
 
-/// How often, within `[from, to]`, a candidate started leading while another (not excluded)
-/// still believed it led: a split brain.
-pub fn split_brains(
-    events: &[Event],
-    from: SystemTime,
-    to: SystemTime,
-    exclusions: &[Exclusion],
-) -> u64 {
-    let mut count = 0;
-    for e in events
-        .iter()
-        .filter(|e| e.leading && e.at >= from && e.at <= to)
-    {
-        let others: Vec<String> = believers_at(events, e.at, exclusions)
-            .into_iter()
-            .filter(|id| *id != e.identity)
-            .collect();
-        if !others.is_empty() {
-            count += 1;
-        }
+    fn of(&self, identity: &str) -> Vec<Span> {
+        lock(&self.0).get(identity).cloned().unwrap_or_default()
     }
-    count
 }
 
-/// The first candidate other than `old` that started leading at or after `t0`.
-pub fn first_new_leader(events: &[Event], old: &str, t0: SystemTime) -> Option<Event> {
-    events
-        .iter()
-        .filter(|e| e.leading && e.identity != old && e.at >= t0)
-        .min_by_key(|e| e.at)
-        .cloned()
-}
-
-/// A peer candidate's line, `<unix nanoseconds> started|stopped <lease> <identity>`: the Lease
-/// and the event.
-pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
+/// A peer candidate's line, `<unix nanoseconds> started|stopped <lease> <identity>`: its Lease,
+/// its identity and the change.
+pub fn parse_peer_line(line: &str) -> Option<(String, String, Change)> {
     let parts: Vec<&str> = line.split_whitespace().collect();
     let [ts, event, lease, identity] = parts.as_slice() else {
         return None;
@@ -182,36 +81,84 @@ pub fn parse_peer_line(line: &str) -> Option<(String, Event)> {
         "stopped" => false,
         _ => return None,
     };
-    let event = Event {
-        at: UNIX_EPOCH + Duration::from_nanos(nanos),
-        identity: (*identity).to_owned(),
-        leading,
+    let at = unix_ms(UNIX_EPOCH + Duration::from_nanos(nanos));
+    let change = Change::to(at, leading, None);
+    Some(((*lease).to_owned(), (*identity).to_owned(), change))
+}
+
+/// Each identity's changes of belief.
+type ByIdentity = BTreeMap<String, Vec<Change>>;
+
+/// The changes the peers' processes printed, per Lease and identity, and the stretches in which
+/// a process did not run: the light cluster's peers, which print to the harness.
+#[derive(Clone, Default)]
+pub struct Beliefs {
+    changes: Arc<Mutex<BTreeMap<String, ByIdentity>>>,
+    pub not_running: NotRunning,
+}
+
+impl Beliefs {
+    /// Records a line of a peer's output, if it is a change of belief.
+    pub fn push_line(&self, line: &str) {
+        if let Some((lease, identity, change)) = parse_peer_line(line) {
+            let mut changes = lock(&self.changes);
+            let of_lease = changes.entry(lease).or_default();
+            of_lease.entry(identity).or_default().push(change);
+        }
+    }
+
+    /// The members of `lease`'s group so far.
+    pub fn members(&self, lease: &str) -> Vec<Member> {
+        let changes = lock(&self.changes).get(lease).cloned().unwrap_or_default();
+        let to_member = |(name, changes): (String, Vec<Change>)| Member {
+            not_running: self.not_running.of(&name),
+            name,
+            changes,
+        };
+        changes.into_iter().map(to_member).collect()
+    }
+}
+
+/// The members of one group as a run's histories, without a fence.
+pub fn one_group(name: &str, members: Vec<Member>) -> Histories {
+    let group = Group {
+        name: name.to_owned(),
+        members,
     };
-    Some(((*lease).to_owned(), event))
+    Histories {
+        groups: vec![group],
+        fence: Vec::new(),
+    }
 }
 
 /// Follows the files of every candidate pod of a namespace (the pods listed every second, the
-/// files polled by [`FileHistory`], under their pod's UID); the events of a system are read from
-/// them when asked.
+/// files polled by [`FileHistory`] under their pod's UID, and when each pod is gone); the members
+/// of a system are read from them when asked.
 pub struct Tracker {
-    pub beliefs: Beliefs,
+    pub not_running: NotRunning,
     files: Arc<FileHistory>,
     pods: Arc<Mutex<Vec<Followed>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A candidate pod whose file is followed.
+/// A candidate pod whose files are followed.
 struct Followed {
     uid: String,
     system: String,
     pod: String,
-    /// It publishes through the agent's `role` file (else: a peer's events file).
+    /// It publishes through the agent's files (else: a peer's events file).
     ours: bool,
+    /// The first listing that no longer had it: its processes had ended by then (the kubelet
+    /// lets a pod go only once none of its containers runs).
+    gone: Option<SystemTime>,
 }
 
 /// The agent's volume in our pods, and the peers' events volume (bench/manifests/e2e-*-pod.yaml).
 const AGENT_VOLUME: &str = "leadergroup";
 const EVENTS_VOLUME: &str = "events";
+
+/// The agent's files a member's belief is read from (agent/README.md).
+const AGENT_FILES: [&str; 3] = ["role", "epoch", "valid-until"];
 
 impl Tracker {
     /// Starts following; `ours` tells which systems publish through the agent.
@@ -222,72 +169,163 @@ impl Tracker {
         let task = tokio::spawn(async move {
             let params = ListParams::default().labels(SYSTEM_LABEL);
             loop {
-                let listed = pods.list(&params).await.map(|l| l.items);
-                for p in listed.unwrap_or_default() {
-                    let (Some(uid), Some(node), Some(system)) =
-                        (p.uid(), node_of(&p), p.labels().get(SYSTEM_LABEL))
-                    else {
-                        continue;
-                    };
-                    let mut found = found.lock().unwrap_or_else(PoisonError::into_inner);
-                    let (system, ours) = (system.clone(), ours(system));
-                    let (volume, file) = match ours {
-                        true => (AGENT_VOLUME, "role"),
-                        false => (EVENTS_VOLUME, "events.log"),
-                    };
-                    let dir = RealCluster::empty_dir(&cluster, node, &uid, volume);
-                    if let (Ok(dir), false) = (dir, found.iter().any(|f| f.uid == uid)) {
-                        add.add(&uid, dir.join(file));
-                        let pod = p.name_any();
-                        found.push(Followed {
-                            uid,
-                            system,
-                            pod,
-                            ours,
-                        });
-                    }
+                // A failed listing says nothing about which pods are gone.
+                if let Ok(listed) = pods.list(&params).await {
+                    follow(
+                        &listed.items,
+                        &cluster,
+                        ours,
+                        &add,
+                        &found,
+                        SystemTime::now(),
+                    );
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
-        let (beliefs, pods) = (Beliefs::default(), followed);
         Tracker {
-            beliefs,
+            not_running: NotRunning::default(),
             files,
-            pods,
+            pods: followed,
             task,
         }
     }
 
-    /// Every change of belief of `system`'s candidates so far, by time: ours from each version
-    /// of the `role` file that changed whether it reads `leader`; a peer from every complete
-    /// line of its events file.
-    pub fn of(&self, system: &str) -> Vec<Event> {
-        let pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut events = Vec::new();
-        for Followed { uid, pod, ours, .. } in pods.iter().filter(|f| f.system == system) {
-            let history = self.files.history(uid);
-            if *ours {
-                let mut last = None;
-                for (at, role) in history {
-                    let leading = role.trim() == "leader";
-                    if last.replace(leading) != Some(leading) {
-                        let identity = pod.clone();
-                        events.push(Event {
-                            at,
-                            identity,
-                            leading,
-                        });
-                    }
-                }
-            } else if let Some((_, text)) = history.last() {
-                let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
-                events.extend(complete.lines().filter_map(|l| Some(parse_peer_line(l)?.1)));
+    /// Every member of `system` so far: ours, one per pod, from each version of its agent's
+    /// files; a peer, one per process, from every complete line of its pod's events file. Each
+    /// with the stretches in which it did not run.
+    pub fn members(&self, system: &str) -> Vec<Member> {
+        let pods = lock(&self.pods);
+        let mut members: Vec<Member> = Vec::new();
+        for f in pods.iter().filter(|f| f.system == system) {
+            let gone = f.gone.map(|at| Span {
+                from_ms: unix_ms(at),
+                to_ms: None,
+            });
+            let mut of_pod = if f.ours {
+                let [role, epoch, until] =
+                    AGENT_FILES.map(|file| self.files.history(&format!("{}/{file}", f.uid)));
+                vec![Member {
+                    name: f.pod.clone(),
+                    changes: agent_changes(&role, &epoch, &until),
+                    not_running: Vec::new(),
+                }]
+            } else {
+                let text = self.files.last(&f.uid).unwrap_or_default();
+                peer_members(&text)
+            };
+            for m in &mut of_pod {
+                m.not_running = self.not_running.of(&m.name);
+                m.not_running.extend(gone);
             }
+            members.extend(of_pod);
         }
-        events.sort_by_key(|e| e.at);
-        events
+        members
     }
+}
+
+/// Follows the pods of `listed` not followed yet, and marks those followed but no longer listed
+/// as gone `now`.
+fn follow(
+    listed: &[Pod],
+    cluster: &std::path::Path,
+    ours: fn(&str) -> bool,
+    files: &FileHistory,
+    followed: &Mutex<Vec<Followed>>,
+    now: SystemTime,
+) {
+    let mut followed = lock(followed);
+    for f in followed.iter_mut().filter(|f| f.gone.is_none()) {
+        if !listed
+            .iter()
+            .any(|p| p.uid().as_deref() == Some(f.uid.as_str()))
+        {
+            f.gone = Some(now);
+        }
+    }
+    for p in listed {
+        let (Some(uid), Some(node), Some(system)) =
+            (p.uid(), node_of(p), p.labels().get(SYSTEM_LABEL))
+        else {
+            continue;
+        };
+        if followed.iter().any(|f| f.uid == uid) {
+            continue;
+        }
+        let ours = ours(system);
+        let volume = if ours { AGENT_VOLUME } else { EVENTS_VOLUME };
+        let Ok(dir) = RealCluster::empty_dir(cluster, node, &uid, volume) else {
+            continue;
+        };
+        if ours {
+            for file in AGENT_FILES {
+                files.add(&format!("{uid}/{file}"), dir.join(file));
+            }
+        } else {
+            files.add(&uid, dir.join("events.log"));
+        }
+        followed.push(Followed {
+            uid,
+            system: system.clone(),
+            pod: p.name_any(),
+            ours,
+            gone: None,
+        });
+    }
+}
+
+/// The members of a peer pod's events file: one per identity, from its complete lines.
+fn peer_members(text: &str) -> Vec<Member> {
+    let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
+    let mut members: Vec<Member> = Vec::new();
+    for (_, identity, change) in complete.lines().filter_map(parse_peer_line) {
+        match members.iter_mut().find(|m| m.name == identity) {
+            Some(m) => m.changes.push(change),
+            None => members.push(Member {
+                name: identity,
+                changes: vec![change],
+                not_running: Vec::new(),
+            }),
+        }
+    }
+    members
+}
+
+/// The beliefs an application reading the agent's files holds: at every instant a file changed,
+/// the latest version of each file written by then. The agent writes `valid-until` and `epoch`
+/// before `role` when it gains leadership and after it when it loses it, so a version of one
+/// instant pairs `leader` with its own epoch and validity. A state like the one before it (the
+/// same file written again) is no change.
+fn agent_changes(role: &[Version], epoch: &[Version], until: &[Version]) -> Vec<Change> {
+    let mut instants: Vec<SystemTime> = [role, epoch, until]
+        .iter()
+        .flat_map(|h| h.iter().map(|(t, _)| *t))
+        .collect();
+    instants.sort();
+    instants.dedup();
+    let at = |history: &[Version], t: SystemTime| {
+        let mut written = history.iter().filter(|(w, _)| *w <= t);
+        written.next_back().map(|(_, c)| c.trim().to_owned())
+    };
+    let mut changes: Vec<Change> = Vec::new();
+    for t in instants {
+        let leader = at(role, t).as_deref() == Some("leader");
+        let number = |history| at(history, t).and_then(|c| c.parse::<u64>().ok());
+        let change = Change {
+            at_ms: unix_ms(t),
+            leader,
+            epoch: number(epoch).filter(|_| leader),
+            valid_until_ms: number(until).filter(|_| leader).map(|ms| ms as f64),
+        };
+        let same = |c: &Change| {
+            (c.leader, c.epoch, c.valid_until_ms)
+                == (change.leader, change.epoch, change.valid_until_ms)
+        };
+        if !changes.last().is_some_and(same) {
+            changes.push(change);
+        }
+    }
+    changes
 }
 
 impl Drop for Tracker {
@@ -298,81 +336,90 @@ impl Drop for Tracker {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use leadergroup_testenv::histories::{believers, first_start};
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)
     }
 
-    fn ev(ms: u64, id: &str, leading: bool) -> Event {
-        Event {
-            at: at(ms),
-            identity: id.into(),
-            leading,
-        }
-    }
-
-    /// One list of exclusions serves every key: a stopped process is excluded wherever its
-    /// events are, until a thaw ends its exclusion.
-    #[test]
-    fn beliefs_judge_each_key_with_the_shared_exclusions() {
-        let beliefs = Beliefs::default();
-        for (key, e) in [("x", ev(0, "a", true)), ("x", ev(200, "b", true))] {
-            beliefs.push(key, e);
-        }
-        beliefs.push("y", ev(0, "c", true));
-        let (x, y) = (beliefs.of("x"), beliefs.of("y"));
-        assert_eq!(beliefs.split_brains(&x, at(0), at(300)), 1);
-        beliefs.exclude("a", at(100));
-        assert_eq!(beliefs.split_brains(&x, at(0), at(300)), 0);
-        assert_eq!(beliefs.believers(&x, at(210)), vec!["b"]);
-        assert_eq!(beliefs.believers(&y, at(210)), vec!["c"]);
-        beliefs.end_exclusion("a", at(250));
-        assert_eq!(beliefs.believers(&x, at(260)), vec!["a", "b"]);
-        assert_eq!(x.len(), 2);
+    fn v(ms: u64, contents: &str) -> Version {
+        (at(ms), contents.to_owned())
     }
 
     #[test]
     fn a_peer_line_is_parsed() {
-        let (lease, e) =
+        let (lease, identity, change) =
             parse_peer_line("1700000000000000000 started cgd-0 cgd-1_ab12cd34").unwrap();
         assert_eq!(lease, "cgd-0");
-        assert!(e.leading);
-        assert_eq!(pod_of(&e.identity), "cgd-1");
+        assert!(change.leader);
+        assert_eq!(change.at_ms, 1_700_000_000_000.0);
+        assert_eq!(pod_of(&identity), "cgd-1");
         assert!(parse_peer_line("garbage").is_none());
     }
 
+    /// The agent's files as the application reads them: the validity written with the role, a
+    /// renewal moving it, the role lost before the files are emptied.
     #[test]
-    fn split_brains_skip_excluded_processes_and_count_live_ones() {
-        // a leads; a is killed at 100 (excluded); b starts at 200: no split brain.
-        let events = vec![ev(0, "a", true), ev(200, "b", true)];
-        let killed = [Exclusion {
-            identity: "a".into(),
-            from: at(100),
-            until: None,
-        }];
-        assert_eq!(split_brains(&events, at(0), at(300), &killed), 0);
-        // Cut off, not excluded: a still believes when b starts.
-        assert_eq!(split_brains(&events, at(0), at(300), &[]), 1);
-        // a stopped before b started.
-        let events = vec![ev(0, "a", true), ev(150, "a", false), ev(200, "b", true)];
-        assert_eq!(split_brains(&events, at(0), at(300), &[]), 0);
-        // A frozen a, thawed at 250: excluded until then, so b's start at 200 is no split brain,
-        // and a counts again after the thaw.
-        let events = vec![ev(0, "a", true), ev(200, "b", true)];
-        let frozen = [Exclusion {
-            identity: "a".into(),
-            from: at(100),
-            until: Some(at(250)),
-        }];
-        assert_eq!(split_brains(&events, at(0), at(300), &frozen), 0);
-        assert_eq!(believers_at(&events, at(260), &frozen), vec!["a", "b"]);
-        // An excluded process that speaks again counts again.
-        let events = vec![ev(0, "a", true), ev(120, "a", true), ev(200, "b", true)];
-        assert_eq!(split_brains(&events, at(0), at(300), &killed), 1);
+    fn agent_files_give_the_beliefs_with_their_validity() {
+        let role = [v(0, "unknown"), v(100, "leader"), v(900, "follower")];
+        let epoch = [v(0, ""), v(100, "7"), v(900, "")];
+        let until = [v(0, ""), v(99, "1100"), v(500, "1500"), v(901, "")];
+        let changes = agent_changes(&role, &epoch, &until);
+        let seen: Vec<(f64, bool, Option<u64>, Option<f64>)> = changes
+            .iter()
+            .map(|c| (c.at_ms, c.leader, c.epoch, c.valid_until_ms))
+            .collect();
         assert_eq!(
-            first_new_leader(&events, "a", at(100)).map(|e| e.identity),
-            Some("b".into())
+            seen,
+            [
+                (0.0, false, None, None),
+                (100.0, true, Some(7), Some(1100.0)),
+                (500.0, true, Some(7), Some(1500.0)),
+                (900.0, false, None, None),
+            ]
         );
+        let m = Member {
+            name: "ours-1".into(),
+            changes,
+            not_running: Vec::new(),
+        };
+        assert!(m.believes_at(899.0) && !m.believes_at(900.0));
+        // A frozen agent renews nothing: the belief ends at the last validity.
+        let stuck = agent_changes(&role[..2], &epoch[..2], &until[..3]);
+        let m = Member {
+            changes: stuck,
+            ..m
+        };
+        assert!(m.believes_at(1499.0) && !m.believes_at(1500.0));
+    }
+
+    /// Peers' lines: one member per process identity; the light cluster's beliefs carry the
+    /// stretches in which a process did not run.
+    #[test]
+    fn peers_are_members_per_process() {
+        let text = "1000000 started cgd-0 cgd-1_aa\n3000000 started cgd-0 cgd-2_bb\n4000000 stop";
+        let members = peer_members(text);
+        assert_eq!(members.len(), 2);
+        assert_eq!(believers(&members, 3.5), ["cgd-1_aa", "cgd-2_bb"]);
+        let beliefs = Beliefs::default();
+        for line in text.lines() {
+            beliefs.push_line(line);
+        }
+        beliefs.not_running.stopped("cgd-1_aa", at(2));
+        let members = beliefs.members("cgd-0");
+        assert_eq!(believers(&members, 3.5), ["cgd-2_bb"]);
+        assert_eq!(
+            first_start(&members, "cgd-1_aa", 2.0),
+            Some(("cgd-2_bb", 3.0))
+        );
+        // Thawed at 5: a counts again, an overlap from 5.
+        beliefs.not_running.running("cgd-1_aa", at(5));
+        let r = one_group("cgd-0", beliefs.members("cgd-0")).check(Span {
+            from_ms: 0.0,
+            to_ms: Some(10.0),
+        });
+        assert_eq!(r.app_overlap_ms, 5.0);
     }
 }

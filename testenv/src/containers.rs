@@ -4,6 +4,7 @@
 //! stuck disk would; `THAWED` resumes them).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use crate::{Error, Result};
 
@@ -74,6 +75,28 @@ impl Frozen {
     pub fn freeze(&self) -> Result<()> {
         std::fs::write(&self.state, "FROZEN")
             .map_err(Error::io(format!("freezing {}", self.state.display())))
+    }
+
+    /// Waits until the freezer reads `FROZEN` (a write starts the freeze; it reads `FREEZING`
+    /// until every process of the container stopped) and returns when it did: from then on its
+    /// processes verifiably do not run.
+    pub async fn confirmed(&self, within: Duration) -> Result<SystemTime> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let state = std::fs::read_to_string(&self.state)
+                .map_err(Error::io(format!("reading {}", self.state.display())))?;
+            if state.trim() == "FROZEN" {
+                return Ok(SystemTime::now());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Unexpected(format!(
+                    "{} still reads {} after {within:?}",
+                    self.state.display(),
+                    state.trim()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// Thaws it now.

@@ -21,6 +21,11 @@ pub fn unix_ms(t: SystemTime) -> Ms {
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
+/// Unix milliseconds `ms` as a time (the epoch for a negative or unreadable one).
+pub fn system_time(ms: Ms) -> SystemTime {
+    UNIX_EPOCH + std::time::Duration::try_from_secs_f64(ms / 1e3).unwrap_or_default()
+}
+
 /// One change of what a member's application believes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Change {
