@@ -689,7 +689,8 @@ impl Outcome for OwnRun {
 }
 
 async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
-    let started = Instant::now();
+    // The run is the invocation's: it started before the cluster, the build already done.
+    let (start, started) = (&ctx.start, ctx.started());
     let grace = ctx.options.grace.unwrap_or(ctx.pick(50, 10));
     let repo = &ctx.repo;
     let images = read_images(repo)?;
@@ -712,9 +713,10 @@ async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
             images,
             client,
         };
+        let mut run = Run::describe(&bench.client, start, &cp, ctx.options.quick).await?;
+        bench.describe(&mut run, ctx.options.quick);
         let mut record = bench.measure().await?;
-        record.run = Run::describe(&bench.client, repo, &cp, ctx.options.quick).await?;
-        bench.describe(&mut record.run, ctx.options.quick);
+        record.run = run;
         Ok(record)
     };
     let mut result = tokio::select! {
@@ -723,7 +725,7 @@ async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
         _ = sigterm.recv() => Err(Error::Other("interrupted (SIGTERM)".into())),
     }?;
     drop(cluster);
-    result.run.duration_s = started.elapsed().as_secs_f64();
+    result.run.finish(started);
     Ok(OwnRun(result))
 }
 

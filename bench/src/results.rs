@@ -17,8 +17,14 @@ pub type Record = leadergroup_testenv::record::Record<Run>;
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 #[serde(default)]
 pub struct Run {
-    /// When it started (UTC).
+    /// When it started and ended (UTC).
     pub started_at: String,
+    pub finished_at: String,
+    /// The commit it measured (HEAD when it started), and the tracked files that differed from
+    /// it then: what the binaries were built from.
+    pub commit: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uncommitted: Vec<String>,
     pub command: String,
     /// `--quick`: a smoke run, not figures to publish.
     pub quick: bool,
@@ -40,17 +46,41 @@ pub struct Run {
     pub duration_s: f64,
 }
 
+/// When a run started, and the commit it measures.
+#[derive(Clone, Debug)]
+pub struct Start {
+    pub at: jiff::Timestamp,
+    pub commit: String,
+    pub uncommitted: Vec<String>,
+}
+
+impl Start {
+    /// Now, and `repo`'s HEAD and its tracked files changed since.
+    pub fn now(repo: &Path) -> Start {
+        let (commit, uncommitted) = leadergroup_testenv::record::checkout(repo);
+        Start {
+            at: jiff::Timestamp::now(),
+            commit,
+            uncommitted,
+        }
+    }
+}
+
+/// A time as every run record writes it.
+pub fn utc(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
 impl Run {
-    /// The machine, the versions and the control plane `cp`, now.
+    /// The machine, the versions and the control plane `cp` of a run begun at `start`.
     pub async fn describe(
         admin: &kube::Client,
-        repo: &Path,
+        start: &Start,
         cp: &leadergroup_testenv::ControlPlane,
         quick: bool,
     ) -> Result<Run> {
         let apiserver = admin.apiserver_version().await?.git_version;
-        let repo = repo.display().to_string();
-        let head = command_line("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]);
+        let head = start.commit.get(..7).unwrap_or(&start.commit);
         let versions = [
             ("kube-apiserver", apiserver.as_str()),
             (
@@ -86,15 +116,33 @@ impl Run {
         };
         Ok(Run {
             machine: machine(),
-            started_at: jiff::Timestamp::now()
-                .strftime("%Y-%m-%d %H:%M:%S UTC")
-                .to_string(),
+            started_at: utc(start.at),
+            commit: start.commit.clone(),
+            uncommitted: start.uncommitted.clone(),
             command,
             quick,
             versions,
             control_plane,
             ..Run::default()
         })
+    }
+
+    /// The commit it measured, else the version it recorded (a run from before commits were).
+    pub fn commit_or_version(&self) -> String {
+        match (
+            self.commit.get(..7),
+            self.versions.get("leadergroup-operator"),
+        ) {
+            (Some(commit), _) => format!("commit {commit}"),
+            (None, Some(version)) => format!("leadergroup-operator {version}"),
+            (None, None) => "an unrecorded version".into(),
+        }
+    }
+
+    /// Ends it now: when, and how long it took since `started`.
+    pub fn finish(&mut self, started: std::time::Instant) {
+        self.finished_at = utc(jiff::Timestamp::now());
+        self.duration_s = started.elapsed().as_secs_f64();
     }
 
     /// Its command, when it started and how long it took, as the page's run tables begin.

@@ -1,7 +1,8 @@
 //! Scenario `scale`: ours, then the peers, at several group counts: the time until every group
 //! is led, a steady window's API requests, CPU and memory, and our handovers at each size. Run
 //! alone (`--only scale`), it measures ours at the sizes of `--scale` and replaces only those
-//! entries of `scale.json`.
+//! entries of `scale.json`; the file's run record is then this run's, and each entry kept from
+//! an earlier run names that run.
 
 use std::time::{Duration, SystemTime};
 
@@ -22,7 +23,8 @@ use leadergroup_testenv::stats::{Summary, summarize};
 /// The entries measured by this invocation: per system, a case per group count.
 struct Measured {
     record: Record,
-    /// Run alone: ours only, in place of our entries at those sizes; the rest of the file stays.
+    /// Run alone: ours only, in place of our entries at those sizes; the rest of the file stays,
+    /// each entry naming the run that measured it.
     alone: bool,
 }
 
@@ -75,7 +77,7 @@ fn blocks(scale: &Record) -> Vec<Block> {
             }
         }
         if let Some(run) = scale.text(system, groups, "measured_in") {
-            let note = format!("{system} at {groups} groups: measured alone, in the run of {run}.");
+            let note = format!("{system} at {groups} groups: from an earlier run, {run}.");
             notes.push(note);
         }
         if let Some(note) = scale.text(system, groups, "note") {
@@ -106,11 +108,6 @@ async fn measure_ours(ctx: &Context) -> Result<Measured> {
     for size in sizes {
         tracing::info!("scale: ours, {size} groups");
         ours_at(ctx, size, &mut record).await?;
-        if alone {
-            let run = ctx.light().await?.run();
-            let measured_in = format!("{} (`{}`)", run.started_at, run.command);
-            record.add(OURS, &size.to_string(), "measured_in", measured_in);
-        }
     }
     Ok(Measured { record, alone })
 }
@@ -347,15 +344,37 @@ impl Outcome for Measured {
         let mut record = std::mem::take(&mut self.record);
         record.run = run.clone();
         if self.alone {
-            // The file keeps its run; ours at the sizes measured now replace ours at those sizes.
-            let mut kept = results.read("scale")?.unwrap_or_default();
+            // Ours at the sizes measured now replace ours at those sizes; the other entries
+            // stay, each naming the earlier run that measured it, under this run's record.
+            let kept = results.read("scale")?.unwrap_or_default();
             let measured: Vec<String> = record.entries().iter().map(|e| e.1.to_owned()).collect();
-            let samples = &mut kept.samples;
+            let mut samples = kept.samples.clone();
             samples.retain(|s| !(s.system == OURS && measured.contains(&s.case)));
+            let mut earlier = Record {
+                run: kept.run.clone(),
+                samples,
+            };
+            let of_earlier = format!(
+                "{} (`{}`, {})",
+                kept.run.started_at,
+                kept.run.command,
+                kept.run.commit_or_version()
+            );
+            let entries: Vec<(String, String)> = earlier
+                .entries()
+                .into_iter()
+                .map(|(s, c)| (s.to_owned(), c.to_owned()))
+                .collect();
+            for (system, case) in entries {
+                if earlier.text(&system, &case, "measured_in").is_none() {
+                    earlier.add(&system, &case, "measured_in", &of_earlier);
+                }
+            }
+            let mut samples = earlier.samples;
             samples.extend(record.samples);
             let groups = |s: &Sample| s.case.parse::<usize>().unwrap_or_default();
             samples.sort_by_key(|s| (s.system != OURS, s.system.clone(), groups(s)));
-            record = kept;
+            record.samples = samples;
         }
         results.write("scale", &record)
     }

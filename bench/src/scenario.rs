@@ -17,7 +17,7 @@ use crate::markdown::Block;
 use crate::observe::{RequestCounts, steady_window};
 use crate::ours::{ALL_LED_BOUND, CREATE_CONCURRENCY, Groups, LEASE_SECONDS};
 use crate::peers::PeerKind;
-use crate::results::{Record, Results, Run};
+use crate::results::{Record, Results, Run, Start};
 
 /// Our name in the tables; in the end-to-end ones, its liveness mode follows in parentheses.
 pub const OURS: &str = "leadergroup-operator";
@@ -163,6 +163,8 @@ pub struct Context {
     pub log_dir: PathBuf,
     pub options: Options,
     started: Instant,
+    /// When the invocation started, and the commit it measures.
+    pub start: Start,
     light: OnceCell<Light>,
     baseline: OnceCell<RequestCounts>,
     peers: OnceCell<Vec<PeerKind>>,
@@ -174,6 +176,7 @@ impl Context {
         let log_dir = repo.join("target/bench-logs");
         std::fs::create_dir_all(&log_dir).map_err(Error::io("creating target/bench-logs"))?;
         Ok(Context {
+            start: Start::now(&repo),
             repo,
             log_dir,
             options,
@@ -182,6 +185,11 @@ impl Context {
             baseline: OnceCell::new(),
             peers: OnceCell::new(),
         })
+    }
+
+    /// When the invocation started, on the monotonic clock.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// `full` repetitions, or `quick` ones with `--quick`.
@@ -208,7 +216,7 @@ impl Context {
                 let cp = leadergroup_testenv::control_plane().await?;
                 let admin = cp.client().await?;
                 leadergroup_testenv::install_crd(&admin, &LeaderGroup::crd()).await?;
-                let run = Run::describe(&admin, &self.repo, cp, self.options.quick).await?;
+                let run = Run::describe(&admin, &self.start, cp, self.options.quick).await?;
                 Ok(Light {
                     cp,
                     admin,
@@ -285,7 +293,7 @@ impl Context {
     /// The run's record as it ends now (a default one when nothing ran on the light cluster).
     pub fn finished_run(&self) -> Run {
         let mut run = self.light.get().map(Light::run).unwrap_or_default();
-        run.duration_s = self.started.elapsed().as_secs_f64();
+        run.finish(self.started);
         run
     }
 }

@@ -11,6 +11,26 @@ use serde_json::Value;
 
 use crate::{Error, Result};
 
+/// The commit `repo` is at (HEAD, "?" when git cannot say) and its tracked files that differ
+/// from it: what a run measures, recorded with its results.
+pub fn checkout(repo: &Path) -> (String, Vec<String>) {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).map_or_else(|| "?".into(), |c| c.trim().to_owned());
+    let status = git(&["status", "--porcelain", "--untracked-files=no"]).unwrap_or_default();
+    // Each line is "XY path".
+    let changed = status.lines().filter_map(|l| l.get(3..)).map(str::to_owned);
+    (commit, changed.collect())
+}
+
 /// A results file, `bench/results/<name>.json`: the record of the run that measured it (`R`),
 /// then every sample, so that a reader can recompute any table from it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]

@@ -26,9 +26,14 @@ pub struct Entry {
     pub fault: String,
     pub kube_proxy: String,
     pub route: String,
-    /// When the run started (UTC) and the command that made it.
+    /// When the run started and ended (UTC), the command that made it, and the commit it
+    /// measured (entries of earlier runs lack the last two).
     pub started_at: String,
+    #[serde(default)]
+    pub finished_at: String,
     pub command: String,
+    #[serde(default)]
+    pub commit: String,
     /// The machine's one-minute load average just before each round's fault.
     pub load_average: Vec<f64>,
     /// Per round: the fault to the new leader's first answer to a new connection.
@@ -80,9 +85,21 @@ impl TrafficTimings {
     pub fn record(path: &Path, entry: Entry) -> Result<()> {
         let file: Option<Record<Value>> = Record::read(path)?;
         let mut timings = file.as_ref().map(TrafficTimings::of).unwrap_or_default();
+        let entry_run = (
+            entry.command.clone(),
+            entry.started_at.clone(),
+            entry.finished_at.clone(),
+            entry.commit.clone(),
+        );
         timings.put(entry);
         let mut file = timings.samples();
-        file.run = serde_json::json!({"command": "make e2e-traffic-timings"});
+        // The file's run is the one that wrote it last; each entry names its own.
+        file.run = serde_json::json!({
+            "command": entry_run.0,
+            "started_at": entry_run.1,
+            "finished_at": entry_run.2,
+            "commit": entry_run.3,
+        });
         file.write(path)
     }
 

@@ -896,6 +896,7 @@ async fn timings(route: Route, fault: Fault) {
         command: format!("make e2e-traffic-timings {cluster_args}")
             .trim_end()
             .to_owned(),
+        commit: leadergroup_testenv::record::checkout(&repo_root()).0,
         keep_alive_bound_ms: KEEP_ALIVE_BOUND.as_secs_f64() * 1e3,
         ..Entry::default()
     };
@@ -984,6 +985,9 @@ async fn timings(route: Route, fault: Fault) {
         Summary::describe(&entry.new_connection_ms),
         entry.keep_alive_ms,
     );
+    entry.finished_at = jiff::Timestamp::now()
+        .strftime("%Y-%m-%d %H:%M UTC")
+        .to_string();
     let results = repo_root().join("bench/results/traffic.json");
     TrafficTimings::record(&results, entry).unwrap();
     let leaders = t.watch.assert_held().await;
