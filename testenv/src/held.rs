@@ -12,8 +12,8 @@
 //! namespace only: the API server is shared by tests running in parallel.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -60,6 +60,7 @@ pub struct HeldRequests {
     release: watch::Sender<bool>,
     held: Arc<AtomicUsize>,
     answered: Arc<AtomicUsize>,
+    found: Arc<Mutex<Vec<Pod>>>,
     task: JoinHandle<()>,
 }
 
@@ -97,11 +98,13 @@ impl HeldRequests {
         let (release, released) = watch::channel(false);
         let held = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(AtomicUsize::new(0));
+        let found = Arc::new(Mutex::new(Vec::new()));
         let probes = Arc::new(AtomicUsize::new(0));
         let probe = (probe.to_owned(), rule.label.clone(), rule.value.clone());
         let counters = Counters {
             held: Arc::clone(&held),
             answered: Arc::clone(&answered),
+            found: Arc::clone(&found),
             probes: Arc::clone(&probes),
         };
         let (rule, counter) = (Arc::new(rule), Arc::new(counters));
@@ -146,6 +149,7 @@ impl HeldRequests {
             release,
             held,
             answered,
+            found,
             task,
         };
         let pods: Api<Pod> = Api::namespaced(client, namespace);
@@ -172,6 +176,17 @@ impl HeldRequests {
     /// How many requests it has held so far.
     pub fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
+    }
+
+    /// The pod as each request held so far found it (its AdmissionReview's `oldObject`), in the
+    /// order held. Validating admission runs after the API server checked a request's
+    /// resourceVersion precondition, so this is the version a conditional request names: a
+    /// write to the pod since then makes the API server refuse it once let through.
+    pub fn found(&self) -> Vec<Pod> {
+        self.found
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Waits until it holds a request (polling every 5 ms: the caller may have to act within
@@ -279,6 +294,8 @@ struct Counters {
     held: Arc<AtomicUsize>,
     /// Held requests answered (let through) since.
     answered: Arc<AtomicUsize>,
+    /// The pod as each held request found it.
+    found: Arc<Mutex<Vec<Pod>>>,
     /// Dry-run requests seen (never held).
     probes: Arc<AtomicUsize>,
 }
@@ -303,6 +320,14 @@ async fn review(
     if req["dryRun"].as_bool() == Some(true) {
         counters.probes.fetch_add(1, Ordering::SeqCst);
     } else if matches {
+        // Recorded before it counts as held: a caller that sees the count finds the pod too.
+        if let Ok(pod) = serde_json::from_value::<Pod>(req["oldObject"].clone()) {
+            counters
+                .found
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(pod);
+        }
         counters.held.fetch_add(1, Ordering::SeqCst);
         let _ = released.wait_for(|r| *r).await;
         counters.answered.fetch_add(1, Ordering::SeqCst);

@@ -3,20 +3,29 @@
 //! server, so the request stays alive there, as one sent just before a process pause or held in a
 //! stuck connection would. Another operator takes the group over once its Lease runs out, and
 //! leadership moves to another pod; then the held request is let through, late: it finds its pod
-//! written since it was decided on (the new operator fenced the group's pods before promoting),
-//! and the API server refuses it.
+//! written since it was decided on (the new operator's barrier, before it promoted), and the API
+//! server refuses it.
 
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams, PostParams};
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
-use crate::common::{InvariantWatcher, Operator, World, group, proxied_admin};
+use crate::common::{InvariantWatcher, Operator, World, group, proxied_admin, role};
+use leadergroup_operator::crd::BARRIER_ANNOTATION;
 use leadergroup_testenv::{HeldRequests, control_plane};
 
+/// How long the promoted pod is watched once its held promotions are let through: the API server
+/// writes or refuses each within milliseconds of the webhook's answer.
+const LANDING: u32 = 2;
+
 /// Lets the held promotions of `promoted` go on, late, and checks that none landed: the group's
-/// leader label is on `leader` alone, at its epoch. Once the webhook has answered them, a write
-/// of the test's own to the pod ends the window: a promotion not yet written by then finds the
-/// pod changed since it was decided on. `what` names them; `op` is the operator whose log tells.
+/// leader label is on `leader` alone, at its epoch. Before they go, the pod must carry a barrier
+/// the operator wrote after each was decided on: that write, which changed the version each is
+/// conditional on, is what the API server refuses them for, and nothing of the test's own
+/// touches the pod. `what` names them; `op` is the operator whose log tells.
 async fn release_held(
     w: &World,
     hold: &HeldRequests,
@@ -25,13 +34,44 @@ async fn release_held(
     what: &str,
     op: &Operator,
 ) {
+    let barrier = |pod: &Pod| pod.annotations().get(BARRIER_ANNOTATION).cloned();
+    let now = w.pods.get(promoted).await.unwrap();
+    // Each is recorded before it is counted.
+    let held = hold.held();
+    let found = hold.found();
+    assert!(found.len() >= held, "{what}: a held request's pod unread");
+    for decided_on in &found {
+        assert_ne!(
+            barrier(decided_on),
+            barrier(&now),
+            "{what}: no barrier on {promoted} since a held promotion was decided on (at version \
+             {:?}, now {:?}): let through, it lands\n{}",
+            decided_on.resource_version(),
+            now.resource_version(),
+            op.logs()
+        );
+    }
+    // Every version of the pod from here on, to see a promotion that lands, however briefly.
+    let since = now.resource_version().unwrap();
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={promoted}"))
+        .timeout(LANDING);
+    let versions = w.pods.watch(&params, &since).await.unwrap();
     hold.release();
     hold.all_answered(Duration::from_secs(20)).await.unwrap();
-    let fence = serde_json::json!({"metadata": {"annotations": {"leadergroup-test/fence": "1"}}});
-    w.pods
-        .patch(promoted, &PatchParams::default(), &Patch::Merge(&fence))
-        .await
-        .unwrap();
+    let mut versions = std::pin::pin!(versions);
+    while let Some(event) = versions.try_next().await.unwrap() {
+        match event {
+            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => assert_ne!(
+                role(&pod),
+                Some("leader"),
+                "{what}: one landed on {promoted}\n{}",
+                op.logs()
+            ),
+            WatchEvent::Error(e) => panic!("{what}: watching {promoted}: {e}"),
+            WatchEvent::Deleted(_) | WatchEvent::Bookmark(_) => {}
+        }
+    }
     assert_eq!(
         w.labeled_leaders("late").await,
         vec![(leader.to_string(), Some(epoch))],
