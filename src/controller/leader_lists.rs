@@ -91,6 +91,7 @@ mod tests {
     use kube::ResourceExt;
     use kube::client::Body;
     use serde_json::json;
+    use tokio::sync::Semaphore;
 
     use super::*;
 
@@ -108,21 +109,45 @@ mod tests {
                         "code": 500, "reason": "InternalError", "message": "etcd is slow"});
                     (500, failure)
                 } else {
-                    let leader = json!({"kind": "PartialObjectMetadata",
-                        "apiVersion": "meta.k8s.io/v1",
-                        "metadata": {"name": "web-0", "namespace": "ns",
-                                     "labels": {"leadergroup.io/role": "leader"}}});
-                    let list = json!({"kind": "PartialObjectMetadataList",
-                        "apiVersion": "meta.k8s.io/v1", "metadata": {}, "items": [leader]});
-                    (200, list)
+                    (200, leader_list("web-0"))
                 };
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(&body)?))
-                    .map_err(Box::<dyn std::error::Error + Send + Sync>::from)
+                answer(status, &body)
             }
         });
         Api::namespaced(Client::new(service, "ns"), "ns")
+    }
+
+    /// An API server whose lists of pods answer one per permit of `gate`, the n-th (from 0)
+    /// with one leader, `web-<n>`: which list a check got tells when that list started.
+    fn gated_api(lists: Arc<AtomicUsize>, gate: Arc<Semaphore>) -> Api<Pod> {
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (lists, gate) = (lists.clone(), gate.clone());
+            async move {
+                assert!(request.uri().path().ends_with("/pods"), "{}", request.uri());
+                let n = lists.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await?.forget();
+                answer(200, &leader_list(&format!("web-{n}")))
+            }
+        });
+        Api::namespaced(Client::new(service, "ns"), "ns")
+    }
+
+    /// A list of pods' metadata holding one pod, `leader`, labeled leader.
+    fn leader_list(leader: &str) -> serde_json::Value {
+        let leader = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"name": leader, "namespace": "ns",
+                         "labels": {"leadergroup.io/role": "leader"}}});
+        json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {}, "items": [leader]})
+    }
+
+    fn answer(
+        status: u16,
+        body: &serde_json::Value,
+    ) -> std::result::Result<Response<Body>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(body)?))?)
     }
 
     fn names(leaders: &[Pod]) -> Vec<String> {
@@ -145,6 +170,37 @@ mod tests {
         assert_eq!(lists.load(Ordering::SeqCst), 2);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(shared.0.lock().unwrap().is_empty(), "no namespace kept");
+    }
+
+    /// A list already in flight may have been read before the commit and the barriers of a check
+    /// that asks now: that check gets the next list, started after it asked, and shares it with
+    /// the checks that ask meanwhile.
+    #[tokio::test]
+    async fn a_check_that_asks_while_a_list_is_in_flight_gets_the_next_one() {
+        let lists = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        let api = gated_api(lists.clone(), gate.clone());
+        let shared = LeaderLists::default();
+        // Polled once, a check has asked: it waits in line, and the first one starts a list.
+        let mut first = std::pin::pin!(shared.every_leader(&api, "ns"));
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        while lists.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The first list is at the API server, held there by the gate: these two ask meanwhile.
+        let mut second = std::pin::pin!(shared.every_leader(&api, "ns"));
+        let mut third = std::pin::pin!(shared.every_leader(&api, "ns"));
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        assert!(futures::poll!(third.as_mut()).is_pending());
+        gate.add_permits(10);
+        assert_eq!(names(&first.await.unwrap()), ["web-0"]);
+        assert_eq!(
+            names(&second.await.unwrap()),
+            ["web-1"],
+            "a check got a list that started before it asked"
+        );
+        assert_eq!(names(&third.await.unwrap()), ["web-1"], "one list for both");
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
