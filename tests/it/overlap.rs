@@ -115,7 +115,7 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     use leadergroup_operator::crd::GROUP_ANNOTATION;
 
     let w = World::new("overlap-grow").await;
-    let op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
+    let _op = Operator::start(control_plane().await.unwrap(), &w.ns.name, "op-1", &[]).await;
     w.groups
         .create(&PostParams::default(), &group("older", "older"))
         .await
@@ -161,13 +161,13 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
     let older = w.wait_settled("older", "older takes y-0", |_| true).await;
     assert_eq!(older.leader, pods[0], "the oldest Ready pod it now selects");
     // Give the younger group every chance to fight back: it has let go (the older group holds
-    // both its pods), and the operator has decided twice more since (its reconcile
-    // count), not a time slept.
+    // both its pods), and the younger group itself has been decided on twice more since, not a
+    // time slept nor the operator's count of reconciles, which the older group's alone can reach.
     w.wait_status("younger", "younger lets go of y-0", |s| s.leader.is_none())
         .await;
-    let before = op.reconciles().await;
-    op.wait_reconciles(before, 2.0, "the operator stopped deciding")
-        .await;
+    for _ in 0..2 {
+        decided_again(&w, "younger").await;
+    }
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
     let taken = seen
@@ -192,4 +192,19 @@ async fn a_growing_older_group_takes_the_younger_groups_leader_without_a_fight()
         .await;
     assert_eq!(younger.epoch, 1);
     watch.assert_held().await;
+}
+
+/// Waits until `group` has been decided on again: its spec edited (`historyLimit`, which no
+/// decision reads but the history's length) and its status written for that generation. A
+/// group's reconciles run one at a time, so every earlier pass of it has ended too.
+async fn decided_again(w: &World, group: &str) {
+    let current = w.groups.get(group).await.unwrap();
+    let limit = current.spec.history_limit + 1;
+    w.patch_spec(group, serde_json::json!({"historyLimit": limit}))
+        .await;
+    let generation = w.groups.get(group).await.unwrap().metadata.generation;
+    w.wait_status(group, "the group decided on again", |s| {
+        s.observed_generation == generation
+    })
+    .await;
 }
