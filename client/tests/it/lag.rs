@@ -31,26 +31,28 @@ async fn a_leader_whose_events_arrive_late_stops_within_two_thirds_of_the_lease_
     // steady stream of watch events on both, so that neither is ever quiet long enough for a
     // confirming GET under the old rule.
     let (leases, pods) = (w.leases.clone(), w.pods.clone());
-    let renewals = tokio::spawn(async move {
+    let mut renewals = tokio::spawn(async move {
         for n in 0u64.. {
             let now = MicroTime(jiff::Timestamp::now());
             let renewal = serde_json::json!({"spec": {"renewTime": now}});
-            let _ = leases
+            leases
                 .patch(
                     "leadergroup-g",
                     &PatchParams::default(),
                     &Patch::Merge(&renewal),
                 )
-                .await;
+                .await
+                .expect("renewing the Lease, an event the member's stream depends on");
             let note =
                 serde_json::json!({"metadata": {"annotations": {"example.com/n": n.to_string()}}});
-            let _ = pods
-                .patch("app-0", &PatchParams::default(), &Patch::Merge(&note))
-                .await;
+            pods.patch("app-0", &PatchParams::default(), &Patch::Merge(&note))
+                .await
+                .expect("annotating app-0, an event the member's stream depends on");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    still_writing(&mut renewals).await;
     assert_eq!(membership.role(), leader);
 
     // Its answers arrive later and later, up to 2.6 s late, more than two thirds of the 3 s
@@ -74,6 +76,8 @@ async fn a_leader_whose_events_arrive_late_stops_within_two_thirds_of_the_lease_
         .await
         .expect("still leader long after the handover");
     let stopped = handover.elapsed();
+    // Without the stream, what follows measures a member left in silence, not one lagging.
+    still_writing(&mut renewals).await;
     renewals.abort();
     eprintln!(
         "lag: the deposed leader stopped {stopped:?} after the handover, as {role}; last error {:?}",
@@ -90,4 +94,13 @@ async fn a_leader_whose_events_arrive_late_stops_within_two_thirds_of_the_lease_
     roles
         .wait_for(Role::Follower, Duration::from_secs(10))
         .await;
+}
+
+/// Fails the test once the writer has stopped (one of its patches failed): a panic in a spawned
+/// task fails nothing by itself.
+async fn still_writing(writer: &mut tokio::task::JoinHandle<()>) {
+    if writer.is_finished() {
+        let ended = writer.await;
+        panic!("the writes the member's events come from stopped: {ended:?}");
+    }
 }
