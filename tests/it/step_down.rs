@@ -10,6 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use leadergroup_client::wire::{
+    ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION,
+};
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{
     ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for,
@@ -321,6 +324,17 @@ async fn two_members_of_one_pod_are_each_waited_for() {
     let started = Instant::now();
     r0b.reached(leader(1), started, "the pod's second member")
         .await;
+    // Each member acknowledged under a name of its own: two names, not one written twice.
+    let leases: Api<Lease> = s.w.ns.api();
+    let lease = leases.get(&lease_name_for("sd")).await.unwrap();
+    assert_eq!(annotation(&lease, ACKNOWLEDGED_ANNOTATION), Some("1"));
+    let acknowledged = listed(&lease, ACKNOWLEDGED_BY_ANNOTATION);
+    assert_eq!(
+        acknowledged.len(),
+        2,
+        "both members of the leader's pod acknowledged, each under its own name: {acknowledged:?}"
+    );
+    let said = SteppedDownBy::record(&leases).await;
     second_proxy.cut();
     let cut = Instant::now();
     let edited = s.prefer(&s.pods[1]).await;
@@ -348,6 +362,90 @@ async fn two_members_of_one_pod_are_each_waited_for() {
     );
     never_both(&r0b, r1);
     never_both(r0, r1);
+
+    // The deposal named both as the members to wait for. The one that hears the API server said
+    // it stepped down under its own name, alone, before the lapse of the cut-off one; then, once
+    // it lapsed, the operator said so for the other name too.
+    let lease = leases.get(&lease_name_for("sd")).await.unwrap();
+    assert_eq!(
+        listed(&lease, PREDECESSOR_MEMBERS_ANNOTATION),
+        acknowledged,
+        "the members waited for"
+    );
+    assert_eq!(
+        listed(&lease, STEPPED_DOWN_BY_ANNOTATION),
+        acknowledged,
+        "both members stepped down after the deposal"
+    );
+    let said = said.stop();
+    eprintln!("two members: stepped-down-by went through {said:?}");
+    let first = said.iter().find(|by| !by.is_empty());
+    assert!(
+        first.is_some_and(|by| by.len() == 1 && acknowledged.contains(&by[0])),
+        "the connected member's own step-down, one name that acknowledged, came first: {said:?}"
+    );
     drop(second);
     s.invariants.assert_held().await;
+}
+
+/// The annotation `key` of `lease`.
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// The members the annotation `key` of `lease` lists, sorted, with any repeat kept (so that two
+/// members writing one name shows).
+fn listed(lease: &Lease, key: &str) -> Vec<String> {
+    let mut members: Vec<String> = annotation(lease, key)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect();
+    members.sort();
+    members
+}
+
+/// Every value the group's Lease's `stepped-down-by` goes through, from a watch.
+struct SteppedDownBy {
+    seen: Arc<Mutex<Vec<Vec<String>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SteppedDownBy {
+    /// Starts recording, and returns once it has read the Lease a first time.
+    async fn record(leases: &Api<Lease>) -> SteppedDownBy {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+        let sink = seen.clone();
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", lease_name_for("sd")));
+        let leases = leases.clone();
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(leases, config).applied_objects());
+            while let Some(Ok(lease)) = events.next().await {
+                let by = listed(&lease, STEPPED_DOWN_BY_ANNOTATION);
+                let mut seen = sink.lock().unwrap();
+                if seen.last() != Some(&by) {
+                    seen.push(by);
+                }
+            }
+        });
+        while seen.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        SteppedDownBy { seen, task }
+    }
+
+    /// Stops recording; what it saw, in order.
+    fn stop(self) -> Vec<Vec<String>> {
+        self.task.abort();
+        self.seen.lock().unwrap().clone()
+    }
 }
