@@ -28,6 +28,17 @@ fn one_leader(title: &'static str, (outcome, text): (Outcome, String)) -> Replay
     }
 }
 
+/// Hole 5's path with the barrier flag down, cut where the check refuses a pod created again
+/// since the decision: the promotion of the new incarnation is never sent.
+fn refused_as_recreated(title: &'static str, (outcome, text): (Outcome, String)) -> Replayed {
+    Replayed {
+        title,
+        as_expected: regressions::is_refused_as_recreated(&outcome),
+        outcome: format!("{outcome:?}"),
+        text,
+    }
+}
+
 fn no_stale(title: &'static str, (outcome, text): (HbOutcome, String)) -> Replayed {
     Replayed {
         title,
@@ -72,7 +83,7 @@ pub fn all() -> Vec<Replayed> {
             "hole 4, a promotion on a stale Lease cache",
             regressions::replay_promotion_on_a_stale_lease_cache(),
         ),
-        one_leader(
+        refused_as_recreated(
             "hole 5, a re-created pod outside a stale pod cache",
             regressions::replay_recreated_pod_outside_a_stale_cache(),
         ),
