@@ -154,7 +154,9 @@ docs:
 # checks every link and anchor of the Markdown (doctools/links.py, no network), that the status
 # page lists every condition type and reason (doctools/conditions.py), that every page gives the
 # tested Kubernetes range (doctools/versions.py), that every published figure is what the JSON
-# its marker names gives (doctools/figures.py: bench/results), and builds the book.
+# its marker names gives (doctools/figures.py: bench/results), that a newcomer's first commands are
+# the install page's, with the images' built tags and bounded waits (doctools/newcomer.py), and
+# builds the book.
 # docs-binaries: both in one command that names an example, which brings in the dev-dependencies:
 # cargo resolves the features the unit tests' build does, and the binaries are the ones it made
 # (after .ci/run's workspace build, nothing to compile). The agent alone (-p leadergroup-agent), or
@@ -175,6 +177,7 @@ docs-check: docs-binaries
 	doctools/conditions.py
 	doctools/versions.py
 	doctools/figures.py
+	doctools/newcomer.py
 	@out=$$("$$(doctools/mdbook.sh)" build 2>&1); echo "$$out"; \
 	  if grep -q WARN <<<"$$out"; then echo "docs-check: mdbook warns (above)"; exit 1; fi
 

@@ -8,6 +8,9 @@ operator can write into a LeaderGroup's status, as the source spells them:
   fields), and src/retry.rs's `PermanentKind::as_str` (the `Reconciled` reasons).
 
 A new type or reason that the page does not list fails `make docs-check`, naming it and its file.
+The `LeaderElected` condition's reasons are checked with their status too: each `(true|false,
+"Reason"` that src/election/status.rs writes must stand under that status in a `LeaderElected` row
+of the page's table (`Paused` is written both True, with a leader, and False, without one).
 No output and exit 0 when all are listed.
 """
 import os
@@ -51,9 +54,35 @@ def reasons():
     return found
 
 
+def leader_elected_written():
+    """(status, reason) of every LeaderElected condition src/election/status.rs writes: its
+    `(true|false, "Reason", message)` tuples."""
+    text = code("src/election/status.rs")
+    return {("True" if s == "true" else "False", r)
+            for s, r in re.findall(r'\(\s*(true|false),\s*"([A-Z][A-Za-z]+)"', text)}
+
+
+def leader_elected_listed(page):
+    """(status, reason) of the page's LeaderElected rows: a reason stands under the status word
+    (True, False, Unknown) last before it in the row's second cell."""
+    listed = set()
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 3 or cells[1] != "`LeaderElected`":
+            continue
+        status = None
+        for word, reason in re.findall(r"\b(True|False|Unknown)\b|`([A-Za-z]+)`", cells[2]):
+            if word:
+                status = word
+            elif status:
+                listed.add((status, reason))
+    return listed
+
+
 def main():
     with open(os.path.join(ROOT, PAGE)) as f:
-        listed = set(re.findall(r"`([A-Za-z]+)`", f.read()))
+        page = f.read()
+    listed = set(re.findall(r"`([A-Za-z]+)`", page))
     ts, rs = types(), reasons()
     if len(ts) < 7 or len(rs) < 20:
         sys.exit(f"conditions.py: found only {len(ts)} types and {len(rs)} reasons: has the source moved?")
@@ -61,7 +90,14 @@ def main():
                       for name, path in found if name not in listed})
     for kind, name, path in missing:
         print(f"{PAGE}: the condition {kind} `{name}` ({path}) is not listed", file=sys.stderr)
-    sys.exit(1 if missing else 0)
+    written = leader_elected_written()
+    if len(written) < 4:
+        sys.exit(f"conditions.py: found only {sorted(written)} LeaderElected reasons in src/election/status.rs: has the source moved?")
+    unlisted = sorted(written - leader_elected_listed(page))
+    for status, reason in unlisted:
+        print(f"{PAGE}: `LeaderElected` {status} `{reason}` (src/election/status.rs) is not in a LeaderElected row",
+              file=sys.stderr)
+    sys.exit(1 if missing or unlisted else 0)
 
 
 if __name__ == "__main__":

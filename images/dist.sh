@@ -66,9 +66,12 @@ trap 'rm -rf "$staging"' EXIT
 install -m 0755 "$repo/target/release/kubectl-leadergroup" "$staging/kubectl-leadergroup"
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$staging" -cf - kubectl-leadergroup |
   gzip -n -9 >"$out/$plugin.tar.gz"
-download=${KREW_DOWNLOAD_URL:-https://github.com/leadergroup/leadergroup-operator/releases/download/v$version}
+# Where the krew manifest says the archive is, and the project's page: placeholders by default (no
+# public address of the project is confirmed yet; plugins/krew/leadergroup.yaml).
+homepage=${KREW_HOMEPAGE:-https://github.com/leadergroup/leadergroup-operator}
+download=${KREW_DOWNLOAD_URL:-$homepage/releases/download/v$version}
 sha=$(sha256sum "$out/$plugin.tar.gz" | cut -d' ' -f1)
-sed -e '/^# /d' -e "s|@VERSION@|$version|g; s|@ARCH@|$arch|g; s|@DOWNLOAD_URL@|$download|g; s|@SHA256@|$sha|g" \
+sed -e '/^# /d' -e "s|@VERSION@|$version|g; s|@ARCH@|$arch|g; s|@DOWNLOAD_URL@|$download|g; s|@HOMEPAGE@|$homepage|g; s|@SHA256@|$sha|g" \
   "$repo/plugins/krew/leadergroup.yaml" >"$out/leadergroup.yaml"
 ! grep -n '@[A-Z0-9_]*@' "$out/leadergroup.yaml" || die "a placeholder is left in the krew manifest"
 # The SBOMs: cargo-cyclonedx writes one per workspace member beside its Cargo.toml (named

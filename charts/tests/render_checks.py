@@ -140,6 +140,33 @@ def deployment_parts(objs):
     return dep, pod, ctr, args
 
 
+def image_build_ref(name):
+    """The reference images/build.sh gives image `name` (operator, agent), from the sources it reads:
+    the chart's image.repository and appVersion for the operator, the workspace's version for the
+    agent; stored as docker.io/library/NAME:TAG, what the kubelet makes of a bare NAME:TAG."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "images", "build.sh")) as f:
+        build = f.read()
+    if name == "operator":
+        check('repository=$(sed -n \'s/^  repository: *//p\' "$repo/charts/leadergroup-operator/values.yaml"' in build
+              and 'library_ref "$repository" "$version"' in build,
+              "images/build.sh no longer names the operator after the chart's image.repository and appVersion")
+        with open(os.path.join(root, "charts", "leadergroup-operator", "values.yaml")) as f:
+            repository = yaml.safe_load(f)["image"]["repository"]
+        return f"docker.io/library/{repository}:{chart_meta()['appVersion']}"
+    raise ValueError(name)
+
+
+def check_registry_image(objs):
+    """image.repository set to a registry's name (the chart README's registry install): pulled
+    IfNotPresent, at the appVersion tag."""
+    check_common(objs)
+    _, _, ctr, _ = deployment_parts(objs)
+    want = f"registry.example.com/leadergroup-operator:{chart_meta()['appVersion']}"
+    check(ctr["image"] == want, f"image {ctr['image']}, want {want}")
+    check(ctr.get("imagePullPolicy") == "IfNotPresent", f"imagePullPolicy {ctr.get('imagePullPolicy')}, want IfNotPresent from a registry")
+
+
 def arg(args, flag):
     vals = [a.split("=", 1)[1] if "=" in a else True for a in args if a.split("=", 1)[0] == flag]
     check(len(vals) <= 1, f"{flag} given {len(vals)} times")
@@ -209,6 +236,12 @@ def check_default(objs):
     check(csc.get("privileged") is not True, "container must not be privileged")
     meta = chart_meta()
     check(ctr["image"] == f"leadergroup-operator:{meta['appVersion']}", f"image {ctr['image']}, want tag = appVersion")
+    # Nothing is published: the default is the image `images/build.sh operator` builds and the
+    # install loads onto the nodes, never pulled (a missing one says ErrImageNeverPull, not a
+    # failed pull from Docker Hub).
+    check(ctr.get("imagePullPolicy") == "Never", f"imagePullPolicy {ctr.get('imagePullPolicy')}, want Never for the loaded image")
+    check(image_build_ref("operator") == f"docker.io/library/{ctr['image']}",
+          f"images/build.sh names the operator {image_build_ref('operator')}, the chart runs {ctr['image']}")
     ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
     check(ports == {"http": 8080, "https-metrics": 8443}, f"container ports {ports}, want http: 8080, https-metrics: 8443")
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -314,8 +347,9 @@ def check_plain_metrics(objs):
     sm = one(objs, "ServiceMonitor", namespace=NAMESPACE)
     if sm:
         ep = sm["spec"]["endpoints"]
-        check([(e["port"], e["path"], e.get("scheme"), "bearerTokenFile" in e, "tlsConfig" in e) for e in ep]
-              == [("http-metrics", "/metrics", None, False, False)], f"plain ServiceMonitor endpoints {ep}")
+        check([(e["port"], e["path"], e.get("scheme"), "bearerTokenFile" in e, "authorization" in e, "tlsConfig" in e)
+               for e in ep] == [("http-metrics", "/metrics", None, False, False, False)], f"plain ServiceMonitor endpoints {ep}")
+        check(not find(objs, "Secret"), "a plain scrape needs no token Secret")
         check(all(e.get("honorLabels") is True for e in ep), "ServiceMonitor must keep honorLabels")
 
 
@@ -542,6 +576,12 @@ def check_custom(objs):
               f"ServiceMonitor endpoints {ep}")
         check([e.get("tlsConfig") for e in ep] == [CUSTOM_TLS_CONFIG],
               f"serviceMonitor.tlsConfig replaces insecureSkipVerify: {[e.get('tlsConfig') for e in ep]}")
+        check([e.get("authorization") for e in ep] == [CUSTOM_AUTHORIZATION],
+              f"serviceMonitor.authorization: {[e.get('authorization') for e in ep]}")
+        check([(e.get("relabelings"), e.get("metricRelabelings")) for e in ep] == [(CUSTOM_RELABELINGS, CUSTOM_METRIC_RELABELINGS)],
+              f"serviceMonitor.relabelings, metricRelabelings: {ep}")
+        check(not find(objs, "Secret") and not find(objs, "ServiceAccount", name=SCRAPER),
+              "serviceMonitor.authorization given: no scraper ServiceAccount nor token Secret")
     check_secure_metrics(objs, sa["metadata"]["name"] if sa else None, 9443, cert_secret="metrics-tls",
                          readers=[{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
                                   {"kind": "Group", "name": "scrapers", "apiGroup": "rbac.authorization.k8s.io"}])
@@ -549,9 +589,15 @@ def check_custom(objs):
     check_guard(objs, sa["metadata"]["name"] if sa else None, {"matchLabels": {"team": "platform"}})
 
 
+# The ServiceMonitor's own ServiceAccount and token Secret.
+SCRAPER = f"{FULLNAME}-metrics-scraper"
 # serviceMonitor.tlsConfig of static.sh's custom values.
 CUSTOM_TLS_CONFIG = {"ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}},
                      "serverName": f"{FULLNAME}-metrics.{NAMESPACE}.svc"}
+# serviceMonitor.authorization, relabelings and metricRelabelings of static.sh's custom values.
+CUSTOM_AUTHORIZATION = {"type": "Bearer", "credentials": {"name": "prometheus-token", "key": "token"}}
+CUSTOM_RELABELINGS = [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+CUSTOM_METRIC_RELABELINGS = [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_gc_.*"}]
 
 
 def runbook_anchors():
@@ -591,11 +637,24 @@ def check_monitoring(objs, rules_out):
         ep = sm["spec"]["endpoints"]
         check(all(e.get("honorLabels") is True for e in ep),
               "ServiceMonitor must keep the scraped namespace label (honorLabels: true)")
-        # The secure /metrics by default: https with Prometheus' own token, the self-signed
-        # certificate not verified.
-        check([(e["port"], e.get("scheme"), e.get("bearerTokenFile"), e.get("tlsConfig")) for e in ep]
-              == [("https-metrics", "https", "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        # The secure /metrics by default: https with the token of the chart's scraper
+        # ServiceAccount, through a Secret (prometheus-operator's `authorization`; the deprecated
+        # bearerTokenFile names a file of the Prometheus pod, which a Prometheus that denies
+        # ServiceMonitors file access refuses), the self-signed certificate not verified.
+        check([(e["port"], e.get("scheme"), e.get("authorization"), e.get("tlsConfig")) for e in ep]
+              == [("https-metrics", "https", {"type": "Bearer", "credentials": {"name": SCRAPER, "key": "token"}},
                    {"insecureSkipVerify": True})], f"secure ServiceMonitor endpoints {ep}")
+        check(not any(k in e for e in ep for k in ("bearerTokenFile", "bearerTokenSecret", "relabelings", "metricRelabelings")),
+              f"no deprecated token field, no relabelings by default: {ep}")
+        sa = one(objs, "ServiceAccount", name=SCRAPER, namespace=NAMESPACE)
+        check(sa is not None and sa.get("automountServiceAccountToken") is False, f"scraper ServiceAccount {sa}")
+        secret = one(objs, "Secret", name=SCRAPER, namespace=NAMESPACE)
+        if secret:
+            check(secret.get("type") == "kubernetes.io/service-account-token"
+                  and secret["metadata"].get("annotations") == {"kubernetes.io/service-account.name": SCRAPER},
+                  f"the scraper's token Secret {secret}")
+            check("data" not in secret and "stringData" not in secret, "the token controller fills the Secret in")
+        check_binding(objs, "ClusterRoleBinding", f"{SCRAPER}.{NAMESPACE}", None, "ClusterRole", METRICS_READER, SCRAPER)
         svc = one(objs, "Service", namespace=NAMESPACE)
         # The rules' job label is the Service's name (prometheus-operator's default job).
         check(svc is not None and svc["metadata"]["name"] == f"{FULLNAME}-metrics", "the rules' job: <fullname>-metrics")
@@ -728,6 +787,15 @@ def check_readme_names(objs):
                 check(filled in rendered, f"{where} names `{name}`, the chart renders no object {filled!r}")
     check(f"`operator-<fullname>`" in table and arg(args, "--leader-elect-lease-name") == lease,
           f"README names the operator's Lease operator-<fullname>; the chart passes {arg(args, '--leader-elect-lease-name')}")
+    # The operator's Lease of the install's release (leadergroup-operator in leadergroup-system),
+    # wherever a page names it in full: `leadergroup-system/<name>` beside the word Lease.
+    install_lease = lease.replace(fullname, "leadergroup-operator")
+    for page in doc_pages(root):
+        with open(page) as f:
+            text = " ".join(f.read().split())
+        for name in re.findall(r"Lease `leadergroup-system/([^`]+)`", text):
+            check(name == install_lease, f"{os.path.relpath(page, root)} names the operator's Lease "
+                  f"leadergroup-system/{name}; the chart's release leadergroup-operator holds {install_lease}")
 
 
 def main():
@@ -745,6 +813,7 @@ def main():
          "monitoring": lambda: check_monitoring(objs, rest[0]),
          "plain-metrics": lambda: check_plain_metrics(objs),
          "readme-names": lambda: check_readme_names(objs),
+         "registry-image": lambda: check_registry_image(objs),
          "no-guard": lambda: check_no_guard(objs, rest[0]),
          "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()
     for e in errors:

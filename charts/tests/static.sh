@@ -98,6 +98,8 @@ if "$helm" install lg "$chart" --namespace ops --dry-run=client --set 'watchName
 else
   bad "NOTES do not warn that watchNamespaces is deprecated"
 fi
+# The chart README's registry install: the image pulled from there.
+render registry --set image.repository=registry.example.com/leadergroup-operator && assert registry-image registry
 render single --set replicas=1 --set leaderElection.enabled=false && assert single single
 render no-guard --set admissionGuard.enabled=false && [[ -f $tmp/default.yaml ]] && assert no-guard no-guard "$tmp/default.yaml"
 render existing-sa --set serviceAccount.create=false --set serviceAccount.name=platform-operator &&
@@ -146,6 +148,9 @@ serviceMonitor:
   scrapeTimeout: 5s
   labels: {release: prometheus}
   tlsConfig: {ca: {secret: {name: metrics-tls, key: ca.crt}}, serverName: lg-leadergroup-operator-metrics.ops.svc}
+  authorization: {type: Bearer, credentials: {name: prometheus-token, key: token}}
+  relabelings: [{action: replace, sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: node}]
+  metricRelabelings: [{action: drop, sourceLabels: [__name__], regex: go_gc_.*}]
 admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
@@ -235,6 +240,11 @@ refuse "an extra argument that is no flag" "/extraArgs/0" --set 'extraArgs={iden
 refuse "a privileged metrics port" "/metrics/port" --set metrics.port=80
 refuse "a privileged secure metrics port" "/metrics/securePort" --set metrics.securePort=443
 refuse "a string for metrics.secure" "/metrics/secure" --set metrics.secure=maybe
+refuse "the deprecated bearerTokenFile" "additional properties 'bearerTokenFile' not allowed" --set serviceMonitor.bearerTokenFile=/t
+refuse "an authorization without credentials" "/serviceMonitor/authorization" --set serviceMonitor.authorization.type=Bearer
+refuse "a relabeling of an unknown action" "/serviceMonitor/relabelings/0/action" --set 'serviceMonitor.relabelings[0].action=rename'
+refuse "an unknown key of a metric relabeling" "additional properties 'source_labels' not allowed" --set 'serviceMonitor.metricRelabelings[0].source_labels[0]=a'
+refuse "an unknown image pull policy" "/image/pullPolicy" --set image.pullPolicy=Sometimes
 refuse "an unknown key of the scrape's tlsConfig" "additional properties 'insecure' not allowed" --set serviceMonitor.tlsConfig.insecure=true
 refuse "a metrics reader of an unknown kind" "/metrics/readers/0/kind" --set 'metrics.readers[0].kind=Pod' --set 'metrics.readers[0].name=x'
 refuse "a ServiceAccount reader without its namespace" "a ServiceAccount needs its namespace" --set 'metrics.readers[0].kind=ServiceAccount' --set 'metrics.readers[0].name=prom'

@@ -1,10 +1,11 @@
 //! The install page (the chart README's install section, which `docs/install.md` includes) as a
 //! user runs it (`page.rs`: every `sh` block whole, every `$ ` line of a `console` block, in
 //! order, on the real cluster): the images built with `images/build.sh`, loaded into each node's
-//! containerd with `ctr` and pushed with `skopeo` into a registry, the chart installed from that
-//! registry, a LeaderGroup applied and read, the admission guard's refusals compared with the
-//! page's text (`...` where they vary), and then the alternative, one release per namespace,
-//! instead of the cluster-wide one.
+//! containerd with `ctr` (step 2a), the chart installed with its default image, which the nodes
+//! then run without a pull, a LeaderGroup applied and read, the admission guard's refusals
+//! compared with the page's text (`...` where they vary); then each alternative, instead of that
+//! release: the images pushed with `skopeo` into a registry and the chart installed from it (step
+//! 2b), and one release per namespace instead of the cluster-wide one.
 //!
 //! What the page leaves to the user and the test provides: a registry (Debian's docker-registry,
 //! on loopback without TLS, which the nodes' containerd pulls from over HTTP as it does for any
@@ -33,7 +34,9 @@ const PAGE: &str = "charts/leadergroup-operator/README.md";
 /// Where the book's install page starts and ends in it.
 const START: &str = "<!-- ANCHOR: install";
 const END: &str = "<!-- ANCHOR_END: install";
-/// The section that installs instead of the cluster-wide release, run after it is gone.
+/// The sections that install instead of the cluster-wide release of the nodes' images, each run
+/// after the release before it is gone: from a registry, and one release per namespace.
+const FROM_REGISTRY: &str = "### 2b.";
 const PER_NAMESPACE: &str = "### Only one namespace";
 /// The registry the page names, and the namespaces its per-namespace releases use.
 const PAGE_REGISTRY: &str = "registry.example.com";
@@ -114,6 +117,58 @@ fn line_of(text: &str, prefix: &str) -> usize {
         .position(|l| l.starts_with(prefix))
         .unwrap_or_else(|| panic!("{PAGE}: no line starts with {prefix:?}"))
         + 1
+}
+
+/// The lines of the section whose heading starts with `heading`, up to the next heading of its
+/// level or above (or `end`).
+fn section(text: &str, heading: &str, end: usize) -> std::ops::Range<usize> {
+    let start = line_of(text, heading);
+    let next = text
+        .lines()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.starts_with("## ") || l.starts_with("### "))
+        .map_or(end, |(i, _)| i + 1);
+    start..next.min(end)
+}
+
+/// The images in the pod specs of the running (not terminating) operator pods, and their pull
+/// policies.
+async fn operator_images(c: &Cluster) -> Vec<(String, String)> {
+    let operators: Vec<Pod> = c
+        .operator_pods()
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert!(!operators.is_empty());
+    operators
+        .iter()
+        .flat_map(|p| p.spec.iter().flat_map(|s| &s.containers))
+        .map(|c| {
+            (
+                c.image.clone().unwrap_or_default(),
+                c.image_pull_policy.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the page's group is led by one of the page's application pods; returns it.
+async fn led(c: &Cluster) -> String {
+    let groups = Api::<LeaderGroup>::namespaced(c.client.clone(), APP_NS);
+    wait_until("the page's group led", CONVERGE, || async {
+        Ok::<_, kube::Error>(
+            groups
+                .get(APP)
+                .await?
+                .status
+                .and_then(|s| s.leader)
+                .filter(|l| l.starts_with(APP)),
+        )
+    })
+    .await
+    .unwrap()
 }
 
 /// `helm uninstall` of a release the test or the page installed, waiting for its objects to go.
@@ -258,19 +313,37 @@ async fn the_install_page_runs_as_written() {
 
     let readme = std::fs::read_to_string(repo_root().join(PAGE)).unwrap();
     let (start, end) = (line_of(&readme, START), line_of(&readme, END));
-    let per_namespace = line_of(&readme, PER_NAMESPACE);
-    let next_section = readme
-        .lines()
-        .enumerate()
-        .skip(per_namespace)
-        .find(|(_, l)| l.starts_with("## ") || l.starts_with("### "))
-        .map_or(end, |(i, _)| i + 1);
-    let (alternative, main): (Vec<Command>, Vec<Command>) = commands(&readme)
+    let from_registry = section(&readme, FROM_REGISTRY, end);
+    let per_namespace = section(&readme, PER_NAMESPACE, end);
+    let (mut registry_path, mut alternative, mut main) = (Vec::new(), Vec::new(), Vec::new());
+    for cmd in commands(&readme)
         .into_iter()
         .filter(|cmd| (start..end).contains(&cmd.line))
-        .partition(|cmd| (per_namespace..next_section).contains(&cmd.line));
+    {
+        if from_registry.contains(&cmd.line) {
+            registry_path.push(cmd);
+        } else if per_namespace.contains(&cmd.line) {
+            alternative.push(cmd);
+        } else {
+            main.push(cmd);
+        }
+    }
     assert!(main.len() >= 7, "{PAGE}: too few commands found: {main:?}");
     assert!(!alternative.is_empty(), "{PAGE}: no per-namespace commands");
+    // Each way of loading the images is a path of its own: the nodes' (the chart's default image)
+    // never names the registry, the registry's never imports into a node.
+    assert!(
+        main.iter().all(|c| !c.script.contains(PAGE_REGISTRY))
+            && registry_path.iter().all(|c| !c.script.contains("ctr ")),
+        "{PAGE}: the install mixes the nodes' path and the registry's: {main:?} {registry_path:?}"
+    );
+    for path in [&main, &registry_path] {
+        let text: String = path.iter().map(|c| c.script.as_str()).collect();
+        assert!(
+            text.contains("operator.tar") && text.contains("agent.tar"),
+            "{PAGE}: a path that does not load both the operator's and the agent's image: {path:?}"
+        );
+    }
     // The page's registry has TLS; this one does not, which skopeo is told as the page says.
     let runner = Runner {
         page: PAGE,
@@ -301,31 +374,32 @@ async fn the_install_page_runs_as_written() {
         main.len(),
         started.elapsed().as_secs_f64()
     );
+    // The chart's default image is the one the nodes were given, never pulled.
+    let images = operator_images(&c).await;
+    assert!(
+        images
+            .iter()
+            .all(|(image, policy)| image.starts_with("leadergroup-operator:") && policy == "Never"),
+        "the default release runs {images:?}, not the loaded leadergroup-operator:<version> with pullPolicy Never"
+    );
+    println!("{APP} led by {}", led(&c).await);
 
+    // Step 2b instead: the same release from the registry.
+    run_ok(uninstall(&c, RELEASE, RELEASE_NS)).await;
+    for command in &registry_path {
+        run(&c, &runner, command, &nodes).await;
+    }
     // The operator runs the image named in the registry, which the nodes' containerd asked the
     // registry for (its access log: a runtime reports a pod's image by any name the image has).
     // Pods of an earlier release may still be terminating.
     let pulled = format!("{}/leadergroup-operator:", registry.addr);
-    let operators: Vec<Pod> = c
-        .operator_pods()
-        .await
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    assert!(!operators.is_empty());
-    for pod in &operators {
-        let images: Vec<&str> = pod
-            .spec
+    let images = operator_images(&c).await;
+    assert!(
+        images
             .iter()
-            .flat_map(|s| &s.containers)
-            .filter_map(|c| c.image.as_deref())
-            .collect();
-        assert!(
-            images.iter().any(|i| i.starts_with(&pulled)),
-            "{:?} runs {images:?}, not {pulled}*",
-            pod.metadata.name
-        );
-    }
+            .all(|(image, policy)| image.starts_with(&pulled) && policy == "IfNotPresent"),
+        "the registry's release runs {images:?}, not {pulled}* pulled IfNotPresent"
+    );
     let log = registry.log();
     assert!(
         log.lines()
@@ -333,20 +407,7 @@ async fn the_install_page_runs_as_written() {
                 && l.contains("useragent=\"containerd/")),
         "no node's containerd asked the registry for the image:\n{log}"
     );
-    let groups = Api::<LeaderGroup>::namespaced(c.client.clone(), APP_NS);
-    let leader = wait_until("the page's group led", CONVERGE, || async {
-        Ok::<_, kube::Error>(
-            groups
-                .get(APP)
-                .await?
-                .status
-                .and_then(|s| s.leader)
-                .filter(|l| l.starts_with(APP)),
-        )
-    })
-    .await
-    .unwrap();
-    println!("{APP} led by {leader}");
+    println!("{APP} led by {}", led(&c).await);
 
     // The alternative: one release per namespace, instead of the cluster-wide one.
     let mut delete = c.cp.kubectl();

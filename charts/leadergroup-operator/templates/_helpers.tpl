@@ -89,6 +89,21 @@ watchNamespaces (at most one entry). Refuses two entries, and the two values dis
 {{- end -}}
 
 {{/*
+Image pull policy: image.pullPolicy when set; else Never for the default repository, the image
+`images/build.sh operator` builds and the install loads onto the nodes (nothing is published: a
+pull could only fail, and from Docker Hub), IfNotPresent for an image in a registry.
+*/}}
+{{- define "leadergroup-operator.imagePullPolicy" -}}
+{{- if .Values.image.pullPolicy -}}
+{{- .Values.image.pullPolicy -}}
+{{- else if eq .Values.image.repository "leadergroup-operator" -}}
+Never
+{{- else -}}
+IfNotPresent
+{{- end -}}
+{{- end -}}
+
+{{/*
 The rules the operator needs on the namespaces it watches, and nothing else. Shared by the
 ClusterRole (all namespaces) and the Role (watchNamespace), so the two modes can
 never grant different things.
@@ -161,6 +176,10 @@ release namespace, as the guard's.
 {{- end -}}
 {{- define "leadergroup-operator.metricsReaderName" -}}
 {{- printf "%s-metrics-reader.%s" (include "leadergroup-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+{{/* The ServiceMonitor's scraper: its ServiceAccount and token Secret (the fullname cut to 47). */}}
+{{- define "leadergroup-operator.metricsScraperName" -}}
+{{- printf "%s-metrics-scraper" (include "leadergroup-operator.fullname" . | trunc 47 | trimSuffix "-") -}}
 {{- end -}}
 
 {{/* The name of every group's Lease starts with this (LEASE_PREFIX in client/src/wire.rs). */}}
