@@ -9,9 +9,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
+use leadergroup_client::Epoch;
 use leadergroup_client::wire::{
     self, ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION,
-    members,
 };
 
 use crate::crd::{
@@ -21,6 +21,10 @@ use crate::crd::{
     PREDECESSOR_LEASE_SECONDS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, RELEASED_BY_ANNOTATION,
     STEPPED_DOWN_ANNOTATION,
 };
+
+/// The previous holder of a group's Lease, and whether it is known to no longer report
+/// `Leader`: the client crate's, which its members read the same Lease into.
+pub use leadergroup_client::wire::lease::Predecessor;
 
 /// The content of a Lease that the operator writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,48 +75,6 @@ pub const UNKNOWN_PREDECESSOR: &str = "(unknown)";
 /// someone else): no member's name, so no member's step-down completes it, only the operator's
 /// own knowledge (its containers stopped, its confirmation lapsed).
 pub const UNKNOWN_MEMBERS: &str = "(unknown)";
-
-/// The previous holder of a group's Lease, and whether it is known to no longer report `Leader`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Predecessor {
-    /// Its pod.
-    pub pod: String,
-    /// The UID of its pod: only that incarnation's member may say it stepped down.
-    pub uid: Option<String>,
-    /// The epoch it held.
-    pub epoch: i64,
-    /// The `leaseDurationSeconds` of the Lease it last saw: its member's confirmation holds for two
-    /// thirds of it, whatever the group's spec says since.
-    pub lease_seconds: i32,
-    /// Its members that acknowledged, each waited for (annotation
-    /// `leadergroup.io/predecessor-members`; empty: one that did not say its name).
-    pub members: Vec<String>,
-    /// Its members that said they stepped down (annotation `leadergroup.io/stepped-down-by`).
-    pub stepped_down_by: Vec<String>,
-    /// It no longer reports `Leader` at `epoch`: annotation `leadergroup.io/stepped-down` at
-    /// `epoch`, and each of `members` said so.
-    pub stepped_down: bool,
-}
-
-impl Predecessor {
-    /// How long after the handover its member may still report `Leader` without being told:
-    /// its confirmation's validity, two thirds of the Lease it last saw.
-    pub fn validity(&self) -> Duration {
-        Duration::from_millis(u64::try_from(self.lease_seconds).unwrap_or(0) * 2000 / 3)
-    }
-
-    /// The predecessor, still to step down.
-    pub fn pending(&self) -> bool {
-        !self.stepped_down
-    }
-
-    /// Whether the pod `pod` of UID `uid` is this predecessor's incarnation: the same name and
-    /// the same recorded UID. A pod created again under the name (after a forced deletion, its
-    /// old process may still run) is another member.
-    pub fn is_incarnation(&self, pod: &str, uid: Option<&str>) -> bool {
-        self.pod == pod && self.uid.as_deref() == uid
-    }
-}
 
 /// A leader incarnation whose renewals stopped for a Lease duration: annotation
 /// `leadergroup.io/lapsed`, `<pod UID>@<epoch>`.
@@ -168,27 +130,22 @@ impl Written {
 }
 
 impl LeaseRecord {
-    /// Reads a Lease. The epoch comes from the annotation; a Lease without one (written by hand or by
-    /// another tool) falls back to `leaseTransitions`, so that a token is never lowered.
+    /// Reads a Lease, its annotations as the members read them ([`wire::lease`]). On top of that,
+    /// the operator's own reading of the epoch: a Lease whose annotation gives none (written by
+    /// hand or by another tool) falls back to `leaseTransitions`, and the higher of the two
+    /// counts, so that a token is never lowered.
     pub fn from_lease(lease: &Lease) -> Self {
         let annotations = lease.metadata.annotations.as_ref();
         let spec = lease.spec.clone().unwrap_or_default();
-        let annotated_epoch = annotations
-            .and_then(|a| a.get(EPOCH_ANNOTATION))
-            .and_then(|v| v.parse::<i64>().ok());
-        let transitions = i64::from(spec.lease_transitions.unwrap_or(0));
-        let acknowledged = annotations
-            .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
-            .and_then(|v| v.parse::<i64>().ok())
-            .is_some_and(|e| e == annotated_epoch.unwrap_or(0).max(transitions));
+        let annotated = wire::lease::epoch(lease).map_or(0, Epoch::get);
+        let epoch = annotated.max(i64::from(spec.lease_transitions.unwrap_or(0)));
+        let acknowledged = wire::lease::acknowledged(lease).is_some_and(|e| e.get() == epoch);
         LeaseRecord {
             holder: wire::lease::holder(lease).map(str::to_owned),
             holder_uid: wire::lease::holder_uid(lease).map(str::to_owned),
-            epoch: annotated_epoch.unwrap_or(0).max(transitions),
+            epoch,
             duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
-            longest_seconds: annotations
-                .and_then(|a| a.get(LONGEST_LEASE_SECONDS_ANNOTATION))
-                .and_then(|v| v.parse().ok()),
+            longest_seconds: wire::lease::longest_lease_seconds(lease),
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             arbiter: annotations.and_then(|a| a.get(ARBITER_ANNOTATION)).cloned(),
@@ -205,7 +162,7 @@ impl LeaseRecord {
             } else {
                 Vec::new()
             },
-            predecessor: annotations.and_then(predecessor_of),
+            predecessor: wire::lease::predecessor(lease),
         }
     }
 
@@ -243,7 +200,8 @@ impl LeaseRecord {
                 Some(Predecessor {
                     pod: pod.clone(),
                     uid: self.holder_uid.clone(),
-                    epoch: self.epoch,
+                    // Never negative as read from a Lease; were it, still waited for.
+                    epoch: Epoch::new(self.epoch).unwrap_or(Epoch::ZERO),
                     lease_seconds: self
                         .longest_seen()
                         .max(earlier.map_or(0, |p| p.lease_seconds)),
@@ -382,37 +340,6 @@ impl LeaseRecord {
         });
         lease
     }
-}
-
-/// The predecessor the annotations name; one whose epoch is missing or not a number is no
-/// predecessor (only the operator writes them).
-fn predecessor_of(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
-    let epoch: i64 = annotations
-        .get(PREDECESSOR_EPOCH_ANNOTATION)?
-        .parse()
-        .ok()?;
-    let awaited = members(annotations.get(PREDECESSOR_MEMBERS_ANNOTATION));
-    let stepped_down_by = members(annotations.get(STEPPED_DOWN_BY_ANNOTATION));
-    let at_epoch = annotations
-        .get(STEPPED_DOWN_ANNOTATION)
-        .is_some_and(|v| v.parse::<i64>().ok() == Some(epoch));
-    Some(Predecessor {
-        pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
-        uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
-        epoch,
-        lease_seconds: annotations
-            .get(PREDECESSOR_LEASE_SECONDS_ANNOTATION)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-        stepped_down: at_epoch && awaited.iter().all(|m| stepped_down_by.contains(m)),
-        // Names listed at another epoch said so of another predecessor.
-        stepped_down_by: if at_epoch {
-            stepped_down_by
-        } else {
-            Vec::new()
-        },
-        members: awaited,
-    })
 }
 
 fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Predecessor>) {
@@ -569,7 +496,7 @@ mod tests {
         let predecessor = Predecessor {
             pod: "pod-b".into(),
             uid: Some("uid-b".into()),
-            epoch: 6,
+            epoch: Epoch::from(6u32),
             lease_seconds: 30,
             members: Vec::new(),
             stepped_down_by: Vec::new(),
@@ -662,6 +589,91 @@ mod tests {
                 .unwrap()
                 .pending()
         );
+    }
+
+    /// The operator and the members read one Lease one way: an annotation that is not an epoch
+    /// (a sign, a space; what i64's own parser takes) is refused by both, wherever it is, and the
+    /// operator alone then falls back to `leaseTransitions` (none here).
+    #[test]
+    fn the_operator_reads_a_lease_as_its_members_do() {
+        use leadergroup_client::role::LeaseMarks;
+        let cases: &[&[(&str, &str)]] = &[
+            &[(EPOCH_ANNOTATION, "+7"), (ACKNOWLEDGED_ANNOTATION, "7")],
+            &[(EPOCH_ANNOTATION, "-1")],
+            &[(EPOCH_ANNOTATION, " 7")],
+            &[(EPOCH_ANNOTATION, "7"), (ACKNOWLEDGED_ANNOTATION, "+7")],
+            &[(EPOCH_ANNOTATION, "7"), (ACKNOWLEDGED_ANNOTATION, "7")],
+            &[
+                (EPOCH_ANNOTATION, "7"),
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, "+6"),
+            ],
+            &[
+                (EPOCH_ANNOTATION, "7"),
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, "6"),
+                (STEPPED_DOWN_ANNOTATION, "+6"),
+            ],
+            &[
+                (EPOCH_ANNOTATION, "7"),
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, "6"),
+            ],
+        ];
+        let mut disagree = Vec::new();
+        for annotations in cases {
+            let mut lease = record(0).apply_to(None, "l", "ns", Some("g"), None);
+            lease.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.lease_transitions = None;
+            }
+            let operator = LeaseRecord::from_lease(&lease);
+            let member = LeaseMarks::of(&lease);
+            let readings = [
+                (
+                    "epoch",
+                    operator.epoch.to_string(),
+                    member.epoch.map_or("0".to_string(), |e| e.to_string()),
+                ),
+                (
+                    "acknowledged",
+                    operator.acknowledged.to_string(),
+                    (member.epoch.is_some() && member.acknowledged == member.epoch).to_string(),
+                ),
+                (
+                    "awaited predecessor",
+                    format!(
+                        "{:?}",
+                        operator
+                            .predecessor
+                            .filter(|p| p.pending())
+                            .map(|p| (p.pod, p.epoch.to_string()))
+                    ),
+                    format!("{:?}", member.awaited.map(|p| (p.pod, p.epoch.to_string()))),
+                ),
+            ];
+            for (field, by_operator, by_member) in readings {
+                if by_operator != by_member {
+                    disagree.push(format!(
+                        "{annotations:?}: {field}: operator {by_operator}, member {by_member}"
+                    ));
+                }
+            }
+        }
+        assert!(disagree.is_empty(), "{}", disagree.join("\n"));
+
+        // `+7` beside a count of transitions: no epoch to either; the operator alone counts.
+        let mut signed = record(3).apply_to(None, "l", "ns", Some("g"), None);
+        if let Some(a) = signed.metadata.annotations.as_mut() {
+            a.insert(EPOCH_ANNOTATION.into(), "+7".into());
+        }
+        assert_eq!(LeaseMarks::of(&signed).epoch, None);
+        assert_eq!(LeaseRecord::from_lease(&signed).epoch, 3);
     }
 
     #[test]

@@ -1,17 +1,15 @@
 //! The role, and the rule that decides it: a pure function of what the API server last confirmed
 //! and of the monotonic clock, tested without a cluster.
 
-use std::{collections::BTreeMap, fmt, time::Duration};
+use std::{fmt, time::Duration};
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
 use tokio::time::Instant;
 
-use crate::wire::{
-    self, ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
-    PREDECESSOR_MEMBERS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
-    STEPPED_DOWN_BY_ANNOTATION, members,
-};
-use crate::{EPOCH_ANNOTATION, Epoch};
+use crate::Epoch;
+use crate::wire;
+/// The previous holder the Lease names: the one type the operator and the members read.
+pub use crate::wire::lease::Predecessor;
 
 /// What this pod may do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,37 +110,19 @@ pub struct LeaseMarks {
     pub acknowledged_by: Vec<String>,
     /// The previous holder, while it has not stepped down (annotations
     /// `leadergroup.io/predecessor`, `-uid` and `-epoch`, without `leadergroup.io/stepped-down` at
-    /// that epoch): the operator labels the next leader only once it has.
+    /// that epoch from each of its members): the operator labels the next leader only once it has.
     pub awaited: Option<Predecessor>,
-}
-
-/// A previous holder of the Lease that has not stepped down yet.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Predecessor {
-    /// Its pod's name.
-    pub pod: String,
-    /// Its pod's UID, when recorded.
-    pub uid: Option<String>,
-    /// The epoch it held.
-    pub epoch: Epoch,
-    /// Its members that acknowledged, each awaited (empty: one member that did not say its name).
-    pub members: Vec<String>,
-    /// Its members that stepped down already.
-    pub stepped_down_by: Vec<String>,
 }
 
 impl LeaseMarks {
     /// Reads the marks of `lease`.
     pub fn of(lease: &Lease) -> LeaseMarks {
         let spec = lease.spec.as_ref();
-        let annotations = lease.metadata.annotations.as_ref();
         LeaseMarks {
             group: wire::lease::group(lease).map(str::to_owned),
             holder: wire::lease::holder(lease).map(str::to_owned),
             holder_uid: wire::lease::holder_uid(lease).map(str::to_owned),
-            epoch: annotations
-                .and_then(|a| a.get(EPOCH_ANNOTATION))
-                .and_then(|e| e.parse().ok()),
+            epoch: wire::lease::epoch(lease),
             duration: spec
                 .and_then(|s| s.lease_duration_seconds)
                 .and_then(|s| u64::try_from(s).ok())
@@ -151,11 +131,9 @@ impl LeaseMarks {
             heartbeat: wire::lease::heartbeat(lease),
             renewed_since_acquired: spec
                 .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time),
-            acknowledged: annotations
-                .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION))
-                .and_then(|e| e.parse().ok()),
+            acknowledged: wire::lease::acknowledged(lease),
             acknowledged_by: wire::lease::acknowledged_by(lease),
-            awaited: annotations.and_then(awaited_predecessor),
+            awaited: wire::lease::predecessor(lease).filter(Predecessor::pending),
         }
     }
 
@@ -209,29 +187,6 @@ impl LeaseMarks {
         self.epoch
             .filter(|_| self.heartbeat && self.holder.as_deref() == Some(pod_name))
     }
-}
-
-/// The predecessor the annotations name, unless it has stepped down: at its epoch, and each of
-/// its members that acknowledged.
-fn awaited_predecessor(annotations: &BTreeMap<String, String>) -> Option<Predecessor> {
-    let epoch: Epoch = annotations
-        .get(PREDECESSOR_EPOCH_ANNOTATION)?
-        .parse()
-        .ok()?;
-    let stepped_down = annotations
-        .get(STEPPED_DOWN_ANNOTATION)
-        .and_then(|v| v.parse::<Epoch>().ok());
-    let awaited_members = members(annotations.get(PREDECESSOR_MEMBERS_ANNOTATION));
-    let stepped_down_by = members(annotations.get(STEPPED_DOWN_BY_ANNOTATION));
-    let everyone = awaited_members.iter().all(|m| stepped_down_by.contains(m));
-    (stepped_down != Some(epoch) || !everyone).then_some(())?;
-    Some(Predecessor {
-        pod: annotations.get(PREDECESSOR_ANNOTATION)?.clone(),
-        uid: annotations.get(PREDECESSOR_UID_ANNOTATION).cloned(),
-        epoch,
-        members: awaited_members,
-        stepped_down_by,
-    })
 }
 
 /// In Heartbeat mode, the last renewal of the Lease by this pod that landed, by the instant it

@@ -168,13 +168,20 @@ pub mod pod {
     }
 }
 
-/// The group's Lease, read the one way every reader reads it. The epoch stays each reader's: the
-/// operator also counts `leaseTransitions` (never reusing a count another elector left), a member
-/// only the annotation.
+/// The group's Lease, read the one way every reader reads it: the operator and the members. An
+/// epoch is an [`Epoch`] wherever it is written (decimal digits, as the operator writes it; a sign
+/// or a space makes it no epoch). The operator alone also counts `leaseTransitions` when the
+/// annotation gives no epoch (never reusing a count another elector left), on top of this.
 pub mod lease {
+    use std::time::Duration;
+
     use super::{
-        ACKNOWLEDGED_BY_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
-        LIVENESS_HEARTBEAT, Lease, annotation, members,
+        ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, EPOCH_ANNOTATION, Epoch,
+        HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
+        LONGEST_LEASE_SECONDS_ANNOTATION, Lease, PREDECESSOR_ANNOTATION,
+        PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION,
+        PREDECESSOR_MEMBERS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
+        STEPPED_DOWN_BY_ANNOTATION, annotation, members,
     };
 
     /// The group the Lease belongs to: its group label, unless empty.
@@ -206,6 +213,101 @@ pub mod lease {
     pub fn acknowledged_by(lease: &Lease) -> Vec<String> {
         let listed = lease.metadata.annotations.as_ref();
         members(listed.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)))
+    }
+
+    /// An annotation's value, if it is an epoch.
+    fn epoch_at(lease: &Lease, key: &str) -> Option<Epoch> {
+        annotation(&lease.metadata, key)?.parse().ok()
+    }
+
+    /// The holder's fencing token: the epoch annotation, if it is an epoch.
+    pub fn epoch(lease: &Lease) -> Option<Epoch> {
+        epoch_at(lease, EPOCH_ANNOTATION)
+    }
+
+    /// The epoch at which the holder's members acknowledged, if it is an epoch.
+    pub fn acknowledged(lease: &Lease) -> Option<Epoch> {
+        epoch_at(lease, ACKNOWLEDGED_ANNOTATION)
+    }
+
+    /// The longest `leaseDurationSeconds` of the holder's tenure, when the operator recorded one
+    /// (only while longer than the current one).
+    pub fn longest_lease_seconds(lease: &Lease) -> Option<i32> {
+        annotation(&lease.metadata, LONGEST_LEASE_SECONDS_ANNOTATION)?
+            .parse()
+            .ok()
+    }
+
+    /// The previous holder the Lease names, stepped down or not; none when its pod or its epoch
+    /// is missing, or the epoch is not one (only the operator writes them).
+    pub fn predecessor(lease: &Lease) -> Option<Predecessor> {
+        let meta = &lease.metadata;
+        let epoch = epoch_at(lease, PREDECESSOR_EPOCH_ANNOTATION)?;
+        let listed = |key| members(meta.annotations.as_ref().and_then(|a| a.get(key)));
+        let awaited = listed(PREDECESSOR_MEMBERS_ANNOTATION);
+        let stepped_down_by = listed(STEPPED_DOWN_BY_ANNOTATION);
+        let at_epoch = epoch_at(lease, STEPPED_DOWN_ANNOTATION) == Some(epoch);
+        Some(Predecessor {
+            pod: annotation(meta, PREDECESSOR_ANNOTATION)?.to_owned(),
+            uid: annotation(meta, PREDECESSOR_UID_ANNOTATION).map(str::to_owned),
+            epoch,
+            lease_seconds: annotation(meta, PREDECESSOR_LEASE_SECONDS_ANNOTATION)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            stepped_down: at_epoch && awaited.iter().all(|m| stepped_down_by.contains(m)),
+            // Names listed at another epoch said so of another predecessor.
+            stepped_down_by: if at_epoch {
+                stepped_down_by
+            } else {
+                Vec::new()
+            },
+            members: awaited,
+        })
+    }
+
+    /// A previous holder of the group's Lease (annotations `leadergroup.io/predecessor`, `-uid`,
+    /// `-epoch`, `-lease-seconds`, `-members`), written by the operator when it deposes a holder
+    /// that acknowledged: until it has stepped down, the next leader is not labeled.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    pub struct Predecessor {
+        /// Its pod's name.
+        pub pod: String,
+        /// Its pod's UID, when recorded: only that incarnation's members may say it stepped
+        /// down.
+        pub uid: Option<String>,
+        /// The epoch it held.
+        pub epoch: Epoch,
+        /// The `leaseDurationSeconds` of the Lease it last saw (0 when not written): its
+        /// members' confirmation holds for two thirds of it, whatever the group's spec says since.
+        pub lease_seconds: i32,
+        /// Its members that acknowledged, each waited for (empty: one that did not say its name).
+        pub members: Vec<String>,
+        /// Its members that said they stepped down at `epoch` (annotation
+        /// `leadergroup.io/stepped-down-by`, while `leadergroup.io/stepped-down` is `epoch`).
+        pub stepped_down_by: Vec<String>,
+        /// It no longer reports `Leader` at `epoch`: annotation `leadergroup.io/stepped-down` at
+        /// `epoch`, and each of `members` said so.
+        pub stepped_down: bool,
+    }
+
+    impl Predecessor {
+        /// How long after the handover its members may still report `Leader` without being
+        /// told: their confirmation's validity, two thirds of the Lease it last saw.
+        pub fn validity(&self) -> Duration {
+            Duration::from_millis(u64::try_from(self.lease_seconds).unwrap_or(0) * 2000 / 3)
+        }
+
+        /// Still to step down.
+        pub fn pending(&self) -> bool {
+            !self.stepped_down
+        }
+
+        /// Whether the pod `pod` of UID `uid` is this predecessor's incarnation: the same name
+        /// and the same recorded UID. A pod created again under the name (after a forced
+        /// deletion, its old process may still run) is another.
+        pub fn is_incarnation(&self, pod: &str, uid: Option<&str>) -> bool {
+            self.pod == pod && self.uid.as_deref() == uid
+        }
     }
 }
 
@@ -294,6 +396,158 @@ mod tests {
         lease.metadata = meta(&[(LEASE_GROUP_LABEL, "")], &[]);
         assert_eq!(lease::group(&lease), None);
         assert!(!lease::heartbeat(&lease));
+    }
+
+    fn lease_with(annotations: &[(&str, &str)]) -> Lease {
+        Lease {
+            metadata: meta(&[], annotations),
+            ..Lease::default()
+        }
+    }
+
+    /// Every epoch of the Lease is read by the one rule, whichever annotation holds it: decimal
+    /// digits up to `i64::MAX`, and nothing else (i64's own parser takes a sign).
+    #[test]
+    fn a_leases_epochs_are_read_by_one_rule_wherever_they_are() {
+        let e = |n: i64| Epoch::new(n);
+        let table: &[(&str, Option<Epoch>)] = &[
+            ("7", e(7)),
+            ("0", e(0)),
+            ("007", e(7)),
+            ("9223372036854775807", e(i64::MAX)),
+            ("9223372036854775808", None),
+            ("+7", None),
+            ("-1", None),
+            (" 7", None),
+            ("7 ", None),
+            ("", None),
+            ("seven", None),
+            ("7.0", None),
+        ];
+        for &(value, expected) in table {
+            let holder = lease_with(&[(EPOCH_ANNOTATION, value)]);
+            assert_eq!(lease::epoch(&holder), expected, "epoch {value:?}");
+            let acknowledged = lease_with(&[(ACKNOWLEDGED_ANNOTATION, value)]);
+            assert_eq!(
+                lease::acknowledged(&acknowledged),
+                expected,
+                "acknowledged {value:?}"
+            );
+            let named = lease_with(&[
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, value),
+            ]);
+            assert_eq!(
+                lease::predecessor(&named).map(|p| p.epoch),
+                expected,
+                "predecessor epoch {value:?}"
+            );
+            // A step-down counts only at the predecessor's epoch, read by the same rule.
+            let said = lease_with(&[
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, "7"),
+                (STEPPED_DOWN_ANNOTATION, value),
+            ]);
+            let pending = lease::predecessor(&said).map(|p| p.pending());
+            assert_eq!(pending, Some(expected != e(7)), "stepped down {value:?}");
+        }
+        assert_eq!(lease::epoch(&Lease::default()), None);
+    }
+
+    /// The predecessor's step-down: each member that acknowledged says so at its epoch; names
+    /// listed at another epoch said so of another predecessor.
+    #[test]
+    fn a_predecessor_steps_down_once_each_member_said_so_at_its_epoch() {
+        let named = |more: &[(&'static str, &'static str)]| {
+            let mut all = vec![
+                (PREDECESSOR_ANNOTATION, "pod-b"),
+                (PREDECESSOR_UID_ANNOTATION, "uid-b"),
+                (PREDECESSOR_EPOCH_ANNOTATION, "6"),
+                (PREDECESSOR_LEASE_SECONDS_ANNOTATION, "30"),
+            ];
+            all.extend_from_slice(more);
+            lease::predecessor(&lease_with(&all)).expect("named")
+        };
+        /// The annotations beside the predecessor, whether it is pending, the names counted.
+        type Row<'a> = (&'a [(&'a str, &'a str)], bool, &'a [&'a str]);
+        let table: &[Row<'_>] = &[
+            (&[], true, &[]),
+            (&[(PREDECESSOR_MEMBERS_ANNOTATION, "b,a")], true, &[]),
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
+                    (STEPPED_DOWN_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_ANNOTATION, "a"),
+                ],
+                true,
+                &["a"],
+            ),
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
+                    (STEPPED_DOWN_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_ANNOTATION, "b,a"),
+                ],
+                false,
+                &["a", "b"],
+            ),
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
+                    (STEPPED_DOWN_ANNOTATION, "5"),
+                    (STEPPED_DOWN_BY_ANNOTATION, "a,b"),
+                ],
+                true,
+                &[],
+            ),
+            // A member that did not say its name: the epoch alone.
+            (&[(STEPPED_DOWN_ANNOTATION, "6")], false, &[]),
+        ];
+        for &(more, pending, said) in table {
+            let p = named(more);
+            let counted: Vec<&str> = p.stepped_down_by.iter().map(String::as_str).collect();
+            assert_eq!(
+                (p.pending(), counted.as_slice()),
+                (pending, said),
+                "{more:?}"
+            );
+        }
+        let p = named(&[(PREDECESSOR_MEMBERS_ANNOTATION, "b,a")]);
+        assert_eq!(
+            (p.pod.as_str(), p.uid.as_deref(), p.members.as_slice()),
+            (
+                "pod-b",
+                Some("uid-b"),
+                ["a".to_owned(), "b".to_owned()].as_slice()
+            )
+        );
+        assert_eq!(p.validity(), std::time::Duration::from_secs(20));
+        assert!(p.is_incarnation("pod-b", Some("uid-b")));
+        assert!(!p.is_incarnation("pod-b", Some("uid-c")));
+        assert_eq!(named(&[]).lease_seconds, 30);
+        let unreadable = lease_with(&[
+            (PREDECESSOR_ANNOTATION, "pod-b"),
+            (PREDECESSOR_EPOCH_ANNOTATION, "6"),
+            (PREDECESSOR_LEASE_SECONDS_ANNOTATION, "thirty"),
+        ]);
+        assert_eq!(
+            lease::predecessor(&unreadable).map(|p| p.lease_seconds),
+            Some(0)
+        );
+        // No pod, or no epoch: no predecessor.
+        let no_pod = lease_with(&[(PREDECESSOR_EPOCH_ANNOTATION, "6")]);
+        let no_epoch = lease_with(&[(PREDECESSOR_ANNOTATION, "pod-b")]);
+        assert_eq!(lease::predecessor(&no_pod), None);
+        assert_eq!(lease::predecessor(&no_epoch), None);
+    }
+
+    #[test]
+    fn the_longest_lease_seconds_read_back_and_a_malformed_one_is_none() {
+        let longest =
+            |v| lease::longest_lease_seconds(&lease_with(&[(LONGEST_LEASE_SECONDS_ANNOTATION, v)]));
+        assert_eq!(longest("30"), Some(30));
+        assert_eq!(longest("thirty"), None);
+        assert_eq!(lease::longest_lease_seconds(&Lease::default()), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use leadergroup_client::Epoch;
 
 use super::Observation;
 use super::commit::until;
@@ -40,7 +41,7 @@ pub(super) fn predecessor(
     // The holder itself, named when its Lease was created again: still in its tenure, so no
     // time since the handover has passed for it.
     let holding = !deposed_now
-        && lease.epoch == predecessor.epoch
+        && lease.epoch == predecessor.epoch.get()
         && lease
             .holder
             .as_deref()
@@ -69,7 +70,7 @@ fn lost_with_the_lease(obs: &Observation<'_>) -> Option<Predecessor> {
     Some(Predecessor {
         pod,
         uid,
-        epoch: status.epoch,
+        epoch: Epoch::new(status.epoch)?,
         lease_seconds: longest_known(obs, None),
         // Which of its members acknowledged went with the Lease.
         members: vec![UNKNOWN_MEMBERS.to_string()],
@@ -97,7 +98,7 @@ fn labeled_beside_another_holder(
     Some(Predecessor {
         pod: labeled,
         uid: pod.metadata.uid.clone(),
-        epoch,
+        epoch: Epoch::new(epoch)?,
         lease_seconds: longest_known(obs, Some(lease)),
         // The Lease no longer says which of its members acknowledged.
         members: vec![UNKNOWN_MEMBERS.to_string()],

@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use leadergroup_client::Epoch;
 use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 use leadergroup_operator::lease_record::{LeaseRecord, Predecessor, UNKNOWN_PREDECESSOR};
 
@@ -63,7 +64,8 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
                     pod_name(pod)
                 },
                 uid: (pod != UNKNOWN_POD).then(|| pod_uid(pod)),
-                epoch,
+                // The model's epochs are small and positive.
+                epoch: Epoch::try_from(epoch).unwrap_or(Epoch::ZERO),
                 lease_seconds: i32::from(duration),
                 // The model's clients write no step-down: the operator's own knowledge ends it.
                 members: Vec::new(),

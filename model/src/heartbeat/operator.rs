@@ -149,7 +149,7 @@ fn committed(
             } else {
                 pod_id(&p.pod)?
             },
-            p.epoch,
+            i64::from(p.epoch),
             u8::try_from(p.lease_seconds)
                 .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?,
             p.stepped_down,

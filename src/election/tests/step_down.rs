@@ -365,7 +365,7 @@ fn pending_z() -> Predecessor {
     Predecessor {
         pod: "z".into(),
         uid: None,
-        epoch: 3,
+        epoch: leadergroup_client::Epoch::from(3u32),
         lease_seconds: 15,
         members: Vec::new(),
         stepped_down_by: Vec::new(),
