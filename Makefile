@@ -210,10 +210,13 @@ IT_TESTS = $(eval IT_TESTS := $(or $(shell cargo metadata --no-deps --format-ver
 # ledger example's binary), then starts one control plane for all test binaries. The trap stops it
 # when the tests end; the watchdog (--watch-pid: this recipe's shell) when make is killed instead.
 # The build scripts print their cached bin folder (building it first on a fresh machine); called
-# in the recipe, not by make, so that `make -n` builds nothing.
+# in the recipe, not by make, so that `make -n` builds nothing. Helm 3 too (charts/tests/helm3.sh,
+# cached): tests/it/chart.rs runs the chart's release with it as well as with the control plane's
+# Helm 4.
 # it-recipe BUILD_SCRIPT CLUSTER_DIR
 define it-recipe
 	cargo test --workspace --no-run
+	charts/tests/helm3.sh >/dev/null
 	@bin=$$($(1)); \
 	trap 'controlplane/cluster.sh down --dir "$(2)"' EXIT; \
 	controlplane/cluster.sh up --dir "$(2)" --watch-pid $$$$ --bin-dir "$$bin"; \

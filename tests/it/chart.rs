@@ -10,7 +10,9 @@
 //!   running with a token of the chart's ServiceAccount;
 //! - the CRD's lifecycle (install with the default values, Established, the same schema as
 //!   crds/leadergroup.yaml, `helm upgrade`, `helm uninstall` keeping it and the LeaderGroups) runs
-//!   on a private API server of its own, where the release is the CRD's only owner.
+//!   on a private API server of its own, where the release is the CRD's only owner; once with the
+//!   control plane's Helm 4 and once with Helm 3 (`charts/tests/helm3.sh`, built once and cached),
+//!   as most clusters are still installed with it.
 
 mod guard;
 mod lease_guard;
@@ -440,13 +442,79 @@ async fn established_crd(client: &Client) -> CustomResourceDefinition {
     .unwrap()
 }
 
+/// Which Helm runs a release's commands.
+#[derive(Clone, Copy, Debug)]
+enum Helm {
+    /// The control plane's (`controlplane/build.sh`), Helm 4.
+    Four,
+    /// Helm 3, from `charts/tests/helm3.sh`'s cache.
+    Three,
+}
+
+impl Helm {
+    /// `helm` against `cluster`: the control plane's binary, or Helm 3's with the same
+    /// environment (the cluster's KUBECONFIG).
+    fn on(self, cluster: &PrivateCluster) -> std::process::Command {
+        let four = cluster.tool("helm");
+        match self {
+            Helm::Four => four,
+            Helm::Three => {
+                let mut three = std::process::Command::new(helm3_bin());
+                for (name, value) in four.get_envs() {
+                    if let Some(value) = value {
+                        three.env(name, value);
+                    }
+                }
+                three
+            }
+        }
+    }
+}
+
+/// Helm 3's binary, as `charts/tests/helm3.sh` built it (`make it` and `.ci/run` build it first;
+/// here it is never built, as the control plane is not: that would take minutes).
+fn helm3_bin() -> std::path::PathBuf {
+    let out = std::process::Command::new(repo_root().join("charts/tests/helm3.sh"))
+        .env("LEADERGROUP_NO_BUILD", "1")
+        .output()
+        .expect("running charts/tests/helm3.sh");
+    assert!(
+        out.status.success(),
+        "Helm 3 is not built: run charts/tests/helm3.sh\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("helm");
+    let version = std::process::Command::new(&bin)
+        .args(["version", "--short"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&version.stdout).starts_with("v3."),
+        "{} is not Helm 3: {version:?}",
+        bin.display()
+    );
+    bin
+}
+
 #[tokio::test]
 async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_the_groups() {
-    let cluster = PrivateCluster::start("chart").await.unwrap();
+    default_release(Helm::Four, "chart").await;
+}
+
+#[tokio::test]
+async fn default_release_with_helm_3_installs_upgrades_and_uninstalls() {
+    default_release(Helm::Three, "chart-helm3").await;
+}
+
+/// The default values' release on an API server of its own, with `helm`: installed (the CRD
+/// owned and kept), the operator run as deployed, upgraded, uninstalled, reinstalled without
+/// `crds.keep` and uninstalled again.
+async fn default_release(helm: Helm, name: &str) {
+    let cluster = PrivateCluster::start(name).await.unwrap();
     let client = cluster.client().await.unwrap();
     let release = "leadergroup-operator";
 
-    let mut install = cluster.tool("helm");
+    let mut install = helm.on(&cluster);
     install.args(["install", release]).arg(chart_dir()).args([
         "--namespace",
         "leadergroup-system",
@@ -666,7 +734,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
     scrape_as_reader(&operator, &prometheus, &token).await;
     operator.kill().await;
 
-    let mut upgrade = cluster.tool("helm");
+    let mut upgrade = helm.on(&cluster);
     upgrade.args(["upgrade", release]).arg(chart_dir()).args([
         "--namespace",
         "leadergroup-system",
@@ -682,7 +750,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         "upgrade kept the CRD (not recreated)"
     );
 
-    let mut uninstall = cluster.tool("helm");
+    let mut uninstall = helm.on(&cluster);
     uninstall.args(["uninstall", release, "--namespace", "leadergroup-system"]);
     let (ok, out, err) = run_tool(uninstall).await;
     assert!(ok, "{err}\n{out}");
@@ -723,7 +791,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
 
     // The counter-check: with crds.keep=false the same uninstall deletes the CRD. (The kept CRD
     // still carries this release's ownership metadata, so the reinstall adopts it.)
-    let mut reinstall = cluster.tool("helm");
+    let mut reinstall = helm.on(&cluster);
     reinstall.args(["install", release]).arg(chart_dir());
     reinstall.args([
         "--namespace",
@@ -737,7 +805,7 @@ async fn default_release_installs_upgrades_and_on_uninstall_keeps_the_crd_and_th
         uid,
         "adopted, not recreated"
     );
-    let mut uninstall = cluster.tool("helm");
+    let mut uninstall = helm.on(&cluster);
     uninstall.args(["uninstall", release, "--namespace", "leadergroup-system"]);
     run_ok(uninstall).await;
     // Deleting (the LeaderGroup's finalizer holds it in Terminating: no operator runs any more).
