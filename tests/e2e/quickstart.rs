@@ -5,7 +5,8 @@
 //!
 //! One substitution, because the cluster has no route out: the page's `busybox:1.36` becomes the
 //! busybox image the real cluster's nodes carry (`images/build.sh busybox`). The agent's image is
-//! the page's as `images/build.sh agent` names it. Beyond the commands' success, the test checks
+//! the page's as `images/build.sh agent` names it, and the member's rights come from the kubectl
+//! plugin in `target/release/`, which the release build of `make e2e` made. Beyond the commands' success, the test checks
 //! the agent's files (one leader) and the fenced write (the leader's landed at its token, the
 //! deposed one's was refused).
 

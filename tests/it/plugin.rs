@@ -1,14 +1,14 @@
 //! `kubectl leadergroup` (the plugin binary) against the light cluster with the operator running:
 //! `status` as text and JSON, a `switchover` to a named pod and to the next in the succession with
 //! its time, the refusal of a pod that cannot lead (it names the reason), `pause` and `resume`,
-//! the history, and each pod's eligibility.
+//! the history, and each pod's eligibility; `member-rbac`'s manifests applied and what they grant.
 
 use std::process::Output;
 
 use kube::api::PostParams;
 use leadergroup_testenv::control_plane;
 
-use crate::common::{Operator, World, group};
+use crate::common::{Operator, World, group, run_tool};
 
 /// Runs the plugin in namespace `ns` with the light cluster's kubeconfig.
 async fn plugin(ns: &str, args: &[&str]) -> Output {
@@ -189,5 +189,72 @@ async fn the_plugin_takes_kubectls_kubeconfig_and_context_flags() {
     assert!(
         !out.status.success() && stderr.contains("no-such-context"),
         "{stderr}"
+    );
+}
+
+/// `member-rbac`: what it prints applies with kubectl as it is, and grants the group's member
+/// exactly a member's rights (docs/reference/member-role.yaml): its namespace's pods to read, the
+/// group's Lease to read and update, and no other Lease nor anything else.
+#[tokio::test]
+async fn member_rbac_prints_what_a_member_needs_and_nothing_more() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("plugin-member").await;
+    let ns = w.ns.name.as_str();
+    let manifests = plugin_ok(ns, &["member-rbac", "web", "--service-account", "web"]).await;
+    let mut apply = cp.kubectl();
+    apply
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), manifests.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply of\n{manifests}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let member = format!("system:serviceaccount:{ns}:web");
+    let can = |verb: &'static str, what: &'static str| {
+        let mut check = cp.kubectl();
+        check.args(["auth", "can-i", verb, what, "-n", ns, "--as", &member]);
+        async move { run_tool(check).await.1.trim() == "yes" }
+    };
+    for verb in ["get", "watch", "update"] {
+        assert!(
+            can(verb, "leases/leadergroup-web").await,
+            "{verb} the group's Lease"
+        );
+    }
+    for verb in ["get", "watch"] {
+        assert!(can(verb, "pods/web-0").await, "{verb} a pod");
+    }
+    for (verb, what) in [
+        ("update", "leases/leadergroup-other"),
+        ("get", "leases/someone-else"),
+        ("create", "leases"),
+        ("delete", "leases/leadergroup-web"),
+        ("patch", "pods/web-0"),
+        ("list", "secrets"),
+        ("get", "leadergroups.leadergroup.io/web"),
+    ] {
+        assert!(!can(verb, what).await, "{verb} {what} is not a member's");
+    }
+    // Without the ServiceAccount, for one managed elsewhere: the Role and its binding alone.
+    let bare = plugin_ok(
+        ns,
+        &[
+            "member-rbac",
+            "web",
+            "--service-account",
+            "web",
+            "--no-service-account",
+        ],
+    )
+    .await;
+    assert!(
+        !bare.contains("\nkind: ServiceAccount\n") && bare.contains("\nkind: RoleBinding\n"),
+        "{bare}"
     );
 }

@@ -48,4 +48,6 @@ pub enum PluginError {
     },
     #[error("cannot print the report: {0}")]
     Print(String),
+    #[error("{0}")]
+    Usage(String),
 }

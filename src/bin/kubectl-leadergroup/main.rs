@@ -6,10 +6,13 @@
 //! - `switchover GROUP [POD]`: moves leadership (through `spec.preferredLeader`), waits for the
 //!   handover and prints how long it took; refuses a pod that cannot lead and says why;
 //! - `history GROUP`: the last changes of leader, newest first;
-//! - `pause GROUP`, `resume GROUP`: `spec.paused`.
+//! - `pause GROUP`, `resume GROUP`: `spec.paused`;
+//! - `member-rbac GROUP --service-account SA`: the ServiceAccount, Role and RoleBinding a member of
+//!   GROUP needs, printed for `kubectl apply -f -`.
 
 mod error;
 mod groups;
+mod member;
 mod report;
 mod switchover;
 
@@ -82,6 +85,18 @@ enum Command {
     Pause { group: String },
     /// Lets GROUP's transitions happen again (spec.paused: false).
     Resume { group: String },
+    /// Prints the rights a member of GROUP needs (the agent, the client crate's Membership): the
+    /// ServiceAccount its pods run as, a Role on their pods and the group's Lease alone, and the
+    /// RoleBinding; for `| kubectl apply -f -`. Reads nothing from the cluster.
+    MemberRbac {
+        group: String,
+        /// The ServiceAccount the group's pods run as.
+        #[arg(long)]
+        service_account: String,
+        /// Leave the ServiceAccount out (one that exists already, managed elsewhere).
+        #[arg(long)]
+        no_service_account: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -128,6 +143,25 @@ async fn connect(
 }
 
 async fn run(cli: Cli) -> Result<(), PluginError> {
+    if let Command::MemberRbac {
+        group,
+        service_account,
+        no_service_account,
+    } = &cli.command
+    {
+        // No request: the namespace given, else the kubeconfig context's, else `default`.
+        let namespace = match &cli.namespace {
+            Some(namespace) => namespace.clone(),
+            None => connect(cli.kubeconfig.as_deref(), cli.context.clone())
+                .await
+                .map_or_else(|_| "default".to_owned(), |c| c.default_namespace),
+        };
+        print!(
+            "{}",
+            member::member_rbac(group, &namespace, service_account, !no_service_account)?
+        );
+        return Ok(());
+    }
     let config = connect(cli.kubeconfig.as_deref(), cli.context.clone()).await?;
     let namespace = cli
         .namespace
@@ -174,6 +208,8 @@ async fn run(cli: Cli) -> Result<(), PluginError> {
         }
         Command::Pause { group } => set_paused(&groups, &group, true).await,
         Command::Resume { group } => set_paused(&groups, &group, false).await,
+        // Printed above, before connecting.
+        Command::MemberRbac { .. } => Ok(()),
     }
 }
 
