@@ -157,6 +157,47 @@ def image_build_ref(name):
     raise ValueError(name)
 
 
+def check_platform(objs):
+    """The values a platform team sets: commonLabels on every object (never in the selector),
+    global.imageRegistry before the repository, revisionHistoryLimit, extra volumes and mounts
+    beside the chart's, the probes' timing, and the NetworkPolicy: ingress to the probes' port from
+    any peer and to the secure metrics port from metricsFrom alone, egress as given."""
+    check_common(objs)
+    for o in objs:
+        labels = o["metadata"].get("labels") or {}
+        check(labels.get("cost-center") == "platform", f"{o['kind']}/{o['metadata']['name']}: commonLabels missing")
+    dep, pod, ctr, _ = deployment_parts(objs)
+    check("cost-center" not in dep["spec"]["selector"]["matchLabels"], "commonLabels must stay out of the selector")
+    check(dep["spec"]["template"]["metadata"]["labels"].get("cost-center") == "platform", "commonLabels on the pods")
+    want = f"registry.example.com:5000/mirror/leadergroup-operator:{chart_meta()['appVersion']}"
+    check(ctr["image"] == want and ctr.get("imagePullPolicy") == "IfNotPresent",
+          f"global.imageRegistry: {ctr['image']} {ctr.get('imagePullPolicy')}, want {want} IfNotPresent")
+    check(dep["spec"].get("revisionHistoryLimit") == 3, "revisionHistoryLimit")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["name"]: m for m in ctr.get("volumeMounts", [])}
+    check(set(volumes) == {"metrics-tls", "ca"} and volumes["ca"].get("configMap") == {"name": "corp-ca"},
+          f"extraVolumes beside metrics-tls: {volumes}")
+    check(set(mounts) == {"metrics-tls", "ca"} and mounts["ca"] == {"name": "ca", "mountPath": "/etc/corp-ca", "readOnly": True},
+          f"extraVolumeMounts beside metrics-tls: {mounts}")
+    check(ctr["livenessProbe"]["periodSeconds"] == 20 and ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"},
+          f"probes.liveness: {ctr['livenessProbe']}")
+    check(ctr["readinessProbe"].get("successThreshold") == 2 and ctr["readinessProbe"]["httpGet"]["path"] == "/readyz",
+          f"probes.readiness: {ctr['readinessProbe']}")
+    policy = one(objs, "NetworkPolicy", namespace=NAMESPACE)
+    if policy:
+        spec = policy["spec"]
+        check(spec["podSelector"] == {"matchLabels": dep["spec"]["selector"]["matchLabels"]}, f"podSelector {spec['podSelector']}")
+        check(spec["policyTypes"] == ["Ingress", "Egress"], f"policyTypes {spec['policyTypes']}")
+        ingress = {tuple(p["port"] for p in r["ports"]): r.get("from") for r in spec["ingress"]}
+        check(ingress == {("http",): None, ("https-metrics",): PLATFORM_METRICS_FROM}, f"ingress {spec['ingress']}")
+        check(spec.get("egress") == PLATFORM_EGRESS, f"egress {spec.get('egress')}")
+
+
+# networkPolicy of static.sh's platform values.
+PLATFORM_METRICS_FROM = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+PLATFORM_EGRESS = [{"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 6443, "protocol": "TCP"}]}]
+
+
 def check_registry_image(objs):
     """image.repository set to a registry's name (the chart README's registry install): pulled
     IfNotPresent, at the appVersion tag."""
@@ -257,6 +298,13 @@ def check_default(objs):
     check(pod.get("terminationGracePeriodSeconds") == 30,
           f"terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds')}, want 30")
     check("topologySpreadConstraints" not in pod, "no topologySpreadConstraints by default")
+    check(spec.get("revisionHistoryLimit") == 10, f"revisionHistoryLimit {spec.get('revisionHistoryLimit')}, want 10")
+    timing = lambda probe: {k: v for k, v in ctr.get(probe, {}).items() if k != "httpGet"}
+    check(timing("livenessProbe") == {"initialDelaySeconds": 5, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3},
+          f"livenessProbe timing {timing('livenessProbe')}")
+    check(timing("readinessProbe") == {"initialDelaySeconds": 0, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2},
+          f"readinessProbe timing {timing('readinessProbe')}")
+    check("volumes" not in pod and "volumeMounts" not in ctr, "no volumes by default")
     check(arg(args, "--log-format") == "json", "--log-format must follow logFormat (json)")
     check(arg(args, "--concurrency") == "64", "--concurrency must follow concurrency (64)")
     check(arg(args, "--per-group-metrics") == "true", "--per-group-metrics must be on by default (metrics.perGroup)")
@@ -814,6 +862,7 @@ def main():
          "plain-metrics": lambda: check_plain_metrics(objs),
          "readme-names": lambda: check_readme_names(objs),
          "registry-image": lambda: check_registry_image(objs),
+         "platform": lambda: check_platform(objs),
          "no-guard": lambda: check_no_guard(objs, rest[0]),
          "existing-service-account": lambda: check_existing_service_account(objs, rest[0])}[name]()
     for e in errors:

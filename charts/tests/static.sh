@@ -154,6 +154,24 @@ serviceMonitor:
 admissionGuard: {enabled: true, namespaceSelector: {matchLabels: {team: platform}}}
 YAML
 render custom -f "$tmp/custom-values.yaml" && assert custom custom
+# What a platform team asks for (issue 52): commonLabels, global.imageRegistry,
+# revisionHistoryLimit, extra volumes, the probes' timing and the NetworkPolicy.
+cat >"$tmp/platform-values.yaml" <<'YAML'
+global: {imageRegistry: registry.example.com:5000/mirror}
+commonLabels: {cost-center: platform}
+revisionHistoryLimit: 3
+metrics: {certSecret: metrics-tls}
+extraVolumes: [{name: ca, configMap: {name: corp-ca}}]
+extraVolumeMounts: [{name: ca, mountPath: /etc/corp-ca, readOnly: true}]
+probes:
+  liveness: {initialDelaySeconds: 5, periodSeconds: 20, timeoutSeconds: 3, failureThreshold: 3}
+  readiness: {initialDelaySeconds: 0, periodSeconds: 5, timeoutSeconds: 2, failureThreshold: 2, successThreshold: 2}
+networkPolicy:
+  enabled: true
+  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+  egress: [{to: [{ipBlock: {cidr: 10.0.0.1/32}}], ports: [{port: 6443, protocol: TCP}]}]
+YAML
+render platform -f "$tmp/platform-values.yaml" && assert platform platform
 # The monitoring objects (all off by default: check_default lists every kind it renders), and the
 # alerts unit-tested by promtool on the rules as rendered.
 # shellcheck disable=SC2086
@@ -190,7 +208,7 @@ declare -A value_sets=(
   [default]="" [watch]="--set watchNamespace=team-a" [no-guard]="--set admissionGuard.enabled=false"
   [single]="--set replicas=1 --set leaderElection.enabled=false" [monitoring]="$monitoring"
   [existing-sa]="--set serviceAccount.create=false --set serviceAccount.name=platform-operator"
-  [custom]="-f $tmp/custom-values.yaml" [plain]="$plain"
+  [custom]="-f $tmp/custom-values.yaml" [plain]="$plain" [platform]="-f $tmp/platform-values.yaml"
 )
 mkdir -p "$tmp/crd-schemas"
 python3 "$here/json_schemas.py" crd "$crd_source" "$tmp/crd-schemas" 2>"$tmp/crd-schemas.err" ||
@@ -245,6 +263,14 @@ refuse "an authorization without credentials" "/serviceMonitor/authorization" --
 refuse "a relabeling of an unknown action" "/serviceMonitor/relabelings/0/action" --set 'serviceMonitor.relabelings[0].action=rename'
 refuse "an unknown key of a metric relabeling" "additional properties 'source_labels' not allowed" --set 'serviceMonitor.metricRelabelings[0].source_labels[0]=a'
 refuse "an unknown image pull policy" "/image/pullPolicy" --set image.pullPolicy=Sometimes
+refuse "commonLabels taking the selector's label" "commonLabels sets app.kubernetes.io/instance" --set 'commonLabels.app\.kubernetes\.io/instance=x'
+refuse "commonLabels carrying a mark" "commonLabels sets label leadergroup.io/role" --set 'commonLabels.leadergroup\.io/role=leader'
+refuse "a probe's path" "additional properties 'path' not allowed" --set probes.liveness.path=/x
+refuse "a probe period of zero" "/probes/readiness/periodSeconds" --set probes.readiness.periodSeconds=0
+refuse "a negative revisionHistoryLimit" "/revisionHistoryLimit" --set revisionHistoryLimit=-1
+refuse "a mount without its path" "/extraVolumeMounts/0" --set 'extraVolumeMounts[0].name=ca'
+refuse "a NetworkPolicy peer of an unknown kind" "additional properties 'namespace' not allowed" --set 'networkPolicy.metricsFrom[0].namespace=monitoring'
+refuse "a registry that is no registry" "/global/imageRegistry" --set 'global.imageRegistry=Not A Registry'
 refuse "an unknown key of the scrape's tlsConfig" "additional properties 'insecure' not allowed" --set serviceMonitor.tlsConfig.insecure=true
 refuse "a metrics reader of an unknown kind" "/metrics/readers/0/kind" --set 'metrics.readers[0].kind=Pod' --set 'metrics.readers[0].name=x'
 refuse "a ServiceAccount reader without its namespace" "a ServiceAccount needs its namespace" --set 'metrics.readers[0].kind=ServiceAccount' --set 'metrics.readers[0].name=prom'

@@ -39,6 +39,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ include "leadergroup-operator.chart" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* Name of the ServiceAccount the operator runs as. */}}
@@ -79,12 +82,19 @@ watchNamespaces (at most one entry). Refuses two entries, and the two values dis
 {{- default $fromList .Values.watchNamespace -}}
 {{- end -}}
 
-{{/* Image reference: repository, then @digest if set, else :tag (default: appVersion). */}}
+{{/*
+Image reference: global.imageRegistry/ when set, the repository, then @digest if set, else :tag
+(default: appVersion).
+*/}}
 {{- define "leadergroup-operator.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.global.imageRegistry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 
@@ -96,7 +106,7 @@ pull could only fail, and from Docker Hub), IfNotPresent for an image in a regis
 {{- define "leadergroup-operator.imagePullPolicy" -}}
 {{- if .Values.image.pullPolicy -}}
 {{- .Values.image.pullPolicy -}}
-{{- else if eq .Values.image.repository "leadergroup-operator" -}}
+{{- else if and (eq .Values.image.repository "leadergroup-operator") (not .Values.global.imageRegistry) -}}
 Never
 {{- else -}}
 IfNotPresent
@@ -218,6 +228,15 @@ Included from the Deployment so every render checks it.
 {{- $values := ternary $.Values.podLabels $.Values.podAnnotations (eq .field "labels") -}}
 {{- if hasKey $values .key -}}
 {{- fail (printf "pod%s sets %s %s: that is the operator's mark on the pods it elects, never on its own pods. Remove it." (ternary "Labels" "Annotations" (eq .field "labels")) .noun .key) -}}
+{{- end -}}
+{{- if and (eq .field "labels") (hasKey ($.Values.commonLabels | default dict) .key) -}}
+{{- fail (printf "commonLabels sets %s %s: that is the operator's mark on the pods it elects, never on its own pods. Remove it." .noun .key) -}}
+{{- end -}}
+{{- end -}}
+{{- /* commonLabels beside the chart's own labels: the same key twice would be invalid YAML. */ -}}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "helm.sh/chart" -}}
+{{- if hasKey ($.Values.commonLabels | default dict) $key -}}
+{{- fail (printf "commonLabels sets %s, which the chart sets itself (app.kubernetes.io/name and /instance select the operator's pods). Remove it." $key) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
