@@ -69,8 +69,10 @@ pub struct Handovers {
 impl Handovers {
     /// Adds what the histories of repetition `rep`, struck at `t0`, gave.
     pub fn judged(&mut self, rep: usize, t0: SystemTime, report: &Report) {
-        self.app_overlap_ms.push(report.app_overlap_ms);
-        self.app_none_ms.push(report.none_ms);
+        // To the microsecond: the digits beyond are the float's noise of Unix milliseconds.
+        let us = |ms: f64| (ms * 1e3).round() / 1e3;
+        self.app_overlap_ms.push(us(report.app_overlap_ms));
+        self.app_none_ms.push(us(report.none_ms));
         for o in report.overlaps() {
             self.split_brains += 1;
             let who: Vec<String> = o.members.iter().map(|(name, _)| name.clone()).collect();
