@@ -414,7 +414,7 @@ impl Report {
         let settles: Vec<Duration> = self.rounds.iter().map(|r| r.settle).collect();
         let at = |t: Option<jiff::Timestamp>| {
             t.map_or_else(String::new, |t| {
-                t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+                t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
             })
         };
         Results {
@@ -697,7 +697,7 @@ mod tests {
         let commit = Commit {
             sha: "abc".into(),
             dirty: false,
-            dirty_paths: Vec::new(),
+            uncommitted: Vec::new(),
         };
         let results = report.results(commit, "test");
         let count = |id: &str| {

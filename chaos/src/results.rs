@@ -14,7 +14,7 @@ use crate::Error;
 use crate::report::secs;
 
 /// What a run found, and under which code and settings. Durations are whole milliseconds
-/// (`*_ms`), instants RFC 3339 in UTC.
+/// (`*_ms`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Results {
     /// The tree the run measured.
@@ -45,53 +45,37 @@ pub const OVERLAPS_KEPT: usize = 20;
 /// How many of the longest gaps the result keeps with their faults.
 pub const LONGEST_KEPT: usize = 10;
 
-/// `git rev-parse HEAD` of the tree measured, and whether tracked files differed from it.
+/// `git rev-parse HEAD` of the tree measured, and whether tracked files differed from it (the
+/// bench's results say the same in `run.commit` and `run.uncommitted`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Commit {
     pub sha: String,
     pub dirty: bool,
     /// The tracked files that differed (`git status --porcelain`), when dirty.
-    pub dirty_paths: Vec<String>,
+    pub uncommitted: Vec<String>,
 }
 
 impl Commit {
-    /// The commit checked out in `repo` now, and its uncommitted changes to tracked files.
+    /// The commit checked out in `repo` now, and its uncommitted changes to tracked files; an
+    /// error when git cannot say, since a result must name what it measured.
     pub fn of(repo: &Path) -> Result<Commit, Error> {
-        let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_owned();
-        let status = git(repo, &["status", "--porcelain=v1", "--untracked-files=no"])?;
-        // Each line is `XY PATH` (or `XY OLD -> NEW`).
-        let dirty_paths: Vec<String> = status
-            .lines()
-            .filter_map(|l| l.get(3..))
-            .map(str::to_owned)
-            .collect();
+        let (sha, uncommitted) = leadergroup_testenv::record::checkout(repo);
+        if sha == "?" {
+            return Err(Error::Setup(format!(
+                "git cannot say which commit {} is at",
+                repo.display()
+            )));
+        }
         Ok(Commit {
             sha,
-            dirty: !dirty_paths.is_empty(),
-            dirty_paths,
+            dirty: !uncommitted.is_empty(),
+            uncommitted,
         })
     }
 }
 
-fn git(repo: &Path, args: &[&str]) -> Result<String, Error> {
-    let what = || format!("git -C {} {}", repo.display(), args.join(" "));
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .output()
-        .map_err(|e| Error::Setup(format!("{}: {e}", what())))?;
-    if !out.status.success() {
-        return Err(Error::Setup(format!(
-            "{}: {}",
-            what(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// When the run started (before its control plane) and finished, and how long its parts took.
+/// When the run started (before its control plane) and finished (`YYYY-MM-DD HH:MM:SS UTC`, as
+/// the bench's results), and how long its parts took.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct RunTimes {
     pub started_at: String,
@@ -269,12 +253,9 @@ fn show_opt(ms: Option<u64>) -> String {
     ms.map_or_else(|| "–".into(), show)
 }
 
-/// An RFC 3339 instant as the page shows it, to the minute.
+/// An instant as the page shows it, to the minute.
 fn minute(at: &str) -> String {
-    at.parse::<jiff::Timestamp>().map_or_else(
-        |_| at.to_owned(),
-        |t| t.strftime("%Y-%m-%d %H:%M UTC").to_string(),
-    )
+    format!("{} UTC", at.get(..16).unwrap_or(at))
 }
 
 /// What each invariant says and what was checked, for the page's table.
@@ -407,12 +388,12 @@ impl Results {
         let dirty = if self.commit.dirty {
             let shown: Vec<String> = self
                 .commit
-                .dirty_paths
+                .uncommitted
                 .iter()
                 .take(5)
                 .map(|p| format!("`{p}`"))
                 .collect();
-            let more = self.commit.dirty_paths.len().saturating_sub(shown.len());
+            let more = self.commit.uncommitted.len().saturating_sub(shown.len());
             format!(
                 ", with uncommitted changes to {}{}",
                 shown.join(", "),
@@ -749,7 +730,12 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!(back, results);
         assert_eq!(back.markdown("chaos/results/x.json"), page);
-        assert!(page.contains("on commit `abc`, with uncommitted changes to `src/a.rs`"));
+        assert!(
+            page.contains(
+                "on 2026-12-07 18:05 UTC, on commit `abc`, with uncommitted changes to `src/a.rs`"
+            ),
+            "{page}"
+        );
         assert!(page.contains("| agent paused | 3 | 2 | 1 |"), "{page}");
         assert!(page.contains("- 1× its agent is paused"), "{page}");
         assert!(page.contains("- App: two at once"), "{page}");
@@ -760,13 +746,13 @@ mod tests {
             commit: Commit {
                 sha: "abc".into(),
                 dirty: true,
-                dirty_paths: vec!["src/a.rs".into()],
+                uncommitted: vec!["src/a.rs".into()],
             },
             seed: 3,
             command: "leadergroup-chaos --seed 3 --faults 3".into(),
             run: RunTimes {
-                started_at: "2026-12-07T18:00:00Z".into(),
-                finished_at: "2026-12-07T18:05:00Z".into(),
+                started_at: "2026-12-07 18:00:00 UTC".into(),
+                finished_at: "2026-12-07 18:05:00 UTC".into(),
                 setup_ms: 5000,
                 faults_ms: 290_000,
                 total_ms: 295_000,
