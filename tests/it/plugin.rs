@@ -1,7 +1,9 @@
 //! `kubectl leadergroup` (the plugin binary) against the light cluster with the operator running:
 //! `status` as text and JSON, a `switchover` to a named pod and to the next in the succession with
 //! its time, the refusal of a pod that cannot lead (it names the reason), `pause` and `resume`,
-//! the history, and each pod's eligibility; `member-rbac`'s manifests applied and what they grant.
+//! the history, and each pod's eligibility; `report`'s sections; `status -A`; kubectl's
+//! completion through `kubectl_complete-leadergroup`; `member-rbac`'s manifests applied and what
+//! they grant.
 
 use std::process::Output;
 
@@ -142,6 +144,119 @@ async fn status_switchover_pause_and_resume() {
         text.contains(&format!("pod:         {} NotReady", pods[1])),
         "{text}"
     );
+
+    // What a bug report needs, in one document: the group, its Lease, each pod's marks, the
+    // Events, and the operator's sections (it runs as a process here, not as a pod: they say
+    // where they looked).
+    let report = plugin_ok(ns, &["report", "pay", "--operator-namespace", ns]).await;
+    for section in [
+        "# LeaderGroup pay in namespace",
+        "## The group",
+        "## Its Lease",
+        "## Its pods: phase, readiness and the operator's marks",
+        "## Events of the group and its pods",
+        "## The operator's Lease",
+        "## The operator's log",
+    ] {
+        assert!(report.contains(section), "{section}:\n{report}");
+    }
+    assert!(
+        report.contains(&format!("holderIdentity: {}", pods[2])),
+        "{report}"
+    );
+    let leader_line = report
+        .lines()
+        .find(|l| l.starts_with(&pods[2]))
+        .unwrap_or_default();
+    assert!(
+        leader_line.contains(" leader ") && leader_line.trim_end().ends_with(" 4"),
+        "{report}"
+    );
+    assert!(report.contains("LeaderGroup/pay Initial"), "{report}");
+    assert!(report.contains("no operator pod in namespace"), "{report}");
+}
+
+/// `status -A`: the groups of every namespace, each with its own namespace and Lease.
+#[tokio::test]
+async fn status_of_every_namespace() {
+    let a = World::new("plugin-all-a").await;
+    let b = World::new("plugin-all-b").await;
+    for w in [&a, &b] {
+        w.groups
+            .create(&PostParams::default(), &group("pay", "pay"))
+            .await
+            .unwrap();
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&plugin_ok(&a.ns.name, &["status", "-A", "-o", "json"]).await)
+            .unwrap();
+    let listed: Vec<(String, String)> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["namespace"].as_str().unwrap().to_owned(),
+                g["group"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for w in [&a, &b] {
+        assert!(
+            listed.contains(&(w.ns.name.clone(), "pay".to_owned())),
+            "{} missing from {listed:?}",
+            w.ns.name
+        );
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted, "by namespace, then name");
+    let refused = plugin(&a.ns.name, &["status", "pay", "-A"]).await;
+    assert!(!refused.status.success(), "a group and -A together");
+}
+
+/// kubectl's completion of `kubectl leadergroup ...` asks `kubectl_complete-leadergroup` (here a
+/// link to the plugin): the subcommands, then the namespace's group names from the cluster.
+#[tokio::test]
+async fn completes_subcommands_and_group_names_for_kubectl() {
+    let cp = control_plane().await.unwrap();
+    let w = World::new("plugin-complete").await;
+    for name in ["pay", "payroll", "web"] {
+        w.groups
+            .create(&PostParams::default(), &group(name, name))
+            .await
+            .unwrap();
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(&w.ns.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("kubectl_complete-leadergroup");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-leadergroup"), &link).unwrap();
+    let complete = |words: Vec<String>| {
+        let link = link.clone();
+        async move {
+            let out = tokio::process::Command::new(&link)
+                .args(&words)
+                .env("KUBECONFIG", cp.kubeconfig_path())
+                .output()
+                .await
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    assert_eq!(complete(vec!["sw".into()]).await, "switchover\n:4\n");
+    let groups = complete(vec![
+        "-n".into(),
+        w.ns.name.clone(),
+        "status".into(),
+        "pa".into(),
+    ])
+    .await;
+    assert_eq!(groups, "pay\npayroll\n:4\n");
+    // The script for a shell run on its own.
+    let script = plugin_ok(&w.ns.name, &["completion", "bash"]).await;
+    assert!(script.contains("kubectl-leadergroup"), "{script}");
 }
 
 /// kubectl's connection flags: `--kubeconfig` and `--context` are the plugin's too, whatever

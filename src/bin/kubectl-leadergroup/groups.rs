@@ -51,14 +51,47 @@ impl Groups {
         Ok(groups)
     }
 
-    /// The group's Lease, if there is one (its name is in the status).
+    /// The groups of every namespace (`-A`): the same API, cluster-wide.
+    pub fn all_api(&self) -> Api<LeaderGroup> {
+        Api::all(self.client.clone())
+    }
+
+    /// Every group of every namespace, by namespace then name.
+    pub async fn list_all(&self) -> Result<Vec<LeaderGroup>, PluginError> {
+        let mut groups = self
+            .all_api()
+            .list(&Default::default())
+            .await
+            .map_err(|source| PluginError::Api {
+                group: "*".to_owned(),
+                namespace: "*".to_owned(),
+                source,
+            })?
+            .items;
+        groups.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(groups)
+    }
+
+    /// The group's Lease, if there is one (its name is in the status), in the group's namespace.
     pub async fn lease_of(&self, group: &LeaderGroup) -> Result<Option<Lease>, PluginError> {
         let name = group.lease_name();
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let namespace = group
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(&self.namespace);
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         leases
             .get_opt(&name)
             .await
-            .map_err(|e| self.api_error(group.metadata.name.as_deref().unwrap_or(""), e))
+            .map_err(|source| PluginError::Api {
+                group: group.metadata.name.clone().unwrap_or_default(),
+                namespace: namespace.to_owned(),
+                source,
+            })
     }
 
     /// Waits until group `name` satisfies `done`, up to `timeout`, through a watch; `None` when

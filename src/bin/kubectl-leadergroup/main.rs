@@ -1,15 +1,21 @@
 //! `kubectl leadergroup`: a kubectl plugin for LeaderGroups. kubectl runs it for
 //! `kubectl leadergroup ...` when it is on the PATH; it reads the same kubeconfig.
 //!
-//! - `status [GROUP] [-w] [-o text|json|yaml]`: leader, epoch, the succession, the Lease's holder
-//!   and the age of its last renewal, the conditions;
+//! - `status [GROUP | -A] [-w] [-o text|json|yaml]`: leader, epoch, the succession, the Lease's
+//!   holder and the age of its last renewal, the conditions; `-A` of every namespace's groups;
 //! - `switchover GROUP [POD]`: moves leadership (through `spec.preferredLeader`), waits for the
 //!   handover and prints how long it took; refuses a pod that cannot lead and says why;
 //! - `history GROUP`: the last changes of leader, newest first;
 //! - `pause GROUP`, `resume GROUP`: `spec.paused`;
 //! - `member-rbac GROUP --service-account SA`: the ServiceAccount, Role and RoleBinding a member of
-//!   GROUP needs, printed for `kubectl apply -f -`.
+//!   GROUP needs, printed for `kubectl apply -f -`;
+//! - `report GROUP`: what a bug report needs, as Markdown (the group, its Lease, its pods' marks,
+//!   the Events, the operator's Lease and recent log lines);
+//! - `completion SHELL`: the shell's completion script; run as `kubectl_complete-leadergroup`, it
+//!   answers kubectl's completion of `kubectl leadergroup ...` (`completion.rs`).
 
+mod bug_report;
+mod completion;
 mod error;
 mod groups;
 mod member;
@@ -57,6 +63,9 @@ enum Command {
     /// Leader, epoch, succession, Lease and conditions of one group, or of every group.
     Status {
         group: Option<String>,
+        /// Every group of every namespace (kubectl's -A).
+        #[arg(short = 'A', long, conflicts_with = "group")]
+        all_namespaces: bool,
         /// Print again on every change.
         #[arg(short, long)]
         watch: bool,
@@ -85,6 +94,21 @@ enum Command {
     Pause { group: String },
     /// Lets GROUP's transitions happen again (spec.paused: false).
     Resume { group: String },
+    /// Gathers what a bug report needs, as Markdown: versions, the group, its Lease, its pods'
+    /// phase, readiness and marks, the Events of the group and its pods, the operator's Lease and
+    /// the operator pods' last log lines.
+    Report {
+        group: String,
+        /// The operator's namespace (its release's), where its Lease and pods are.
+        #[arg(long, default_value = "leadergroup-system")]
+        operator_namespace: String,
+        /// How many of each operator pod's last log lines.
+        #[arg(long, default_value_t = 200)]
+        tail: i64,
+    },
+    /// Prints the completion script of SHELL for `kubectl-leadergroup` (link the binary as
+    /// `kubectl_complete-leadergroup` on the PATH for kubectl's own `kubectl leadergroup <TAB>`).
+    Completion { shell: clap_complete::Shell },
     /// Prints the rights a member of GROUP needs (the agent, the client crate's Membership): the
     /// ServiceAccount its pods run as, a Role on their pods and the group's Lease alone, and the
     /// RoleBinding; for `| kubectl apply -f -`. Reads nothing from the cluster.
@@ -108,6 +132,13 @@ enum Output {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let invoked = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&invoked)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref() == Some(completion::KUBECTL_COMPLETE) {
+        return complete_for_kubectl().await;
+    }
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -116,6 +147,36 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// kubectl's completion of `kubectl leadergroup ARGS...`: the candidates for the last word.
+/// Group names are read from the cluster (the kubeconfig as kubectl's; at most a few seconds);
+/// anything that fails there offers no candidate rather than an error.
+async fn complete_for_kubectl() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let candidates = match completion::want(&args) {
+        completion::Want::Words(words) => words,
+        completion::Want::Groups { namespace, prefix } => {
+            let names = async {
+                let config = connect(None, None).await.ok()?;
+                let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+                let client = Client::try_from(config).ok()?;
+                let groups = Groups { client, namespace };
+                groups.list().await.ok()
+            };
+            tokio::time::timeout(Duration::from_secs(5), names)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .iter()
+                .map(ResourceExt::name_any)
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        }
+    };
+    print!("{}", completion::answer(&candidates));
+    ExitCode::SUCCESS
 }
 
 /// The client configuration, as kubectl finds it: the file and context given, or inferred.
@@ -143,6 +204,10 @@ async fn connect(
 }
 
 async fn run(cli: Cli) -> Result<(), PluginError> {
+    if let Command::Completion { shell } = &cli.command {
+        completion::script(*shell, &mut std::io::stdout());
+        return Ok(());
+    }
     if let Command::MemberRbac {
         group,
         service_account,
@@ -171,9 +236,10 @@ async fn run(cli: Cli) -> Result<(), PluginError> {
     match cli.command {
         Command::Status {
             group,
+            all_namespaces,
             watch,
             output,
-        } => status(&groups, group.as_deref(), watch, output).await,
+        } => status(&groups, group.as_deref(), all_namespaces, watch, output).await,
         Command::Switchover {
             group,
             pod,
@@ -208,8 +274,20 @@ async fn run(cli: Cli) -> Result<(), PluginError> {
         }
         Command::Pause { group } => set_paused(&groups, &group, true).await,
         Command::Resume { group } => set_paused(&groups, &group, false).await,
+        Command::Report {
+            group,
+            operator_namespace,
+            tail,
+        } => {
+            let scope = bug_report::OperatorScope {
+                namespace: operator_namespace,
+                tail_lines: tail,
+            };
+            print!("{}", bug_report::report(&groups, &group, &scope).await?);
+            Ok(())
+        }
         // Printed above, before connecting.
-        Command::MemberRbac { .. } => Ok(()),
+        Command::MemberRbac { .. } | Command::Completion { .. } => Ok(()),
     }
 }
 
@@ -231,15 +309,21 @@ async fn set_paused(groups: &Groups, name: &str, paused: bool) -> Result<(), Plu
 async fn status(
     groups: &Groups,
     name: Option<&str>,
+    all_namespaces: bool,
     watch: bool,
     output: Output,
 ) -> Result<(), PluginError> {
     let selected = match name {
         Some(name) => vec![groups.get(name).await?],
+        None if all_namespaces => groups.list_all().await?,
         None => groups.list().await?,
     };
     if selected.is_empty() && !watch {
-        println!("no LeaderGroups in namespace {}", groups.namespace);
+        if all_namespaces {
+            println!("no LeaderGroups in any namespace");
+        } else {
+            println!("no LeaderGroups in namespace {}", groups.namespace);
+        }
         return Ok(());
     }
     let mut reports = Vec::new();
@@ -258,16 +342,22 @@ async fn status(
         Some(name) => watcher::Config::default().fields(&format!("metadata.name={name}")),
         None => watcher::Config::default(),
     };
-    let mut changes = std::pin::pin!(
-        watcher(groups.api(), config)
-            .default_backoff()
-            .applied_objects()
-    );
+    let api = if all_namespaces {
+        groups.all_api()
+    } else {
+        groups.api()
+    };
+    let mut changes = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
     while let Some(changed) = changes.next().await {
         let Ok(group) = changed else { continue };
         let lease = groups.lease_of(&group).await?;
         let report = GroupReport::of(&group, lease.as_ref(), jiff::Timestamp::now());
-        println!("--- {} at {}", group.name_any(), jiff::Timestamp::now());
+        println!(
+            "--- {} in {} at {}",
+            group.name_any(),
+            group.namespace().unwrap_or_default(),
+            jiff::Timestamp::now()
+        );
         print(&[&report], output, || report.text())?;
     }
     Ok(())
