@@ -38,6 +38,9 @@
 #             its libraries, CA certificates, user 65532, busybox-static as /bin/sh (as client-go)
 # The agent's and the ledger's names are the ones examples/ledger/manifests use (version: the
 # workspace's), stored as docker.io/library/NAME:TAG, what the CRI makes of a bare `NAME:TAG`.
+# The images hold the host's binaries and the libraries ldd lists: they run on Linux of the
+# building machine's architecture (the config says which). Only the operator's and the ledger's
+# build without busybox-static.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -66,8 +69,19 @@ trap 'rm -rf "$work"' EXIT
 
 busybox=/bin/busybox
 static_busybox() { [[ -x $busybox && $(LC_ALL=C ldd "$busybox" 2>&1 || true) == *"not a dynamic executable"* ]]; }
-static_busybox || die "$busybox missing or not static: run controlplane/node-deps.sh (installs busybox-static)"
+# Every image but the operator's and the ledger's carries busybox-static (a shell, sleep, httpd).
+needs_busybox=()
+for name in "${names[@]}"; do [[ $name == operator || $name == ledger ]] || needs_busybox+=("$name"); done
+if [[ -n $build ]] && ((${#needs_busybox[@]})) && ! static_busybox; then
+  die "$busybox missing or not static, which the images ${needs_busybox[*]} carry: install Debian's busybox-static (apt-get install busybox-static; controlplane/node-deps.sh installs it with the real cluster's packages)"
+fi
 
+# The OCI name of this machine's architecture, which the images' binaries are built for.
+case $(uname -m) in
+  x86_64) arch=amd64 ;;
+  aarch64 | arm64) arch=arm64 ;;
+  *) arch=$(uname -m) ;;
+esac
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }
 blob() { # blob FILE: moves FILE into the layout's blobs, prints its digest
@@ -94,7 +108,7 @@ oci_archive() {
   layer_size=$(size "$work/layer.tar")
   layer=$(blob "$work/layer.tar")
   cat >"$work/config.json" <<JSON
-{"architecture":"amd64","os":"linux","config":{"User":"$user","Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":$entrypoint,"Cmd":$cmd,"WorkingDir":"/","Labels":{"org.opencontainers.image.title":"$name"}},"rootfs":{"type":"layers","diff_ids":["sha256:$layer"]},"history":[{"created_by":"images/build.sh"}]}
+{"architecture":"$arch","os":"linux","config":{"User":"$user","Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":$entrypoint,"Cmd":$cmd,"WorkingDir":"/","Labels":{"org.opencontainers.image.title":"$name"}},"rootfs":{"type":"layers","diff_ids":["sha256:$layer"]},"history":[{"created_by":"images/build.sh"}]}
 JSON
   config_size=$(size "$work/config.json")
   config=$(blob "$work/config.json")
@@ -106,7 +120,7 @@ JSON
   # io.containerd.image.name: the full name containerd stores (what the CRI resolves a pod's
   # `image:` to); org.opencontainers.image.ref.name: the tag, for other OCI tools.
   cat >"$layout/index.json" <<JSON
-{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$ref","org.opencontainers.image.ref.name":"${ref##*:}"}}]}
+{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"$arch","os":"linux"},"annotations":{"io.containerd.image.name":"$ref","org.opencontainers.image.ref.name":"${ref##*:}"}}]}
 JSON
   echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
   tar -C "$layout" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out/$name.tar.tmp" oci-layout index.json blobs
