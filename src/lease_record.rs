@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 
 use leadergroup_client::Epoch;
 use leadergroup_client::wire::{
-    self, ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION,
+    self, ACKNOWLEDGED_BY_ANNOTATION, ACKNOWLEDGED_BY_EPOCH_ANNOTATION,
+    PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, STEPPED_DOWN_BY_EPOCH_ANNOTATION,
+    UNNAMED_MEMBER,
 };
 
 use crate::crd::{
@@ -139,7 +141,19 @@ impl LeaseRecord {
         let spec = lease.spec.clone().unwrap_or_default();
         let annotated = wire::lease::epoch(lease).map_or(0, Epoch::get);
         let epoch = annotated.max(i64::from(spec.lease_transitions.unwrap_or(0)));
-        let acknowledged = wire::lease::acknowledged(lease).is_some_and(|e| e.get() == epoch);
+        let at_epoch = |e: Option<Epoch>| e.is_some_and(|e| e.get() == epoch);
+        let named = at_epoch(wire::lease::acknowledged(lease));
+        // A member of 0.2.0 acknowledges without a name: it is waited for all the same.
+        let unnamed = at_epoch(wire::lease::acknowledged_unnamed(lease));
+        let mut acknowledged_by = match named {
+            true => wire::lease::acknowledged_by(lease),
+            false => Vec::new(),
+        };
+        // Listed beside names; alone, none listed (as 0.2.0 wrote it).
+        if unnamed && !acknowledged_by.is_empty() {
+            acknowledged_by.push(UNNAMED_MEMBER.to_owned());
+            acknowledged_by.sort();
+        }
         LeaseRecord {
             holder: wire::lease::holder(lease).map(str::to_owned),
             holder_uid: wire::lease::holder_uid(lease).map(str::to_owned),
@@ -156,12 +170,8 @@ impl LeaseRecord {
             lapsed: annotations
                 .and_then(|a| a.get(LAPSED_ANNOTATION))
                 .and_then(|v| Lapsed::parse(v)),
-            acknowledged,
-            acknowledged_by: if acknowledged {
-                wire::lease::acknowledged_by(lease)
-            } else {
-                Vec::new()
-            },
+            acknowledged: named || unnamed,
+            acknowledged_by,
             predecessor: wire::lease::predecessor(lease),
         }
     }
@@ -310,18 +320,28 @@ impl LeaseRecord {
             Some(lapsed) => annotations.insert(LAPSED_ANNOTATION.to_string(), lapsed.value()),
             None => annotations.remove(LAPSED_ANNOTATION),
         };
-        if self.acknowledged {
-            annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), self.epoch.to_string());
-        } else {
-            annotations.remove(ACKNOWLEDGED_ANNOTATION);
-        }
-        match self.acknowledged_by.is_empty() || !self.acknowledged {
-            true => annotations.remove(ACKNOWLEDGED_BY_ANNOTATION),
-            false => annotations.insert(
-                ACKNOWLEDGED_BY_ANNOTATION.to_string(),
-                self.acknowledged_by.join(","),
-            ),
+        // The unnamed member's acknowledgement (0.2.0) and the names' stay apart: a member of
+        // 0.2.0 takes `leadergroup.io/acknowledged` for its own, whoever wrote it.
+        let named: Vec<&str> = self
+            .acknowledged_by
+            .iter()
+            .map(String::as_str)
+            .filter(|m| *m != UNNAMED_MEMBER)
+            .collect();
+        let unnamed = self.acknowledged
+            && (named.is_empty() || self.acknowledged_by.iter().any(|m| m == UNNAMED_MEMBER));
+        let mut set = |key: &str, value: Option<String>| match value {
+            Some(v) => annotations.insert(key.to_string(), v),
+            None => annotations.remove(key),
         };
+        let epoch = self.epoch.to_string();
+        set(ACKNOWLEDGED_ANNOTATION, unnamed.then(|| epoch.clone()));
+        let by_name = self.acknowledged && !named.is_empty();
+        set(
+            ACKNOWLEDGED_BY_EPOCH_ANNOTATION,
+            by_name.then(|| epoch.clone()),
+        );
+        set(ACKNOWLEDGED_BY_ANNOTATION, by_name.then(|| named.join(",")));
         match self.longest_seconds.filter(|l| *l > self.duration_seconds) {
             Some(longest) => annotations.insert(
                 LONGEST_LEASE_SECONDS_ANNOTATION.to_string(),
@@ -370,11 +390,24 @@ fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Pred
         }
         said
     });
-    set(STEPPED_DOWN_BY_ANNOTATION, said.as_deref().and_then(listed));
-    let stepped_down = p
-        .filter(|p| p.stepped_down || !p.stepped_down_by.is_empty())
-        .map(|p| p.epoch.to_string());
-    set(STEPPED_DOWN_ANNOTATION, stepped_down);
+    // The names at their epoch; the unnamed member (0.2.0) as `leadergroup.io/stepped-down`,
+    // which only it reads: a name's step-down must not end its wait.
+    let named: Option<Vec<String>> = said
+        .as_ref()
+        .map(|s| s.iter().filter(|m| *m != UNNAMED_MEMBER).cloned().collect());
+    let epoch = |when: bool| p.filter(|_| when).map(|p| p.epoch.to_string());
+    let by_name = named.as_ref().is_some_and(|n| !n.is_empty());
+    set(
+        STEPPED_DOWN_BY_ANNOTATION,
+        named.as_deref().and_then(listed),
+    );
+    set(STEPPED_DOWN_BY_EPOCH_ANNOTATION, epoch(by_name));
+    // None listed: one unnamed member, whose step-down is the whole predecessor's.
+    let unnamed = p.is_some_and(|p| p.members.is_empty() && p.stepped_down)
+        || said
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|m| m == UNNAMED_MEMBER));
+    set(STEPPED_DOWN_ANNOTATION, epoch(unnamed));
 }
 
 /// How often a Lease of `duration_seconds` is renewed: every third of its duration, so that a
@@ -386,6 +419,75 @@ pub fn renew_interval(duration_seconds: i32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Safety round five, finding 4: a member of 0.2.0 beside one of this version. The 0.2.0
+    /// member reports `Leader` on `leadergroup.io/acknowledged` at its epoch, whoever wrote it,
+    /// and steps down with `leadergroup.io/stepped-down` alone: the operator never writes that
+    /// key for a named acknowledgement, and waits for the unnamed member's step-down beside the
+    /// named ones'.
+    #[test]
+    fn a_member_of_0_2_0_is_waited_for_beside_the_named_ones_and_never_rides_on_them() {
+        // Named only: nothing a 0.2.0 member would take for its own acknowledgement.
+        let named = LeaseRecord {
+            acknowledged: true,
+            acknowledged_by: vec!["app".into()],
+            ..record(6)
+        };
+        let lease = named.apply_to(None, "l", "ns", None, None);
+        let annotations = lease.metadata.annotations.clone().unwrap();
+        assert!(
+            !annotations.contains_key(ACKNOWLEDGED_ANNOTATION),
+            "{annotations:?}"
+        );
+        assert_eq!(LeaseRecord::from_lease(&lease), named);
+
+        // The 0.2.0 member acknowledged too, its way: the epoch, no name.
+        let mut both = lease.clone();
+        both.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ACKNOWLEDGED_ANNOTATION.into(), "6".into());
+        let read = LeaseRecord::from_lease(&both);
+        assert_eq!(read.acknowledged_by, [UNNAMED_MEMBER, "app"]);
+        let deposed = read.predecessor_after_holder().expect("it acknowledged");
+        assert_eq!(deposed.members, [UNNAMED_MEMBER, "app"]);
+        let r = LeaseRecord {
+            holder: Some("pod-c".into()),
+            acknowledged: false,
+            acknowledged_by: Vec::new(),
+            predecessor: Some(deposed),
+            ..record(7)
+        };
+        let mut next = r.apply_to(Some(&both), "l", "ns", None, None);
+        assert_eq!(LeaseRecord::from_lease(&next), r);
+        let set = |lease: &mut Lease, key: &str, value: &str| {
+            let a = lease.metadata.annotations.as_mut().unwrap();
+            a.insert(key.into(), value.into());
+        };
+        // The named member's step-down does not end the unnamed one's wait.
+        set(&mut next, STEPPED_DOWN_BY_EPOCH_ANNOTATION, "6");
+        set(&mut next, STEPPED_DOWN_BY_ANNOTATION, "app");
+        let pending = LeaseRecord::from_lease(&next).predecessor.unwrap();
+        assert!(pending.pending(), "{pending:?}");
+        // Rewritten by the operator meanwhile: still pending, and no word of the 0.2.0 member's.
+        let again = LeaseRecord::from_lease(&next).apply_to(Some(&next), "l", "ns", None, None);
+        let kept = again.metadata.annotations.clone().unwrap();
+        assert!(!kept.contains_key(STEPPED_DOWN_ANNOTATION), "{kept:?}");
+        assert!(
+            LeaseRecord::from_lease(&again)
+                .predecessor
+                .unwrap()
+                .pending()
+        );
+        set(&mut next, STEPPED_DOWN_ANNOTATION, "6");
+        assert!(
+            !LeaseRecord::from_lease(&next)
+                .predecessor
+                .unwrap()
+                .pending()
+        );
+    }
 
     fn record(epoch: i64) -> LeaseRecord {
         LeaseRecord {
@@ -555,7 +657,7 @@ mod tests {
         assert_eq!(LeaseRecord::from_lease(&lease), r);
         let say = |lease: &mut Lease, by: &str| {
             let a = lease.metadata.annotations.as_mut().unwrap();
-            a.insert(STEPPED_DOWN_ANNOTATION.into(), "6".into());
+            a.insert(STEPPED_DOWN_BY_EPOCH_ANNOTATION.into(), "6".into());
             a.insert(STEPPED_DOWN_BY_ANNOTATION.into(), by.into());
         };
         say(&mut lease, "agent");
@@ -598,11 +700,23 @@ mod tests {
     fn the_operator_reads_a_lease_as_its_members_do() {
         use leadergroup_client::role::LeaseMarks;
         let cases: &[&[(&str, &str)]] = &[
-            &[(EPOCH_ANNOTATION, "+7"), (ACKNOWLEDGED_ANNOTATION, "7")],
+            &[
+                (EPOCH_ANNOTATION, "+7"),
+                (ACKNOWLEDGED_BY_EPOCH_ANNOTATION, "7"),
+                (ACKNOWLEDGED_BY_ANNOTATION, "m1"),
+            ],
             &[(EPOCH_ANNOTATION, "-1")],
             &[(EPOCH_ANNOTATION, " 7")],
-            &[(EPOCH_ANNOTATION, "7"), (ACKNOWLEDGED_ANNOTATION, "+7")],
-            &[(EPOCH_ANNOTATION, "7"), (ACKNOWLEDGED_ANNOTATION, "7")],
+            &[
+                (EPOCH_ANNOTATION, "7"),
+                (ACKNOWLEDGED_BY_EPOCH_ANNOTATION, "+7"),
+                (ACKNOWLEDGED_BY_ANNOTATION, "m1"),
+            ],
+            &[
+                (EPOCH_ANNOTATION, "7"),
+                (ACKNOWLEDGED_BY_EPOCH_ANNOTATION, "7"),
+                (ACKNOWLEDGED_BY_ANNOTATION, "m1"),
+            ],
             &[
                 (EPOCH_ANNOTATION, "7"),
                 (PREDECESSOR_ANNOTATION, "pod-b"),
@@ -641,8 +755,10 @@ mod tests {
                     member.epoch.map_or("0".to_string(), |e| e.to_string()),
                 ),
                 (
+                    // By name: what a member of this version reads (the unnamed acknowledgement
+                    // of 0.2.0 is the operator's alone to wait for).
                     "acknowledged",
-                    operator.acknowledged.to_string(),
+                    (operator.acknowledged && !operator.acknowledged_by.is_empty()).to_string(),
                     (member.epoch.is_some() && member.acknowledged == member.epoch).to_string(),
                 ),
                 (

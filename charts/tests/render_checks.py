@@ -486,7 +486,8 @@ def check_lease_guard(objs, sa_name, namespace_selector):
 # annotations, and the keys a member writes there (the guard binds them to the pod concerned).
 KEYS_ELSEWHERE = {"role": "pod label", "group": "pod annotation and Lease label", "released-by": "operator Lease",
                   "fence": "pod annotation (the barrier)", "fence-epoch": "application object", "cleanup": "finalizer"}
-MEMBER_KEYS = {"acknowledged", "acknowledged-by", "stepped-down", "stepped-down-by"}
+MEMBER_KEYS = {"acknowledged", "acknowledged-by", "acknowledged-by-epoch", "stepped-down", "stepped-down-by",
+               "stepped-down-by-epoch"}
 
 
 def doc_pages(root):

@@ -18,8 +18,8 @@ use tokio::time::timeout;
 use crate::error::{MembershipError, Request};
 use crate::publication::Note;
 use crate::wire::{
-    ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, STEPPED_DOWN_ANNOTATION,
-    STEPPED_DOWN_BY_ANNOTATION, with_member,
+    ACKNOWLEDGED_BY_ANNOTATION, ACKNOWLEDGED_BY_EPOCH_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION,
+    STEPPED_DOWN_BY_EPOCH_ANNOTATION, with_member,
 };
 
 /// Renews `read` (the Lease as last seen, naming this pod at its epoch), bounded by `limit`:
@@ -42,9 +42,13 @@ pub(crate) async fn renew(
         .cloned()
     {
         let annotations = read.metadata.annotations.get_or_insert_default();
-        let listed = with_member(acknowledged_at(annotations, &epoch), member);
-        annotations.insert(ACKNOWLEDGED_ANNOTATION.to_string(), epoch);
-        annotations.insert(ACKNOWLEDGED_BY_ANNOTATION.to_string(), listed);
+        note_in(
+            annotations,
+            ACKNOWLEDGED_BY_EPOCH_ANNOTATION,
+            ACKNOWLEDGED_BY_ANNOTATION,
+            epoch,
+            member,
+        );
     }
     replace(api, read, limit, request).await
 }
@@ -60,11 +64,32 @@ pub(crate) async fn write_note(
     request: Request,
 ) -> Result<Lease, MembershipError> {
     let (key, by, epoch) = match note {
-        Note::Acknowledged(epoch) => (ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, epoch),
-        Note::SteppedDown(epoch) => (STEPPED_DOWN_ANNOTATION, STEPPED_DOWN_BY_ANNOTATION, epoch),
+        Note::Acknowledged(epoch) => (
+            ACKNOWLEDGED_BY_EPOCH_ANNOTATION,
+            ACKNOWLEDGED_BY_ANNOTATION,
+            epoch,
+        ),
+        Note::SteppedDown(epoch) => (
+            STEPPED_DOWN_BY_EPOCH_ANNOTATION,
+            STEPPED_DOWN_BY_ANNOTATION,
+            epoch,
+        ),
     };
-    let epoch = epoch.to_string();
     let annotations = read.metadata.annotations.get_or_insert_default();
+    note_in(annotations, key, by, epoch.to_string(), member);
+    replace(api, read, limit, request).await
+}
+
+/// Adds `member` to the names annotation `by` at `epoch` (annotation `key`). Only the keys of the
+/// handshake by name: `leadergroup.io/acknowledged` and `stepped-down` are left to members of
+/// 0.2.0, which would take either, whoever wrote it, for their own word.
+fn note_in(
+    annotations: &mut std::collections::BTreeMap<String, String>,
+    key: &str,
+    by: &str,
+    epoch: String,
+    member: &str,
+) {
     // Names listed at another epoch said so of another tenure.
     let listed = match annotations.get(key) {
         Some(at) if *at == epoch => annotations.get(by).cloned(),
@@ -72,18 +97,6 @@ pub(crate) async fn write_note(
     };
     annotations.insert(key.to_string(), epoch);
     annotations.insert(by.to_string(), with_member(listed.as_ref(), member));
-    replace(api, read, limit, request).await
-}
-
-/// The members listed as acknowledging, if the acknowledgement is at `epoch`.
-fn acknowledged_at<'a>(
-    annotations: &'a std::collections::BTreeMap<String, String>,
-    epoch: &str,
-) -> Option<&'a String> {
-    annotations
-        .get(ACKNOWLEDGED_ANNOTATION)
-        .filter(|at| at.as_str() == epoch)
-        .and_then(|_| annotations.get(ACKNOWLEDGED_BY_ANNOTATION))
 }
 
 async fn replace(

@@ -103,8 +103,8 @@ pub struct LeaseMarks {
     /// `spec.renewTime` differs from `spec.acquireTime`: the Lease was renewed since its holder
     /// acquired it (the operator writes both alike when it hands the Lease over).
     pub renewed_since_acquired: bool,
-    /// Annotation `leadergroup.io/acknowledged`: the epoch at which the holder's member
-    /// acknowledged its leadership.
+    /// Annotation `leadergroup.io/acknowledged-by-epoch`: the epoch at which the members listed
+    /// by name acknowledged their leadership.
     pub acknowledged: Option<Epoch>,
     /// Annotation `leadergroup.io/acknowledged-by`: the members that acknowledged.
     pub acknowledged_by: Vec<String>,

@@ -52,22 +52,35 @@ pub const HOLDER_UID_ANNOTATION: &str = "leadergroup.io/holder-uid";
 /// elect it again until it turns NotReady, is created again under another UID, or renews as
 /// holder.
 pub const LAPSED_ANNOTATION: &str = "leadergroup.io/lapsed";
-/// Annotation on the group's Lease: the epoch at which the holder's member (its agent or client)
-/// acknowledged its leadership, before it first reported `Leader`. A holder that acknowledged may
-/// report `Leader` until it steps down, so the operator waits for its step-down once it deposes
-/// it; a holder without a member never acknowledges, and is not waited for.
+/// Annotation on the group's Lease: the epoch at which a member of 0.2.0 (the agent or client of
+/// that release, which says no name) acknowledged the holder's leadership, before it first
+/// reported `Leader`; such a member reports `Leader` once this says its epoch, whoever wrote it.
+/// Members of this version never write it, so that none of 0.2.0 leads on their word: a holder
+/// whose unnamed member acknowledged here is waited for as [`UNNAMED_MEMBER`] once deposed.
 pub const ACKNOWLEDGED_ANNOTATION: &str = "leadergroup.io/acknowledged";
 /// Annotation on the group's Lease: the members (one per process of the holder's pod that follows
 /// its role: an agent, the application's `Membership`) that acknowledged at the epoch
-/// [`ACKNOWLEDGED_ANNOTATION`] says, comma-separated. A member reports `Leader` only once its own
-/// name is here; the operator waits for each of them once it deposes the holder.
+/// [`ACKNOWLEDGED_BY_EPOCH_ANNOTATION`] says, comma-separated. A member reports `Leader` only once
+/// its own name is here; the operator waits for each of them once it deposes the holder.
 pub const ACKNOWLEDGED_BY_ANNOTATION: &str = "leadergroup.io/acknowledged-by";
+/// Annotation on the group's Lease: the epoch at which the members [`ACKNOWLEDGED_BY_ANNOTATION`]
+/// lists acknowledged (the handshake by name; apart from [`ACKNOWLEDGED_ANNOTATION`], which
+/// members of 0.2.0 read).
+pub const ACKNOWLEDGED_BY_EPOCH_ANNOTATION: &str = "leadergroup.io/acknowledged-by-epoch";
+/// The name under which a member that says none (of 0.2.0) is listed among a predecessor's
+/// members and those that stepped down; on the wire it is [`ACKNOWLEDGED_ANNOTATION`] and
+/// [`STEPPED_DOWN_ANNOTATION`] at the epoch. A name never starts with it.
+pub const UNNAMED_MEMBER: &str = "-";
 /// Annotation on the group's Lease: the members of the predecessor that acknowledged (from
 /// [`ACKNOWLEDGED_BY_ANNOTATION`], written by the operator when it deposed it): its step-down
 /// counts once each of them has said so in [`STEPPED_DOWN_BY_ANNOTATION`].
 pub const PREDECESSOR_MEMBERS_ANNOTATION: &str = "leadergroup.io/predecessor-members";
-/// Annotation on the group's Lease: the predecessor's members that stepped down, comma-separated.
+/// Annotation on the group's Lease: the predecessor's members that stepped down, comma-separated,
+/// at the epoch [`STEPPED_DOWN_BY_EPOCH_ANNOTATION`] says.
 pub const STEPPED_DOWN_BY_ANNOTATION: &str = "leadergroup.io/stepped-down-by";
+/// Annotation on the group's Lease: the epoch at which the members
+/// [`STEPPED_DOWN_BY_ANNOTATION`] lists stepped down.
+pub const STEPPED_DOWN_BY_EPOCH_ANNOTATION: &str = "leadergroup.io/stepped-down-by-epoch";
 
 /// The members an annotation lists (comma-separated), sorted and without repeats.
 pub fn members(value: Option<&String>) -> Vec<String> {
@@ -109,10 +122,11 @@ pub const PREDECESSOR_LEASE_SECONDS_ANNOTATION: &str = "leadergroup.io/predecess
 /// times its confirmation by the Lease it last saw; a shortened Lease must not shorten the wait
 /// for it.
 pub const LONGEST_LEASE_SECONDS_ANNOTATION: &str = "leadergroup.io/longest-lease-seconds";
-/// Annotation on the group's Lease: the predecessor's epoch, once the predecessor no longer reports
-/// `Leader` at it. Its member writes it after its own role has left `Leader`; the operator writes it
-/// when it knows without being told (a lapsed heartbeat, a pod with no running container, or two
-/// thirds of the predecessor's Lease gone by since the handover).
+/// Annotation on the group's Lease: the predecessor's epoch, once its unnamed member (of 0.2.0,
+/// [`UNNAMED_MEMBER`]) no longer reports `Leader` at it. That member writes it after its own role
+/// has left `Leader`; the operator writes it when it knows without being told (a lapsed
+/// heartbeat, a pod with no running container, or two thirds of the predecessor's Lease gone by
+/// since the handover). Members of this version say so by name instead.
 pub const STEPPED_DOWN_ANNOTATION: &str = "leadergroup.io/stepped-down";
 /// Annotation of the operator's barrier: written on a group's pods before a promotion while an
 /// earlier promotion may still be in flight, and on every leader it deposes, it changes their
@@ -176,12 +190,13 @@ pub mod lease {
     use std::time::Duration;
 
     use super::{
-        ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, EPOCH_ANNOTATION, Epoch,
-        HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION, LIVENESS_HEARTBEAT,
-        LONGEST_LEASE_SECONDS_ANNOTATION, Lease, PREDECESSOR_ANNOTATION,
+        ACKNOWLEDGED_ANNOTATION, ACKNOWLEDGED_BY_ANNOTATION, ACKNOWLEDGED_BY_EPOCH_ANNOTATION,
+        EPOCH_ANNOTATION, Epoch, HOLDER_UID_ANNOTATION, LEASE_GROUP_LABEL, LIVENESS_ANNOTATION,
+        LIVENESS_HEARTBEAT, LONGEST_LEASE_SECONDS_ANNOTATION, Lease, PREDECESSOR_ANNOTATION,
         PREDECESSOR_EPOCH_ANNOTATION, PREDECESSOR_LEASE_SECONDS_ANNOTATION,
         PREDECESSOR_MEMBERS_ANNOTATION, PREDECESSOR_UID_ANNOTATION, STEPPED_DOWN_ANNOTATION,
-        STEPPED_DOWN_BY_ANNOTATION, annotation, members,
+        STEPPED_DOWN_BY_ANNOTATION, STEPPED_DOWN_BY_EPOCH_ANNOTATION, UNNAMED_MEMBER, annotation,
+        members,
     };
 
     /// The group the Lease belongs to: its group label, unless empty.
@@ -209,10 +224,13 @@ pub mod lease {
         annotation(&lease.metadata, LIVENESS_ANNOTATION) == Some(LIVENESS_HEARTBEAT)
     }
 
-    /// The members that acknowledged the holder's leadership, sorted.
+    /// The members that acknowledged the holder's leadership by name, sorted (at
+    /// [`acknowledged`]'s epoch).
     pub fn acknowledged_by(lease: &Lease) -> Vec<String> {
         let listed = lease.metadata.annotations.as_ref();
-        members(listed.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)))
+        let mut names = members(listed.and_then(|a| a.get(ACKNOWLEDGED_BY_ANNOTATION)));
+        names.retain(|m| m != UNNAMED_MEMBER);
+        names
     }
 
     /// An annotation's value, if it is an epoch.
@@ -225,8 +243,13 @@ pub mod lease {
         epoch_at(lease, EPOCH_ANNOTATION)
     }
 
-    /// The epoch at which the holder's members acknowledged, if it is an epoch.
+    /// The epoch at which the holder's members listed by name acknowledged, if it is an epoch.
     pub fn acknowledged(lease: &Lease) -> Option<Epoch> {
+        epoch_at(lease, ACKNOWLEDGED_BY_EPOCH_ANNOTATION)
+    }
+
+    /// The epoch at which an unnamed member (of 0.2.0) acknowledged, if it is an epoch.
+    pub fn acknowledged_unnamed(lease: &Lease) -> Option<Epoch> {
         epoch_at(lease, ACKNOWLEDGED_ANNOTATION)
     }
 
@@ -245,8 +268,23 @@ pub mod lease {
         let epoch = epoch_at(lease, PREDECESSOR_EPOCH_ANNOTATION)?;
         let listed = |key| members(meta.annotations.as_ref().and_then(|a| a.get(key)));
         let awaited = listed(PREDECESSOR_MEMBERS_ANNOTATION);
-        let stepped_down_by = listed(STEPPED_DOWN_BY_ANNOTATION);
-        let at_epoch = epoch_at(lease, STEPPED_DOWN_ANNOTATION) == Some(epoch);
+        // Names listed at another epoch said so of another predecessor.
+        let mut stepped_down_by = match epoch_at(lease, STEPPED_DOWN_BY_EPOCH_ANNOTATION) {
+            Some(at) if at == epoch => listed(STEPPED_DOWN_BY_ANNOTATION),
+            _ => Vec::new(),
+        };
+        stepped_down_by.retain(|m| m != UNNAMED_MEMBER);
+        // The unnamed member (0.2.0): listed as `-` beside names, or alone as nobody listed.
+        let unnamed_awaited = awaited.is_empty() || awaited.iter().any(|m| m == UNNAMED_MEMBER);
+        let unnamed_said = epoch_at(lease, STEPPED_DOWN_ANNOTATION) == Some(epoch);
+        let named_said = awaited
+            .iter()
+            .filter(|m| *m != UNNAMED_MEMBER)
+            .all(|m| stepped_down_by.contains(m));
+        if unnamed_said && !awaited.is_empty() && unnamed_awaited {
+            stepped_down_by.push(UNNAMED_MEMBER.to_owned());
+            stepped_down_by.sort();
+        }
         Some(Predecessor {
             pod: annotation(meta, PREDECESSOR_ANNOTATION)?.to_owned(),
             uid: annotation(meta, PREDECESSOR_UID_ANNOTATION).map(str::to_owned),
@@ -254,13 +292,8 @@ pub mod lease {
             lease_seconds: annotation(meta, PREDECESSOR_LEASE_SECONDS_ANNOTATION)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
-            stepped_down: at_epoch && awaited.iter().all(|m| stepped_down_by.contains(m)),
-            // Names listed at another epoch said so of another predecessor.
-            stepped_down_by: if at_epoch {
-                stepped_down_by
-            } else {
-                Vec::new()
-            },
+            stepped_down: named_said && (!unnamed_awaited || unnamed_said),
+            stepped_down_by,
             members: awaited,
         })
     }
@@ -280,13 +313,14 @@ pub mod lease {
         /// The `leaseDurationSeconds` of the Lease it last saw (0 when not written): its
         /// members' confirmation holds for two thirds of it, whatever the group's spec says since.
         pub lease_seconds: i32,
-        /// Its members that acknowledged, each waited for (empty: one that did not say its name).
+        /// Its members that acknowledged, each waited for ([`UNNAMED_MEMBER`] beside names, or
+        /// none listed: one of 0.2.0, which said no name).
         pub members: Vec<String>,
         /// Its members that said they stepped down at `epoch` (annotation
-        /// `leadergroup.io/stepped-down-by`, while `leadergroup.io/stepped-down` is `epoch`).
+        /// `leadergroup.io/stepped-down-by` while `-by-epoch` is `epoch`; [`UNNAMED_MEMBER`]
+        /// while `leadergroup.io/stepped-down` is).
         pub stepped_down_by: Vec<String>,
-        /// It no longer reports `Leader` at `epoch`: annotation `leadergroup.io/stepped-down` at
-        /// `epoch`, and each of `members` said so.
+        /// It no longer reports `Leader` at `epoch`: each of `members` said so.
         pub stepped_down: bool,
     }
 
@@ -427,11 +461,17 @@ mod tests {
         for &(value, expected) in table {
             let holder = lease_with(&[(EPOCH_ANNOTATION, value)]);
             assert_eq!(lease::epoch(&holder), expected, "epoch {value:?}");
-            let acknowledged = lease_with(&[(ACKNOWLEDGED_ANNOTATION, value)]);
+            let acknowledged = lease_with(&[(ACKNOWLEDGED_BY_EPOCH_ANNOTATION, value)]);
             assert_eq!(
                 lease::acknowledged(&acknowledged),
                 expected,
                 "acknowledged {value:?}"
+            );
+            let unnamed = lease_with(&[(ACKNOWLEDGED_ANNOTATION, value)]);
+            assert_eq!(
+                lease::acknowledged_unnamed(&unnamed),
+                expected,
+                "acknowledged without a name {value:?}"
             );
             let named = lease_with(&[
                 (PREDECESSOR_ANNOTATION, "pod-b"),
@@ -476,7 +516,7 @@ mod tests {
             (
                 &[
                     (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
-                    (STEPPED_DOWN_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_EPOCH_ANNOTATION, "6"),
                     (STEPPED_DOWN_BY_ANNOTATION, "a"),
                 ],
                 true,
@@ -485,7 +525,7 @@ mod tests {
             (
                 &[
                     (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
-                    (STEPPED_DOWN_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_EPOCH_ANNOTATION, "6"),
                     (STEPPED_DOWN_BY_ANNOTATION, "b,a"),
                 ],
                 false,
@@ -494,14 +534,42 @@ mod tests {
             (
                 &[
                     (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
-                    (STEPPED_DOWN_ANNOTATION, "5"),
+                    (STEPPED_DOWN_BY_EPOCH_ANNOTATION, "5"),
                     (STEPPED_DOWN_BY_ANNOTATION, "a,b"),
                 ],
                 true,
                 &[],
             ),
-            // A member that did not say its name: the epoch alone.
+            // The unnamed member's key is not a name's: both named, the epoch alone ends nothing.
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "a,b"),
+                    (STEPPED_DOWN_ANNOTATION, "6"),
+                ],
+                true,
+                &[],
+            ),
+            // A member that did not say its name (0.2.0): none listed, or `-`; the epoch alone.
             (&[(STEPPED_DOWN_ANNOTATION, "6")], false, &[]),
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "-,a"),
+                    (STEPPED_DOWN_BY_EPOCH_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_ANNOTATION, "a"),
+                ],
+                true,
+                &["a"],
+            ),
+            (
+                &[
+                    (PREDECESSOR_MEMBERS_ANNOTATION, "-,a"),
+                    (STEPPED_DOWN_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_EPOCH_ANNOTATION, "6"),
+                    (STEPPED_DOWN_BY_ANNOTATION, "a"),
+                ],
+                false,
+                &["-", "a"],
+            ),
         ];
         for &(more, pending, said) in table {
             let p = named(more);

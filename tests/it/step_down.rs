@@ -15,7 +15,8 @@ use leadergroup_client::wire::{
 };
 use leadergroup_client::{Membership, Role};
 use leadergroup_operator::crd::{
-    ACKNOWLEDGED_ANNOTATION, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for,
+    ACKNOWLEDGED_BY_EPOCH_ANNOTATION, PREDECESSOR_ANNOTATION, STEPPED_DOWN_BY_EPOCH_ANNOTATION,
+    lease_name_for,
 };
 use leadergroup_testenv::{
     MemberRules, Proxy, api_server_addr, control_plane, member_account, pods as pod_marks,
@@ -113,7 +114,7 @@ async fn acknowledged_unlabeled(
             .metadata
             .annotations
             .unwrap_or_default()
-            .get(ACKNOWLEDGED_ANNOTATION)
+            .get(ACKNOWLEDGED_BY_EPOCH_ANNOTATION)
             .cloned();
         let marks = pods.get(&pod).await.unwrap();
         let labeled = pod_marks::is_leader(&marks) && pod_marks::epoch(&marks) == Some(epoch);
@@ -239,7 +240,9 @@ async fn a_switchover_waits_for_the_old_leaders_step_down_or_for_its_confirmatio
     let annotations = lease.metadata.annotations.unwrap_or_default();
     assert_eq!(annotations.get(PREDECESSOR_ANNOTATION), Some(&pods[0]));
     assert_eq!(
-        annotations.get(STEPPED_DOWN_ANNOTATION).map(String::as_str),
+        annotations
+            .get(STEPPED_DOWN_BY_EPOCH_ANNOTATION)
+            .map(String::as_str),
         Some("1")
     );
 
@@ -327,7 +330,10 @@ async fn two_members_of_one_pod_are_each_waited_for() {
     // Each member acknowledged under a name of its own: two names, not one written twice.
     let leases: Api<Lease> = s.w.ns.api();
     let lease = leases.get(&lease_name_for("sd")).await.unwrap();
-    assert_eq!(annotation(&lease, ACKNOWLEDGED_ANNOTATION), Some("1"));
+    assert_eq!(
+        annotation(&lease, ACKNOWLEDGED_BY_EPOCH_ANNOTATION),
+        Some("1")
+    );
     let acknowledged = listed(&lease, ACKNOWLEDGED_BY_ANNOTATION);
     assert_eq!(
         acknowledged.len(),

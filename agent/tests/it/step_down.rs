@@ -8,7 +8,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams};
 use leadergroup_client::wire::{
     ACKNOWLEDGED_BY_ANNOTATION, PREDECESSOR_ANNOTATION, PREDECESSOR_EPOCH_ANNOTATION,
-    PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_ANNOTATION, lease_name_for,
+    PREDECESSOR_MEMBERS_ANNOTATION, STEPPED_DOWN_BY_EPOCH_ANNOTATION, lease_name_for,
 };
 use leadergroup_testenv::wait_until;
 use serde_json::json;
@@ -74,7 +74,7 @@ async fn a_deposed_agent_steps_down_after_its_command_has_run() {
                 let said = lease
                     .metadata
                     .annotations
-                    .and_then(|a| a.get(STEPPED_DOWN_ANNOTATION).cloned());
+                    .and_then(|a| a.get(STEPPED_DOWN_BY_EPOCH_ANNOTATION).cloned());
                 Ok::<_, kube::Error>((said.as_deref() == Some("1")).then(now_secs))
             }
         },

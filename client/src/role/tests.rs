@@ -506,7 +506,7 @@ fn each_member_of_a_pod_acknowledges_and_steps_down_under_its_own_name() {
             "leadergroup.io/predecessor": ME,
             "leadergroup.io/predecessor-epoch": "4",
             "leadergroup.io/predecessor-members": format!("agent,{M}"),
-            "leadergroup.io/stepped-down": "4",
+            "leadergroup.io/stepped-down-by-epoch": "4",
             "leadergroup.io/stepped-down-by": "agent",
         }},
         "spec": {"holderIdentity": "app-1", "leaseDurationSeconds": 3}
@@ -520,4 +520,60 @@ fn each_member_of_a_pod_acknowledges_and_steps_down_under_its_own_name() {
         format!("agent,{M}"),
     );
     assert_eq!(LeaseMarks::of(&lease).awaited, None, "both said so");
+}
+
+/// Safety round five, finding 4: a member of 0.2.0 beside one of this version in a pod. The 0.2.0
+/// member reports `Leader` once `leadergroup.io/acknowledged` says its epoch, whoever wrote it,
+/// and says no name: members of this version must never write that key, and a predecessor whose
+/// unnamed member acknowledged is awaited until `leadergroup.io/stepped-down` says its epoch,
+/// whatever the named ones said.
+#[test]
+fn a_member_of_0_2_0_never_leads_on_a_named_acknowledgement_and_is_awaited() {
+    // The named handshake of this version: its own keys.
+    let named: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"annotations": {
+            "leadergroup.io/epoch": "4",
+            "leadergroup.io/acknowledged-by-epoch": "4",
+            "leadergroup.io/acknowledged-by": M,
+        }},
+        "spec": {"holderIdentity": ME, "leaseDurationSeconds": 3}
+    }))
+    .unwrap();
+    let annotations = named.metadata.annotations.as_ref().unwrap();
+    assert!(
+        !annotations.contains_key(crate::wire::ACKNOWLEDGED_ANNOTATION),
+        "what a 0.2.0 member reads"
+    );
+    let marks = LeaseMarks::of(&named);
+    assert!(marks.acknowledged_by(M, epoch(4)));
+    // Deposed with both awaited: the named member's step-down is not the unnamed one's.
+    let mut deposed: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"annotations": {
+            "leadergroup.io/epoch": "5",
+            "leadergroup.io/predecessor": ME,
+            "leadergroup.io/predecessor-epoch": "4",
+            "leadergroup.io/predecessor-members": format!("-,{M}"),
+            "leadergroup.io/stepped-down-by-epoch": "4",
+            "leadergroup.io/stepped-down-by": M,
+        }},
+        "spec": {"holderIdentity": "app-1", "leaseDurationSeconds": 3}
+    }))
+    .unwrap();
+    let awaited = LeaseMarks::of(&deposed)
+        .awaited
+        .expect("the unnamed member is awaited");
+    assert_eq!(awaited.stepped_down_by, [M.to_owned()]);
+    assert_eq!(
+        LeaseMarks::of(&deposed).step_down_asked_of(ME, None, M),
+        None,
+        "said so"
+    );
+    // The 0.2.0 member's own step-down ends the wait.
+    deposed
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(crate::wire::STEPPED_DOWN_ANNOTATION.into(), "4".into());
+    assert_eq!(LeaseMarks::of(&deposed).awaited, None, "both said so");
 }

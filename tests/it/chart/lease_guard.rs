@@ -16,8 +16,8 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leadergroup_client::{Epoch, Membership, Role as MemberRole};
 use leadergroup_operator::crd::{
-    EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION,
-    lease_name_for,
+    EPOCH_ANNOTATION, LeaderGroupStatus, Liveness, PREDECESSOR_ANNOTATION,
+    STEPPED_DOWN_BY_EPOCH_ANNOTATION, lease_name_for,
 };
 use leadergroup_operator::election::HEARTBEAT;
 use leadergroup_testenv::{MemberRules, NODE_NAME, control_plane, member_account, namespace};
@@ -301,14 +301,14 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
     // guard, with member-0's token.
     let lease = leader.get(&lease_name_for("g")).await.unwrap();
     assert_eq!(
-        [PREDECESSOR_ANNOTATION, STEPPED_DOWN_ANNOTATION]
+        [PREDECESSOR_ANNOTATION, STEPPED_DOWN_BY_EPOCH_ANNOTATION]
             .map(|k| lease.annotations().get(k).cloned()),
         [Some("member-0".to_string()), Some("1".to_string())],
         "the predecessor and its step-down"
     );
     // Nobody else may say so, nor member-0 for another epoch, nor move the predecessor.
     let unset = |mut l: Lease| {
-        l.annotations_mut().remove(STEPPED_DOWN_ANNOTATION);
+        l.annotations_mut().remove(STEPPED_DOWN_BY_EPOCH_ANNOTATION);
         l
     };
     for (who, api, lease_change, naming) in [
@@ -323,7 +323,7 @@ async fn only_the_holders_pod_renews_the_group_lease_and_only_the_operator_write
             &leader,
             |mut l: Lease| {
                 l.annotations_mut()
-                    .insert(STEPPED_DOWN_ANNOTATION.into(), "2".into());
+                    .insert(STEPPED_DOWN_BY_EPOCH_ANNOTATION.into(), "2".into());
                 l
             },
             "would be set to 2",
