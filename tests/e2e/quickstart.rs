@@ -7,8 +7,9 @@
 //! busybox image the real cluster's nodes carry (`images/build.sh busybox`). The agent's image is
 //! the page's as `images/build.sh agent` names it, and the member's rights come from the kubectl
 //! plugin in `target/release/`, which the release build of `make e2e` made. Beyond the commands' success, the test checks
-//! the agent's files (one leader) and the fenced write (the leader's landed at its token, the
-//! deposed one's was refused).
+//! the agent's files (one leader) and the fenced write (the leader's landed at its token; after a
+//! switchover the new leader's at its own, and the deposed leader's, with the token it held, was
+//! refused).
 
 use std::time::Instant;
 
@@ -110,8 +111,15 @@ async fn the_quickstart_runs_as_written() {
         fenced.contains("the deposed leader's write was refused"),
         "{fenced}"
     );
+    // The switchover between the two writes, printed by the plugin: "web: OLD -> NEW at epoch N".
+    assert!(
+        fenced.lines().any(|l| l.starts_with("web: web-")
+            && l.contains(" -> web-")
+            && l.contains(" at epoch ")),
+        "{fenced}"
+    );
     let last = fenced.lines().last().unwrap_or_default();
     let (owner, epoch) = last.split_once(" at ").unwrap_or_default();
     assert!(owner.starts_with("web-"), "{fenced}");
-    assert!(epoch.parse::<u64>().is_ok_and(|e| e >= 2), "{fenced}");
+    assert!(epoch.parse::<u64>().is_ok_and(|e| e >= 3), "{fenced}");
 }
