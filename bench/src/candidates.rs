@@ -67,8 +67,9 @@ pub struct Handovers {
 }
 
 impl Handovers {
-    /// Adds what the histories of repetition `rep`, struck at `t0`, gave.
-    pub fn judged(&mut self, rep: usize, t0: SystemTime, report: &Report) {
+    /// Adds what the histories of its next repetition, struck at `t0`, gave.
+    pub fn judged(&mut self, t0: SystemTime, report: &Report) {
+        let rep = self.app_overlap_ms.len() + 1;
         // To the microsecond: the digits beyond are the float's noise of Unix milliseconds.
         let us = |ms: f64| (ms * 1e3).round() / 1e3;
         self.app_overlap_ms.push(us(report.app_overlap_ms));

@@ -385,12 +385,12 @@ impl<'a> World<'a> {
     ) {
         let histories = one_group(system.label, self.tracker.members(system.label));
         let ends = strikes.iter().skip(1).copied().chain([end]);
-        for (i, (t0, to)) in strikes.iter().zip(ends).enumerate() {
+        for (t0, to) in strikes.iter().zip(ends) {
             let window = Span {
                 from_ms: unix_ms(*t0),
                 to_ms: Some(unix_ms(to)),
             };
-            result.judged(i + 1, *t0, &histories.check(window));
+            result.judged(*t0, &histories.check(window));
         }
     }
 }
