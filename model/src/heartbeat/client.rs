@@ -1,17 +1,47 @@
 //! A pod's client, as `Membership` drives its [`leadergroup_client::belief::Belief`]: it reads its
 //! pod and the group's Lease (each a confirmation at the moment of the read, on its own clock),
-//! renews the Lease when the Lease asks it to (a compare-and-swap on the version it read), takes
-//! in the answers, is cut off and restarts. It may renew at any tick, more often than the real
-//! client's every third of the duration: a renewal too many only ever lets the operator see the
-//! holder alive for longer.
+//! renews the Lease when the Lease asks it to (a compare-and-swap on the version it read), writes
+//! the step-down the crate's own `Belief::note_owed` says it owes, takes in the answers, is cut
+//! off and restarts. It may renew at any tick, more often than the real client's every third of
+//! the duration: a renewal too many only ever lets the operator see the holder alive for longer.
+//!
+//! An agent's member ([`Agent`]) also publishes after each step, by the crate's own
+//! `Publication::next`, and its agent acts on the publications in steps of its own (it takes the
+//! last one, then its command runs), its step-down gated on them by the crate's `Gate`; the agent
+//! may be paused while its application runs on.
 
+use leadergroup_client::publication::{Gate, Note};
 use leadergroup_client::role::{LeaseMarks, PodMarks, Role};
 
 use super::clock;
 use super::objects;
-use super::state::{Client, HbState, Renewal, SECOND_MEMBER, SECOND_PROCESS, Stamp, pod_of};
+use super::state::{
+    Agent, Client, HbPredecessor, HbState, Renewal, SECOND_MEMBER, SECOND_PROCESS, Stamp,
+    SteppedDown, pod_of,
+};
 use crate::api::PodId;
 use crate::objects::pod_name;
+
+/// How an agent's member gates its step-down on what the agent acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateRule {
+    /// The crate's `Gate`: the agent acted on the very publication made now (its sequence
+    /// number).
+    BySeq,
+    /// As before commit 146e1dd (issue 48, finding 2): the role acted on last equals the role
+    /// published now, compared by value.
+    ByValue,
+}
+
+/// How an agent's application reads the role the agent's files hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppRule {
+    /// It stops at the publication's `valid_until` (`Publication::role_at`), on its clock.
+    HonoursValidity,
+    /// As before commit 146e1dd (issue 48, finding 1): nothing it read carried an expiry, and it
+    /// acted on the last role until told another.
+    IgnoresValidity,
+}
 
 // Each function takes a member (a pod's id for its first member, [`SECOND_MEMBER`] set for its
 // second); each member's process has a monotonic clock of its own.
@@ -34,6 +64,7 @@ pub fn read_pod(state: &mut HbState, member: u8) {
     if let Some(c) = client_mut(state, member) {
         c.belief.pod_seen(Some(marks), at);
     }
+    publish(state, member);
 }
 
 /// The member reads the group's Lease.
@@ -44,6 +75,184 @@ pub fn read_lease(state: &mut HbState, member: u8) {
         c.belief.lease_seen(marks, at);
         c.lease_rv = Some(rv);
     }
+    publish(state, member);
+}
+
+/// An agent's member publishes its role now, as `Membership` does after each update and when
+/// its role lapses: by the crate's own `Publication::next`, with the instant its observation
+/// lapses. A paused member publishes nothing.
+pub fn publish(state: &mut HbState, member: u8) {
+    let now = clock::client(member, state.now);
+    let Some(c) = client_mut(state, member) else {
+        return;
+    };
+    if c.paused {
+        return;
+    }
+    let role = c.belief.role(now);
+    let lapses_at = c.belief.observation().lapses_at();
+    if let Some(agent) = &mut c.agent
+        && let Some(next) = agent.published.next(role, lapses_at)
+    {
+        agent.published = next;
+    }
+}
+
+/// The epoch of the step-down the member owes, by the crate's own `Belief::note_owed` (an agent's
+/// member gated by what its agent acted on, as `gate` says), if it may send it now: it hears the
+/// API server, awaits no other, and was not answered at this version of the Lease. In Heartbeat
+/// mode the acknowledgement is the renewal's, never a note.
+pub fn step_down_owed(
+    state: &HbState,
+    member: u8,
+    gate: GateRule,
+) -> Option<leadergroup_client::Epoch> {
+    let c = state.clients.get(state.member_index(member))?;
+    if !c.hears() || c.noting || c.lease_rv.is_none() || c.lease_rv == c.noted_at {
+        return None;
+    }
+    let now = clock::client(member, state.now);
+    let note = match (&c.agent, gate) {
+        (None, _) => c.belief.note_owed(None, now),
+        (Some(agent), GateRule::BySeq) => {
+            let gate = Gate {
+                published: agent.published,
+                acted: agent.acted.map(|p| p.seq),
+            };
+            c.belief.note_owed(Some(&gate), now)
+        }
+        (Some(agent), GateRule::ByValue) => c
+            .belief
+            .note_owed(None, now)
+            .filter(|note| released_by_value(agent, note)),
+    };
+    match note? {
+        Note::SteppedDown(epoch) => Some(epoch),
+        Note::Acknowledged(_) => None,
+    }
+}
+
+/// The gate before commit 146e1dd: released once the role acted on last equals the role
+/// published now, by value, and that role does not lead at the epoch stepped down from.
+fn released_by_value(agent: &Agent, note: &Note) -> bool {
+    match note {
+        Note::SteppedDown(epoch) => {
+            let published = agent.published.role;
+            agent.acted.map(|p| p.role) == Some(published)
+                && published.leader_epoch() != Some(*epoch)
+        }
+        Note::Acknowledged(_) => true,
+    }
+}
+
+/// The member writes the step-down it owes in the Lease it read (a replace at that version).
+pub fn step_down(state: &mut HbState, member: u8, gate: GateRule) {
+    let Some(epoch) = step_down_owed(state, member, gate) else {
+        return;
+    };
+    let Some(c) = client_mut(state, member) else {
+        return;
+    };
+    let Some(expected) = c.lease_rv else {
+        return;
+    };
+    c.noting = true;
+    let process = c.process;
+    state.notes.push(SteppedDown {
+        member,
+        process,
+        expected,
+        epoch,
+    });
+}
+
+/// The API server applies a step-down (the member's name added to those that stepped down at the
+/// epoch, if the version still holds), and answers its member if that process still awaits it
+/// and can hear: written or refused, it does not write again on that version.
+pub fn deliver_step_down(state: &mut HbState, note: &SteppedDown) {
+    if !state.lease.deleted && state.lease.rv == note.expected {
+        let name = (pod_of(note.member), note.process);
+        if let Some(p) = state.lease.predecessor.take() {
+            let epoch = i64::from(note.epoch);
+            state.lease.predecessor = Some(if p.epoch == epoch {
+                let mut stepped_down_by = p.stepped_down_by.clone();
+                stepped_down_by.push(name);
+                HbPredecessor {
+                    stepped_down_by,
+                    ..p
+                }
+                .normalized()
+            } else {
+                p
+            });
+        }
+        state.lease.rv = state.next_rv();
+    }
+    let Some(c) = client_mut(state, note.member) else {
+        return;
+    };
+    if !c.hears() || c.process != note.process || !c.noting {
+        return;
+    }
+    c.noting = false;
+    c.noted_at = Some(note.expected);
+}
+
+/// Whether the member's agent has a publication to take: one made since the last it took.
+pub fn takes(state: &HbState, member: u8) -> bool {
+    state
+        .clients
+        .get(state.member_index(member))
+        .filter(|c| !c.paused)
+        .and_then(|c| c.agent.as_ref())
+        .is_some_and(|a| a.last_taken().map(|p| p.seq) != Some(a.published.seq))
+}
+
+/// The agent takes the publication made last: its files and `/role` say it (the application
+/// reads it from now on), and its command is queued for it.
+pub fn take(state: &mut HbState, member: u8) {
+    if !takes(state, member) {
+        return;
+    }
+    if let Some(agent) = client_mut(state, member).and_then(|c| c.agent.as_mut()) {
+        agent.held = agent.published;
+        agent.running.push(agent.published);
+    }
+}
+
+/// Whether the member's agent has a command still to run.
+pub fn runs(state: &HbState, member: u8) -> bool {
+    state
+        .clients
+        .get(state.member_index(member))
+        .filter(|c| !c.paused)
+        .and_then(|c| c.agent.as_ref())
+        .is_some_and(|a| !a.running.is_empty())
+}
+
+/// The agent's command for the oldest publication queued has run: the member is told it acted
+/// on that one (in order).
+pub fn ran(state: &mut HbState, member: u8) {
+    if !runs(state, member) {
+        return;
+    }
+    if let Some(agent) = client_mut(state, member).and_then(|c| c.agent.as_mut()) {
+        agent.acted = Some(agent.running.remove(0));
+    }
+}
+
+/// The agent (its member, its loop, its command) is frozen, or thawed: its requests' deadlines
+/// have passed by then (their answers, if any, were lost), and its member, waking, publishes
+/// what it believes now.
+pub fn set_paused(state: &mut HbState, member: u8, paused: bool) {
+    if let Some(c) = client_mut(state, member) {
+        c.paused = paused;
+        if !paused {
+            c.awaiting = false;
+            c.noting = false;
+        }
+    }
+    publish(state, member);
 }
 
 /// The epoch at which the client owes a renewal by the real client's rule (the Lease as it last
@@ -51,7 +260,7 @@ pub fn read_lease(state: &mut HbState, member: u8) {
 /// may send one now (none awaited, none sent this tick, not refused at this version).
 pub fn renewable(state: &HbState, member: u8) -> Option<leadergroup_client::Epoch> {
     let c = state.clients.get(state.member_index(member))?;
-    if c.cut || c.awaiting || c.last_sent == Some(state.now) || c.lease_rv == c.refused_at {
+    if !c.hears() || c.awaiting || c.last_sent == Some(state.now) || c.lease_rv == c.refused_at {
         return None;
     }
     c.belief
@@ -107,7 +316,7 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
     let Some(c) = client_mut(state, renewal.member) else {
         return;
     };
-    if c.cut || c.process != renewal.process || !c.awaiting {
+    if !c.hears() || c.process != renewal.process || !c.awaiting {
         return;
     }
     c.awaiting = false;
@@ -122,13 +331,15 @@ pub fn deliver(state: &mut HbState, renewal: &Renewal) {
         }
         None => c.refused_at = Some(renewal.expected),
     }
+    publish(state, renewal.member);
 }
 
-/// A cut-off client gives up awaiting its renewal (its request deadline); the request may
-/// still land.
+/// A cut-off client gives up awaiting its renewal and its step-down (their request deadlines);
+/// the requests may still land.
 pub fn give_up(state: &mut HbState, member: u8) {
     if let Some(c) = client_mut(state, member) {
         c.awaiting = false;
+        c.noting = false;
     }
 }
 
@@ -138,11 +349,13 @@ pub fn set_cut(state: &mut HbState, member: u8, cut: bool) {
     }
 }
 
-/// The client's process restarts: it knows nothing; its renewals in flight may still land.
+/// The client's process restarts: it knows nothing; its writes in flight may still land. An
+/// agent restarts with its member, its files saying `unknown` again.
 pub fn restart(state: &mut HbState, member: u8) {
     if let Some(c) = client_mut(state, member) {
         *c = Client {
             cut: c.cut,
+            agent: c.agent.as_ref().map(|_| Agent::started()),
             ..Client::started(&pod_name(pod_of(member)), c.process + 1)
         };
     }

@@ -50,3 +50,8 @@ pub fn client_wall(pod: PodId, process: u8, tick: Tick) -> Timestamp {
     wall(i64::from(tick) + 7 + 3 * i64::from(pod))
         + SignedDuration::from_millis(1 + i64::from(process))
 }
+
+/// An instant of the client of `pod`'s monotonic clock, as seconds of the model's time.
+pub fn client_secs(pod: PodId, at: tokio::time::Instant) -> f64 {
+    at.saturating_duration_since(client(pod, 0)).as_secs_f64()
+}

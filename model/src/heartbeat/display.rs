@@ -5,9 +5,14 @@ use std::fmt;
 
 use leadergroup_client::role::Role;
 
+use leadergroup_client::publication::Publication;
+
+use super::client::AppRule;
 use super::model::{HbAction, HeartbeatModel};
-use super::state::{FORGED_EPOCH_STEP, HbLease, HbState, INTRUDER, Renewal, SECOND_MEMBER, pod_of};
-use super::{client, clock::Tick};
+use super::state::{
+    FORGED_EPOCH_STEP, HbLease, HbState, INTRUDER, Renewal, SECOND_MEMBER, SteppedDown, pod_of,
+};
+use super::{client, clock, clock::Tick};
 use crate::objects::pod_name;
 use crate::run::Explained;
 
@@ -30,6 +35,19 @@ impl fmt::Display for Renewal {
             self.epoch,
             self.expected,
             self.sent
+        )
+    }
+}
+
+impl fmt::Display for SteppedDown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (process {})'s PUT Lease (stepped-down {}, its name added) if rv={}",
+            member(self.member),
+            self.process,
+            self.epoch,
+            self.expected
         )
     }
 }
@@ -74,6 +92,24 @@ impl fmt::Display for HbAction {
                 "pod GC: {} Failed, NotReady (its node lost; its process runs on)",
                 pod_name(*p)
             ),
+            HbAction::StepDown(m) => write!(f, "{} sends its step-down", member(*m)),
+            HbAction::DeliverStepDown(n) => write!(f, "API server applies {n}"),
+            HbAction::Take(m) => write!(
+                f,
+                "{}'s agent takes its last publication (its files say it)",
+                member(*m)
+            ),
+            HbAction::Ran(m) => write!(
+                f,
+                "{}'s agent has run its command for the oldest publication it took",
+                member(*m)
+            ),
+            HbAction::Pause(m) => write!(
+                f,
+                "{}'s agent is paused (its application runs on)",
+                member(*m)
+            ),
+            HbAction::Resume(m) => write!(f, "{}'s agent resumes", member(*m)),
             HbAction::SetReady(p, ready) => write!(
                 f,
                 "kubelet: {} {} (its process runs on)",
@@ -91,8 +127,35 @@ fn lease(l: &HbLease) -> String {
     let longest = l
         .longest
         .map_or(String::new(), |s| format!(" (longest {s}s)"));
+    let names = |members: &[super::state::MemberName]| {
+        members
+            .iter()
+            .copied()
+            .map(super::state::listed_name)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let predecessor = l.predecessor.as_ref().map_or(String::new(), |p| {
+        let who = if p.pod == super::state::UNKNOWN_POD {
+            "(unknown)".to_string()
+        } else {
+            pod_name(p.pod)
+        };
+        let state = if p.stepped_down {
+            "stepped down".to_string()
+        } else if p.stepped_down_by.is_empty() {
+            "awaited".to_string()
+        } else {
+            format!("awaited, stepped down by {}", names(&p.stepped_down_by))
+        };
+        format!(
+            ", predecessor {who}@{} [{}] {state}",
+            p.epoch,
+            names(&p.members)
+        )
+    });
     format!(
-        "Lease {}@{} {}s{longest}, acquired at {}s, {renewed}, rv={}",
+        "Lease {}@{} {}s{longest}, acquired at {}s, {renewed}{predecessor}, rv={}",
         l.holder_name(),
         l.epoch,
         l.duration,
@@ -101,15 +164,55 @@ fn lease(l: &HbLease) -> String {
     )
 }
 
+fn role_text(role: Role) -> String {
+    match role {
+        Role::Leader { epoch } => format!("Leader@{epoch}"),
+        r => r.to_string(),
+    }
+}
+
+/// A publication as an application reads it: the role, and while leader until when, on the
+/// publishing member's clock.
+fn publication(m: u8, p: &Publication) -> String {
+    match p.valid_until {
+        Some(until) => format!(
+            "{} until {}s",
+            role_text(p.role),
+            fmt_secs(clock::client_secs(m, until))
+        ),
+        None => role_text(p.role),
+    }
+}
+
+fn fmt_secs(secs: f64) -> String {
+    let text = format!("{secs:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 fn roles(s: &HbState) -> String {
     s.members()
         .into_iter()
         .map(|m| {
-            let role = match client::role(s, m) {
-                Some(Role::Leader { epoch }) => format!("Leader@{epoch}"),
-                Some(r) => r.to_string(),
-                None => "-".to_string(),
-            };
+            let mut role = client::role(s, m).map_or("-".to_string(), role_text);
+            let c = s.clients.get(s.member_index(m));
+            if let Some(agent) = c.and_then(|c| c.agent.as_ref()) {
+                let paused = if c.is_some_and(|c| c.paused) {
+                    ", paused"
+                } else {
+                    ""
+                };
+                role.push_str(&format!(
+                    " (agent{paused}: published #{} {}, files {}, acted on #{})",
+                    agent.published.seq,
+                    publication(m, &agent.published),
+                    publication(m, &agent.held),
+                    agent.acted.map_or("-".to_string(), |p| format!(
+                        "{} {}",
+                        p.seq,
+                        role_text(p.role)
+                    ))
+                ));
+            }
             if m & SECOND_MEMBER == 0 {
                 format!("{}: {role}", pod_name(m))
             } else {
@@ -136,7 +239,7 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
     }
     out.push_str(&format!("   start: {}\n", lease(&cur.lease)));
     for (i, action) in actions.iter().enumerate() {
-        // The checker's actions carry renumbered versions: find the raw renewal it stands for.
+        // The checker's actions carry renumbered versions: find the raw write it stands for.
         let action = match action {
             HbAction::Deliver(r) => cur
                 .inflight
@@ -144,6 +247,12 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
                 .find(|x| x.member == r.member && x.process == r.process && x.sent == r.sent)
                 .cloned()
                 .map_or(action.clone(), HbAction::Deliver),
+            HbAction::DeliverStepDown(n) => cur
+                .notes
+                .iter()
+                .find(|x| x.member == n.member && x.process == n.process && x.epoch == n.epoch)
+                .cloned()
+                .map_or(action.clone(), HbAction::DeliverStepDown),
             a => a.clone(),
         };
         let Some(next) = raw.step(&cur, &action) else {
@@ -174,8 +283,20 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
                 .collect();
             out.push_str(&format!("         pods: {}\n", marks.join(" ")));
         }
+        let acting = super::model::acting_leaders(&next, model.config.app);
+        let acted_before = super::model::acting_leaders(&cur, model.config.app).len() > 1;
         cur = next;
         out.push_str(&format!("         believed: {}\n", roles(&cur)));
+        if acting.len() > 1 && !acted_before {
+            let who: Vec<String> = acting
+                .iter()
+                .map(|(p, e)| format!("{}@{e}", pod_name(*p)))
+                .collect();
+            out.push_str(&format!(
+                "         two pods' applications act as leader: {}\n",
+                who.join(", ")
+            ));
+        }
     }
     let believed = super::model::believed_leaders(&cur);
     if believed.len() > 1 {
@@ -185,6 +306,22 @@ pub fn path(model: &HeartbeatModel, states: &[HbState], actions: &[HbAction]) ->
             .collect();
         out.push_str(&format!(
             "   => {} at once: {}\n",
+            at(cur.now),
+            who.join(", ")
+        ));
+    }
+    let acting = super::model::acting_leaders(&cur, model.config.app);
+    if acting.len() > 1 {
+        let who: Vec<String> = acting
+            .iter()
+            .map(|(p, e)| format!("{}'s application as leader@{e}", pod_name(*p)))
+            .collect();
+        let rule = match model.config.app {
+            AppRule::HonoursValidity => "",
+            AppRule::IgnoresValidity => " (the application ignores validUntil)",
+        };
+        out.push_str(&format!(
+            "   => {} at once: {}{rule}\n",
             at(cur.now),
             who.join(", ")
         ));
@@ -212,6 +349,10 @@ impl Explained for HeartbeatModel {
     }
 
     fn sought(&self) -> Option<&'static str> {
-        self.config.sought
+        self.config.sought.or(self.config.expected)
+    }
+
+    fn expected(&self) -> Option<&'static str> {
+        self.config.expected
     }
 }

@@ -4,9 +4,11 @@
 use leadergroup_client::role::Role;
 use stateright::{Model, Property};
 
-use super::clock::Tick;
+use super::client::{AppRule, GateRule};
+use super::clock::{self, Tick};
 use super::state::{
-    Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal, UNKNOWN_POD, pod_of,
+    Client, FORGED_EPOCH_STEP, HbLease, HbSpent, HbState, Renewal, SECOND_MEMBER, SteppedDown,
+    UNKNOWN_POD, pod_of,
 };
 use super::{client, operator};
 use crate::api::PodId;
@@ -47,9 +49,21 @@ pub struct HbConfig {
     /// `p1` runs a second member (an agent beside the application), with a clock and a name of
     /// its own.
     pub second_member: bool,
+    /// The members that run in an agent ([`super::state::Agent`]: they publish, the agent acts
+    /// on the publications late, and their step-down waits for it); the others are in-process
+    /// `Membership`s. A member is its pod's id, or [`SECOND_MEMBER`] set on it.
+    pub agents: &'static [u8],
+    /// Pauses of an agent (its member, its loop and its command frozen; its application runs on).
+    pub pauses: u8,
+    /// How an agent's member gates its step-down (the code as it is, or as it was before).
+    pub gate: GateRule,
+    /// How an agent's application reads the role (the code as it is, or as it was before).
+    pub app: AppRule,
     /// The property this configuration is known to break (an open hole): `--first` stops at its
     /// first counterexample, not at the first of any property.
     pub sought: Option<&'static str>,
+    /// The property this configuration is built to break: it runs code as it was before a fix.
+    pub expected: Option<&'static str>,
 }
 
 impl HbConfig {
@@ -74,8 +88,13 @@ impl HbConfig {
             status_patches: 0,
             pod_gc: 0,
             second_member: false,
+            agents: &[],
+            pauses: 0,
+            gate: GateRule::BySeq,
+            app: AppRule::HonoursValidity,
             max_epoch: 3,
             sought: None,
+            expected: None,
         }
     }
 
@@ -217,6 +236,101 @@ impl HbConfig {
         }
     }
 
+    /// `p1`'s member runs in an agent, whose application reads its files; `p2`'s is an
+    /// in-process `Membership`. The agent acts on each publication late (its own steps) and may
+    /// be paused while its application runs on; a Lease of 1 s (a confirmation holds 0.67 s, so
+    /// that one tick shows what two thirds of a Lease do), 1 pause, 1 `preferredLeader` edit,
+    /// 1 s, epochs up to 2 (one handover). Finding 1 of issue 48 shows at 1 s: the successor
+    /// leads (after a lapse, or two thirds of the Lease after a switchover) while a paused or
+    /// lagging agent's files still say `leader`.
+    pub fn agent_paused() -> Self {
+        HbConfig {
+            name: "agent-paused",
+            max_ticks: 1,
+            max_epoch: 2,
+            duration: 1,
+            edited_duration: 1,
+            duration_edits: 0,
+            cuts: 0,
+            preference_edits: 1,
+            agents: &[0],
+            pauses: 1,
+            ..HbConfig::heartbeat()
+        }
+    }
+
+    /// [`HbConfig::agent_paused`] with the application before commit 146e1dd: it ignores the
+    /// validity (nothing carried one), so it acts as leader on the last role it read.
+    pub fn agent_paused_before_fix() -> Self {
+        HbConfig {
+            name: "agent-paused-before-fix",
+            app: AppRule::IgnoresValidity,
+            expected: Some(APP_ONE_LEADER),
+            ..HbConfig::agent_paused()
+        }
+    }
+
+    /// `p2`'s member runs in an agent, `p1`'s in-process: `p2` follows, leads, and is deposed
+    /// again (2 `preferredLeader` edits), so that its agent's publications come back to a role
+    /// it acted on before, while its command for `leader` has not run yet. A Lease of 3 s, all
+    /// at 0 s (time does not pass). Finding 2 of issue 48 shows at 0 s.
+    pub fn agent_returns() -> Self {
+        HbConfig {
+            name: "agent-returns",
+            max_ticks: 0,
+            duration: 3,
+            edited_duration: 3,
+            duration_edits: 0,
+            cuts: 0,
+            preference_edits: 2,
+            agents: &[1],
+            ..HbConfig::heartbeat()
+        }
+    }
+
+    /// [`HbConfig::agent_returns`] with the step-down gate before commit 146e1dd: released once
+    /// the role acted on equals the role published, by value.
+    pub fn agent_returns_before_fix() -> Self {
+        HbConfig {
+            name: "agent-returns-before-fix",
+            gate: GateRule::ByValue,
+            expected: Some(APP_ONE_LEADER),
+            ..HbConfig::agent_returns()
+        }
+    }
+
+    /// `p1` runs an in-process `Membership` and an agent beside it (two members of one pod,
+    /// each acknowledging and stepping down under its own name); `p2` an in-process one. As
+    /// [`HbConfig::agent_paused`]: 1 pause of the agent, 1 `preferredLeader` edit, a Lease of
+    /// 1 s, 1 s.
+    pub fn agent_beside_membership() -> Self {
+        HbConfig {
+            name: "agent-beside-membership",
+            max_ticks: 0,
+            second_member: true,
+            agents: &[SECOND_MEMBER],
+            ..HbConfig::agent_paused()
+        }
+    }
+
+    /// The larger run of the agents: both pods' members in agents, `p1` with an in-process
+    /// `Membership` beside its agent, a Lease of 3 s, 1 pause, 1 cut-off, 2 `preferredLeader`
+    /// edits, 3 s, epochs up to 3. `make model MODEL_ARGS='--config agents-large'`.
+    pub fn agents_large() -> Self {
+        HbConfig {
+            name: "agents-large",
+            max_ticks: 3,
+            max_epoch: 3,
+            duration: 3,
+            edited_duration: 3,
+            second_member: true,
+            agents: &[SECOND_MEMBER, 1],
+            cuts: 1,
+            preference_edits: 2,
+            ..HbConfig::agent_paused()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -229,6 +343,12 @@ impl HbConfig {
             HbConfig::pod_gc(),
             HbConfig::status_patched(),
             HbConfig::two_members(),
+            HbConfig::agent_paused(),
+            HbConfig::agent_paused_before_fix(),
+            HbConfig::agent_returns(),
+            HbConfig::agent_returns_before_fix(),
+            HbConfig::agent_beside_membership(),
+            HbConfig::agents_large(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -270,6 +390,17 @@ pub enum HbAction {
     PatchStatus(PodId),
     /// The pod GC sets the pod `Failed` (and NotReady); its process runs on.
     PodGc(PodId),
+    /// The member writes the step-down it owes.
+    StepDown(u8),
+    /// The API server applies a member's step-down, and answers it if it still can.
+    DeliverStepDown(SteppedDown),
+    /// An agent takes its member's last publication: its files say it from now on.
+    Take(u8),
+    /// An agent's command for the oldest publication it took has run: it has acted on it.
+    Ran(u8),
+    /// An agent is frozen, its application running on.
+    Pause(u8),
+    Resume(u8),
 }
 
 #[derive(Clone, Debug)]
@@ -322,10 +453,22 @@ impl HeartbeatModel {
             status_longest: Some(self.config.duration),
             sighting: None,
             clients: (0..self.config.pods)
-                .map(|p| Client::started(&pod_name(p), 0))
-                .chain(self.config.second_member.then(|| client::second_member(0)))
+                .map(|p| (p, Client::started(&pod_name(p), 0)))
+                .chain(
+                    self.config
+                        .second_member
+                        .then(|| (client::second_of(0), client::second_member(0))),
+                )
+                .map(|(m, c)| {
+                    if self.config.agents.contains(&m) {
+                        c.with_agent()
+                    } else {
+                        c
+                    }
+                })
                 .collect(),
             inflight: Vec::new(),
+            notes: Vec::new(),
             spent: HbSpent::default(),
             anomaly: false,
         };
@@ -337,7 +480,10 @@ impl HeartbeatModel {
 
     fn finish(&self, state: HbState) -> HbState {
         if self.canonical {
-            state.canonical()
+            state.canonical(
+                self.config.app == AppRule::HonoursValidity,
+                self.config.gate == GateRule::BySeq,
+            )
         } else {
             state
         }
@@ -358,19 +504,35 @@ impl HeartbeatModel {
             let Some(cl) = s.clients.get(s.member_index(m)) else {
                 continue;
             };
-            if cl.cut {
-                actions.push(HbAction::Reconnect(m));
-                if cl.awaiting {
-                    actions.push(HbAction::GiveUp(m));
-                }
+            if cl.paused {
+                actions.push(HbAction::Resume(m));
             } else {
-                actions.push(HbAction::ReadPod(m));
-                actions.push(HbAction::ReadLease(m));
-                if client::renewable(s, m).is_some() {
-                    actions.push(HbAction::Renew(m));
+                if cl.cut {
+                    actions.push(HbAction::Reconnect(m));
+                    if cl.awaiting || cl.noting {
+                        actions.push(HbAction::GiveUp(m));
+                    }
+                } else {
+                    actions.push(HbAction::ReadPod(m));
+                    actions.push(HbAction::ReadLease(m));
+                    if client::renewable(s, m).is_some() {
+                        actions.push(HbAction::Renew(m));
+                    }
+                    if client::step_down_owed(s, m, c.gate).is_some() {
+                        actions.push(HbAction::StepDown(m));
+                    }
+                    if s.spent.cuts < c.cuts {
+                        actions.push(HbAction::Cut(m));
+                    }
                 }
-                if s.spent.cuts < c.cuts {
-                    actions.push(HbAction::Cut(m));
+                if client::takes(s, m) {
+                    actions.push(HbAction::Take(m));
+                }
+                if client::runs(s, m) {
+                    actions.push(HbAction::Ran(m));
+                }
+                if cl.agent.is_some() && s.spent.pauses < c.pauses {
+                    actions.push(HbAction::Pause(m));
                 }
             }
             if s.spent.restarts < c.restarts {
@@ -400,6 +562,13 @@ impl HeartbeatModel {
                 actions.push(HbAction::Deliver(r.clone()));
             }
         }
+        let mut seen: Vec<&SteppedDown> = Vec::new();
+        for n in &s.notes {
+            if !seen.contains(&n) {
+                seen.push(n);
+                actions.push(HbAction::DeliverStepDown(n.clone()));
+            }
+        }
         if s.spent.forgeries < c.forgeries {
             actions.push(HbAction::Forge);
         }
@@ -418,7 +587,13 @@ impl HeartbeatModel {
     pub fn step(&self, last: &HbState, action: &HbAction) -> Option<HbState> {
         let mut s = last.clone();
         match action {
-            HbAction::Tick => s.now += 1,
+            HbAction::Tick => {
+                s.now += 1;
+                // Each member's lapse wakes it (unless paused): it publishes what it believes.
+                for m in s.members() {
+                    client::publish(&mut s, m);
+                }
+            }
             HbAction::Operator => match operator::reconcile(&mut s) {
                 Ok(true) => {}
                 Ok(false) => return None,
@@ -479,6 +654,19 @@ impl HeartbeatModel {
                     *r = false;
                 }
             }
+            HbAction::StepDown(m) => client::step_down(&mut s, *m, self.config.gate),
+            HbAction::DeliverStepDown(n) => {
+                let i = s.notes.iter().position(|x| x == n)?;
+                let note = s.notes.remove(i);
+                client::deliver_step_down(&mut s, &note);
+            }
+            HbAction::Take(m) => client::take(&mut s, *m),
+            HbAction::Ran(m) => client::ran(&mut s, *m),
+            HbAction::Pause(m) => {
+                s.spent.pauses += 1;
+                client::set_paused(&mut s, *m, true);
+            }
+            HbAction::Resume(m) => client::set_paused(&mut s, *m, false),
             HbAction::Forge => {
                 s.spent.forgeries += 1;
                 s.lease.forged = true;
@@ -500,6 +688,13 @@ pub const CLIENT_LEADS: &str = "sometimes a client believes Leader";
 /// heartbeat hands the Lease over.
 pub const HANDED_OVER: &str = "sometimes the Lease is handed over";
 pub const SUCCESSOR_LEADS: &str = "sometimes a successor's client believes Leader";
+/// The guarantee where the application reads its role: an agent's application acts as leader
+/// while the publication its agent's files hold says `Leader` and (if it honours it) its
+/// validity has not ended on its clock; an in-process `Membership`'s while its role is `Leader`.
+pub const APP_ONE_LEADER: &str =
+    "application: at no instant do two pods' applications act as leader";
+pub const APP_LEADS: &str = "sometimes an agent's application acts as leader";
+pub const AGENT_STEPS_DOWN: &str = "sometimes an agent's member sends its step-down";
 
 /// The clients that believe `Leader` at an epoch the Lease no longer holds, with that epoch. A
 /// foreign writer's holder is no successor: no pod leads under it, and the client learns of it
@@ -532,9 +727,10 @@ pub fn stale_leaders(s: &HbState) -> Vec<(PodId, i64)> {
 fn awaited(s: &HbState, pod: PodId, epoch: i64) -> bool {
     // An unknown predecessor (a Lease created again that could not name it) stands for every
     // leader up to its epoch: the wait is for whichever of them may still believe.
-    s.lease.predecessor.is_some_and(|(p, e, _, stepped_down)| {
-        let named = (p == pod && e == epoch) || (p == UNKNOWN_POD && epoch <= e);
-        named && !stepped_down
+    s.lease.predecessor.as_ref().is_some_and(|p| {
+        let named =
+            (p.pod == pod && p.epoch == epoch) || (p.pod == UNKNOWN_POD && epoch <= p.epoch);
+        named && !p.stepped_down
     })
 }
 
@@ -556,6 +752,39 @@ fn any_leader(s: &HbState) -> bool {
     !believed_leaders(s).is_empty()
 }
 
+/// The pods whose applications act as leader now, with the epoch they act at (an agent's
+/// application by the publication it holds, an in-process member's by its role).
+pub fn acting_leaders(s: &HbState, app: AppRule) -> Vec<(PodId, i64)> {
+    let mut leaders: Vec<(PodId, i64)> = Vec::new();
+    for m in s.members() {
+        let Some(c) = s.clients.get(s.member_index(m)) else {
+            continue;
+        };
+        let now = clock::client(m, s.now);
+        let role = match &c.agent {
+            Some(agent) if agent.app_leads(now, app == AppRule::HonoursValidity) => agent.held.role,
+            Some(_) => Role::Unknown,
+            None => c.belief.role(now),
+        };
+        if let Role::Leader { epoch } = role
+            && !leaders.iter().any(|(p, _)| *p == pod_of(m))
+        {
+            leaders.push((pod_of(m), i64::from(epoch)));
+        }
+    }
+    leaders
+}
+
+/// Whether an agent's application acts as leader now.
+fn agent_app_leads(s: &HbState, app: AppRule) -> bool {
+    s.members().into_iter().any(|m| {
+        s.clients
+            .get(s.member_index(m))
+            .and_then(|c| c.agent.as_ref())
+            .is_some_and(|a| a.app_leads(clock::client(m, s.now), app == AppRule::HonoursValidity))
+    })
+}
+
 impl Model for HeartbeatModel {
     type State = HbState;
     type Action = HbAction;
@@ -573,16 +802,34 @@ impl Model for HeartbeatModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut p = vec![
             Property::always(NO_STALE_LEADER, |_, s| stale_leaders(s).is_empty()),
             Property::always(ONE_LEADER_AT_A_TIME, |_, s| believed_leaders(s).len() <= 1),
+            Property::always(APP_ONE_LEADER, |m: &HeartbeatModel, s| {
+                acting_leaders(s, m.config.app).len() <= 1
+            }),
             Property::always(CONSISTENT, |_, s: &HbState| !s.anomaly),
             Property::sometimes(CLIENT_LEADS, |_, s| any_leader(s)),
             Property::sometimes(HANDED_OVER, |_, s: &HbState| s.lease.epoch >= 2),
             Property::sometimes(SUCCESSOR_LEADS, |_, s: &HbState| {
                 s.lease.epoch >= 2 && any_leader(s)
             }),
-        ]
+        ];
+        // So that the agents' properties are not vacuous: an agent's application leads, and an
+        // agent's member's own step-down (gated) goes out.
+        if !self.config.agents.is_empty() {
+            p.push(Property::sometimes(APP_LEADS, |m: &HeartbeatModel, s| {
+                agent_app_leads(s, m.config.app)
+            }));
+            p.push(Property::sometimes(AGENT_STEPS_DOWN, |_, s: &HbState| {
+                s.notes.iter().any(|n| {
+                    s.clients
+                        .get(s.member_index(n.member))
+                        .is_some_and(|c| c.agent.is_some())
+                })
+            }));
+        }
+        p
     }
 
     fn within_boundary(&self, state: &HbState) -> bool {
@@ -608,6 +855,76 @@ mod tests {
         assert!(report.found(CLIENT_LEADS).is_some());
         assert!(report.found(HANDED_OVER).is_some());
         assert!(report.found(SUCCESSOR_LEADS).is_some());
+    }
+
+    /// Explores a configuration with agents exhaustively: besides what [`check_holds`] asks,
+    /// never two pods' applications act as leader at once, and the agent's application leads
+    /// and its member's gated step-down goes out (the properties are not vacuous).
+    fn agents_hold(config: HbConfig) {
+        let model = HeartbeatModel::new(config);
+        let report = run::check(model.clone(), 2, run::Search::DepthFirst, false, None);
+        println!("{}", run::render(&report, &model));
+        assert!(report.complete, "the checker stopped before the end");
+        assert_eq!(run::failures(&report, &model), Vec::<String>::new());
+        assert!(report.found(APP_ONE_LEADER).is_none());
+        assert!(report.found(CLIENT_LEADS).is_some());
+        assert!(report.found(SUCCESSOR_LEADS).is_some());
+        assert!(report.found(APP_LEADS).is_some());
+        assert!(report.found(AGENT_STEPS_DOWN).is_some());
+    }
+
+    /// A configuration of the code before commit 146e1dd, searched breadth first until the
+    /// first counterexample: two pods' applications act as leader at once (its expected
+    /// outcome, so the run passes), and the path, printed.
+    fn breaks_the_application_guarantee(config: HbConfig) -> String {
+        let model = HeartbeatModel::new(config);
+        let report = run::check(model.clone(), 2, run::Search::FirstFailure, false, None);
+        let text = run::render(&report, &model);
+        println!("{text}");
+        assert!(report.found(APP_ONE_LEADER).is_some(), "{text}");
+        assert_eq!(run::failures(&report, &model), Vec::<String>::new());
+        // The members' own beliefs never overlap: only what the applications read does.
+        assert!(report.found(ONE_LEADER_AT_A_TIME).is_none(), "{text}");
+        text
+    }
+
+    /// The agent's application stops at the validity of the role it read, however late its
+    /// agent acts and while it is paused: 353,964 states.
+    #[test]
+    fn agent_paused_check_holds() {
+        agents_hold(HbConfig::agent_paused());
+    }
+
+    /// The step-down of an agent whose publications come back to a role it acted on waits for
+    /// the very publication made then: 24,251 states.
+    #[test]
+    fn agent_returns_check_holds() {
+        agents_hold(HbConfig::agent_returns());
+    }
+
+    /// Two members of `p1`, an in-process `Membership` and an agent beside it, each waited for
+    /// under its own name, the agent's step-down gated on its publications: 292,948 states.
+    #[test]
+    fn agent_beside_membership_check_holds() {
+        agents_hold(HbConfig::agent_beside_membership());
+    }
+
+    /// Finding 1 of issue 48: an application that ignores the validity acts as leader on the
+    /// `leader` its late (or paused) agent's files still say, beside the successor.
+    #[test]
+    fn an_application_ignoring_the_validity_acts_beside_the_successor() {
+        let text = breaks_the_application_guarantee(HbConfig::agent_paused_before_fix());
+        assert!(text.contains("ignores validUntil"), "{text}");
+    }
+
+    /// Finding 2 of issue 48: with the gate comparing roles by value, the agent's member steps
+    /// down once its publications come back to `follower`, which it acted on before, while
+    /// its files still say `leader` (valid for two thirds of the Lease): the successor is
+    /// labeled at once.
+    #[test]
+    fn a_gate_by_value_lets_the_successor_lead_beside_the_agents_application() {
+        let text = breaks_the_application_guarantee(HbConfig::agent_returns_before_fix());
+        assert!(text.contains("sends its step-down"), "{text}");
     }
 
     /// `make check`'s first Heartbeat configuration: 86,311 states.

@@ -9,7 +9,7 @@ use leadergroup_operator::crd::{LeaderGroup, LeaderGroupStatus, Liveness};
 use leadergroup_operator::lease_record::{LeaseRecord, Predecessor, UNKNOWN_PREDECESSOR};
 
 use super::clock;
-use super::state::{HbLease, HbState, UNKNOWN_POD, member_name};
+use super::state::{HbLease, HbState, UNKNOWN_POD, listed_name, member_name};
 use crate::api::{GroupObj, PodId, PodObj, Role, Spec};
 use crate::error::ModelError;
 use crate::objects::{self, pod_name};
@@ -55,23 +55,25 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
             .filter(|_| !lease.forged && lease.renewed.is_some())
             .map(|s| member_name(&pod_name(s.pod), s.process))
             .collect(),
-        predecessor: lease
-            .predecessor
-            .map(|(pod, epoch, duration, stepped_down)| Predecessor {
-                pod: if pod == UNKNOWN_POD {
+        predecessor: lease.predecessor.as_ref().map(|p| {
+            let names = |members: &[super::state::MemberName]| {
+                members.iter().copied().map(listed_name).collect()
+            };
+            Predecessor {
+                pod: if p.pod == UNKNOWN_POD {
                     UNKNOWN_PREDECESSOR.to_string()
                 } else {
-                    pod_name(pod)
+                    pod_name(p.pod)
                 },
-                uid: (pod != UNKNOWN_POD).then(|| pod_uid(pod)),
+                uid: (p.pod != UNKNOWN_POD).then(|| pod_uid(p.pod)),
                 // The model's epochs are small and positive.
-                epoch: Epoch::try_from(epoch).unwrap_or(Epoch::ZERO),
-                lease_seconds: i32::from(duration),
-                // The model's clients write no step-down: the operator's own knowledge ends it.
-                members: Vec::new(),
-                stepped_down_by: Vec::new(),
-                stepped_down,
-            }),
+                epoch: Epoch::try_from(p.epoch).unwrap_or(Epoch::ZERO),
+                lease_seconds: i32::from(p.duration),
+                members: names(&p.members),
+                stepped_down_by: names(&p.stepped_down_by),
+                stepped_down: p.stepped_down,
+            }
+        }),
     }
 }
 

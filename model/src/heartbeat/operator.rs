@@ -13,7 +13,9 @@ use leadergroup_operator::lease_sightings::Sighting;
 
 use super::clock;
 use super::objects::{self, ARBITER};
-use super::state::{HbLease, HbState, INTRUDER, UNKNOWN_POD};
+use super::state::{
+    HbLease, HbPredecessor, HbState, INTRUDER, MemberName, UNKNOWN_POD, parse_member,
+};
 use crate::api::PodId;
 use crate::error::ModelError;
 use crate::objects::pod_id;
@@ -143,17 +145,33 @@ fn committed(
         .transpose()
         .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?;
     let predecessor = match &record.predecessor {
-        Some(p) => Some((
-            if p.pod == UNKNOWN_PREDECESSOR {
-                UNKNOWN_POD
-            } else {
-                pod_id(&p.pod)?
-            },
-            i64::from(p.epoch),
-            u8::try_from(p.lease_seconds)
-                .map_err(|_| ModelError::UnexpectedDecision("a Lease duration out of range"))?,
-            p.stepped_down,
-        )),
+        Some(p) => {
+            let names = |names: &[String]| -> Result<Vec<MemberName>, ModelError> {
+                let mut members = names
+                    .iter()
+                    .map(|n| parse_member(n))
+                    .collect::<Result<Vec<_>, _>>()?;
+                members.sort_unstable();
+                Ok(members)
+            };
+            Some(
+                HbPredecessor {
+                    pod: if p.pod == UNKNOWN_PREDECESSOR {
+                        UNKNOWN_POD
+                    } else {
+                        pod_id(&p.pod)?
+                    },
+                    epoch: i64::from(p.epoch),
+                    duration: u8::try_from(p.lease_seconds).map_err(|_| {
+                        ModelError::UnexpectedDecision("a Lease duration out of range")
+                    })?,
+                    members: names(&p.members)?,
+                    stepped_down_by: names(&p.stepped_down_by)?,
+                    stepped_down: p.stepped_down,
+                }
+                .normalized(),
+            )
+        }
         None => None,
     };
     Ok(HbLease {
