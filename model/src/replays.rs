@@ -3,6 +3,7 @@
 //! otherwise.
 
 use crate::finalizer::LeaseOnDeletion;
+use crate::heartbeat::client::{AppRule, GateRule};
 use crate::heartbeat::clock::Tick;
 use crate::heartbeat::regressions::{self as hb, HbOutcome};
 use crate::regressions::{self, Outcome};
@@ -158,7 +159,44 @@ pub fn all() -> Vec<Replayed> {
         "Heartbeat, a preference after the Lease was taken back",
         hb::replay_preference_after_a_lease_taken_back(),
     ));
+    // Issue 48's findings 1 and 2: each on the code before commit 146e1dd (two applications
+    // act as leader) and as it is (none).
+    out.push(applications(
+        "Heartbeat, a paused agent after a switchover, its application ignoring validUntil (before the fix: finding 1)",
+        hb::replay_paused_agent_after_a_switchover(AppRule::IgnoresValidity),
+        true,
+    ));
+    out.push(applications(
+        "Heartbeat, a paused agent after a switchover, its application honouring validUntil",
+        hb::replay_paused_agent_after_a_switchover(AppRule::HonoursValidity),
+        false,
+    ));
+    out.push(applications(
+        "Heartbeat, an agent back at a role acted on, its step-down gated by value (before the fix: finding 2)",
+        hb::replay_agent_returns_to_a_role_acted_on(GateRule::ByValue),
+        true,
+    ));
+    out.push(applications(
+        "Heartbeat, an agent back at a role acted on, its step-down gated on the publication",
+        hb::replay_agent_returns_to_a_role_acted_on(GateRule::BySeq),
+        false,
+    ));
     out
+}
+
+/// A replay of what the applications act on: two pods' applications act as leader at some
+/// instant exactly when `overlaps` (the code before its fix) says so.
+fn applications(
+    title: &'static str,
+    (overlap, text): (Vec<Tick>, String),
+    overlaps: bool,
+) -> Replayed {
+    Replayed {
+        title,
+        as_expected: overlap.is_empty() != overlaps,
+        outcome: format!("two pods' applications act as leader at {overlap:?} s"),
+        text,
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 
 use stateright::Model;
 
-use super::client;
+use super::client::{self, AppRule, GateRule};
 use super::clock::Tick;
-use super::model::{HbAction, HbConfig, HeartbeatModel, believed_leaders, stale_leaders};
+use super::model::{
+    HbAction, HbConfig, HeartbeatModel, acting_leaders, believed_leaders, stale_leaders,
+};
 use super::state::HbState;
 use crate::api::PodId;
 
@@ -34,6 +36,8 @@ struct Replay {
     outcome: Option<HbOutcome>,
     /// Go on past a stale believer (to show how long an open hole lasts).
     past_stale: bool,
+    /// The ticks at which two pods' applications acted as leader.
+    app_overlap: Vec<Tick>,
 }
 
 impl Replay {
@@ -45,6 +49,7 @@ impl Replay {
             actions: Vec::new(),
             outcome: None,
             past_stale: false,
+            app_overlap: Vec::new(),
         }
     }
 
@@ -70,6 +75,11 @@ impl Replay {
             return self;
         };
         let stale = stale_leaders(&next);
+        if acting_leaders(&next, self.model.config.app).len() > 1
+            && !self.app_overlap.contains(&next.now)
+        {
+            self.app_overlap.push(next.now);
+        }
         self.states.push(next);
         self.actions.push(action);
         if !stale.is_empty() && self.outcome.is_none() {
@@ -77,6 +87,32 @@ impl Replay {
                 step,
                 clients: stale,
             });
+        }
+        self
+    }
+
+    /// Takes `action` if it is enabled and changes anything; else nothing (a step that the code
+    /// as it is and the code before a fix take differently).
+    fn maybe(&mut self, action: HbAction) -> &mut Self {
+        let possible = self.states.last().is_some_and(|s| {
+            let mut enabled = Vec::new();
+            self.model.actions(s, &mut enabled);
+            enabled.contains(&action) && self.model.step(s, &action).is_some()
+        });
+        if possible {
+            self.act(action);
+        }
+        self
+    }
+
+    /// Every step-down in flight lands.
+    fn step_downs_land(&mut self) -> &mut Self {
+        while let Some(n) = self.states.last().and_then(|s| s.notes.first().cloned()) {
+            let before = self.actions.len();
+            self.act(HbAction::DeliverStepDown(n));
+            if self.actions.len() == before {
+                break;
+            }
         }
         self
     }
@@ -99,6 +135,36 @@ impl Replay {
             .is_some_and(|s| self.model.step(s, &HbAction::Operator).is_some());
         if changes {
             self.act(HbAction::Operator);
+        }
+        self
+    }
+
+    /// p1's client renews and reads its renewal back: it believes `Leader@1`.
+    fn p1_leads(&mut self) -> &mut Self {
+        self.renews(0).act(HbAction::ReadLease(0))
+    }
+
+    /// p1's client, if labeled (and not yet leading), reads its pod and the Lease, renews and
+    /// reads its renewal back.
+    fn p1_leads_again(&mut self) -> &mut Self {
+        let labeled = self
+            .states
+            .last()
+            .is_some_and(|s| s.marks.first().copied().flatten().is_some());
+        let leads = self
+            .states
+            .last()
+            .is_some_and(|s| believed_leaders(s).iter().any(|(p, _)| *p == 0));
+        if labeled && !leads {
+            self.act(HbAction::ReadPod(0)).act(HbAction::ReadLease(0));
+            if self
+                .states
+                .last()
+                .is_some_and(|s| client::renewable(s, 0).is_some())
+            {
+                self.renewal_lands(0);
+            }
+            self.act(HbAction::ReadLease(0));
         }
         self
     }
@@ -187,6 +253,86 @@ impl Replay {
             text,
         )
     }
+}
+
+/// Issue 48, finding 1: `p1`'s member runs in an agent, whose application reads its files. It
+/// renews at 0 s (a Lease of 3 s: `Leader@1` until 2 s), its agent takes that publication (the
+/// files say `leader`, valid until 2 s) and runs its command; then the agent is paused, its
+/// application running on. The user prefers `p2`: the operator commits it at once and labels it
+/// once `p1` has stepped down, which, its member paused, it writes itself two thirds of the
+/// Lease after it saw the handover (at its next pass, 1 s: so at 3 s). Each second `p2` reads,
+/// and once labeled renews and reads again. With `app`, the application as it is (it stops at
+/// the validity) or as it was (it ignored it: nothing carried one). Returns the ticks at which
+/// two pods' applications acted as leader, and the transcript.
+pub fn replay_paused_agent_after_a_switchover(app: AppRule) -> (Vec<Tick>, String) {
+    let mut r = Replay::new(HbConfig {
+        duration: 3,
+        edited_duration: 3,
+        max_ticks: 5,
+        max_epoch: 3,
+        app,
+        ..HbConfig::agent_paused()
+    });
+    r.past_stale = true;
+    r.p1_leads()
+        .act(HbAction::Take(0))
+        .act(HbAction::Ran(0))
+        .act(HbAction::Pause(0))
+        .act(HbAction::Prefer(1))
+        .operator()
+        .act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1));
+    r.successor_takes_over(4);
+    let (_, text) = r.finish();
+    (r.app_overlap.clone(), text)
+}
+
+/// Issue 48, finding 2: `p2`'s member runs in an agent (`p1`'s in-process). `p2` reads its pod
+/// and the Lease (`follower`), and its agent acts on that publication. The user prefers `p2`
+/// (`p1` never acknowledged, so `p2` is labeled at once); `p2` renews and believes `Leader@2`
+/// (a Lease of 3 s: until 2 s), and its agent takes that publication (its files say `leader`)
+/// but its command has not run yet. The user prefers `p1` again: `p2` is deposed, named as the
+/// predecessor, and reads the Lease (`follower` again, a value its agent acted on before).
+/// With `gate` by value (as before commit 146e1dd) its member steps down at once and `p1` is
+/// labeled and leads while `p2`'s files say `leader`; on sequence numbers (as it is) the
+/// step-down waits until the agent has acted on that very publication (its files say
+/// `follower` by then). Returns the ticks at which two pods' applications acted as leader, and
+/// the transcript.
+pub fn replay_agent_returns_to_a_role_acted_on(gate: GateRule) -> (Vec<Tick>, String) {
+    let mut r = Replay::new(HbConfig {
+        max_ticks: 2,
+        gate,
+        ..HbConfig::agent_returns()
+    });
+    r.past_stale = true;
+    r.act(HbAction::ReadPod(1))
+        .act(HbAction::ReadLease(1))
+        .act(HbAction::Take(1))
+        .act(HbAction::Ran(1))
+        .act(HbAction::Prefer(1))
+        .operator()
+        .renews(1)
+        .act(HbAction::ReadLease(1))
+        .act(HbAction::Take(1))
+        .act(HbAction::Prefer(0))
+        .operator()
+        .act(HbAction::ReadLease(1))
+        // By value: owed at once.
+        .maybe(HbAction::StepDown(1))
+        .step_downs_land()
+        .operator()
+        .p1_leads_again()
+        // The agent catches up: its files, then its commands.
+        .act(HbAction::Take(1))
+        .act(HbAction::Ran(1))
+        .act(HbAction::Ran(1))
+        // On sequence numbers: owed now.
+        .maybe(HbAction::StepDown(1))
+        .step_downs_land()
+        .operator()
+        .p1_leads_again();
+    let (_, text) = r.finish();
+    (r.app_overlap.clone(), text)
 }
 
 /// Finding 3: the user shortens `leaseDurationSeconds` from 6 s to 3 s while the leader's client
@@ -418,6 +564,45 @@ pub fn replay_successor_deposed_before_its_label() -> (HbOutcome, bool, String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 48, finding 1: with the application as it was (no validity), `p1`'s application
+    /// acts as leader from its paused agent's files while `p2` leads, from 3 s on; as it is, it
+    /// stops at the validity, 2 s, before the successor is labeled (3 s).
+    #[test]
+    fn a_paused_agents_application_stops_at_the_validity() {
+        let (before, text) = replay_paused_agent_after_a_switchover(AppRule::IgnoresValidity);
+        println!("{text}");
+        assert_eq!(before, vec![3, 4], "{text}");
+        assert!(!text.contains("not possible"), "{text}");
+        let (now, text) = replay_paused_agent_after_a_switchover(AppRule::HonoursValidity);
+        println!("{text}");
+        assert_eq!(now, Vec::<Tick>::new(), "{text}");
+        assert!(
+            text.contains("p2: Leader@2"),
+            "p2 leads in the end:\n{text}"
+        );
+        assert!(!text.contains("not possible"), "{text}");
+    }
+
+    /// Issue 48, finding 2: with the gate by value, `p1` leads at 0 s while `p2`'s files still
+    /// say `leader` (until 2 s); on sequence numbers, `p2`'s member steps down only once its
+    /// agent acted on the publication made then, and `p1` leads after it.
+    #[test]
+    fn a_step_down_waits_for_the_publication_made_then() {
+        let (before, text) = replay_agent_returns_to_a_role_acted_on(GateRule::ByValue);
+        println!("{text}");
+        assert_eq!(before, vec![0], "{text}");
+        assert!(!text.contains("not possible"), "{text}");
+        let (now, text) = replay_agent_returns_to_a_role_acted_on(GateRule::BySeq);
+        println!("{text}");
+        assert_eq!(now, Vec::<Tick>::new(), "{text}");
+        assert!(
+            text.contains("p1: Leader@3"),
+            "p1 leads in the end:\n{text}"
+        );
+        assert!(text.contains("sends its step-down"), "{text}");
+        assert!(!text.contains("not possible"), "{text}");
+    }
 
     /// Before the fix (the operator's rewrite of the holder's Lease started its silence clock
     /// over, `Sighting::update` keeping no `not_before`), this ended in
