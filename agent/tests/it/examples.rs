@@ -91,30 +91,28 @@ fn build_go(ns: &str) -> PathBuf {
     binary
 }
 
-#[tokio::test]
-async fn the_shell_python_and_go_examples_follow_the_agent() {
-    let (w, kubeconfig) = world_of_two_members("agent-examples").await;
-    let agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &[]).await;
-    let ns = w.ns.name.clone();
-    let go = build_go(&ns);
+/// The shell, Python and Go clients, each following `agent`.
+fn start_all(agent: &Agent, ns: &str) -> [Example; 3] {
+    let go = build_go(ns);
     let dir = examples();
-    let clients = [
-        Example::start(
-            "shell",
-            Path::new("sh"),
-            &[&dir.join("role.sh")],
-            &agent,
-            &ns,
-        ),
+    [
+        Example::start("shell", Path::new("sh"), &[&dir.join("role.sh")], agent, ns),
         Example::start(
             "python",
             Path::new("python3"),
             &[&dir.join("role.py")],
-            &agent,
-            &ns,
+            agent,
+            ns,
         ),
-        Example::start("go", &go, &[], &agent, &ns),
-    ];
+        Example::start("go", &go, &[], agent, ns),
+    ]
+}
+
+#[tokio::test]
+async fn the_shell_python_and_go_examples_follow_the_agent() {
+    let (w, kubeconfig) = world_of_two_members("agent-examples").await;
+    let agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &[]).await;
+    let clients = start_all(&agent, &w.ns.name);
 
     // In no group yet: confirmed, not leading.
     agent.wait_role("follower", None).await;
@@ -175,26 +173,7 @@ fn now_ms() -> u64 {
 async fn a_paused_agents_leadership_ends_at_its_validity_in_every_client() {
     let (w, kubeconfig) = world_of_two_members("agent-paused").await;
     let agent = Agent::start(&kubeconfig, &w.ns.name, "app-0", &[]).await;
-    let ns = w.ns.name.clone();
-    let go = build_go(&ns);
-    let dir = examples();
-    let clients = [
-        Example::start(
-            "shell",
-            Path::new("sh"),
-            &[&dir.join("role.sh")],
-            &agent,
-            &ns,
-        ),
-        Example::start(
-            "python",
-            Path::new("python3"),
-            &[&dir.join("role.py")],
-            &agent,
-            &ns,
-        ),
-        Example::start("go", &go, &[], &agent, &ns),
-    ];
+    let clients = start_all(&agent, &w.ns.name);
     w.put_lease("g", Some("app-0"), 1).await.unwrap();
     w.mark_follower("app-1", "g").await.unwrap();
     w.mark_leader("app-0", "g", 1).await.unwrap();
