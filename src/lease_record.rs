@@ -330,10 +330,7 @@ impl LeaseRecord {
             .collect();
         let unnamed = self.acknowledged
             && (named.is_empty() || self.acknowledged_by.iter().any(|m| m == UNNAMED_MEMBER));
-        let mut set = |key: &str, value: Option<String>| match value {
-            Some(v) => annotations.insert(key.to_string(), v),
-            None => annotations.remove(key),
-        };
+        let mut set = |key: &str, value| set_annotation(annotations, key, value);
         let epoch = self.epoch.to_string();
         set(ACKNOWLEDGED_ANNOTATION, unnamed.then(|| epoch.clone()));
         let by_name = self.acknowledged && !named.is_empty();
@@ -362,11 +359,16 @@ impl LeaseRecord {
     }
 }
 
-fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Predecessor>) {
-    let mut set = |key: &str, value: Option<String>| match value {
+/// Sets annotation `key` to `value`, or removes it when `None`.
+fn set_annotation(annotations: &mut BTreeMap<String, String>, key: &str, value: Option<String>) {
+    match value {
         Some(v) => annotations.insert(key.to_string(), v),
         None => annotations.remove(key),
     };
+}
+
+fn write_predecessor(annotations: &mut BTreeMap<String, String>, p: Option<&Predecessor>) {
+    let mut set = |key: &str, value| set_annotation(annotations, key, value);
     set(PREDECESSOR_ANNOTATION, p.map(|p| p.pod.clone()));
     set(PREDECESSOR_UID_ANNOTATION, p.and_then(|p| p.uid.clone()));
     set(PREDECESSOR_EPOCH_ANNOTATION, p.map(|p| p.epoch.to_string()));
