@@ -218,6 +218,47 @@ fn lease_naming(lease: &Lease) -> Option<(String, String, i64)> {
     Some((group, holder, epoch))
 }
 
+/// The group a version of a Lease or a LeaderGroup belongs to, and its holder and epoch as
+/// written (whatever they are), for a violation's message.
+fn cited<K: Resource + serde::Serialize>(record: Record, o: &K) -> Option<(String, String)> {
+    let meta = o.meta();
+    let name = meta.name.as_deref()?;
+    let epoch = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EPOCH_ANNOTATION))
+        .map_or("-", String::as_str);
+    match record {
+        Record::Lease => {
+            let group = name.strip_prefix(LEASE_PREFIX)?;
+            let lease: Lease = serde_json::to_value(o)
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())?;
+            let spec = lease.spec.unwrap_or_default();
+            Some((
+                group.to_owned(),
+                format!(
+                    "{}@{epoch} (transitions {})",
+                    spec.holder_identity.as_deref().unwrap_or("-"),
+                    spec.lease_transitions.unwrap_or(0)
+                ),
+            ))
+        }
+        Record::Status => {
+            let v = serde_json::to_value(o).ok()?;
+            let status = &v["status"];
+            Some((
+                name.to_owned(),
+                format!(
+                    "{}@{}",
+                    status["leader"].as_str().unwrap_or("-"),
+                    status["epoch"]
+                ),
+            ))
+        }
+    }
+}
+
 /// The (group, leader, epoch) a LeaderGroup's status records, if it records a leader.
 fn status_naming(group: &DynamicObject) -> Option<(String, String, i64)> {
     let status = &group.data["status"];
@@ -255,14 +296,22 @@ impl Recorded {
     }
 
     /// A delivery of the Lease or LeaderGroup watch, for the order invariant.
-    fn record_event<K: Resource>(
+    fn record_event<K: Resource + serde::Serialize>(
         &mut self,
         record: Record,
         seen: Seen<K>,
         naming: impl Fn(&K) -> Option<(String, String, i64)>,
     ) {
-        let mut note = |o: &K, listed: bool| {
+        let mut note = |o: &K, listed: bool, deleted: bool| {
             if let Some(rv) = revision(o.meta().resource_version.as_deref()) {
+                if let Some((group, said)) = cited(record, o) {
+                    let how = match (listed, deleted) {
+                        (true, _) => "listed ",
+                        (_, true) => "deleted ",
+                        _ => "",
+                    };
+                    self.order.cite(record, &group, rv, format!("{how}{said}"));
+                }
                 let named = naming(o);
                 let named = named.as_ref().map(|(g, p, e)| (g.as_str(), p.as_str(), *e));
                 self.order.seen(record, named, rv, listed);
@@ -271,8 +320,9 @@ impl Recorded {
         match seen {
             Seen::Relisting => self.order.relisting(record),
             Seen::Failed => self.order.watch_failed(record),
-            Seen::Listed(objects) => objects.iter().for_each(|o| note(o, true)),
-            Seen::Applied(o) | Seen::Deleted(o) => note(&o, false),
+            Seen::Listed(objects) => objects.iter().for_each(|o| note(o, true, false)),
+            Seen::Applied(o) => note(&o, false, false),
+            Seen::Deleted(o) => note(&o, false, true),
         }
     }
 

@@ -23,7 +23,10 @@
 //!   given the watches time to deliver them and they are healthy: a healthy watch delivers a
 //!   write made before the pod's within that time.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// How many versions of each group's record a violation's message can cite.
+const CITED: usize = 12;
 
 /// The resourceVersion of an object as a revision, when it is one (etcd's are decimal).
 pub(crate) fn revision(resource_version: Option<&str>) -> Option<u64> {
@@ -64,6 +67,9 @@ struct Watched {
     blind: Vec<(u64, Option<u64>)>,
     /// Whether the watch's last item was an event (not an error).
     healthy: bool,
+    /// Per group: the last versions delivered (revision, what it said), for a violation's
+    /// message: a violation is rare, and what the watch saw around it is what explains it.
+    recent: BTreeMap<String, VecDeque<(u64, String)>>,
 }
 
 impl Watched {
@@ -83,6 +89,34 @@ impl Watched {
         }
         self.progress = self.progress.max(revision);
         self.healthy = true;
+    }
+
+    fn cite(&mut self, group: &str, revision: u64, said: String) {
+        let recent = self.recent.entry(group.to_owned()).or_default();
+        if recent.len() == 4 * CITED {
+            recent.pop_front();
+        }
+        recent.push_back((revision, said));
+    }
+
+    /// What this watch delivered of `group`'s record up to a little past `revision`, and where
+    /// it was blind.
+    fn citation(&self, group: &str, revision: u64) -> String {
+        let versions: Vec<String> = self
+            .recent
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter(|(r, _)| *r <= revision.saturating_add(1000))
+            .map(|(r, said)| format!("{r}: {said}"))
+            .collect();
+        let from = versions.len().saturating_sub(CITED);
+        format!(
+            "versions seen [{}]; blind {:?}; progress {}",
+            versions[from..].join(", "),
+            self.blind,
+            self.progress
+        )
     }
 
     /// Whether `revision` lies where this watch may have missed writes.
@@ -173,6 +207,12 @@ impl OrderLog {
             *to = Some(revision);
         }
         watched.record(naming, revision);
+    }
+
+    /// The watch of `record` delivered a version of `group`'s record at `revision` that says
+    /// `said` (its holder and epoch as written): cited if a violation involves the group.
+    pub(crate) fn cite(&mut self, record: Record, group: &str, revision: u64, said: String) {
+        self.watched(record).cite(group, revision, said);
     }
 
     /// The pod watch delivered, as an event, a write at `revision` giving `pod` the marks of
@@ -269,14 +309,19 @@ impl OrderLog {
             .into_iter()
             .filter(|(_, v)| *v == Verdict::Broken)
             .map(|(record, _)| {
+                let watched = match record {
+                    Record::Lease => &self.leases,
+                    Record::Status => &self.statuses,
+                };
                 format!(
                     "order: pod {} carried epoch {} of group {:?} at revision {}, but {} was not seen \
-                     naming it at that epoch at a lower revision",
+                     naming it at that epoch at a lower revision ({})",
                     w.pod,
                     w.epoch,
                     w.group,
                     w.revision,
-                    record.describe(&w.group)
+                    record.describe(&w.group),
+                    watched.citation(&w.group, w.revision)
                 )
             })
             .collect()
@@ -330,7 +375,9 @@ mod tests {
     fn a_lease_naming_another_pod_or_epoch_does_not_count() {
         let mut log = started();
         log.seen(Record::Lease, Some(("pay", "app-1", 1)), 20, false);
+        log.cite(Record::Lease, "pay", 20, "app-1@1".into());
         log.seen(Record::Lease, Some(("pay", "app-0", 2)), 21, false);
+        log.cite(Record::Lease, "pay", 21, "app-0@2".into());
         log.seen(Record::Status, Some(("pay", "app-0", 1)), 22, false);
         log.pod_marked("app-0", "pay", 1, 23);
         log.seen(Record::Lease, None, 40, false);
@@ -340,6 +387,10 @@ mod tests {
         assert!(
             violations[0].contains("Lease leadergroup-pay"),
             "{violations:?}"
+        );
+        assert!(
+            violations[0].contains("versions seen [20: app-1@1, 21: app-0@2]"),
+            "what the watch saw is cited: {violations:?}"
         );
     }
 
