@@ -209,6 +209,51 @@ impl Member {
     }
 }
 
+impl Member {
+    /// An agent's member from what its application reads: the versions of its `role` file and
+    /// of its `valid-until` file (Unix milliseconds while leader, empty otherwise), each with
+    /// the instant it was written. A leader's belief ends at the next `role`, or at the validity
+    /// last written before it, whichever comes first; a new validity while leader renews it.
+    pub fn from_agent_files(
+        name: &str,
+        role: &[(SystemTime, String)],
+        valid_until: &[(SystemTime, String)],
+    ) -> Member {
+        let mut written: Vec<(Ms, bool, &str)> = role
+            .iter()
+            .map(|(t, c)| (unix_ms(*t), true, c.trim()))
+            .chain(
+                valid_until
+                    .iter()
+                    .map(|(t, c)| (unix_ms(*t), false, c.trim())),
+            )
+            .collect();
+        // The agent writes `valid-until` before `role`: at one instant, the validity first.
+        written.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut leader, mut validity) = (false, None);
+        let mut changes = Vec::new();
+        for (at_ms, is_role, contents) in written {
+            if is_role {
+                leader = contents == "leader";
+            } else {
+                validity = contents.parse::<Ms>().ok();
+                if !leader {
+                    continue;
+                }
+            }
+            changes.push(Change {
+                valid_until_ms: validity.filter(|_| leader),
+                ..Change::to(at_ms, leader, None)
+            });
+        }
+        Member {
+            name: name.to_owned(),
+            changes,
+            not_running: Vec::new(),
+        }
+    }
+}
+
 /// `(from, to)` less every span of `cut`.
 fn subtract((from, to): (Ms, Ms), cut: &[Span]) -> Vec<(Ms, Ms)> {
     let mut left = vec![(from, to)];
@@ -354,6 +399,18 @@ fn merged(spans: impl Iterator<Item = (Ms, Ms)>) -> Vec<(Ms, Ms)> {
 
 /// The writes of `log` inside `window` accepted with a token older than the newest accepted
 /// before them (the log in its order; those before the window count as accepted before).
+/// Every write of `log` the fence accepted with a token older than one it accepted before, over
+/// the whole log: the check a fence's own log gets, in the tests that read one.
+pub fn fence_regressions(log: &[Accepted]) -> Vec<Regression> {
+    regressions(
+        log,
+        Span {
+            from_ms: f64::NEG_INFINITY,
+            to_ms: None,
+        },
+    )
+}
+
 fn regressions(log: &[Accepted], window: Span) -> Vec<Regression> {
     let mut log: Vec<&Accepted> = log.iter().collect();
     log.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
@@ -588,5 +645,34 @@ mod tests {
         let later = h.check(window(55.0, 100.0));
         assert_eq!(later.fence_regressions.len(), 1);
         assert!(h.check(window(0.0, 35.0)).fence_regressions.is_empty());
+    }
+
+    #[test]
+    fn an_agents_files_give_its_beliefs_with_their_validity() {
+        let at = |ms: u64| UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        let role = [
+            (at(1_000), "follower".to_owned()),
+            (at(2_000), "leader".to_owned()),
+            (at(9_000), "unknown".to_owned()),
+        ];
+        let valid_until = [
+            (at(2_000), "4000".to_owned()),
+            (at(3_000), "6000".to_owned()),
+            (at(9_000), String::new()),
+        ];
+        let m = Member::from_agent_files("a", &role, &valid_until);
+        let spans: Vec<(Ms, Option<Ms>)> = m
+            .beliefs()
+            .iter()
+            .map(|(s, _)| (s.from_ms, s.to_ms))
+            .collect();
+        // Renewed at 3 s, then nothing: the belief ends at 6 s, not at the `unknown` of 9 s.
+        assert_eq!(
+            spans,
+            vec![(2_000.0, Some(3_000.0)), (3_000.0, Some(6_000.0))]
+        );
+        assert!(m.believes_at(5_999.0));
+        assert!(!m.believes_at(6_000.0));
+        assert!(!m.believes_at(8_000.0));
     }
 }

@@ -140,6 +140,78 @@ impl Cluster {
             .await
     }
 
+    /// Makes the replica on node `node` the active one, with the standby on another node, and
+    /// returns it: a replica that must move is deleted while the node it must avoid is cordoned
+    /// (a deleted active replica releases the operator Lease on SIGTERM: the standby takes over
+    /// at once). A test that then loses `node` measures the operator's failover with the groups'.
+    pub async fn operator_on(&self, node: &str) -> String {
+        for _ in 0..6 {
+            let active = self.wait_operator_active(None).await;
+            let replicas = self.two_replicas_ready().await;
+            let standby = replicas.iter().find(|p| p.name_any() != active);
+            let active_on_node = replicas
+                .iter()
+                .any(|p| p.name_any() == active && node_of(p) == node);
+            let standby_on_node = standby.is_some_and(|p| node_of(p) == node);
+            let (delete, avoid) = match (active_on_node, standby_on_node) {
+                (true, false) => return active,
+                // Both on `node`: the standby moves away.
+                (true, true) => (standby.map(ResourceExt::name_any), node.to_owned()),
+                // The standby on `node` takes over; the active's replacement goes elsewhere.
+                (false, true) => (Some(active.clone()), node.to_owned()),
+                // Neither on `node`: the standby moves there, away from the active's node.
+                (false, false) => {
+                    let elsewhere = replicas
+                        .iter()
+                        .find(|p| p.name_any() == active)
+                        .map_or(String::new(), |p| node_of(p).to_owned());
+                    (standby.map(ResourceExt::name_any), elsewhere)
+                }
+            };
+            let _cordoned = self.cordon(&avoid).await;
+            if let Some(pod) = delete {
+                Api::<Pod>::namespaced(self.client.clone(), RELEASE_NS)
+                    .delete(&pod, &DeleteParams::default())
+                    .await
+                    .unwrap();
+                self.wait_gone(&pod).await;
+            }
+            self.two_replicas_ready().await;
+        }
+        panic!(
+            "the active operator replica could not be moved to {node}: {:#?}",
+            pod_summary(&self.operator_pods().await)
+        )
+    }
+
+    /// The two operator replicas, once both run Ready and neither is terminating.
+    async fn two_replicas_ready(&self) -> Vec<Pod> {
+        let ready = wait_until("two operator replicas Ready", PODS, || async {
+            let pods = self.operator_pods().await;
+            let live: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let both = live.len() == 2 && live.iter().all(is_ready);
+            Ok::<_, String>(both.then_some(live))
+        })
+        .await;
+        match ready {
+            Ok(pods) => pods,
+            Err(e) => panic!("{e}\n{:#?}", pod_summary(&self.operator_pods().await)),
+        }
+    }
+
+    /// Waits until operator pod `pod` is gone.
+    async fn wait_gone(&self, pod: &str) {
+        let gone = wait_until(&format!("operator pod {pod} gone"), PODS, || async {
+            let pods = self.operator_pods().await;
+            Ok::<_, String>((!pods.iter().any(|p| p.name_any() == pod)).then_some(()))
+        })
+        .await;
+        gone.unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Waits until the operator's Lease is held by a Ready operator pod that `which` accepts, and
     /// returns that pod's name.
     async fn wait_operator_active_where(&self, which: impl Fn(&Pod) -> bool) -> String {

@@ -34,6 +34,7 @@ mod install;
 mod lease_guard;
 mod node_loss;
 mod operator_ha;
+mod operator_node_loss;
 mod page;
 mod plugin;
 mod quickstart;

@@ -21,8 +21,8 @@
 //! the wall clock of the cut (printed by `cut-node`), on the one clock of this machine: to the
 //! watch event that shows the new leader's label (a, b), to the Lease naming the node-2 candidate
 //! (c), and to the `role` files' mtimes (b). The active operator replica is moved off node 1 first:
-//! what is measured is the groups' failover; the benchmark's end-to-end run measures losing the
-//! node with the active replica on it (`docs/benchmarks.md`).
+//! what is measured is the groups' failover; `operator_node_loss.rs` loses the node with the
+//! active replica on it.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -45,12 +45,12 @@ use crate::cluster::{
 };
 
 /// The node lost, where every leader sits, and the one its peers run on.
-const CUT: &str = "lg-node-1";
-const PEER: &str = "lg-node-2";
+pub(crate) const CUT: &str = "lg-node-1";
+pub(crate) const PEER: &str = "lg-node-2";
 
 /// The Heartbeat group: the example's (`leadergroup.yaml`), whose RBAC names its Lease.
-const HEARTBEAT: &str = "ledger";
-const HEARTBEAT_LEASE_SECONDS: u64 = 5;
+pub(crate) const HEARTBEAT: &str = "ledger";
+pub(crate) const HEARTBEAT_LEASE_SECONDS: u64 = 5;
 
 /// The client-go candidates, their Lease (`<prefix>-0`) and their timing.
 const CLIENT_GO: &str = "client-go";
@@ -68,11 +68,11 @@ const CLIENT_GO_ARGS: [&str; 8] = [
 ];
 
 /// `<group>-<node number>`: the pod of `group` bound to `node`.
-fn pod_name(group: &str, node: &str) -> String {
+pub(crate) fn pod_name(group: &str, node: &str) -> String {
     format!("{group}-{}", Cluster::node_number(node))
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
@@ -85,12 +85,12 @@ fn signed_secs(t: Instant, from: Instant) -> String {
 }
 
 /// `b - a`, zero when b is earlier.
-fn since(a: SystemTime, b: SystemTime) -> Duration {
+pub(crate) fn since(a: SystemTime, b: SystemTime) -> Duration {
     b.duration_since(a).unwrap_or_default()
 }
 
 /// The instant of wall-clock time `t` (in the past), for comparing it with the watches' instants.
-fn instant_of(t: SystemTime) -> Instant {
+pub(crate) fn instant_of(t: SystemTime) -> Instant {
     Instant::now() - since(t, SystemTime::now())
 }
 
@@ -114,7 +114,7 @@ fn renewals_seen(log: &WatchLog<Lease>, lease: &str, holder: &str) -> Vec<Instan
 }
 
 /// The example's Deployment's pod template (`examples/ledger/manifests/sidecar`).
-fn example_pod_template() -> serde_json::Value {
+pub(crate) fn example_pod_template() -> serde_json::Value {
     let path = repo_root().join("examples/ledger/manifests/sidecar/deployment.yaml");
     let deployment: Deployment =
         serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

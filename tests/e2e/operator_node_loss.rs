@@ -1,0 +1,202 @@
+//! A lost node that takes the active operator replica with the leader: node 1 cut
+//! (`realcluster.sh cut-node`) while it runs both the active replica (the chart's defaults, two
+//! replicas, the active one moved to node 1 first) and the leader of a Heartbeat group
+//! (`leaseDurationSeconds: 5`, the agent sidecar of `examples/ledger/manifests/sidecar`), its
+//! follower and the standby replica on node 2. The standby takes the operator's Lease, and the
+//! group's Lease (which names the lost replica as its arbiter) tells it when the group is its to
+//! hand over. Asserted in every repetition: the follower labeled leader within the group's
+//! Lease and a second of the cut, and the two agents' applications never both leading (their
+//! `role` and `valid-until` files, on this machine's one clock, checked by `testenv::histories`).
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use leadergroup_operator::crd::{LeaderGroup, Liveness};
+use leadergroup_testenv::histories::{Group, Histories, Member, Span, unix_ms};
+use leadergroup_testenv::{FileHistory, InvariantWatcher, RealCluster, run_ok, wait_until};
+use serde_json::json;
+
+use crate::cluster::{
+    Cluster, PODS, PodLog, create, is_ready, node_of, repo_root, webapp_container,
+};
+use crate::node_loss::{
+    CUT, HEARTBEAT, HEARTBEAT_LEASE_SECONDS, PEER, example_pod_template, instant_of, pod_name,
+    secs, since,
+};
+
+/// Cuts of node 1, each in a namespace of its own.
+const REPETITIONS: usize = 2;
+
+#[tokio::test]
+async fn a_lost_node_with_the_active_operator_replica_hands_over_within_the_lease() {
+    let c = Cluster::get().await;
+    c.ensure_operator().await;
+    let lease = Duration::from_secs(HEARTBEAT_LEASE_SECONDS);
+    let mut lines = Vec::new();
+    for rep in 1..=REPETITIONS {
+        let active = c.operator_on(CUT).await;
+        let moved = one_cut(&c, &active).await;
+        assert!(
+            moved <= lease + Duration::from_secs(1),
+            "repetition {rep}: handed over {} after the cut, more than leaseDurationSeconds + 1 s",
+            secs(moved)
+        );
+        lines.push(format!("{rep}: {} (active replica {active})", secs(moved)));
+    }
+    println!(
+        "node loss with the active operator replica on it: Heartbeat group, leaseDurationSeconds \
+         {HEARTBEAT_LEASE_SECONDS}, new leader labeled after the cut: {}",
+        lines.join("; ")
+    );
+}
+
+/// One cut of node 1 with `active` on it: returns when the peer on node 2 was labeled leader,
+/// after the cut.
+async fn one_cut(c: &Cluster, active: &str) -> Duration {
+    let ns = leadergroup_testenv::namespace_in(c.client.clone(), "e2e-operator-node-loss")
+        .await
+        .unwrap();
+    let _ns_guard = c.namespace_guard(&ns.name);
+    let pods: Api<Pod> = ns.api();
+    let groups: Api<LeaderGroup> = ns.api();
+    let watch = InvariantWatcher::start(&c.client, &ns.name).await;
+    let log = PodLog::start(pods.clone()).await;
+    let manifests = repo_root().join("examples/ledger/manifests/sidecar");
+    let mut apply = c.cp.kubectl();
+    apply
+        .args(["--namespace", &ns.name, "apply", "-f"])
+        .arg(manifests.join("rbac.yaml"));
+    run_ok(apply).await;
+    let mut group: LeaderGroup = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
+    )
+    .unwrap();
+    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
+    group.spec.liveness = Liveness::Heartbeat;
+    groups.create(&PostParams::default(), &group).await.unwrap();
+
+    let template = example_pod_template();
+    let volume = template["spec"]["initContainers"][0]["volumeMounts"][0]["name"]
+        .as_str()
+        .expect("the agent's volume")
+        .to_owned();
+    let (old, new) = (pod_name(HEARTBEAT, CUT), pod_name(HEARTBEAT, PEER));
+    // Node 1's pod first: the oldest leads.
+    let old_pod = create_pod(&ns, &template, CUT).await;
+    let leads = wait_until(&format!("{old} leading"), PODS, || async {
+        let settled = leadergroup_testenv::settled(&ns.client, &ns.name, HEARTBEAT).await;
+        Ok::<_, String>(
+            settled
+                .ok()
+                .and_then(Result::ok)
+                .filter(|s| s.leader == old),
+        )
+    })
+    .await;
+    leads.unwrap_or_else(|e| panic!("{e}"));
+    let new_pod = create_pod(&ns, &template, PEER).await;
+    let dir = |pod: &Pod| {
+        RealCluster::empty_dir(c.dir(), node_of(pod), &pod.uid().unwrap(), &volume).unwrap()
+    };
+    let files = FileHistory::start(Vec::new());
+    for (name, pod) in [(&old, &old_pod), (&new, &new_pod)] {
+        files.add(&format!("{name}/role"), dir(pod).join("role"));
+        files.add(&format!("{name}/valid-until"), dir(pod).join("valid-until"));
+    }
+    let role = |name: &str| files.last(&format!("{name}/role"));
+    let published = wait_until("both agents publishing their role", PODS, || async {
+        let both =
+            role(&old).as_deref() == Some("leader") && role(&new).as_deref() == Some("follower");
+        Ok::<_, String>(both.then_some(()))
+    })
+    .await;
+    published.unwrap_or_else(|e| panic!("{e}: {:?} {:?}", role(&old), role(&new)));
+
+    let (uncut, cut_at) = c.cut_node(CUT).await;
+    let cut = instant_of(cut_at);
+    let bound = c.node_monitor_grace_period() + Duration::from_secs(30);
+    let labeled = wait_until(&format!("{new} labeled leader"), bound, || async {
+        Ok::<_, String>(log.leader_seen(&new, cut))
+    })
+    .await;
+    let moved = labeled.unwrap_or_else(|e| panic!("{e} (active replica {active} cut)")) - cut;
+    let acted = wait_until("the new leader's agent publishing leader", PODS, || async {
+        Ok::<_, String>(files.first(&format!("{new}/role"), "leader", cut_at))
+    })
+    .await;
+    acted.unwrap_or_else(|e| panic!("{e}"));
+
+    // What the two applications read, from a little before the cut to now.
+    let member = |name: &str| {
+        Member::from_agent_files(
+            name,
+            &files.history(&format!("{name}/role")),
+            &files.history(&format!("{name}/valid-until")),
+        )
+    };
+    let histories = Histories {
+        groups: vec![Group {
+            name: HEARTBEAT.to_owned(),
+            members: vec![member(&old), member(&new)],
+        }],
+        fence: Vec::new(),
+    };
+    let window = Span {
+        from_ms: unix_ms(cut_at) - 1_000.0,
+        to_ms: Some(unix_ms(SystemTime::now())),
+    };
+    let report = histories.check(window);
+    assert_eq!(
+        report.app_overlap_ms, 0.0,
+        "two applications led at once: {:?}\n{histories:?}",
+        report.groups
+    );
+    drop(files);
+    drop(uncut);
+    wait_node_ready(c, CUT).await;
+    watch.assert_held().await;
+    println!(
+        "operator node loss: {new} labeled {} after the cut, no application led beside another \
+         (none for {:.0} ms); the cut node back {} after the cut",
+        secs(moved),
+        report.none_ms,
+        secs(since(cut_at, SystemTime::now()))
+    );
+    moved
+}
+
+/// The group's pod bound to `node`, from the example's pod template with the web app as its
+/// application, once Ready.
+async fn create_pod(
+    ns: &leadergroup_testenv::TestNamespace,
+    template: &serde_json::Value,
+    node: &str,
+) -> Pod {
+    let mut pod = template.clone();
+    pod["metadata"]["name"] = json!(pod_name(HEARTBEAT, node));
+    pod["spec"]["nodeName"] = json!(node);
+    pod["spec"]["containers"] = json!([webapp_container(0)]);
+    let name = pod_name(HEARTBEAT, node);
+    let _: Pod = create(ns, pod).await;
+    let pods: Api<Pod> = ns.api();
+    let ready = wait_until(&format!("{name} Ready"), PODS, || async {
+        let pod = pods.get(&name).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(is_ready(&pod).then_some(pod))
+    })
+    .await;
+    ready.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until node `node` reports Ready again (after its cut was undone).
+async fn wait_node_ready(c: &Cluster, node: &str) {
+    let ready = wait_until(&format!("{node} Ready again"), PODS * 2, || async {
+        let status = leadergroup_testenv::node_ready(&c.client, node)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((status == "True").then_some(()))
+    })
+    .await;
+    ready.unwrap_or_else(|e| panic!("{e}"));
+}
