@@ -33,6 +33,7 @@ use tokio::{
 };
 
 use crate::crd::{leader_group, leader_groups};
+use crate::histories::{Accepted, fence_regressions};
 use crate::{Error, Kubelet, OperatorLaunch, OperatorProcess, Postgres, Result, TestNamespace};
 
 /// The group, and the fence row's name.
@@ -103,20 +104,23 @@ impl Report {
     /// table, a refusal that was not stale, and no refusal of the thawed writer at all.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
-        let mut highest: Option<&Row> = None;
+        // The ledger's ids are its commit order: the fence's log, as the histories check it.
+        let accepted: Vec<Accepted> = self
+            .rows
+            .iter()
+            .map(|r| Accepted {
+                at_ms: r.id as f64,
+                token: u64::try_from(r.epoch).unwrap_or(0),
+            })
+            .collect();
+        for r in fence_regressions(&accepted) {
+            v.push(format!(
+                "row {} at epoch {} accepted after row {} at epoch {}",
+                r.at_ms, r.token, r.newest_at_ms, r.newest
+            ));
+        }
         let mut writer_of = std::collections::BTreeMap::new();
         for row in &self.rows {
-            if let Some(h) = highest
-                && row.epoch < h.epoch
-            {
-                v.push(format!(
-                    "row {} of {} at epoch {} accepted after row {} of {} at epoch {}",
-                    row.id, row.writer, row.epoch, h.id, h.writer, h.epoch
-                ));
-            }
-            if highest.is_none_or(|h| row.epoch > h.epoch) {
-                highest = Some(row);
-            }
             if let Some(other) = writer_of.insert(row.epoch, &row.writer)
                 && other != &row.writer
             {

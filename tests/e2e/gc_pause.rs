@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{EnvVar, Pod, Secret};
 use kube::api::{ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::LeaderGroup;
+use leadergroup_testenv::histories::{Accepted, fence_regressions};
 use leadergroup_testenv::{InvariantWatcher, run_ok, wait_until};
 
 use crate::cluster::{CONVERGE, Cluster, PODS, is_ready, repo_root};
@@ -461,17 +462,22 @@ async fn a_thawed_ledger_leader_is_refused_by_postgresql() {
     let rows = postgres.ledger().await;
 
     let mut violations = Vec::new();
-    let mut highest: Option<&(i64, i64, String)> = None;
+    // The ledger's ids are its commit order: the fence's log, as the histories check it.
+    let accepted: Vec<Accepted> = rows
+        .iter()
+        .map(|(id, epoch, _)| Accepted {
+            at_ms: *id as f64,
+            token: u64::try_from(*epoch).unwrap_or(0),
+        })
+        .collect();
+    for r in fence_regressions(&accepted) {
+        violations.push(format!(
+            "row {} at epoch {} accepted after row {} at epoch {}",
+            r.at_ms, r.token, r.newest_at_ms, r.newest
+        ));
+    }
     let mut writer_of = std::collections::BTreeMap::new();
     for row in &rows {
-        if let Some(h) = highest
-            && row.1 < h.1
-        {
-            violations.push(format!("row {row:?} accepted after row {h:?}"));
-        }
-        if highest.is_none_or(|h| row.1 > h.1) {
-            highest = Some(row);
-        }
         if let Some(other) = writer_of.insert(row.1, &row.2)
             && other != &row.2
         {
