@@ -64,8 +64,8 @@ const FREEZE: Duration = Duration::from_secs(5);
 
 /// One end-to-end run: its repetitions, the cluster, the images and the admin client.
 struct Bench<'a> {
-    /// Graceful, crash and frozen, per system.
-    reps: usize,
+    /// Graceful, crash and frozen, per system: the fast ones 20 times, enough for a p90.
+    reps: [usize; 3],
     /// Node losses (every system measured in each).
     node_losses: usize,
     /// `--node-monitor-grace-period` of the cluster, seconds.
@@ -633,10 +633,10 @@ impl World<'_> {
         Ok(())
     }
 
-    /// Graceful, crash and frozen on one system, `reps` times each (a failed repetition ends
+    /// Graceful, crash and frozen on one system, `reps` times (a failed repetition ends
     /// that scenario's); per scenario with a fault, and what its histories gave in each
     /// repetition.
-    async fn handovers(&self, system: &System, reps: usize) -> [Handovers; 3] {
+    async fn handovers(&self, system: &System, reps: [usize; 3]) -> [Handovers; 3] {
         let mut out = [(); 3].map(|()| Handovers::default());
         let mut candidates = InWorld {
             world: self,
@@ -647,7 +647,7 @@ impl World<'_> {
             strikes: Vec::new(),
         };
         let what = format!("e2e: {}", system.name);
-        for (scenario, result) in SCENARIOS.iter().zip(&mut out) {
+        for ((scenario, result), reps) in SCENARIOS.iter().zip(&mut out).zip(reps) {
             let first = candidates.strikes.len();
             if let Some(fault) = scenario.fault {
                 repeat(&mut candidates, fault, reps, &what, result).await;
@@ -702,7 +702,8 @@ async fn run_e2e(ctx: &Context) -> Result<OwnRun> {
     let cluster = RealCluster::up(repo.join("target/bench-e2e-cluster"), grace).await?;
     let measured = async {
         let cp = install(repo, &cluster).await?;
-        let (reps, node_losses) = (ctx.pick(5, 1), ctx.pick(3, 1));
+        let reps = [ctx.pick(20, 1), ctx.pick(20, 1), ctx.pick(10, 1)];
+        let node_losses = ctx.pick(3, 1);
         let client = cp.client().await?;
         let bench = Bench {
             reps,
@@ -772,14 +773,14 @@ impl Bench<'_> {
         );
     }
 
-    /// Graceful, crash and frozen: ours alone first (its figures are the small ones), then the
-    /// four peers side by side; then the node losses.
+    /// Graceful, crash and frozen, every system side by side (the same conditions for all);
+    /// then the node losses.
     async fn measure(&self) -> Result<Record> {
         let mut record = Record::default();
         record.add("", "", "node_monitor_grace_period_s", self.grace);
         record.add("", "", "setup", format!(
-            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} repetitions per system, ours alone first, then the four peers side by side; node loss: {} cuts of lg-node-1 with every system measured in each.",
-            self.reps, self.node_losses
+            "Two nodes on this machine (lg-node-1, lg-node-2). Per system {CANDIDATES} candidates in pods, one on lg-node-1 and two on lg-node-2 (bare pods bound to their node; the harness creates a replacement after a deletion, as a ReplicaSet would). The operator: the chart with one replica on lg-node-2. Ours: the web app with the leadergroup-agent native sidecar; the peers: the bench's candidate processes, each its own pod. Graceful, crash and frozen: {} / {} / {} repetitions per system, every system side by side (ours and the four peers at once, the same conditions for all); node loss: {} cuts of lg-node-1 with every system measured in each.",
+            self.reps[0], self.reps[1], self.reps[2], self.node_losses
         ));
         record.add("", "", "clock_stop", CLOCK_STOP);
         for scenario in SCENARIOS.iter().chain(&OPERATOR_SCENARIOS) {
@@ -968,12 +969,11 @@ impl Bench<'_> {
             world.wait_at_rest(s, CANDIDATES).await?;
         }
         tracing::info!(
-            "e2e: every system at rest; graceful, crash, frozen x {} (ours alone, then the peers side by side)",
+            "e2e: every system at rest; graceful, crash, frozen x {:?}, every system side by side",
             self.reps
         );
-        let mut per_system = vec![world.handovers(&OURS[0], self.reps).await];
-        let peers = PEERS.iter().map(|s| world.handovers(s, self.reps));
-        per_system.extend(futures::future::join_all(peers).await);
+        let per_system =
+            futures::future::join_all(all.iter().map(|s| world.handovers(s, self.reps))).await;
         world.delete().await;
         Ok(per_system)
     }

@@ -216,7 +216,14 @@ fn headline(scenarios: &[Scenario]) -> Table {
 
 fn scenario_table(sc: &Scenario) -> Table {
     let ours: Vec<&str> = sc.ours().collect();
-    let mut table = Table::new(&["system", "median", "min–max", "n", "app overlap, longest"]);
+    let mut table = Table::new(&[
+        "system",
+        "p50",
+        "p90",
+        "min–max",
+        "n",
+        "app overlap, longest",
+    ]);
     match ours.as_slice() {
         [_, _, ..] => table
             .columns
@@ -229,10 +236,11 @@ fn scenario_table(sc: &Scenario) -> Table {
         row.extend(match summarize(&sc.samples(s)) {
             Some(x) => [
                 secs(x.median_ms),
+                secs(x.p90_ms),
                 format!("{}–{}", secs(x.min_ms), secs(x.max_ms)),
                 x.n.to_string(),
             ],
-            None => ["–".into(), "–".into(), "0".into()],
+            None => ["–".into(), "–".into(), "–".into(), "0".into()],
         });
         row.push(sc.overlap_cell(s));
         if ours.is_empty() {

@@ -3,11 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Median, p99 and spread of a set of samples, in milliseconds.
+/// Median, p90, p99 and spread of a set of samples, in milliseconds.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Summary {
     pub n: usize,
     pub median_ms: f64,
+    /// The 90th percentile (nearest rank).
+    pub p90_ms: f64,
     /// The 99th percentile (nearest rank: with fewer than 100 samples it is the maximum).
     pub p99_ms: f64,
     pub min_ms: f64,
@@ -22,6 +24,7 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     Some(Summary {
         n: sorted.len(),
         median_ms: quantile(&sorted, 0.5),
+        p90_ms: quantile(&sorted, 0.9),
         p99_ms: quantile(&sorted, 0.99),
         min_ms: first,
         max_ms: last,
@@ -66,11 +69,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn median_p99_and_spread() {
+    fn median_p90_p99_and_spread() {
         let samples: Vec<f64> = (1..=200).map(f64::from).collect();
         let s = summarize(&samples).unwrap();
         assert_eq!(s.n, 200);
         assert_eq!(s.median_ms, 100.5);
+        assert_eq!(s.p90_ms, 180.0);
         assert_eq!(s.p99_ms, 198.0);
         assert_eq!((s.min_ms, s.max_ms), (1.0, 200.0));
         let odd = summarize(&[5.0, 1.0, 3.0]).unwrap();
