@@ -34,6 +34,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
 use leadergroup_operator::election::LATE_STEP_DOWN;
+use leadergroup_testenv::histories::{Group, Histories, Member, Span, unix_ms};
 use leadergroup_testenv::{
     FileHistory, InvariantWatcher, RealCluster, TestNamespace, run_ok, wait_for_object, wait_until,
 };
@@ -345,15 +346,18 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     if let Err(e) = heartbeat_lease {
         panic!("{e}\n{}", summary(&groups, &pods).await);
     }
-    let role_file = |pod: &Pod| {
+    let agent_file = |pod: &Pod, file: &str| {
         let (node, uid) = (crate::cluster::node_of(pod), pod.uid().unwrap());
         RealCluster::empty_dir(c.dir(), node, &uid, &agent_volume)
             .unwrap()
-            .join("role")
+            .join(file)
     };
+    let validity = |name: &str| format!("{name}/valid-until");
     let files = FileHistory::start(vec![
-        (old_heartbeat.clone(), role_file(&old[1])),
-        (new_heartbeat.clone(), role_file(&new[1])),
+        (old_heartbeat.clone(), agent_file(&old[1], "role")),
+        (new_heartbeat.clone(), agent_file(&new[1], "role")),
+        (validity(&old_heartbeat), agent_file(&old[1], "valid-until")),
+        (validity(&new_heartbeat), agent_file(&new[1], "valid-until")),
     ]);
     let published = wait_until("both agents publishing their role", PODS, || async {
         let roles = (files.last(&old_heartbeat), files.last(&new_heartbeat));
@@ -488,6 +492,28 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         files.last(&old_heartbeat).as_deref(),
         Some("unknown"),
         "the cut-off leader stays unknown while cut\n{}",
+        histories()
+    );
+    // What the two applications read, checked as every run's histories are.
+    let member = |name: &str| {
+        Member::from_agent_files(name, &files.history(name), &files.history(&validity(name)))
+    };
+    let checked = Histories {
+        groups: vec![Group {
+            name: HEARTBEAT.to_owned(),
+            members: vec![member(&old_heartbeat), member(&new_heartbeat)],
+        }],
+        fence: Vec::new(),
+    }
+    .check(Span {
+        from_ms: unix_ms(cut_at) - 1_000.0,
+        to_ms: Some(unix_ms(SystemTime::now())),
+    });
+    assert_eq!(
+        checked.app_overlap_ms,
+        0.0,
+        "two applications led at once: {:?}\n{}",
+        checked.groups,
         histories()
     );
     drop(files);
