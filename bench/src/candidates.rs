@@ -1,7 +1,7 @@
 //! One handover, whatever the world: a system's candidates at rest, a fault to their leader, the
 //! first other candidate to lead, then the fault undone and the struck candidate replaced as its
-//! controller would. Ours and the peers implement [`Candidates`] on the light cluster
-//! ([`crate::ours`], [`crate::peers`]) and on the real one ([`crate::e2e`]).
+//! controller would. Ours and the peers implement [`Candidates`] on the light cluster (`ours`,
+//! `peers`) and on the real one (`e2e`): this module imports none of them.
 
 use std::time::{Duration, SystemTime};
 

@@ -5,7 +5,7 @@
 //! lines it appends to its events file (`<unix ns> started|stopped <lease> <identity>`, stamped by
 //! the candidate when its library called back). All nodes run on this machine, so the node files
 //! and the harness share one clock. The peers' candidate processes on the light cluster print the
-//! same lines ([`crate::peers`]), judged by the same code.
+//! same lines (module `peers`, which imports this one), judged by the same code.
 //!
 //! Every member counts, the struck one too, except while its process verifiably does not run:
 //! [`NotRunning`] holds those stretches (from a kill or a confirmed freeze, until the thaw or the
