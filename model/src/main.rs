@@ -14,7 +14,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 enum UsageError {
     #[error(
-        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover, foreign-write, shortened-handover, lease-deleted, pod-gc, status-patched, two-members, agent-paused, agent-paused-before-fix, agent-returns, agent-returns-before-fix, agent-beside-membership, agents-large)"
+        "unknown configuration {0:?} (selector, combined, unknown-outcome, large, recreation, group-recreated, group-recreated-lease-deleted, liveness, heartbeat, heartbeat-restart, heartbeat-large, immediate-handover, foreign-write, shortened-handover, lease-deleted, pod-gc, status-patched, two-members, agent-paused, agent-paused-before-fix, agent-returns, agent-returns-before-fix, agent-beside-membership, agents-large, readiness-handshake, readiness-agent-paused, readiness-two-members)"
     )]
     Config(String),
     #[error("--threads wants a number, not {0:?}")]

@@ -98,15 +98,16 @@ pub fn publish(state: &mut HbState, member: u8) {
     }
 }
 
-/// The epoch of the step-down the member owes, by the crate's own `Belief::note_owed` (an agent's
-/// member gated by what its agent acted on, as `gate` says), if it may send it now: it hears the
-/// API server, awaits no other, and was not answered at this version of the Lease. In Heartbeat
-/// mode the acknowledgement is the renewal's, never a note.
-pub fn step_down_owed(
+/// The note the member owes, by the crate's own `Belief::note_owed` (an agent's member gated by
+/// what its agent acted on, as `gate` says), if it may send it now: it hears the API server,
+/// awaits no other, and was not answered at this version of the Lease. Its epoch, and whether it
+/// is an acknowledgement (Readiness mode) rather than a step-down. In Heartbeat mode the
+/// acknowledgement is the renewal's, never a note.
+pub fn note_owed(
     state: &HbState,
     member: u8,
     gate: GateRule,
-) -> Option<leadergroup_client::Epoch> {
+) -> Option<(leadergroup_client::Epoch, bool)> {
     let c = state.clients.get(state.member_index(member))?;
     if !c.hears() || c.noting || c.lease_rv.is_none() || c.lease_rv == c.noted_at {
         return None;
@@ -127,8 +128,8 @@ pub fn step_down_owed(
             .filter(|note| released_by_value(agent, note)),
     };
     match note? {
-        Note::SteppedDown(epoch) => Some(epoch),
-        Note::Acknowledged(_) => None,
+        Note::SteppedDown(epoch) => Some((epoch, false)),
+        Note::Acknowledged(epoch) => (!state.heartbeat).then_some((epoch, true)),
     }
 }
 
@@ -145,9 +146,9 @@ fn released_by_value(agent: &Agent, note: &Note) -> bool {
     }
 }
 
-/// The member writes the step-down it owes in the Lease it read (a replace at that version).
+/// The member writes the note it owes in the Lease it read (a replace at that version).
 pub fn step_down(state: &mut HbState, member: u8, gate: GateRule) {
-    let Some(epoch) = step_down_owed(state, member, gate) else {
+    let Some((epoch, acknowledges)) = note_owed(state, member, gate) else {
         return;
     };
     let Some(c) = client_mut(state, member) else {
@@ -163,14 +164,31 @@ pub fn step_down(state: &mut HbState, member: u8, gate: GateRule) {
         process,
         expected,
         epoch,
+        acknowledges,
     });
 }
 
-/// The API server applies a step-down (the member's name added to those that stepped down at the
-/// epoch, if the version still holds), and answers its member if that process still awaits it
-/// and can hear: written or refused, it does not write again on that version.
+/// The API server applies a note, if the version still holds: a step-down adds the member's
+/// name to those that stepped down at the epoch; an acknowledgement (Readiness mode) adds it to
+/// those that acknowledged at the Lease's epoch, as the client crate writes it. It answers its
+/// member if that process still awaits it and can hear: written or refused, it does not write
+/// again on that version.
 pub fn deliver_step_down(state: &mut HbState, note: &SteppedDown) {
-    if !state.lease.deleted && state.lease.rv == note.expected {
+    let landed = !state.lease.deleted && state.lease.rv == note.expected;
+    if landed && note.acknowledges {
+        let pod = pod_of(note.member);
+        // The other member of the pod keeps its acknowledgement (the real Lease lists each).
+        state.lease.also_renewed = state
+            .lease
+            .renewed
+            .filter(|r| r.pod == pod && r.process != note.process);
+        state.lease.renewed = Some(Stamp {
+            pod,
+            process: note.process,
+            tick: state.now,
+        });
+        state.lease.rv = state.next_rv();
+    } else if landed {
         let name = (pod_of(note.member), note.process);
         if let Some(p) = state.lease.predecessor.take() {
             let epoch = i64::from(note.epoch);

@@ -41,9 +41,13 @@ impl fmt::Display for Renewal {
 
 impl fmt::Display for SteppedDown {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.acknowledges {
+            true => "acknowledged",
+            false => "stepped-down",
+        };
         write!(
             f,
-            "{} (process {})'s PUT Lease (stepped-down {}, its name added) if rv={}",
+            "{} (process {})'s PUT Lease ({what} {}, its name added) if rv={}",
             member(self.member),
             self.process,
             self.epoch,
@@ -121,9 +125,24 @@ impl fmt::Display for HbAction {
 }
 
 fn lease(l: &HbLease) -> String {
-    let renewed = l.renewed.map_or("not renewed".to_string(), |s| {
-        format!("renewed by {}'s client at {}s", pod_name(s.pod), s.tick)
-    });
+    let renewed = match l.heartbeat {
+        true => l.renewed.map_or("not renewed".to_string(), |s| {
+            format!("renewed by {}'s client at {}s", pod_name(s.pod), s.tick)
+        }),
+        false => {
+            let acked = l.renewed.map_or("not acknowledged".to_string(), |s| {
+                format!(
+                    "acknowledged by {}'s client at {}s",
+                    pod_name(s.pod),
+                    s.tick
+                )
+            });
+            let renewed = l.operator_renewed.map_or(String::new(), |t| {
+                format!(", renewed by the operator at {t}s")
+            });
+            format!("Readiness, {acked}{renewed}")
+        }
+    };
     let longest = l
         .longest
         .map_or(String::new(), |s| format!(" (longest {s}s)"));

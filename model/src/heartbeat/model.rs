@@ -59,6 +59,9 @@ pub struct HbConfig {
     pub gate: GateRule,
     /// How an agent's application reads the role (the code as it is, or as it was before).
     pub app: AppRule,
+    /// The group's liveness: Heartbeat (its holder's member renews the Lease), or Readiness, the
+    /// default mode (the operator renews it, and each member acknowledges with a note).
+    pub heartbeat: bool,
     /// The property this configuration is known to break (an open hole): `--first` stops at its
     /// first counterexample, not at the first of any property.
     pub sought: Option<&'static str>,
@@ -93,6 +96,7 @@ impl HbConfig {
             gate: GateRule::BySeq,
             app: AppRule::HonoursValidity,
             max_epoch: 3,
+            heartbeat: true,
             sought: None,
             expected: None,
         }
@@ -329,6 +333,50 @@ impl HbConfig {
         }
     }
 
+    /// Readiness mode, the default: the operator renews the Lease, each member acknowledges its
+    /// leadership with a note of its own and steps down with another. The leader's pod turns
+    /// NotReady (a handover at once) while its member is cut off or simply not yet told; a Lease
+    /// of 1 s (a confirmation holds 0.67 s, so that one tick shows what two thirds of a Lease
+    /// do), 1 s, epochs up to 2. The handshake most users run, with the client crate's own
+    /// member: the successor leads only once the old leader stepped down or its confirmation ran
+    /// out.
+    pub fn readiness_handshake() -> Self {
+        HbConfig {
+            name: "readiness-handshake",
+            heartbeat: false,
+            max_ticks: 1,
+            max_epoch: 2,
+            duration: 1,
+            edited_duration: 1,
+            duration_edits: 0,
+            cuts: 1,
+            readiness: 1,
+            ..HbConfig::heartbeat()
+        }
+    }
+
+    /// [`HbConfig::agent_paused`] in Readiness mode: `p1`'s member in an agent that acts late and
+    /// may be paused while its application runs on, `p2`'s in-process; 1 `preferredLeader` edit,
+    /// a Lease of 1 s, 1 s.
+    pub fn readiness_agent_paused() -> Self {
+        HbConfig {
+            name: "readiness-agent-paused",
+            heartbeat: false,
+            ..HbConfig::agent_paused()
+        }
+    }
+
+    /// [`HbConfig::agent_beside_membership`] in Readiness mode: two members of `p1` (an
+    /// in-process `Membership` and an agent beside it), each acknowledging and stepping down
+    /// under its own name.
+    pub fn readiness_two_members() -> Self {
+        HbConfig {
+            name: "readiness-two-members",
+            heartbeat: false,
+            ..HbConfig::agent_beside_membership()
+        }
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         [
             HbConfig::heartbeat(),
@@ -347,6 +395,9 @@ impl HbConfig {
             HbConfig::agent_returns_before_fix(),
             HbConfig::agent_beside_membership(),
             HbConfig::agents_large(),
+            HbConfig::readiness_handshake(),
+            HbConfig::readiness_agent_paused(),
+            HbConfig::readiness_two_members(),
         ]
         .into_iter()
         .find(|c| c.name == name)
@@ -428,6 +479,7 @@ impl HeartbeatModel {
     pub fn start(&self) -> HbState {
         let pods = usize::from(self.config.pods);
         let mut state = HbState {
+            heartbeat: self.config.heartbeat,
             now: 0,
             lease: HbLease {
                 holder: 0,
@@ -440,6 +492,8 @@ impl HeartbeatModel {
                 predecessor: None,
                 forged: false,
                 deleted: false,
+                heartbeat: self.config.heartbeat,
+                operator_renewed: None,
                 rv: 1,
             },
             marks: (0..pods).map(|p| (p == 0).then_some(1)).collect(),
@@ -516,7 +570,7 @@ impl HeartbeatModel {
                     if client::renewable(s, m).is_some() {
                         actions.push(HbAction::Renew(m));
                     }
-                    if client::step_down_owed(s, m, c.gate).is_some() {
+                    if client::note_owed(s, m, c.gate).is_some() {
                         actions.push(HbAction::StepDown(m));
                     }
                     if s.spent.cuts < c.cuts {
@@ -820,7 +874,7 @@ impl Model for HeartbeatModel {
                 agent_app_leads(s, m.config.app)
             }));
             p.push(Property::sometimes(AGENT_STEPS_DOWN, |_, s: &HbState| {
-                s.notes.iter().any(|n| {
+                s.notes.iter().filter(|n| !n.acknowledges).any(|n| {
                     s.clients
                         .get(s.member_index(n.member))
                         .is_some_and(|c| c.agent.is_some())
@@ -923,6 +977,25 @@ mod tests {
     fn a_gate_by_value_lets_the_successor_lead_beside_the_agents_application() {
         let text = breaks_the_application_guarantee(HbConfig::agent_returns_before_fix());
         assert!(text.contains("sends its step-down"), "{text}");
+    }
+
+    /// The Readiness handshake with the client crate's own member: a leader's pod NotReady
+    /// while its member is cut off.
+    #[test]
+    fn readiness_handshake_check_holds() {
+        check_holds(HbConfig::readiness_handshake());
+    }
+
+    /// An agent's member in Readiness mode, late and paused.
+    #[test]
+    fn readiness_agent_paused_check_holds() {
+        agents_hold(HbConfig::readiness_agent_paused());
+    }
+
+    /// Two members of one pod in Readiness mode, each acknowledging under its own name.
+    #[test]
+    fn readiness_two_members_check_holds() {
+        agents_hold(HbConfig::readiness_two_members());
     }
 
     /// `make check`'s first Heartbeat configuration: 86,311 states.

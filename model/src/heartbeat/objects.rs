@@ -32,18 +32,22 @@ pub fn lease_record(lease: &HbLease) -> LeaseRecord {
         duration_seconds: i32::from(lease.duration),
         longest_seconds: lease.longest.map(i32::from),
         acquire_time: Some(acquired),
-        renew_time: Some(
-            lease
+        renew_time: Some(match lease.heartbeat {
+            true => lease
                 .renewed
                 .map_or(acquired, |s| clock::client_wall(s.pod, s.process, s.tick)),
-        ),
+            false => lease
+                .operator_renewed
+                .map_or(acquired, clock::operator_wall),
+        }),
         arbiter: Some(ARBITER.to_string()),
-        heartbeat: true,
+        heartbeat: lease.heartbeat,
         released_by: None,
         // The model does not keep the lapse record (`leadergroup.io/lapsed`) in its Lease.
         lapsed: None,
         // The holder's client acknowledges with its renewals (the client crate's renewal writes
-        // the annotation, with the epoch), and a Lease is renewed only by its holder at its epoch.
+        // the annotation, with the epoch), and a Lease is renewed only by its holder at its epoch
+        // (in Readiness mode, with a note of its own, at the epoch the Lease holds then).
         // A foreign write keeps the annotation but moves the epoch: it acknowledges no longer.
         acknowledged: lease.renewed.is_some() && !lease.forged,
         // The last renewal's member, and the one before it if another member of the same pod
@@ -109,7 +113,8 @@ pub fn pod(state: &HbState, id: PodId) -> Pod {
     pod
 }
 
-/// The group in Heartbeat mode, with its spec's Lease duration and its status's leader.
+/// The group in the model's liveness mode, with its spec's Lease duration and its status's
+/// leader.
 pub fn group(state: &HbState) -> Result<LeaderGroup, ModelError> {
     let mut g = objects::group(
         &GroupObj {
@@ -124,7 +129,10 @@ pub fn group(state: &HbState) -> Result<LeaderGroup, ModelError> {
         },
         state.marks.len(),
     )?;
-    g.spec.liveness = Liveness::Heartbeat;
+    g.spec.liveness = match state.heartbeat {
+        true => Liveness::Heartbeat,
+        false => Liveness::Readiness,
+    };
     g.spec.lease_duration_seconds = i32::from(state.spec_duration);
     let (leader, epoch) = state.status;
     g.status = Some(LeaderGroupStatus {

@@ -129,11 +129,27 @@ fn committed(
     });
     let acquired_now = record.acquire_time == Some(clock::operator_wall(state.now))
         && record.renew_time == record.acquire_time;
+    // In Readiness mode the operator renews the Lease itself: the same tenure, `renewTime` now.
+    let renewed_now = !record.heartbeat
+        && was.is_some_and(|was| record.acquire_time == was.acquire_time)
+        && record.renew_time == Some(clock::operator_wall(state.now));
     let current = &state.lease;
-    let (acquired, renewed, also_renewed) = if kept {
-        (current.acquired, current.renewed, current.also_renewed)
+    let (acquired, renewed, also_renewed, operator_renewed) = if kept {
+        (
+            current.acquired,
+            current.renewed,
+            current.also_renewed,
+            current.operator_renewed,
+        )
     } else if acquired_now {
-        (state.now, None, None)
+        (state.now, None, None, None)
+    } else if renewed_now {
+        (
+            current.acquired,
+            current.renewed,
+            current.also_renewed,
+            Some(state.now),
+        )
     } else {
         return Err(ModelError::UnexpectedDecision(
             "Lease times the model cannot map",
@@ -190,6 +206,7 @@ fn committed(
             && duration == current.duration
             && longest == current.longest
             && predecessor == current.predecessor
+            && record.heartbeat == current.heartbeat
         {
             current.rv
         } else {
@@ -198,5 +215,7 @@ fn committed(
         predecessor,
         forged: false,
         deleted: false,
+        heartbeat: record.heartbeat,
+        operator_renewed,
     })
 }

@@ -49,6 +49,13 @@ pub struct HbLease {
     /// Deleted by hand: the API server has no Lease (the other fields say what it held), until
     /// the operator creates it again.
     pub deleted: bool,
+    /// The group's liveness as the operator wrote it (`leadergroup.io/liveness: Heartbeat`); in
+    /// Readiness mode `renewed` holds the members' acknowledgements (each written by a note of
+    /// its own) and the operator renews the Lease itself (`operator_renewed`).
+    pub heartbeat: bool,
+    /// In Readiness mode, the operator's last renewal (`renewTime`), on its wall clock; `None`:
+    /// not renewed since acquired.
+    pub operator_renewed: Option<Tick>,
     pub rv: Rv,
 }
 
@@ -150,6 +157,9 @@ pub struct SteppedDown {
     pub process: u8,
     pub expected: Rv,
     pub epoch: Epoch,
+    /// In Readiness mode, the note is the member's acknowledgement of its leadership at `epoch`
+    /// (`leadergroup.io/acknowledged-by-epoch`, its name added), not a step-down.
+    pub acknowledges: bool,
 }
 
 /// A renewal on its way to the API server: a compare-and-swap on the version its client read.
@@ -286,6 +296,8 @@ pub struct HbSpent {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HbState {
+    /// The group's liveness: Heartbeat, or Readiness (the default mode), for the whole run.
+    pub heartbeat: bool,
     pub now: Tick,
     pub lease: HbLease,
     /// Per pod: the epoch of its leader marks (`role=leader` and the epoch), `None`: follower.
