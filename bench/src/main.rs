@@ -22,6 +22,7 @@ mod results;
 mod scale;
 mod scale_10k;
 mod scenario;
+mod slow;
 mod timeline;
 mod traffic;
 
@@ -44,6 +45,7 @@ const SCENARIOS: &[&Scenario] = &[
     &heartbeat_writes::HEARTBEAT_WRITES,
     &scale::SCALE,
     &scale_10k::SCALE_10K,
+    &slow::SLOW,
     &e2e::E2E,
     &traffic::TRAFFIC,
 ];

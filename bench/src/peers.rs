@@ -256,6 +256,17 @@ impl PeerGroup {
         overlaps.sum()
     }
 
+    /// How often a candidate started leading at or after `from`, over every Lease.
+    pub fn starts_since(&self, from: SystemTime) -> u64 {
+        let from = unix_ms(from);
+        let starts = (0..self.groups).map(|i| {
+            let members = self.events.members(&Self::lease(i));
+            let changes = members.iter().flat_map(|m| &m.changes);
+            changes.filter(|c| c.leader && c.at_ms >= from).count() as u64
+        });
+        starts.sum()
+    }
+
     /// The candidate the Lease names as its holder, once it is the only one that believes it
     /// leads. A library without a resourceVersion precondition can let two candidates acquire
     /// at once; the loser believes it leads until its next renewal shows it the holder. Were the

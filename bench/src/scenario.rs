@@ -237,13 +237,25 @@ impl Context {
         log: &str,
     ) -> Result<OperatorProcess> {
         let light = self.light().await?;
+        self.start_operator_via(namespace, log, light.cp.kubeconfig_path())
+            .await
+    }
+
+    /// [`Context::start_operator`] with `kubeconfig` (a proxy's, say) instead of the admin's.
+    pub async fn start_operator_via(
+        &self,
+        namespace: Option<&str>,
+        log: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Result<OperatorProcess> {
+        let light = self.light().await?;
         let log = self.log_dir.join(log);
         // A fresh log per run: the launch appends.
         let _ = std::fs::remove_file(&log);
         let level = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
         let launch = OperatorLaunch::new(
             &light.operator,
-            light.cp.kubeconfig_path(),
+            kubeconfig,
             namespace,
             "bench-operator",
             log,
