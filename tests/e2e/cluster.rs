@@ -270,6 +270,17 @@ impl Cluster {
             .await
             .unwrap()
     }
+
+    /// Waits up to `within` until node `node` reports Ready (after a stop or a cut was undone).
+    pub async fn wait_node_ready(&self, node: &str, within: Duration) {
+        let back = wait_until(&format!("{node} Ready again"), within, || async {
+            Ok::<_, String>((self.node_ready(node).await == "True").then_some(()))
+        })
+        .await;
+        if let Err(e) = back {
+            panic!("{e}\n{:?}", node_summary(&self.client).await);
+        }
+    }
 }
 
 impl Cluster {

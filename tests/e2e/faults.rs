@@ -133,11 +133,7 @@ async fn a_stopped_node_hands_leadership_to_a_pod_on_the_other_node() {
 
     // The node comes back; its pods are Ready again and stay followers.
     drop(stopped);
-    wait_until(&format!("{node} Ready again"), PODS, || async {
-        Ok::<_, String>((w.c.node_ready(&node).await == "True").then_some(()))
-    })
-    .await
-    .unwrap();
+    w.c.wait_node_ready(&node, PODS).await;
     w.app.wait_pods_ready(3).await;
     let after = w
         .app

@@ -24,6 +24,7 @@
 //! what is measured is the groups' failover; `operator_node_loss.rs` loses the node with the
 //! active replica on it.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -34,7 +35,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use leadergroup_operator::crd::{LIVENESS_ANNOTATION, LeaderGroup, Liveness, lease_name_for};
 use leadergroup_operator::election::LATE_STEP_DOWN;
-use leadergroup_testenv::histories::{Group, Histories, Member, Span, unix_ms};
+use leadergroup_testenv::histories::{Group, Histories, Member, Report, Span, unix_ms};
 use leadergroup_testenv::{
     FileHistory, InvariantWatcher, RealCluster, TestNamespace, run_ok, wait_for_object, wait_until,
 };
@@ -122,6 +123,92 @@ pub(crate) fn example_pod_template() -> serde_json::Value {
     serde_json::to_value(deployment.spec.template).unwrap()
 }
 
+/// The name of the volume the example's agent writes its files to.
+pub(crate) fn agent_volume(template: &serde_json::Value) -> String {
+    template["spec"]["initContainers"][0]["volumeMounts"][0]["name"]
+        .as_str()
+        .expect("the agent's volume")
+        .to_owned()
+}
+
+/// The Heartbeat group's pod bound to `node`: the example's pod template, the web app as its
+/// application.
+pub(crate) fn heartbeat_pod(template: &serde_json::Value, node: &str) -> serde_json::Value {
+    let mut pod = template.clone();
+    pod["metadata"]["name"] = json!(pod_name(HEARTBEAT, node));
+    pod["spec"]["nodeName"] = json!(node);
+    pod["spec"]["containers"] = json!([webapp_container(0)]);
+    pod
+}
+
+/// The example's RBAC and group (`examples/ledger/manifests/sidecar`) applied in `ns` as a user
+/// applies them, the group in Heartbeat mode with a Lease of [`HEARTBEAT_LEASE_SECONDS`].
+pub(crate) async fn create_heartbeat_group(c: &Cluster, ns: &TestNamespace) {
+    let manifests = repo_root().join("examples/ledger/manifests/sidecar");
+    let mut apply = c.cp.kubectl();
+    apply
+        .args(["--namespace", &ns.name, "apply", "-f"])
+        .arg(manifests.join("rbac.yaml"));
+    run_ok(apply).await;
+    let mut group: LeaderGroup = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(group.name_any(), HEARTBEAT);
+    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
+    group.spec.liveness = Liveness::Heartbeat;
+    let groups: Api<LeaderGroup> = ns.api();
+    groups.create(&PostParams::default(), &group).await.unwrap();
+}
+
+/// File `file` of the agent of `pod` (in volume `volume`), as its node keeps it.
+pub(crate) fn agent_file(c: &Cluster, pod: &Pod, volume: &str, file: &str) -> PathBuf {
+    let (node, uid) = (crate::cluster::node_of(pod), pod.uid().unwrap());
+    RealCluster::empty_dir(c.dir(), node, &uid, volume)
+        .unwrap()
+        .join(file)
+}
+
+/// Where `files` keeps the `valid-until` file of the agent whose `role` file it keeps under
+/// `name`.
+pub(crate) fn validity_key(name: &str) -> String {
+    format!("{name}/valid-until")
+}
+
+/// Checks what the Heartbeat group's applications read, from a second before `from` to now (the
+/// `role` file of each of `members` kept under its name in `files`, the `valid-until` file under
+/// [`validity_key`]): at no instant did two of them lead. Returns the report.
+pub(crate) fn assert_never_two_applications(
+    files: &FileHistory,
+    members: &[&str],
+    from: SystemTime,
+) -> Report {
+    let member = |name: &&str| {
+        Member::from_agent_files(
+            name,
+            &files.history(name),
+            &files.history(&validity_key(name)),
+        )
+    };
+    let histories = Histories {
+        groups: vec![Group {
+            name: HEARTBEAT.to_owned(),
+            members: members.iter().map(member).collect(),
+        }],
+        fence: Vec::new(),
+    };
+    let report = histories.check(Span {
+        from_ms: unix_ms(from) - 1_000.0,
+        to_ms: Some(unix_ms(SystemTime::now())),
+    });
+    assert_eq!(
+        report.app_overlap_ms, 0.0,
+        "two applications led at once: {:?}\n{histories:?}",
+        report.groups
+    );
+    report
+}
+
 /// The groups' status and the pods, for failure messages.
 async fn summary(groups: &Api<LeaderGroup>, pods: &Api<Pod>) -> String {
     let groups: Vec<_> = groups
@@ -158,11 +245,7 @@ async fn create_node_pods(
         }),
     )
     .await;
-    let mut heartbeat = template.clone();
-    heartbeat["metadata"]["name"] = json!(pod_name(HEARTBEAT, node));
-    heartbeat["spec"]["nodeName"] = json!(node);
-    heartbeat["spec"]["containers"] = json!([webapp_container(0)]);
-    let _: Pod = create(ns, heartbeat).await;
+    let _: Pod = create(ns, heartbeat_pod(template, node)).await;
     let _: Pod = create(
         ns,
         json!({
@@ -224,20 +307,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     )
     .await;
     // (b) The example's RBAC and group, in Heartbeat mode with a 5 s lease.
-    let manifests = repo_root().join("examples/ledger/manifests/sidecar");
-    let mut apply = c.cp.kubectl();
-    apply
-        .args(["--namespace", &ns.name, "apply", "-f"])
-        .arg(manifests.join("rbac.yaml"));
-    run_ok(apply).await;
-    let mut group: LeaderGroup = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(group.name_any(), HEARTBEAT);
-    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
-    group.spec.liveness = Liveness::Heartbeat;
-    groups.create(&PostParams::default(), &group).await.unwrap();
+    create_heartbeat_group(&c, &ns).await;
     // (c) client-go's candidates may create their Lease, and get and update only it.
     let _: ServiceAccount = create(&ns, json!({"metadata": {"name": CLIENT_GO}})).await;
     let _: Role = create(
@@ -263,10 +333,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     .await;
 
     let template = example_pod_template();
-    let agent_volume = template["spec"]["initContainers"][0]["volumeMounts"][0]["name"]
-        .as_str()
-        .expect("the agent's volume")
-        .to_owned();
+    let agent_volume = agent_volume(&template);
     // The group's leader once it has settled (I2).
     let leader_of = |group: &'static str| {
         let ns = &ns;
@@ -346,13 +413,8 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
     if let Err(e) = heartbeat_lease {
         panic!("{e}\n{}", summary(&groups, &pods).await);
     }
-    let agent_file = |pod: &Pod, file: &str| {
-        let (node, uid) = (crate::cluster::node_of(pod), pod.uid().unwrap());
-        RealCluster::empty_dir(c.dir(), node, &uid, &agent_volume)
-            .unwrap()
-            .join(file)
-    };
-    let validity = |name: &str| format!("{name}/valid-until");
+    let agent_file = |pod: &Pod, file: &str| agent_file(&c, pod, &agent_volume, file);
+    let validity = validity_key;
     let files = FileHistory::start(vec![
         (old_heartbeat.clone(), agent_file(&old[1], "role")),
         (new_heartbeat.clone(), agent_file(&new[1], "role")),
@@ -495,27 +557,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
         histories()
     );
     // What the two applications read, checked as every run's histories are.
-    let member = |name: &str| {
-        Member::from_agent_files(name, &files.history(name), &files.history(&validity(name)))
-    };
-    let checked = Histories {
-        groups: vec![Group {
-            name: HEARTBEAT.to_owned(),
-            members: vec![member(&old_heartbeat), member(&new_heartbeat)],
-        }],
-        fence: Vec::new(),
-    }
-    .check(Span {
-        from_ms: unix_ms(cut_at) - 1_000.0,
-        to_ms: Some(unix_ms(SystemTime::now())),
-    });
-    assert_eq!(
-        checked.app_overlap_ms,
-        0.0,
-        "two applications led at once: {:?}\n{}",
-        checked.groups,
-        histories()
-    );
+    assert_never_two_applications(&files, &[&old_heartbeat, &new_heartbeat], cut_at);
     drop(files);
 
     println!(
@@ -547,13 +589,7 @@ async fn a_lost_node_fails_over_by_readiness_by_heartbeat_and_in_client_go() {
 
     // The node back, for the tests after this one; I1 and I3 held throughout.
     drop(uncut);
-    let back = wait_until(&format!("{CUT} Ready again"), PODS, || async {
-        Ok::<_, String>((c.node_ready(CUT).await == "True").then_some(()))
-    })
-    .await;
-    if let Err(e) = back {
-        panic!("{e}\n{:?}", crate::cluster::node_summary(&c.client).await);
-    }
+    c.wait_node_ready(CUT, PODS).await;
     let leaders = watch.assert_held().await;
     for pod in [&old_web, &new_web, &old_heartbeat, &new_heartbeat] {
         assert!(

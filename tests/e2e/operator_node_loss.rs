@@ -16,19 +16,14 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
-use kube::{Api, ResourceExt};
-use leadergroup_operator::crd::{LeaderGroup, Liveness};
-use leadergroup_testenv::histories::{Group, Histories, Member, Span, unix_ms};
-use leadergroup_testenv::{FileHistory, InvariantWatcher, RealCluster, run_ok, wait_until};
-use serde_json::json;
+use kube::Api;
+use leadergroup_testenv::{FileHistory, InvariantWatcher, wait_until};
 
-use crate::cluster::{
-    Cluster, PODS, PodLog, create, is_ready, node_of, repo_root, webapp_container,
-};
+use crate::cluster::{Cluster, PODS, PodLog, create, is_ready};
 use crate::node_loss::{
-    CUT, HEARTBEAT, HEARTBEAT_LEASE_SECONDS, PEER, example_pod_template, instant_of, pod_name,
-    secs, since,
+    CUT, HEARTBEAT, HEARTBEAT_LEASE_SECONDS, PEER, agent_file, agent_volume,
+    assert_never_two_applications, create_heartbeat_group, example_pod_template, heartbeat_pod,
+    instant_of, pod_name, secs, since, validity_key,
 };
 
 /// Cuts of node 1, each in a namespace of its own.
@@ -74,31 +69,14 @@ async fn one_cut(c: &Cluster, active: &str) -> Duration {
         .unwrap();
     let _ns_guard = c.namespace_guard(&ns.name);
     let pods: Api<Pod> = ns.api();
-    let groups: Api<LeaderGroup> = ns.api();
     let watch = InvariantWatcher::start(&c.client, &ns.name).await;
     let log = PodLog::start(pods.clone()).await;
-    let manifests = repo_root().join("examples/ledger/manifests/sidecar");
-    let mut apply = c.cp.kubectl();
-    apply
-        .args(["--namespace", &ns.name, "apply", "-f"])
-        .arg(manifests.join("rbac.yaml"));
-    run_ok(apply).await;
-    let mut group: LeaderGroup = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(manifests.join("leadergroup.yaml")).unwrap(),
-    )
-    .unwrap();
-    group.spec.lease_duration_seconds = HEARTBEAT_LEASE_SECONDS as i32;
-    group.spec.liveness = Liveness::Heartbeat;
-    groups.create(&PostParams::default(), &group).await.unwrap();
-
+    create_heartbeat_group(c, &ns).await;
     let template = example_pod_template();
-    let volume = template["spec"]["initContainers"][0]["volumeMounts"][0]["name"]
-        .as_str()
-        .expect("the agent's volume")
-        .to_owned();
+    let volume = agent_volume(&template);
     let (old, new) = (pod_name(HEARTBEAT, CUT), pod_name(HEARTBEAT, PEER));
     // Node 1's pod first: the oldest leads.
-    let old_pod = create_pod(&ns, &template, CUT).await;
+    let old_pod = create_pod(&ns, &template, &old, CUT).await;
     let leads = wait_until(&format!("{old} leading"), PODS, || async {
         let settled = leadergroup_testenv::settled(&ns.client, &ns.name, HEARTBEAT).await;
         Ok::<_, String>(
@@ -110,16 +88,16 @@ async fn one_cut(c: &Cluster, active: &str) -> Duration {
     })
     .await;
     leads.unwrap_or_else(|e| panic!("{e}"));
-    let new_pod = create_pod(&ns, &template, PEER).await;
-    let dir = |pod: &Pod| {
-        RealCluster::empty_dir(c.dir(), node_of(pod), &pod.uid().unwrap(), &volume).unwrap()
-    };
+    let new_pod = create_pod(&ns, &template, &new, PEER).await;
     let files = FileHistory::start(Vec::new());
     for (name, pod) in [(&old, &old_pod), (&new, &new_pod)] {
-        files.add(&format!("{name}/role"), dir(pod).join("role"));
-        files.add(&format!("{name}/valid-until"), dir(pod).join("valid-until"));
+        files.add(name, agent_file(c, pod, &volume, "role"));
+        files.add(
+            &validity_key(name),
+            agent_file(c, pod, &volume, "valid-until"),
+        );
     }
-    let role = |name: &str| files.last(&format!("{name}/role"));
+    let role = |name: &str| files.last(name);
     let published = wait_until("both agents publishing their role", PODS, || async {
         let both =
             role(&old).as_deref() == Some("leader") && role(&new).as_deref() == Some("follower");
@@ -137,39 +115,16 @@ async fn one_cut(c: &Cluster, active: &str) -> Duration {
     .await;
     let moved = labeled.unwrap_or_else(|e| panic!("{e} (active replica {active} cut)")) - cut;
     let acted = wait_until("the new leader's agent publishing leader", PODS, || async {
-        Ok::<_, String>(files.first(&format!("{new}/role"), "leader", cut_at))
+        Ok::<_, String>(files.first(&new, "leader", cut_at))
     })
     .await;
     acted.unwrap_or_else(|e| panic!("{e}"));
 
     // What the two applications read, from a little before the cut to now.
-    let member = |name: &str| {
-        Member::from_agent_files(
-            name,
-            &files.history(&format!("{name}/role")),
-            &files.history(&format!("{name}/valid-until")),
-        )
-    };
-    let histories = Histories {
-        groups: vec![Group {
-            name: HEARTBEAT.to_owned(),
-            members: vec![member(&old), member(&new)],
-        }],
-        fence: Vec::new(),
-    };
-    let window = Span {
-        from_ms: unix_ms(cut_at) - 1_000.0,
-        to_ms: Some(unix_ms(SystemTime::now())),
-    };
-    let report = histories.check(window);
-    assert_eq!(
-        report.app_overlap_ms, 0.0,
-        "two applications led at once: {:?}\n{histories:?}",
-        report.groups
-    );
+    let report = assert_never_two_applications(&files, &[&old, &new], cut_at);
     drop(files);
     drop(uncut);
-    wait_node_ready(c, CUT).await;
+    c.wait_node_ready(CUT, PODS * 2).await;
     watch.assert_held().await;
     println!(
         "operator node loss: {new} labeled {} after the cut, no application led beside another \
@@ -181,36 +136,19 @@ async fn one_cut(c: &Cluster, active: &str) -> Duration {
     moved
 }
 
-/// The group's pod bound to `node`, from the example's pod template with the web app as its
-/// application, once Ready.
+/// The Heartbeat group's pod `name` bound to `node` ([`heartbeat_pod`]), once Ready.
 async fn create_pod(
     ns: &leadergroup_testenv::TestNamespace,
     template: &serde_json::Value,
+    name: &str,
     node: &str,
 ) -> Pod {
-    let mut pod = template.clone();
-    pod["metadata"]["name"] = json!(pod_name(HEARTBEAT, node));
-    pod["spec"]["nodeName"] = json!(node);
-    pod["spec"]["containers"] = json!([webapp_container(0)]);
-    let name = pod_name(HEARTBEAT, node);
-    let _: Pod = create(ns, pod).await;
+    let _: Pod = create(ns, heartbeat_pod(template, node)).await;
     let pods: Api<Pod> = ns.api();
     let ready = wait_until(&format!("{name} Ready"), PODS, || async {
-        let pod = pods.get(&name).await.map_err(|e| e.to_string())?;
+        let pod = pods.get(name).await.map_err(|e| e.to_string())?;
         Ok::<_, String>(is_ready(&pod).then_some(pod))
     })
     .await;
     ready.unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Waits until node `node` reports Ready again (after its cut was undone).
-async fn wait_node_ready(c: &Cluster, node: &str) {
-    let ready = wait_until(&format!("{node} Ready again"), PODS * 2, || async {
-        let status = leadergroup_testenv::node_ready(&c.client, node)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((status == "True").then_some(()))
-    })
-    .await;
-    ready.unwrap_or_else(|e| panic!("{e}"));
 }
