@@ -119,14 +119,14 @@ impl InvariantWatcher {
                 Api::<Lease>::namespaced(client.clone(), namespace),
                 config(),
                 |r: &mut Recorded, event: Seen<Lease>| {
-                    r.record_event(Record::Lease, event, lease_naming)
+                    r.record_event(Record::Lease, event, lease_version)
                 },
             )
             .watch(
                 leader_groups(client, namespace),
                 config(),
                 |r: &mut Recorded, event: Seen<DynamicObject>| {
-                    r.record_event(Record::Status, event, status_naming)
+                    r.record_event(Record::Status, event, status_version)
                 },
             )
             .synced(SYNC_TIMEOUT)
@@ -210,63 +210,44 @@ impl InvariantWatcher {
     }
 }
 
-/// The (group, holder, epoch) a group's Lease names, if it is one and names a holder at an epoch.
-fn lease_naming(lease: &Lease) -> Option<(String, String, i64)> {
+/// A version of a group's Lease or status: the group, what it says as written (its holder and
+/// epoch, whatever they are, for a violation's message), and the pod it names at an epoch, if it
+/// names one.
+struct RecordVersion {
+    group: String,
+    said: String,
+    named: Option<(String, i64)>,
+}
+
+/// A group's Lease, if `lease` is one.
+fn lease_version(lease: &Lease) -> Option<RecordVersion> {
     let group = lease.name_any().strip_prefix(LEASE_PREFIX)?.to_owned();
-    let holder = lease.spec.as_ref()?.holder_identity.clone()?;
-    let epoch = lease.annotations().get(EPOCH_ANNOTATION)?.parse().ok()?;
-    Some((group, holder, epoch))
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.clone());
+    let epoch = lease.annotations().get(EPOCH_ANNOTATION);
+    let said = format!(
+        "{}@{} (transitions {})",
+        holder.as_deref().unwrap_or("-"),
+        epoch.map_or("-", String::as_str),
+        spec.and_then(|s| s.lease_transitions).unwrap_or(0)
+    );
+    let epoch = epoch.and_then(|e| e.parse().ok());
+    Some(RecordVersion {
+        group,
+        said,
+        named: holder.zip(epoch),
+    })
 }
 
-/// The group a version of a Lease or a LeaderGroup belongs to, and its holder and epoch as
-/// written (whatever they are), for a violation's message.
-fn cited<K: Resource + serde::Serialize>(record: Record, o: &K) -> Option<(String, String)> {
-    let meta = o.meta();
-    let name = meta.name.as_deref()?;
-    let epoch = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(EPOCH_ANNOTATION))
-        .map_or("-", String::as_str);
-    match record {
-        Record::Lease => {
-            let group = name.strip_prefix(LEASE_PREFIX)?;
-            let lease: Lease = serde_json::to_value(o)
-                .ok()
-                .and_then(|v| serde_json::from_value(v).ok())?;
-            let spec = lease.spec.unwrap_or_default();
-            Some((
-                group.to_owned(),
-                format!(
-                    "{}@{epoch} (transitions {})",
-                    spec.holder_identity.as_deref().unwrap_or("-"),
-                    spec.lease_transitions.unwrap_or(0)
-                ),
-            ))
-        }
-        Record::Status => {
-            let v = serde_json::to_value(o).ok()?;
-            let status = &v["status"];
-            Some((
-                name.to_owned(),
-                format!(
-                    "{}@{}",
-                    status["leader"].as_str().unwrap_or("-"),
-                    status["epoch"]
-                ),
-            ))
-        }
-    }
-}
-
-/// The (group, leader, epoch) a LeaderGroup's status records, if it records a leader.
-fn status_naming(group: &DynamicObject) -> Option<(String, String, i64)> {
+/// A LeaderGroup's status.
+fn status_version(group: &DynamicObject) -> Option<RecordVersion> {
     let status = &group.data["status"];
-    Some((
-        group.name_any(),
-        status["leader"].as_str()?.to_owned(),
-        status["epoch"].as_i64()?,
-    ))
+    let (leader, epoch) = (status["leader"].as_str(), status["epoch"].as_i64());
+    Some(RecordVersion {
+        group: group.name_any(),
+        said: format!("{}@{}", leader.unwrap_or("-"), status["epoch"]),
+        named: leader.map(str::to_owned).zip(epoch),
+    })
 }
 
 impl Recorded {
@@ -296,26 +277,32 @@ impl Recorded {
     }
 
     /// A delivery of the Lease or LeaderGroup watch, for the order invariant.
-    fn record_event<K: Resource + serde::Serialize>(
+    fn record_event<K: Resource>(
         &mut self,
         record: Record,
         seen: Seen<K>,
-        naming: impl Fn(&K) -> Option<(String, String, i64)>,
+        read: impl Fn(&K) -> Option<RecordVersion>,
     ) {
         let mut note = |o: &K, listed: bool, deleted: bool| {
-            if let Some(rv) = revision(o.meta().resource_version.as_deref()) {
-                if let Some((group, said)) = cited(record, o) {
-                    let how = match (listed, deleted) {
-                        (true, _) => "listed ",
-                        (_, true) => "deleted ",
-                        _ => "",
-                    };
-                    self.order.cite(record, &group, rv, format!("{how}{said}"));
-                }
-                let named = naming(o);
-                let named = named.as_ref().map(|(g, p, e)| (g.as_str(), p.as_str(), *e));
-                self.order.seen(record, named, rv, listed);
-            }
+            let Some(rv) = revision(o.meta().resource_version.as_deref()) else {
+                return;
+            };
+            let Some(v) = read(o) else {
+                self.order.seen(record, None, rv, listed);
+                return;
+            };
+            let how = match (listed, deleted) {
+                (true, _) => "listed ",
+                (_, true) => "deleted ",
+                _ => "",
+            };
+            self.order
+                .cite(record, &v.group, rv, format!("{how}{}", v.said));
+            let named = v
+                .named
+                .as_ref()
+                .map(|(p, e)| (v.group.as_str(), p.as_str(), *e));
+            self.order.seen(record, named, rv, listed);
         };
         match seen {
             Seen::Relisting => self.order.relisting(record),
